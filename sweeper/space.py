@@ -1,0 +1,47 @@
+"""Search-space translation: `search.parameters` -> Optuna distributions and samplers.
+Pure functions, no Ray: the launcher hands these to Ray Tune's OptunaSearch."""
+
+from __future__ import annotations
+
+import optuna
+
+from sweeper.spec import (
+    CategoricalDist,
+    IntUniformDist,
+    LogUniformDist,
+    SweepSpec,
+    UniformDist,
+)
+
+__all__ = ["to_optuna_distributions", "make_sampler"]
+
+
+def to_optuna_distributions(spec: SweepSpec) -> dict[str, optuna.distributions.BaseDistribution]:
+    """One Optuna distribution per dotted path. Integer bounds are inclusive, as in YAML."""
+    return {path: _to_optuna(dist) for path, dist in spec.search.parameters.items()}
+
+
+def _to_optuna(dist) -> optuna.distributions.BaseDistribution:
+    if isinstance(dist, LogUniformDist):
+        return optuna.distributions.FloatDistribution(dist.low, dist.high, log=True)
+    if isinstance(dist, UniformDist):
+        return optuna.distributions.FloatDistribution(dist.low, dist.high)
+    if isinstance(dist, IntUniformDist):
+        return optuna.distributions.IntDistribution(dist.low, dist.high, step=dist.step, log=dist.log)
+    if isinstance(dist, CategoricalDist):
+        return optuna.distributions.CategoricalDistribution(dist.values)
+    raise TypeError(f"unknown distribution {dist!r}")
+
+
+def make_sampler(spec: SweepSpec) -> optuna.samplers.BaseSampler:
+    """The Optuna sampler for `search.method`, seeded by `search.seed`."""
+    search = spec.search
+    if search.method == "tpe":
+        # Startup trials are random; a quarter of the budget (at least 2, at most 10)
+        # lets TPE model the space on small sweeps too.
+        n_startup = max(2, min(10, search.num_trials // 4))
+        return optuna.samplers.TPESampler(seed=search.seed, n_startup_trials=n_startup)
+    if search.method == "random":
+        return optuna.samplers.RandomSampler(seed=search.seed)
+    grid = {path: list(dist.values) for path, dist in search.parameters.items()}
+    return optuna.samplers.GridSampler(grid, seed=search.seed)

@@ -1,0 +1,156 @@
+"""Plain functions that the task modules (sft, dpo) share: distributed context, batching,
+optimizer and schedule, and how a report leaves a worker. No training logic lives here."""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import torch
+import torch.distributed as dist
+
+from trainables.data import IGNORE_INDEX
+
+# report(metrics, checkpoint_dir): inside Ray it is ray.train.report; in a plain process
+# (benchmarks, tests) any callable that records the metrics.
+Reporter = Callable[[dict, "str | None"], None]
+
+
+@dataclass(frozen=True)
+class Workers:
+    rank: int
+    world_size: int
+    device: torch.device
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def current_workers() -> Workers:
+    """Rank, world size and device of this process (DDP under Ray Train, or a lone process)."""
+    if dist.is_available() and dist.is_initialized():
+        rank, world = dist.get_rank(), dist.get_world_size()
+    else:
+        rank, world = 0, 1
+    if torch.cuda.is_available():
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+    return Workers(rank, world, device)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    torch.manual_seed(seed)
+    torch.cuda.manual_seed_all(seed)
+
+
+def sum_across_workers(*values: float) -> list[float]:
+    """Sum scalars over all workers (all-reduce); identity in a lone process."""
+    tensor = torch.tensor(values, dtype=torch.float64)
+    if dist.is_available() and dist.is_initialized():
+        backend_device = "cuda" if dist.get_backend() == "nccl" else "cpu"
+        tensor = tensor.to(backend_device)
+        dist.all_reduce(tensor)
+    return tensor.cpu().tolist()
+
+
+def pad_batch(rows: list[list[int]], pad_id: int) -> torch.Tensor:
+    width = max(len(row) for row in rows)
+    return torch.tensor([row + [pad_id] * (width - len(row)) for row in rows], dtype=torch.long)
+
+
+def endless_batches(num_examples: int, batch_size: int, workers: Workers, seed: int) -> Iterator[list[int]]:
+    """Example indices for this worker, reshuffled each epoch with a seeded generator so
+    every worker sees a disjoint shard and the order depends on `seed` alone."""
+    epoch = 0
+    while True:
+        generator = torch.Generator().manual_seed(seed * 100_003 + epoch)
+        order = torch.randperm(num_examples, generator=generator).tolist()
+        shard = order[workers.rank :: workers.world_size]
+        for start in range(0, len(shard) - batch_size + 1, batch_size):
+            yield shard[start : start + batch_size]
+        epoch += 1
+
+
+def shard_batches(num_examples: int, batch_size: int, workers: Workers) -> list[list[int]]:
+    """This worker's share of an evaluation split, in order."""
+    shard = list(range(workers.rank, num_examples, workers.world_size))
+    return [shard[i : i + batch_size] for i in range(0, len(shard), batch_size)]
+
+
+def make_optimizer(model: torch.nn.Module, training) -> torch.optim.Optimizer:
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    return torch.optim.AdamW(trainable, lr=training.learning_rate, weight_decay=training.weight_decay)
+
+
+def make_schedule(optimizer: torch.optim.Optimizer, training) -> torch.optim.lr_scheduler.LambdaLR:
+    """Linear warmup over warmup_ratio x max_steps, then cosine, linear or constant."""
+    warmup = int(round(training.warmup_ratio * training.max_steps))
+    decay_steps = max(1, training.max_steps - warmup)
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / (warmup + 1)
+        progress = min(1.0, (step - warmup) / decay_steps)
+        if training.lr_scheduler == "cosine":
+            return 0.5 * (1.0 + math.cos(math.pi * progress))
+        if training.lr_scheduler == "linear":
+            return 1.0 - progress
+        return 1.0
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def autocast(workers: Workers, precision: str):
+    """Mixed precision context for bf16/fp16; a no-op for fp32."""
+    if precision == "fp32":
+        return torch.autocast(workers.device.type, enabled=False)
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+    return torch.autocast(workers.device.type, dtype=dtype)
+
+
+def count_targets(labels: torch.Tensor) -> int:
+    return int((labels[:, 1:] != IGNORE_INDEX).sum())
+
+
+def unwrap(model: torch.nn.Module) -> torch.nn.Module:
+    return model.module if isinstance(model, torch.nn.parallel.DistributedDataParallel) else model
+
+
+def report_with_adapter(report: Reporter, metrics: dict, model: torch.nn.Module, workers: Workers) -> None:
+    """Every worker reports the same metrics; the main one attaches the adapter checkpoint."""
+    if not workers.is_main:
+        report(metrics, None)
+        return
+    with tempfile.TemporaryDirectory(prefix="sweeper-adapter-") as checkpoint_dir:
+        unwrap(model).save_pretrained(checkpoint_dir)
+        report(metrics, checkpoint_dir)
+
+
+class Throughput:
+    """Tokens per second of training between two reports (evaluation time excluded)."""
+
+    def __init__(self) -> None:
+        self.tokens = 0
+        self.seconds = 0.0
+        self._started: float | None = None
+
+    def start(self) -> None:
+        self._started = time.perf_counter()
+
+    def stop(self, tokens: int) -> None:
+        self.seconds += time.perf_counter() - self._started
+        self.tokens += tokens
+
+    def take(self) -> tuple[int, float]:
+        tokens, seconds = self.tokens, self.seconds
+        self.tokens, self.seconds = 0, 0.0
+        return tokens, seconds

@@ -1,0 +1,109 @@
+"""Dataset reading and tokenization. Runs once per sweep on the driver; trials receive
+the token ids through the Ray object store, so no trial tokenizes anything."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from sweeper.errors import UserError
+
+IGNORE_INDEX = -100
+
+
+@dataclass(frozen=True)
+class TokenizedSplit:
+    """Token ids and loss labels (IGNORE_INDEX where no loss is taken), one row per example."""
+
+    input_ids: list[list[int]]
+    labels: list[list[int]]
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+    @property
+    def num_target_tokens(self) -> int:
+        return sum(sum(1 for t in row if t != IGNORE_INDEX) for row in self.labels)
+
+
+def read_jsonl(path: Path, key: str) -> list[tuple[int, dict]]:
+    """(line number, record) for every non-blank line; errors name the YAML key, file and line."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"{key}: cannot read {path}: {exc}") from None
+    records = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise UserError(f"{key}: {path} line {number}: invalid JSON ({exc.msg})") from None
+        if not isinstance(record, dict):
+            raise UserError(f"{key}: {path} line {number}: expected a JSON object, got {type(record).__name__}")
+        records.append((number, record))
+    if not records:
+        raise UserError(f"{key}: {path} is empty; give at least one example")
+    return records
+
+
+def file_sha256(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def sft_example(record: dict, tokenizer, max_length: int, where: str) -> tuple[list[int], list[int]]:
+    """Token ids and labels for one SFT example; loss only on the completion or on
+    assistant turns. `where` ("data.train: file line N") prefixes any error."""
+    if "messages" in record:
+        ids, labels = _chat_example(record["messages"], tokenizer, where)
+    elif "prompt" in record and "completion" in record:
+        prompt = tokenizer(str(record["prompt"]), add_special_tokens=False)["input_ids"]
+        completion = tokenizer(str(record["completion"]), add_special_tokens=False)["input_ids"]
+        completion = completion + [tokenizer.eos_token_id]
+        ids, labels = prompt + completion, [IGNORE_INDEX] * len(prompt) + completion
+    else:
+        raise UserError(f"{where}: expected 'messages' or 'prompt' and 'completion', got keys {sorted(record)}")
+    return ids[:max_length], labels[:max_length]
+
+
+def _chat_example(messages, tokenizer, where: str) -> tuple[list[int], list[int]]:
+    if not isinstance(messages, list) or not all(isinstance(m, dict) and "role" in m and "content" in m for m in messages):
+        raise UserError(f"{where}: 'messages' must be a list of {{'role', 'content'}} objects")
+    if not any(m["role"] == "assistant" for m in messages):
+        raise UserError(f"{where}: 'messages' has no assistant turn to learn from")
+
+    def render(turns, add_generation_prompt=False) -> list[int]:
+        text = tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=add_generation_prompt)
+        return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    # Render the conversation turn by turn: each assistant turn is a target, everything
+    # before it (including the template's assistant header) is context.
+    ids: list[int] = []
+    labels: list[int] = []
+    for index, message in enumerate(messages):
+        if message["role"] == "assistant":
+            header = render(messages[:index], add_generation_prompt=True)[len(ids):]
+            ids += header
+            labels += [IGNORE_INDEX] * len(header)
+            turn = render(messages[: index + 1])[len(ids):]
+            labels += turn
+        else:
+            turn = render(messages[: index + 1])[len(ids):]
+            labels += [IGNORE_INDEX] * len(turn)
+        ids += turn
+    return ids, labels
+
+
+def tokenize_sft(path: Path, tokenizer, max_length: int, key: str) -> TokenizedSplit:
+    input_ids, labels = [], []
+    for number, record in read_jsonl(path, key):
+        ids, target = sft_example(record, tokenizer, max_length, where=f"{key}: {path} line {number}")
+        if any(t != IGNORE_INDEX for t in target):  # truncated past the answer: nothing to learn
+            input_ids.append(ids)
+            labels.append(target)
+    if not input_ids:
+        raise UserError(f"{key}: no example of {path} keeps a target token within data.max_length={max_length}")
+    return TokenizedSplit(input_ids, labels)

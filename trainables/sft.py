@@ -1,0 +1,131 @@
+"""LoRA supervised fine-tuning: one trial's training loop, top to bottom.
+
+Set up model, data, optimizer; then step, and at every `training.eval_every` steps
+evaluate on the eval split and report eval loss, train loss, learning rate, tokens/s and
+setup seconds with an adapter checkpoint. Loss is taken on completion / assistant tokens
+only (labels are IGNORE_INDEX elsewhere, see trainables/data.py).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import torch
+
+from trainables.common import (
+    Reporter,
+    Throughput,
+    autocast,
+    count_targets,
+    current_workers,
+    endless_batches,
+    make_optimizer,
+    make_schedule,
+    pad_batch,
+    report_with_adapter,
+    seed_everything,
+    shard_batches,
+    sum_across_workers,
+)
+from trainables.data import IGNORE_INDEX, TokenizedSplit
+from trainables.models import add_lora, load_base_model
+
+
+def train(spec, data: dict[str, TokenizedSplit], model_source: str, report: Reporter, started_at: float) -> None:
+    """Fine-tune `model_source` with LoRA as `spec` says, calling `report` at each evaluation.
+
+    `spec` is a SweepSpec with this trial's sampled values applied; `data` holds the
+    tokenized "train" and "eval" splits; `started_at` is when the trial started (time.time()),
+    for the setup-seconds metric.
+    """
+    training = spec.training
+    workers = current_workers()
+    seed_everything(training.seed)
+
+    # Model: base weights frozen, fresh adapters (seeded), DDP across workers.
+    model = add_lora(load_base_model(model_source, training.precision), spec.lora).to(workers.device)
+    if workers.world_size > 1:
+        model = torch.nn.parallel.DistributedDataParallel(model)
+    pad_id = _pad_id(model)
+
+    # Data: this worker's shard of the train split, reshuffled each epoch by seed.
+    train_split, eval_split = data["train"], data["eval"]
+    batches = endless_batches(len(train_split), training.per_device_batch_size, workers, training.seed)
+
+    # Optimizer and schedule; fp16 needs a loss scaler, bf16 and fp32 do not.
+    optimizer = make_optimizer(model, training)
+    schedule = make_schedule(optimizer, training)
+    scaler = torch.amp.GradScaler(enabled=training.precision == "fp16")
+
+    setup_seconds = None
+    throughput = Throughput()
+    losses_since_report: list[float] = []
+    for step in range(1, training.max_steps + 1):
+        model.train()
+        throughput.start()
+        step_tokens = 0
+        step_loss = 0.0
+        for _ in range(training.gradient_accumulation_steps):
+            indices = next(batches)
+            input_ids = pad_batch([train_split.input_ids[i] for i in indices], pad_id).to(workers.device)
+            labels = pad_batch([train_split.labels[i] for i in indices], IGNORE_INDEX).to(workers.device)
+            with autocast(workers, training.precision):
+                loss = model(input_ids=input_ids, attention_mask=input_ids != pad_id, labels=labels).loss
+            scaler.scale(loss / training.gradient_accumulation_steps).backward()
+            step_loss += loss.item() / training.gradient_accumulation_steps
+            step_tokens += int((input_ids != pad_id).sum())
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), training.max_grad_norm)
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+        learning_rate = schedule.get_last_lr()[0]
+        schedule.step()
+        throughput.stop(step_tokens)
+        losses_since_report.append(step_loss)
+        if setup_seconds is None:
+            setup_seconds = time.time() - started_at
+
+        if step % training.eval_every == 0 or step == training.max_steps:
+            eval_loss = evaluate(model, eval_split, training, workers, pad_id)
+            tokens, seconds = throughput.take()
+            train_loss_sum, count, tokens, seconds = sum_across_workers(
+                sum(losses_since_report), len(losses_since_report), tokens, seconds
+            )
+            losses_since_report = []
+            metrics = {
+                "step": step,
+                "eval_loss": eval_loss,
+                "eval_perplexity": math.exp(min(eval_loss, 50.0)),
+                "train_loss": train_loss_sum / count,
+                "learning_rate": learning_rate,
+                # seconds are summed over workers that ran in parallel: divide by world size
+                "tokens_per_second": tokens / (seconds / workers.world_size),
+                "train_tokens": tokens,
+                "setup_seconds": setup_seconds,
+            }
+            report_with_adapter(report, metrics, model, workers)
+
+
+@torch.no_grad()
+def evaluate(model, split: TokenizedSplit, training, workers, pad_id: int) -> float:
+    """Mean loss per target token over the whole eval split (all workers together)."""
+    model.eval()
+    loss_sum, target_count = 0.0, 0
+    for indices in shard_batches(len(split), training.per_device_batch_size, workers):
+        input_ids = pad_batch([split.input_ids[i] for i in indices], pad_id).to(workers.device)
+        labels = pad_batch([split.labels[i] for i in indices], IGNORE_INDEX).to(workers.device)
+        with autocast(workers, training.precision):
+            logits = model(input_ids=input_ids, attention_mask=input_ids != pad_id).logits
+        loss_sum += torch.nn.functional.cross_entropy(
+            logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(), ignore_index=IGNORE_INDEX, reduction="sum"
+        ).item()
+        target_count += count_targets(labels)
+    loss_sum, target_count = sum_across_workers(loss_sum, target_count)
+    return loss_sum / target_count
+
+
+def _pad_id(model) -> int:
+    config = (model.module if hasattr(model, "module") else model).config
+    return config.pad_token_id if config.pad_token_id is not None else config.eos_token_id
