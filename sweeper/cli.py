@@ -1,0 +1,89 @@
+"""The `sweep` command. Each subcommand parses its arguments, calls one module, and turns
+a UserError into keyed one-line messages and exit status 2 (tracebacks with --debug)."""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from sweeper.errors import SweepFailed, UserError
+
+app = typer.Typer(
+    help="Hyperparameter sweeps for LLM fine-tuning: one YAML file, Ray Tune + Optuna + ASHA.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+console = Console()
+errors = Console(stderr=True)
+DEBUG = {"on": False}
+
+
+@app.callback()
+def main(debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors.")) -> None:
+    DEBUG["on"] = debug
+
+
+def user_errors(command):
+    """Print UserError / SweepFailed as one line per problem and exit with their status."""
+
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except (UserError, SweepFailed) as exc:
+            if DEBUG["on"]:
+                raise
+            lines = exc.lines if isinstance(exc, UserError) else [str(exc)]
+            for line in lines:
+                errors.print(f"[red]error:[/red] {line}", highlight=False, soft_wrap=True)
+            raise typer.Exit(exc.exit_code) from None
+
+    return wrapper
+
+
+@app.command()
+@user_errors
+def validate(file: Path = typer.Argument(..., help="Sweep YAML file.")) -> None:
+    """Check a sweep file without starting anything; every problem is listed (exit 2)."""
+    from sweeper.spec import load_spec
+
+    spec = load_spec(file)
+    console.print(
+        f"[green]ok[/green] {file}: sweep {spec.name!r}, task {spec.task}, {spec.search.num_trials} trials "
+        f"over {', '.join(spec.search.parameters)}"
+    )
+
+
+@app.command()
+@user_errors
+def start(
+    file: Path = typer.Argument(..., help="Sweep YAML file."),
+    address: Optional[str] = typer.Option(
+        None, "--address", help="Ray cluster to join (default: RAY_ADDRESS, else a new local cluster)."
+    ),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing sweep of the same name."),
+) -> None:
+    """Validate FILE, then run the sweep: a live table while it runs, a summary at the end."""
+    from sweeper.spec import load_spec
+
+    spec = load_spec(file)
+    from sweeper.launch import run_sweep
+    from sweeper.summary import print_summary
+
+    run = run_sweep(spec, address=address or os.environ.get("RAY_ADDRESS"), overwrite=overwrite, console=console)
+    print_summary(run, console)
+    if run.book.count("completed") == 0:
+        failed = [t.status_text for t in run.book.trials.values() if t.status == "failed"]
+        reason = f"; first failure: {failed[0]}" if failed else ""
+        raise SweepFailed(f"no trial completed ({len(run.book.trials)} started){reason}")
+
+
+if __name__ == "__main__":
+    sys.exit(app())

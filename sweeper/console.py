@@ -1,0 +1,88 @@
+"""The terminal: a live rich table while the sweep runs, a summary when it ends."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+from ray.tune import Callback
+
+from sweeper.progress import SweepBook, TrialRecord
+
+STATUS_STYLE = {"running": "cyan", "completed": "green", "pruned": "yellow", "failed": "red"}
+
+
+def _fmt(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def trial_table(book: SweepBook, param_names: list[str]) -> Table:
+    best = book.best(statuses=("completed", "pruned", "running"))
+    best_text = f"{best.last(book.metric):.4f} (trial {best.number})" if best else "-"
+    table = Table(title=f"{book.metric}: best so far {best_text}", title_justify="left")
+    table.add_column("trial", justify="right")
+    table.add_column("status")
+    for name in param_names:
+        table.add_column(name, justify="right")
+    table.add_column("step", justify="right")
+    table.add_column(book.metric, justify="right")
+    for record in sorted(book.trials.values(), key=lambda r: r.number):
+        style = STATUS_STYLE.get(record.status, "")
+        marker = " *" if best is record else ""
+        table.add_row(
+            f"{record.number}{marker}",
+            f"[{style}]{record.status_text}[/{style}]",
+            *(_fmt(record.params.get(name)) for name in param_names),
+            str(record.step),
+            _fmt(record.last(book.metric)),
+        )
+    return table
+
+
+class LiveTable(Callback):
+    """Redraws the trial table on every event on a terminal; prints a line per finished
+    trial when the output is a file or a pipe (CI logs)."""
+
+    def __init__(self, book: SweepBook, param_names: list[str], console: Console):
+        self.book, self.param_names, self.console = book, param_names, console
+        self.live: Live | None = None
+
+    def __enter__(self) -> "LiveTable":
+        if self.console.is_terminal:
+            self.live = Live(self._render(), console=self.console, refresh_per_second=2, get_renderable=self._render)
+            self.live.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.live:
+            self.live.stop()
+        else:
+            self.console.print(self._render())
+
+    def __getstate__(self) -> dict:
+        # Tune pickles its callbacks with the experiment state (for restore); the
+        # terminal handles are runtime-only.
+        return {**self.__dict__, "console": None, "live": None}
+
+    def _render(self) -> Table:
+        return trial_table(self.book, self.param_names)
+
+    def _finished(self, trial) -> None:
+        record = self.book.trials.get(trial.trial_id)
+        if record and not self.live:
+            self.console.print(_one_line(record, self.book.metric, self.param_names))
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        self._finished(trial)
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        self._finished(trial)
+
+
+def _one_line(record: TrialRecord, metric: str, param_names: list[str]) -> str:
+    params = ", ".join(f"{name}={_fmt(record.params.get(name))}" for name in param_names)
+    return f"trial {record.number}: {record.status_text}; {metric}={_fmt(record.last(metric))}; {params}"

@@ -1,0 +1,100 @@
+"""Plan: a validated spec plus the cluster's resources become everything the launcher
+needs (searcher, scheduler, per-trial resources, how many trials at once). Pure: the
+cluster's resources come in as numbers, so this runs and is tested without Ray."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from sweeper.errors import UserError
+from sweeper.spec import SweepSpec
+
+
+@dataclass(frozen=True)
+class ClusterResources:
+    cpus: float
+    gpus: float
+    max_node_cpus: float
+    max_node_gpus: float
+
+    @classmethod
+    def from_ray(cls) -> "ClusterResources":
+        import ray
+
+        nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
+        return cls(
+            cpus=sum(n.get("CPU", 0) for n in nodes),
+            gpus=sum(n.get("GPU", 0) for n in nodes),
+            max_node_cpus=max((n.get("CPU", 0) for n in nodes), default=0),
+            max_node_gpus=max((n.get("GPU", 0) for n in nodes), default=0),
+        )
+
+
+@dataclass(frozen=True)
+class TrialResources:
+    workers: int
+    cpus_per_worker: float
+    gpus_per_worker: float
+
+    @property
+    def cpus(self) -> float:
+        return self.workers * self.cpus_per_worker
+
+    @property
+    def gpus(self) -> float:
+        return self.workers * self.gpus_per_worker
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    spec: SweepSpec
+    trial_resources: TrialResources
+    concurrent_trials: int
+    cluster_slots: int
+    rungs: list[int]
+
+
+def concurrency_limit(trial: TrialResources, cluster: ClusterResources) -> int:
+    """How many trials fit on the cluster at once; raises UserError if not even one does."""
+    if trial.cpus_per_worker > cluster.max_node_cpus:
+        raise UserError(
+            f"resources.cpus_per_worker: {trial.cpus_per_worker:g} CPUs per worker, but the largest "
+            f"node has {cluster.max_node_cpus:g}; lower it or add bigger nodes"
+        )
+    if trial.gpus_per_worker > cluster.max_node_gpus:
+        raise UserError(
+            f"resources.gpus_per_worker: {trial.gpus_per_worker:g} GPUs per worker, but the largest "
+            f"node has {cluster.max_node_gpus:g}; lower it, set use_gpu: false, or add GPU nodes"
+        )
+    slots = math.floor(cluster.cpus / trial.cpus + 1e-9)
+    if trial.gpus:
+        slots = min(slots, math.floor(cluster.gpus / trial.gpus + 1e-9))
+    if slots < 1:
+        have = f"{cluster.cpus:g} CPUs, {cluster.gpus:g} GPUs"
+        need = f"{trial.cpus:g} CPUs, {trial.gpus:g} GPUs"
+        raise UserError(
+            f"resources.workers_per_trial: one trial needs {need} ({trial.workers} workers) but the "
+            f"cluster has {have}; lower workers_per_trial or cpus_per_worker"
+        )
+    return slots
+
+
+def asha_rungs(grace_period: int, max_steps: int, reduction_factor: float) -> list[int]:
+    """Steps at which ASHA compares trials: r, r*eta, r*eta^2, ... below max_steps."""
+    rungs, milestone = [], grace_period
+    while milestone < max_steps:
+        rungs.append(int(milestone))
+        milestone *= reduction_factor
+    return rungs
+
+
+def make_plan(spec: SweepSpec, cluster: ClusterResources) -> SweepPlan:
+    resources = spec.resources
+    trial = TrialResources(resources.workers_per_trial, resources.cpus_per_worker, resources.gpus_per_worker)
+    slots = concurrency_limit(trial, cluster)
+    requested = spec.search.max_concurrent_trials or slots
+    concurrent = max(1, min(requested, slots, spec.search.num_trials))
+    stopping = spec.early_stopping
+    rungs = asha_rungs(stopping.grace_period, spec.training.max_steps, stopping.reduction_factor) if stopping.scheduler == "asha" else []
+    return SweepPlan(spec=spec, trial_resources=trial, concurrent_trials=concurrent, cluster_slots=slots, rungs=rungs)

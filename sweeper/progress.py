@@ -1,0 +1,135 @@
+"""The driver's record of every trial, kept by a Tune callback. The live table, the
+end-of-sweep summary and MLflow tracking all read this one record."""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import dataclass, field
+
+from ray.tune import Callback
+
+# Keys a trial reports (trainables/<task>.py); everything else in a Tune result is Tune's.
+REPORTED_KEYS = (
+    "step",
+    "eval_loss",
+    "eval_perplexity",
+    "train_loss",
+    "learning_rate",
+    "tokens_per_second",
+    "train_tokens",
+    "setup_seconds",
+)
+
+
+@dataclass
+class TrialRecord:
+    trial_id: str
+    number: int
+    params: dict
+    status: str = "running"  # running | completed | pruned | failed
+    history: list[dict] = field(default_factory=list)
+    started_at: float = field(default_factory=time.time)
+    ended_at: float | None = None
+    error: str | None = None
+    checkpoint_path: str | None = None
+
+    @property
+    def step(self) -> int:
+        return self.history[-1]["step"] if self.history else 0
+
+    @property
+    def setup_seconds(self) -> float | None:
+        return self.history[0].get("setup_seconds") if self.history else None
+
+    @property
+    def train_tokens(self) -> float:
+        return sum(report.get("train_tokens", 0) for report in self.history)
+
+    @property
+    def wall_seconds(self) -> float:
+        return (self.ended_at or time.time()) - self.started_at
+
+    def last(self, metric: str) -> float | None:
+        """The trial's metric is its last reported value: the adapter checkpoint matches it."""
+        for report in reversed(self.history):
+            if metric in report:
+                return report[metric]
+        return None
+
+    @property
+    def status_text(self) -> str:
+        if self.status == "pruned":
+            return f"pruned at step {self.step}"
+        if self.status == "failed":
+            return f"failed: {self.error}"
+        return self.status
+
+
+@dataclass
+class SweepBook:
+    metric: str
+    goal: str
+    max_steps: int
+    trials: dict[str, TrialRecord] = field(default_factory=dict)
+    started_at: float = field(default_factory=time.time)
+
+    def better(self, a: float, b: float) -> bool:
+        return a < b if self.goal == "minimize" else a > b
+
+    def best(self, statuses=("completed",)) -> TrialRecord | None:
+        """Best trial by its last metric among trials with one of `statuses`."""
+        best = None
+        for trial in self.trials.values():
+            value = trial.last(self.metric)
+            if trial.status in statuses and value is not None and math.isfinite(value):
+                if best is None or self.better(value, best.last(self.metric)):
+                    best = trial
+        return best
+
+    def count(self, status: str) -> int:
+        return sum(1 for t in self.trials.values() if t.status == status)
+
+    def median_setup_seconds(self) -> float | None:
+        values = [t.setup_seconds for t in self.trials.values() if t.setup_seconds is not None]
+        return statistics.median(values) if values else None
+
+
+class BookKeeper(Callback):
+    """Tune callback that keeps the SweepBook up to date (runs on the driver)."""
+
+    def __init__(self, book: SweepBook):
+        self.book = book
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        if trial.trial_id not in self.book.trials:
+            self.book.trials[trial.trial_id] = TrialRecord(
+                trial_id=trial.trial_id, number=len(self.book.trials) + 1, params=dict(trial.config)
+            )
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        record = self.book.trials[trial.trial_id]
+        record.history.append({k: result[k] for k in REPORTED_KEYS if k in result})
+        record.checkpoint_path = result.get("checkpoint_path", record.checkpoint_path)
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        record = self.book.trials[trial.trial_id]
+        record.status = "completed" if record.step >= self.book.max_steps else "pruned"
+        record.ended_at = time.time()
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        record = self.book.trials[trial.trial_id]
+        record.status = "failed"
+        record.error = error_reason(trial.get_error())
+        record.ended_at = time.time()
+
+
+def error_reason(trace: str | None) -> str:
+    """The last 'SomeError: message' line of a remote traceback, shortened to one line."""
+    if not trace:
+        return "unknown error (see the trial's error file)"
+    lines = [line.strip() for line in str(trace).splitlines() if line.strip()]
+    candidates = [line for line in lines if ":" in line and line.split(":")[0].endswith(("Error", "Exception"))]
+    reason = (candidates or lines)[-1]
+    return reason[:200]
