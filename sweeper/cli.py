@@ -62,6 +62,14 @@ def validate(file: Path = typer.Argument(..., help="Sweep YAML file.")) -> None:
 
 
 @app.command()
+def reference() -> None:
+    """Print the YAML reference (every key, its type, default and meaning) as Markdown."""
+    from sweeper.reference import markdown_reference
+
+    typer.echo(markdown_reference(), nl=False)
+
+
+@app.command()
 @user_errors
 def start(
     file: Path = typer.Argument(..., help="Sweep YAML file."),

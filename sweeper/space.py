@@ -44,4 +44,13 @@ def make_sampler(spec: SweepSpec) -> optuna.samplers.BaseSampler:
     if search.method == "random":
         return optuna.samplers.RandomSampler(seed=search.seed)
     grid = {path: list(dist.values) for path, dist in search.parameters.items()}
-    return optuna.samplers.GridSampler(grid, seed=search.seed)
+    return AskTellGridSampler(grid, seed=search.seed)
+
+
+class AskTellGridSampler(optuna.samplers.GridSampler):
+    """GridSampler for ask-and-tell use. Its after_trial calls study.stop() when the grid
+    is exhausted, which raises outside study.optimize(); here Tune stops the sweep after
+    search.num_trials, which validation keeps within the grid size."""
+
+    def after_trial(self, study, trial, state, values) -> None:
+        return None

@@ -457,10 +457,10 @@ def validate_spec(raw: dict, base_dir: Path, source: str = "<yaml>") -> SweepSpe
     try:
         return SweepSpec.model_validate(raw, context={"base_dir": base_dir})
     except ValidationError as exc:
-        raise UserError(*(_format_error(err, raw) for err in exc.errors())) from None
+        raise UserError(*(line for err in exc.errors() for line in _format_error(err, raw))) from None
 
 
-def _format_error(err: dict, raw: dict) -> str:
+def _format_error(err: dict, raw: dict) -> list[str]:
     loc = [str(part) for part in err["loc"]]
     # Discriminated unions add the tag to the location; it is not a YAML key.
     if len(loc) >= 4 and loc[:2] == ["search", "parameters"] and loc[3] in {
@@ -468,9 +468,9 @@ def _format_error(err: dict, raw: dict) -> str:
         loc.pop(3)
     key = ".".join(loc)
     if err["type"] == "extra_forbidden":
-        return f"{key}: unknown key; {_nearest_key(loc)}"
+        return [f"{key}: unknown key; {_nearest_key(loc)}"]
     if err["type"] == "missing":
-        return f"{key}: required key is missing"
+        return [f"{key}: required key is missing"]
     message = _error_text(err)
     # Cross-field validators name their own sub-keys: "sub.key: message | other: message".
     lines = []
@@ -484,7 +484,7 @@ def _format_error(err: dict, raw: dict) -> str:
             given = _value_at(raw, err["loc"])
             got = f" (got {given!r})" if given is not _MISSING else ""
             lines.append(f"{key}: {part}{got}")
-    return "\n".join(lines)
+    return lines
 
 
 def _error_text(err: dict) -> str:
@@ -519,7 +519,9 @@ def _nearest_key(loc: list[str]) -> str:
         else:
             return "valid keys: distribution, low, high, step, log, values"
     valid = list(model.model_fields)
-    close = difflib.get_close_matches(loc[-1], valid, n=1, cutoff=0.5)
+    given = loc[-1]
+    close = difflib.get_close_matches(given, valid, n=1, cutoff=0.5)
+    close = close or [v for v in valid if given.startswith(v) or v.startswith(given)][:1]
     hint = f"did you mean {close[0]!r}? " if close else ""
     return f"{hint}valid keys: {', '.join(valid)}"
 

@@ -1,0 +1,51 @@
+"""Shared fixtures. Integration tests use the real stack (Ray, MLflow, training); the
+built-in tiny model is built once into the user cache and reused."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+SFT_TRAIN = REPO / "data" / "sft" / "train.jsonl"
+SFT_EVAL = REPO / "data" / "sft" / "eval.jsonl"
+
+
+def small_sweep(name: str, **sections) -> dict:
+    """A small SFT sweep on the tiny model and shipped data; sections override defaults."""
+    raw = {
+        "name": name,
+        "task": "sft",
+        "data": {"train": str(SFT_TRAIN), "eval": str(SFT_EVAL), "max_length": 96},
+        "training": {"max_steps": 30, "eval_every": 10, "per_device_batch_size": 8, "learning_rate": 3e-3},
+        "search": {
+            "num_trials": 4,
+            "parameters": {"training.learning_rate": {"distribution": "log_uniform", "low": 1e-4, "high": 2e-2}},
+        },
+        "early_stopping": {"scheduler": "asha", "grace_period": 10, "reduction_factor": 3},
+    }
+    for key, value in sections.items():
+        if isinstance(value, dict) and isinstance(raw.get(key), dict):
+            raw[key] = {**raw[key], **value}
+        else:
+            raw[key] = value
+    return raw
+
+
+def write_yaml(path: Path, raw: dict) -> Path:
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return path
+
+
+@pytest.fixture
+def sweep_yaml(tmp_path):
+    """Write a small sweep file into tmp_path; its output goes to tmp_path/sweeps."""
+
+    def make(name: str = "t", **sections) -> Path:
+        raw = small_sweep(name, **sections)
+        raw.setdefault("output_dir", str(tmp_path / "sweeps" / name))
+        return write_yaml(tmp_path / f"{name}.yaml", raw)
+
+    return make

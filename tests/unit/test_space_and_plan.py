@@ -1,0 +1,86 @@
+import optuna
+import pytest
+
+from sweeper.errors import UserError
+from sweeper.plan import ClusterResources, TrialResources, asha_rungs, concurrency_limit, make_plan
+from sweeper.space import make_sampler, to_optuna_distributions
+from sweeper.spec import validate_spec
+from tests.conftest import REPO, small_sweep
+
+
+def spec_with(parameters: dict, **search):
+    raw = small_sweep("x", search={**search, "parameters": parameters})
+    return validate_spec(raw, base_dir=REPO)
+
+
+def test_distributions_translate_with_inclusive_integer_bounds_and_log_scales():
+    spec = spec_with({
+        "training.learning_rate": {"distribution": "log_uniform", "low": 1e-4, "high": 1e-2},
+        "training.warmup_ratio": {"distribution": "uniform", "low": 0.0, "high": 0.1},
+        "lora.r": {"distribution": "int_uniform", "low": 4, "high": 64, "log": True},
+        "training.per_device_batch_size": {"distribution": "int_uniform", "low": 2, "high": 8, "step": 2},
+        "lora.alpha_per_rank": {"distribution": "categorical", "values": [1, 2, 4]},
+    })
+    dists = to_optuna_distributions(spec)
+    assert dists["training.learning_rate"] == optuna.distributions.FloatDistribution(1e-4, 1e-2, log=True)
+    assert dists["training.warmup_ratio"] == optuna.distributions.FloatDistribution(0.0, 0.1)
+    assert dists["lora.r"] == optuna.distributions.IntDistribution(4, 64, log=True)
+    assert dists["training.per_device_batch_size"] == optuna.distributions.IntDistribution(2, 8, step=2)
+    assert dists["lora.alpha_per_rank"].choices == (1, 2, 4)
+    # Both ends of an integer range can be sampled.
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    seen = {study.ask({"b": dists["training.per_device_batch_size"]}).params["b"] for _ in range(200)}
+    assert seen == {2, 4, 6, 8}
+
+
+@pytest.mark.parametrize("method, sampler", [("tpe", optuna.samplers.TPESampler), ("random", optuna.samplers.RandomSampler)])
+def test_samplers_are_seeded(method, sampler):
+    spec = spec_with({"training.learning_rate": {"distribution": "log_uniform", "low": 1e-4, "high": 1e-2}}, method=method, seed=7)
+
+    def draws():
+        study = optuna.create_study(sampler=make_sampler(spec))
+        return [study.ask(to_optuna_distributions(spec)).params for _ in range(5)]
+
+    assert isinstance(make_sampler(spec), sampler)
+    assert draws() == draws()
+
+
+def test_grid_sampler_covers_the_grid():
+    spec = spec_with({"lora.r": {"distribution": "categorical", "values": [4, 8]},
+                      "lora.alpha_per_rank": {"distribution": "categorical", "values": [1, 2]}}, method="grid", num_trials=4)
+    study = optuna.create_study(sampler=make_sampler(spec))
+    seen = set()
+    for _ in range(4):
+        trial = study.ask(to_optuna_distributions(spec))
+        seen.add((trial.params["lora.r"], trial.params["lora.alpha_per_rank"]))
+        study.tell(trial, 1.0)
+    assert seen == {(4, 1), (4, 2), (8, 1), (8, 2)}
+
+
+CPU_BOX = ClusterResources(cpus=2, gpus=0, max_node_cpus=2, max_node_gpus=0)
+
+
+def test_concurrency_comes_from_cluster_and_trial_request():
+    assert concurrency_limit(TrialResources(1, 1, 0), CPU_BOX) == 2
+    assert concurrency_limit(TrialResources(2, 1, 0), CPU_BOX) == 1
+    gpus = ClusterResources(cpus=64, gpus=8, max_node_cpus=32, max_node_gpus=4)
+    assert concurrency_limit(TrialResources(2, 4, 1), gpus) == 4
+
+
+def test_a_trial_that_can_never_fit_is_a_keyed_error():
+    with pytest.raises(UserError, match=r"^resources.workers_per_trial: one trial needs 4 CPUs"):
+        concurrency_limit(TrialResources(4, 1, 0), CPU_BOX)
+    with pytest.raises(UserError, match=r"^resources.gpus_per_worker: 1 GPUs per worker, but the largest node has 0"):
+        concurrency_limit(TrialResources(1, 1, 1), CPU_BOX)
+
+
+def test_plan_caps_concurrency_by_request_and_trial_count():
+    spec = validate_spec(small_sweep("x", search={"max_concurrent_trials": 1}), base_dir=REPO)
+    assert make_plan(spec, CPU_BOX).concurrent_trials == 1
+    spec = validate_spec(small_sweep("x", search={"num_trials": 1}), base_dir=REPO)
+    assert make_plan(spec, ClusterResources(16, 0, 16, 0)).concurrent_trials == 1
+
+
+def test_asha_rungs():
+    assert asha_rungs(10, 90, 3) == [10, 30]
+    assert asha_rungs(1, 27, 3) == [1, 3, 9]
