@@ -85,12 +85,51 @@ def start(
     from sweeper.launch import run_sweep
     from sweeper.summary import print_summary
 
-    run = run_sweep(spec, address=address or os.environ.get("RAY_ADDRESS"), overwrite=overwrite, console=console)
+    run = run_sweep(
+        spec,
+        yaml_folder=file.resolve().parent,
+        address=address or os.environ.get("RAY_ADDRESS"),
+        overwrite=overwrite,
+        console=console,
+    )
     print_summary(run, console)
     if run.book.count("completed") == 0:
         failed = [t.status_text for t in run.book.trials.values() if t.status == "failed"]
         reason = f"; first failure: {failed[0]}" if failed else ""
         raise SweepFailed(f"no trial completed ({len(run.book.trials)} started){reason}")
+
+
+TRACKING_URI_HELP = "MLflow tracking URI (default: MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here)."
+
+
+def _store(tracking_uri: str | None):
+    from sweeper.store import SweepStore
+    from sweeper.tracking import resolve_tracking_uri
+
+    return SweepStore(resolve_tracking_uri(tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")))
+
+
+@app.command("list")
+@user_errors
+def list_sweeps(tracking_uri: Optional[str] = typer.Option(None, "--tracking-uri", help=TRACKING_URI_HELP)) -> None:
+    """Sweeps in the MLflow store: status, trials, best metric, cost (works while they run)."""
+    from sweeper.views import sweeps_table
+
+    console.print(sweeps_table(_store(tracking_uri).sweeps()))
+
+
+@app.command()
+@user_errors
+def status(
+    name: str = typer.Argument(..., help="Sweep name."),
+    tracking_uri: Optional[str] = typer.Option(None, "--tracking-uri", help=TRACKING_URI_HELP),
+) -> None:
+    """The trial table of sweep NAME from the MLflow store (works while it runs)."""
+    from sweeper.views import trials_table
+
+    store = _store(tracking_uri)
+    run = store.sweep_run(name)
+    console.print(trials_table(run, store.trials(run=run)))
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from sweeper.cost import SweepCost
 from sweeper.errors import UserError
 from sweeper.plan import ClusterResources, SweepPlan, make_plan
 from sweeper.progress import BookKeeper, SweepBook
@@ -24,6 +25,8 @@ class SweepRun:
     book: SweepBook
     dashboard_url: str | None
     wall_seconds: float
+    cost: SweepCost
+    tracking_uri: str
 
 
 def prepare_sweep_dir(spec: SweepSpec, overwrite: bool) -> Path:
@@ -61,10 +64,9 @@ def start_ray(address: str | None):
     return context, (f"http://{url}" if url and not url.startswith("http") else url)
 
 
-def prepare_data(spec: SweepSpec, cache_root: Path) -> dict:
-    """Tokenize train and eval once for the whole sweep and put them in the object store."""
-    import ray
-
+def prepare_data(spec: SweepSpec, cache_root: Path):
+    """Tokenize train and eval once for the whole sweep (the tokenizer comes back too, to
+    be saved with the sweep). Input errors surface here, before anything is written."""
     from trainables.data import tokenize_sft
     from trainables.models import adapter_base, load_tokenizer, resolve_model_source
 
@@ -74,9 +76,7 @@ def prepare_data(spec: SweepSpec, cache_root: Path) -> dict:
         "train": tokenize_sft(spec.data.train, tokenizer, spec.data.max_length, "data.train"),
         "eval": tokenize_sft(spec.data.eval, tokenizer, spec.data.max_length, "data.eval"),
     }
-    tokenizer.save_pretrained(spec.sweep_dir / "tokenizer")
-    # Wrapped in a dict so that Ray passes the reference through configs un-fetched.
-    return {"ref": ray.put(data)}
+    return data, tokenizer
 
 
 def run_trial(config: dict, spec_json: dict, data: dict, cache_root: str) -> None:
@@ -120,52 +120,74 @@ def run_trial(config: dict, spec_json: dict, data: dict, cache_root: str) -> Non
 def run_sweep(
     spec: SweepSpec,
     *,
+    yaml_folder: Path,
     address: str | None = None,
     overwrite: bool = False,
     console: Console | None = None,
     cache_root: Path = DEFAULT_CACHE_ROOT,
-    extra_callbacks: list | None = None,
 ) -> SweepRun:
+    """Run the whole sweep. Every input check (tracking store, cluster fit, data files)
+    happens before the sweep folder or any MLflow run is written."""
+    import ray
     from ray import tune
 
     from sweeper.console import LiveTable
     from sweeper.search import make_scheduler, make_searcher
+    from sweeper.tracking import MlflowTracker, check_tracking_uri, hardware_description, resolve_tracking_uri
 
     console = console or Console()
     started = time.time()
-    sweep_dir = prepare_sweep_dir(spec, overwrite)
+    tracking_uri = resolve_tracking_uri(spec.tracking.uri)
+    check_tracking_uri(tracking_uri)
     _, dashboard_url = start_ray(address)
-    plan = make_plan(spec, ClusterResources.from_ray())
+    cluster = ClusterResources.from_ray()
+    plan = make_plan(spec, cluster)
     console.print(f"Ray dashboard: {dashboard_url or 'not available'}")
+    data, tokenizer = prepare_data(spec, cache_root)
+
+    sweep_dir = prepare_sweep_dir(spec, overwrite)
+    tokenizer.save_pretrained(sweep_dir / "tokenizer")
     console.print(
         f"Sweep {spec.name!r}: {spec.search.num_trials} trials, {plan.concurrent_trials} at a time "
         f"({plan.trial_resources.workers} worker(s) per trial), files in {sweep_dir}"
     )
-    data = prepare_data(spec, cache_root)
-
     book = SweepBook(metric=spec.search.metric, goal=spec.search.goal, max_steps=spec.training.max_steps)
+    accelerators = plan.trial_resources.gpus or plan.trial_resources.cpus
+    tracker = MlflowTracker(spec, book, tracking_uri, hardware_description(cluster), accelerators)
+    tracker.start_sweep(yaml_folder)
+    console.print(f"MLflow: {tracking_uri} (experiment {spec.tracking.experiment!r}, run {spec.name!r})")
+
     param_names = list(spec.search.parameters)
     trainable = tune.with_parameters(
-        run_trial, spec_json=spec.model_dump(mode="json"), data=data, cache_root=str(cache_root)
+        run_trial,
+        spec_json=spec.model_dump(mode="json"),
+        # Wrapped in a dict so that Ray passes the reference through configs un-fetched.
+        data={"ref": ray.put(data)},
+        cache_root=str(cache_root),
     )
     # The trial's own process only waits on its TorchTrainer; the workers hold the CPUs
     # and GPUs. A token memory request keeps its bundle non-empty.
     trainable = tune.with_resources(trainable, {"cpu": 0, "memory": 1024**2})
-    with LiveTable(book, param_names, console) as live_table:
-        tuner = tune.Tuner(
-            trainable,
-            tune_config=tune.TuneConfig(
-                search_alg=make_searcher(spec, sweep_dir),
-                scheduler=make_scheduler(spec),
-                num_samples=spec.search.num_trials,
-                max_concurrent_trials=plan.concurrent_trials,
-            ),
-            run_config=tune.RunConfig(
-                name="tune",
-                storage_path=str(sweep_dir),
-                callbacks=[BookKeeper(book), *(extra_callbacks or []), live_table],
-                verbose=0,
-            ),
-        )
-        tuner.fit()
-    return SweepRun(spec, plan, book, dashboard_url, time.time() - started)
+    interrupted = True
+    try:
+        with LiveTable(book, param_names, console) as live_table:
+            tuner = tune.Tuner(
+                trainable,
+                tune_config=tune.TuneConfig(
+                    search_alg=make_searcher(spec, sweep_dir),
+                    scheduler=make_scheduler(spec),
+                    num_samples=spec.search.num_trials,
+                    max_concurrent_trials=plan.concurrent_trials,
+                ),
+                run_config=tune.RunConfig(
+                    name="tune",
+                    storage_path=str(sweep_dir),
+                    callbacks=[BookKeeper(book), tracker, live_table],
+                    verbose=0,
+                ),
+            )
+            tuner.fit()
+        interrupted = False
+    finally:
+        cost = tracker.finish_sweep(interrupted=interrupted)
+    return SweepRun(spec, plan, book, dashboard_url, time.time() - started, cost, tracking_uri)

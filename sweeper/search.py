@@ -60,9 +60,12 @@ def optuna_storage_url(sweep_dir: Path) -> str:
     return f"sqlite:///{Path(sweep_dir) / 'optuna.db'}"
 
 
-def make_searcher(spec: SweepSpec, sweep_dir: Path) -> StepAwareOptunaSearch:
+def make_searcher(spec: SweepSpec, sweep_dir: Path) -> StepAwareOptunaSearch | None:
     """Seeded Optuna search over the spec's dotted paths, with its study kept beside the
-    sweep (optuna-dashboard, resume, warm starts)."""
+    sweep (optuna-dashboard, resume, warm starts). None when nothing is searched (a
+    single run of a fixed config, such as a best_config.yaml)."""
+    if not spec.search.parameters:
+        return None
     Path(sweep_dir).mkdir(parents=True, exist_ok=True)
     storage = optuna.storages.RDBStorage(optuna_storage_url(sweep_dir))
     return StepAwareOptunaSearch(

@@ -258,6 +258,32 @@ class ResourcesSpec(StrictModel):
         return self
 
 
+class TrackingSpec(StrictModel):
+    uri: str | None = Field(
+        None,
+        description="MLflow tracking URI (sqlite:///..., http://host:5000, ...); default: "
+        "sqlite:///mlflow.db in the working directory, artifacts in ./mlartifacts.",
+    )
+    experiment: str = Field("sweeper", min_length=1, description="MLflow experiment that holds the sweep's runs.")
+
+
+class CostSpec(StrictModel):
+    accelerator: str | None = Field(
+        None,
+        description="Price-table key: cpu, a10g, l40s, a100-40gb, a100-80gb, h100, h200, rtx4090 "
+        "(or one of cost.prices); default: cpu without GPUs, a100-80gb with.",
+    )
+    usd_per_hour: float | None = Field(
+        None, ge=0, description="Price per accelerator-hour (per CPU core-hour on CPU); overrides the table."
+    )
+    prices: dict[str, float] = Field(
+        default_factory=dict, description="Extra or overriding price-table entries, USD per accelerator-hour."
+    )
+
+    def resolved_accelerator(self, use_gpu: bool) -> str:
+        return self.accelerator or ("a100-80gb" if use_gpu else "cpu")
+
+
 class SweepSpec(StrictModel):
     name: str = Field(
         pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$",
@@ -271,6 +297,8 @@ class SweepSpec(StrictModel):
     search: SearchSpec = Field(default_factory=SearchSpec)
     early_stopping: EarlyStoppingSpec = Field(default_factory=EarlyStoppingSpec)
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
+    tracking: TrackingSpec = Field(default_factory=TrackingSpec)
+    cost: CostSpec = Field(default_factory=CostSpec)
     output_dir: Path | None = Field(
         None, description="Where the sweep's files go (Tune results, checkpoints, Optuna study); default ./sweeps/<name>."
     )
@@ -286,7 +314,12 @@ class SweepSpec(StrictModel):
 
     @model_validator(mode="after")
     def _cross_field_checks(self) -> "SweepSpec":
-        problems = [*_metric_problems(self), *_schedule_problems(self), *_search_problems(self)]
+        problems = [
+            *_metric_problems(self),
+            *_schedule_problems(self),
+            *_search_problems(self),
+            *_cost_problems(self),
+        ]
         if problems:
             raise ValueError(" | ".join(problems))
         return self
@@ -311,6 +344,16 @@ def _schedule_problems(spec: SweepSpec) -> list[str]:
             f"early_stopping.grace_period: must be >= training.eval_every ({training.eval_every}) "
             f"and < training.max_steps ({training.max_steps}), got {stopping.grace_period}"
         ]
+    return []
+
+
+def _cost_problems(spec: SweepSpec) -> list[str]:
+    from sweeper.cost import PRICE_TABLE
+
+    known = {**PRICE_TABLE, **spec.cost.prices}
+    accelerator = spec.cost.accelerator
+    if accelerator is not None and accelerator not in known and spec.cost.usd_per_hour is None:
+        return [f"cost.accelerator: {accelerator!r} has no price; valid: {', '.join(known)}, or set cost.usd_per_hour"]
     return []
 
 
@@ -343,8 +386,11 @@ def _search_problems(spec: SweepSpec) -> list[str]:
             problems.append(
                 f"search.num_trials: grid has {grid_size(spec)} points, got num_trials={spec.search.num_trials}"
             )
-    if not spec.search.parameters:
-        problems.append("search.parameters: empty; give at least one dotted path to search, e.g. training.learning_rate")
+    if not spec.search.parameters and spec.search.num_trials > 1:
+        problems.append(
+            "search.num_trials: nothing to search (search.parameters is empty); set num_trials: 1 to "
+            "train this config once, or add dotted paths to search.parameters"
+        )
     return problems
 
 

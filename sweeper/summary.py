@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from rich.console import Console
 
+from sweeper.views import usd
+
 from sweeper.console import trial_table
 
 def print_summary(run, console: Console) -> None:
@@ -25,6 +27,12 @@ def print_summary(run, console: Console) -> None:
             key=lambda t: t.last(book.metric) * (1 if book.goal == "minimize" else -1),
         )
         console.print(f"Worst completed trial {worst.number}: {book.metric}={worst.last(book.metric):.4f}")
-    for extra in getattr(run, "summary_lines", []):
-        console.print(extra)
+    cost = run.cost
+    unit = "GPU-hours" if spec.resources.use_gpu else "CPU core-hours"
+    per_million = f", ${cost.usd_per_million_tokens:.4f} per million tokens" if cost.usd_per_million_tokens else ""
+    console.print(
+        f"Cost: {usd(cost.usd)} ({cost.accelerator_hours:.3f} {unit}, {cost.tokens:,.0f} tokens{per_million}); "
+        f"pruning saved {usd(cost.saved_by_pruning_usd)}"
+    )
+    console.print(f"MLflow: {run.tracking_uri} (experiment {spec.tracking.experiment!r}, run {spec.name!r})")
     console.print(f"Sweep files: {spec.sweep_dir}")

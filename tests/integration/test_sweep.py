@@ -1,27 +1,17 @@
 """Real sweeps on a real local Ray cluster (with its dashboard), through the CLI a user runs."""
 
-import os
-import subprocess
-import sys
-
 import pytest
 import yaml
+
+from tests.integration.conftest import run_cli as sweep
 
 pytestmark = pytest.mark.integration
 
 
-def sweep(*args, cwd, timeout=900) -> subprocess.CompletedProcess:
-    env = {**os.environ, "COLUMNS": "200"}
-    return subprocess.run(
-        [sys.executable, "-m", "sweeper.cli", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
-    )
-
-
-def test_more_trials_than_slots_finishes_with_pruning(sweep_yaml, tmp_path):
+def test_more_trials_than_slots_finishes_with_pruning(finished_sweep):
     """5 trials on 2 slots: finished and pruned trials must give their resources back
     (the placement-group hazard) or this hangs until the timeout."""
-    path = sweep_yaml("slots", search={"num_trials": 5, "seed": 3})
-    result = sweep("start", str(path), cwd=tmp_path, timeout=600)
+    result = finished_sweep.result
     out = result.stdout
     assert result.returncode == 0, out + result.stderr
     assert "Ray dashboard: http://127.0.0.1:" in out
@@ -32,7 +22,8 @@ def test_more_trials_than_slots_finishes_with_pruning(sweep_yaml, tmp_path):
     pruned = int(summary.split(" pruned")[0].rsplit(" ", 1)[1])
     completed = int(summary.split(" completed")[0].rsplit(" ", 1)[1])
     assert completed >= 1 and pruned >= 1 and completed + pruned == 5, summary
-    assert (tmp_path / "sweeps" / "slots" / "optuna.db").is_file()
+    assert (finished_sweep.workdir / "sweeps" / "shared" / "optuna.db").is_file()
+    assert (finished_sweep.workdir / "sweeps" / "shared" / "tokenizer" / "tokenizer.json").is_file()
 
 
 def test_trials_with_two_ddp_workers(sweep_yaml, tmp_path):

@@ -1,0 +1,82 @@
+"""Cost arithmetic: what a trial and a sweep cost, and what pruning saved. Pure functions.
+
+A trial's accelerator-hours are its wall time (setup included) x workers x accelerators
+per worker (CPU cores when it uses no GPU); its cost is that x the price per
+accelerator-hour. A pruned trial's saving is what it would have cost at the full step
+budget, at its own measured step rate, minus what it used.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["PRICE_TABLE", "TrialCost", "trial_cost", "pruning_saving", "SweepCost", "sweep_cost", "price_per_hour"]
+
+# On-demand USD per accelerator-hour (per CPU core-hour for "cpu"), approximate; the
+# YAML's cost.prices overrides or extends these, cost.usd_per_hour overrides the lookup.
+PRICE_TABLE: dict[str, float] = {
+    "cpu": 0.05,
+    "a10g": 1.0,
+    "l40s": 2.0,
+    "a100-40gb": 2.5,
+    "a100-80gb": 3.0,
+    "h100": 5.0,
+    "h200": 6.0,
+    "rtx4090": 0.5,
+}
+
+
+def price_per_hour(accelerator: str, usd_per_hour: float | None, prices: dict[str, float]) -> float:
+    if usd_per_hour is not None:
+        return usd_per_hour
+    return {**PRICE_TABLE, **prices}[accelerator]
+
+
+@dataclass(frozen=True)
+class TrialCost:
+    accelerator_hours: float
+    usd: float
+    tokens: float
+
+    @property
+    def usd_per_million_tokens(self) -> float | None:
+        return self.usd / self.tokens * 1e6 if self.tokens else None
+
+
+def trial_cost(wall_seconds: float, accelerators: float, usd_per_hour: float, tokens: float) -> TrialCost:
+    """`accelerators`: GPUs of the whole trial (workers x GPUs per worker), or CPU cores."""
+    hours = wall_seconds / 3600 * accelerators
+    return TrialCost(accelerator_hours=hours, usd=hours * usd_per_hour, tokens=tokens)
+
+
+def pruning_saving(
+    wall_seconds: float, setup_seconds: float, steps_done: int, max_steps: int, accelerators: float, usd_per_hour: float
+) -> float:
+    """USD a pruned trial did not spend: its setup plus max_steps at its measured seconds
+    per step, minus what it used. Zero for a trial that ran its whole budget."""
+    if steps_done <= 0 or steps_done >= max_steps:
+        return 0.0
+    seconds_per_step = max(0.0, wall_seconds - setup_seconds) / steps_done
+    projected = setup_seconds + seconds_per_step * max_steps
+    return max(0.0, projected - wall_seconds) / 3600 * accelerators * usd_per_hour
+
+
+@dataclass(frozen=True)
+class SweepCost:
+    usd: float
+    accelerator_hours: float
+    tokens: float
+    saved_by_pruning_usd: float
+
+    @property
+    def usd_per_million_tokens(self) -> float | None:
+        return self.usd / self.tokens * 1e6 if self.tokens else None
+
+
+def sweep_cost(trials: list[TrialCost], savings: list[float]) -> SweepCost:
+    return SweepCost(
+        usd=sum(t.usd for t in trials),
+        accelerator_hours=sum(t.accelerator_hours for t in trials),
+        tokens=sum(t.tokens for t in trials),
+        saved_by_pruning_usd=sum(savings),
+    )

@@ -1,0 +1,128 @@
+"""The one query layer over the MLflow store: sweeps, trials and metric histories as polars
+frames. `sweep list`, `sweep status`, reports and promotion all read through here."""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+
+from sweeper.errors import UserError
+from sweeper.tracking import check_tracking_uri, client_for
+
+__all__ = ["SweepStore"]
+
+TRIAL_COLUMNS = [
+    "trial_number", "trial_id", "run_id", "state", "status", "run_status", "steps",
+    "metric", "cost_usd", "wall_seconds", "setup_seconds", "tokens", "saved_usd", "params",
+]
+
+
+class SweepStore:
+    def __init__(self, uri: str):
+        check_tracking_uri(uri)
+        self.uri = uri
+        self.client = client_for(uri)
+
+    # ------------------------------------------------------------ sweeps
+
+    def _sweep_runs(self, name: str | None = None) -> list:
+        experiments = self.client.search_experiments()
+        if not experiments:
+            return []
+        query = "tags.`sweeper.kind` = 'sweep'"
+        if name:
+            query += f" and tags.`sweeper.sweep_name` = '{name}'"
+        return self.client.search_runs(
+            [e.experiment_id for e in experiments], filter_string=query, order_by=["attributes.start_time DESC"]
+        )
+
+    def sweeps(self) -> pl.DataFrame:
+        """One row per sweep (the latest run of each name)."""
+        rows, seen = [], set()
+        for run in self._sweep_runs():
+            name = run.data.tags.get("sweeper.sweep_name")
+            if name in seen:
+                continue
+            seen.add(name)
+            metric = run.data.tags.get("sweeper.metric", "eval_loss")
+            trials = self.trials(run=run) if run.info.status == "RUNNING" else None
+            rows.append({
+                "sweep": name,
+                "status": run.data.tags.get("sweeper.status", run.info.status.lower()),
+                "trials": int(run.data.metrics.get("trials_total", len(trials) if trials is not None else 0)),
+                "metric": metric,
+                "best": run.data.metrics.get(f"best_{metric}", _best_of(trials, run) if trials is not None else None),
+                "cost_usd": run.data.metrics.get("cost_usd_total"),
+                "started": run.info.start_time,
+                "run_id": run.info.run_id,
+            })
+        return pl.DataFrame(rows, schema={
+            "sweep": pl.String, "status": pl.String, "trials": pl.Int64, "metric": pl.String,
+            "best": pl.Float64, "cost_usd": pl.Float64, "started": pl.Int64, "run_id": pl.String,
+        })
+
+    def sweep_run(self, name: str):
+        """The latest parent run of sweep `name`; UserError listing the known names."""
+        runs = self._sweep_runs(name)
+        if not runs:
+            known = sorted({r.data.tags.get("sweeper.sweep_name") for r in self._sweep_runs()})
+            listing = ", ".join(known) if known else "none yet"
+            raise UserError(f"NAME: no sweep named {name!r} in {self.uri}; known sweeps: {listing}")
+        return runs[0]
+
+    # ------------------------------------------------------------ trials
+
+    def trials(self, name: str | None = None, run=None) -> pl.DataFrame:
+        """One row per trial of a sweep, in start order."""
+        run = run or self.sweep_run(name)
+        metric = run.data.tags.get("sweeper.metric", "eval_loss")
+        children = self.client.search_runs(
+            [run.info.experiment_id], filter_string=f"tags.`mlflow.parentRunId` = '{run.info.run_id}'"
+        )
+        rows = []
+        for child in children:
+            tags, metrics = child.data.tags, child.data.metrics
+            steps = metrics.get("steps_trained")
+            if steps is None and metric in metrics:  # still running: the step of its latest report
+                steps = max(p.step for p in self.client.get_metric_history(child.info.run_id, metric))
+            rows.append({
+                "trial_number": int(tags.get("sweeper.trial_number", 0)),
+                "trial_id": tags.get("sweeper.trial_id"),
+                "run_id": child.info.run_id,
+                "state": tags.get("sweeper.state", "running"),
+                "status": tags.get("sweeper.status", "running"),
+                "run_status": child.info.status,
+                "steps": int(steps) if steps is not None else None,
+                "metric": metrics.get(metric),
+                "cost_usd": metrics.get("cost_usd"),
+                "wall_seconds": metrics.get("wall_seconds"),
+                "setup_seconds": metrics.get("setup_seconds"),
+                "tokens": metrics.get("tokens"),
+                "saved_usd": metrics.get("cost_usd_saved_by_pruning"),
+                "params": json.dumps(child.data.params),
+            })
+        frame = pl.DataFrame(rows, schema={
+            "trial_number": pl.Int64, "trial_id": pl.String, "run_id": pl.String, "state": pl.String,
+            "status": pl.String, "run_status": pl.String, "steps": pl.Int64, "metric": pl.Float64,
+            "cost_usd": pl.Float64, "wall_seconds": pl.Float64, "setup_seconds": pl.Float64,
+            "tokens": pl.Float64, "saved_usd": pl.Float64, "params": pl.String,
+        })
+        return frame.sort("trial_number")
+
+    def history(self, name: str, keys: tuple[str, ...] = ("eval_loss",)) -> pl.DataFrame:
+        """Metric histories of every trial: trial_number, key, step, value."""
+        trials = self.trials(name)
+        rows = []
+        for number, run_id in zip(trials["trial_number"], trials["run_id"]):
+            for key in keys:
+                for point in self.client.get_metric_history(run_id, key):
+                    rows.append({"trial_number": number, "key": key, "step": point.step, "value": point.value})
+        return pl.DataFrame(rows, schema={"trial_number": pl.Int64, "key": pl.String, "step": pl.Int64, "value": pl.Float64})
+
+
+def _best_of(trials: pl.DataFrame, run) -> float | None:
+    values = trials.filter(pl.col("state") == "completed")["metric"].drop_nulls()
+    if values.is_empty():
+        return None
+    return values.min() if run.data.tags.get("sweeper.goal", "minimize") == "minimize" else values.max()

@@ -1,0 +1,69 @@
+"""Rich tables of what the store holds (for `sweep list` and `sweep status`)."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+import polars as pl
+from rich.table import Table
+
+from sweeper.console import STATUS_STYLE
+
+
+def usd(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"${value:,.2f}" if value >= 1 else f"${value:.6f}"
+
+
+def _num(value) -> str:
+    return "-" if value is None else f"{value:.4g}"
+
+
+def sweeps_table(sweeps: pl.DataFrame) -> Table:
+    table = Table(title="Sweeps", title_justify="left")
+    for column in ("sweep", "status", "trials", "best", "cost", "started"):
+        table.add_column(column, justify="right" if column in ("trials", "best", "cost") else "left")
+    for row in sweeps.iter_rows(named=True):
+        started = datetime.fromtimestamp(row["started"] / 1000).strftime("%Y-%m-%d %H:%M")
+        best = f"{row['metric']}={_num(row['best'])}" if row["best"] is not None else "-"
+        table.add_row(row["sweep"], row["status"], str(row["trials"]), best, usd(row["cost_usd"]), started)
+    return table
+
+
+def trials_table(run, trials: pl.DataFrame) -> Table:
+    tags, metrics = run.data.tags, run.data.metrics
+    metric = tags.get("sweeper.metric", "eval_loss")
+    title = f"Sweep {tags.get('sweeper.sweep_name')!r}: {tags.get('sweeper.status', run.info.status.lower())}"
+    if "cost_usd_total" in metrics:
+        title += f"; cost {usd(metrics['cost_usd_total'])}, pruning saved {usd(metrics.get('cost_usd_saved_by_pruning'))}"
+    table = Table(title=title, title_justify="left")
+    param_names = list(json.loads(tags.get("sweeper.search_space", "{}")))
+    table.add_column("trial", justify="right")
+    table.add_column("status")
+    for name in param_names:
+        table.add_column(name, justify="right")
+    for column in ("steps", metric, "cost"):
+        table.add_column(column, justify="right")
+    for row in trials.iter_rows(named=True):
+        params = json.loads(row["params"])
+        style = STATUS_STYLE.get(row["state"], "")
+        table.add_row(
+            str(row["trial_number"]),
+            f"[{style}]{row['status']}[/{style}]" if style else row["status"],
+            *(_short(params.get(name)) for name in param_names),
+            "-" if row["steps"] is None else str(row["steps"]),
+            _num(row["metric"]),
+            usd(row["cost_usd"]),
+        )
+    return table
+
+
+def _short(value: str | None) -> str:
+    if value is None:
+        return "-"
+    try:
+        return f"{float(value):.4g}"
+    except ValueError:
+        return value

@@ -1,0 +1,37 @@
+import pytest
+
+from sweeper.cost import PRICE_TABLE, price_per_hour, pruning_saving, sweep_cost, trial_cost
+
+
+def test_trial_cost_is_accelerator_hours_times_price():
+    cost = trial_cost(wall_seconds=1800, accelerators=4, usd_per_hour=3.0, tokens=2_000_000)
+    assert cost.accelerator_hours == 2.0
+    assert cost.usd == 6.0
+    assert cost.usd_per_million_tokens == 3.0
+
+
+def test_domain_example_7b_lora_on_one_a100_for_four_hours():
+    assert trial_cost(4 * 3600, 1, price_per_hour("a100-80gb", None, {}), 0).usd == pytest.approx(12.0)
+
+
+def test_price_lookup_overrides():
+    assert price_per_hour("h100", None, {}) == PRICE_TABLE["h100"] == 5.0
+    assert price_per_hour("h100", None, {"h100": 2.5}) == 2.5
+    assert price_per_hour("mine", None, {"mine": 1.25}) == 1.25
+    assert price_per_hour("h100", 9.0, {"h100": 2.5}) == 9.0
+
+
+def test_pruning_saving_projects_the_full_budget_at_the_measured_rate():
+    # 10 s setup, then 10 of 100 steps in 20 s (2 s/step): the full run would have taken
+    # 10 + 200 = 210 s; it used 30 s, so 180 s were saved, on 2 GPUs at $3/h.
+    saved = pruning_saving(wall_seconds=30, setup_seconds=10, steps_done=10, max_steps=100, accelerators=2, usd_per_hour=3.0)
+    assert saved == pytest.approx(180 / 3600 * 2 * 3.0)
+    assert pruning_saving(30, 10, 100, 100, 2, 3.0) == 0.0  # ran its whole budget
+    assert pruning_saving(30, 10, 0, 100, 2, 3.0) == 0.0  # never reported
+
+
+def test_sweep_totals():
+    trials = [trial_cost(3600, 1, 2.0, 1000), trial_cost(1800, 1, 2.0, 500)]
+    totals = sweep_cost(trials, [0.5, 0.25])
+    assert (totals.usd, totals.accelerator_hours, totals.tokens, totals.saved_by_pruning_usd) == (3.0, 1.5, 1500, 0.75)
+    assert totals.usd_per_million_tokens == pytest.approx(2000.0)
