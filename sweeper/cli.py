@@ -83,7 +83,6 @@ def start(
 
     spec = load_spec(file)
     from sweeper.launch import run_sweep
-    from sweeper.summary import print_summary
 
     run = run_sweep(
         spec,
@@ -92,11 +91,64 @@ def start(
         overwrite=overwrite,
         console=console,
     )
+    _finish(run)
+
+
+def _finish(run) -> None:
+    """Summary, then the exit status: 0 if a trial completed, 130 if stopped, else 1."""
+    from sweeper.summary import print_summary
+
     print_summary(run, console)
+    if run.interrupted:
+        console.print(f"Sweep stopped; continue it with: sweep resume {run.spec.name}")
+        raise typer.Exit(130)
     if run.book.count("completed") == 0:
         failed = [t.status_text for t in run.book.trials.values() if t.status == "failed"]
         reason = f"; first failure: {failed[0]}" if failed else ""
         raise SweepFailed(f"no trial completed ({len(run.book.trials)} started){reason}")
+
+
+SWEEP_DIR_HELP = "The sweep's folder (default ./sweeps/NAME)."
+
+
+def _sweep_spec(name: str, sweep_dir: Optional[Path]):
+    from sweeper.spec import load_spec
+
+    folder = (sweep_dir or Path("sweeps") / name).resolve()
+    if not (folder / "sweep.yaml").is_file():
+        raise UserError(f"NAME: no sweep {name!r} at {folder} (no sweep.yaml); give --sweep-dir or check the name")
+    return folder, load_spec(folder / "sweep.yaml")
+
+
+@app.command()
+@user_errors
+def resume(
+    name: str = typer.Argument(..., help="Sweep name."),
+    sweep_dir: Optional[Path] = typer.Option(None, "--sweep-dir", help=SWEEP_DIR_HELP),
+    address: Optional[str] = typer.Option(None, "--address", help="Ray cluster to join (default: RAY_ADDRESS, else a new local cluster)."),
+) -> None:
+    """Continue a sweep after its driver died or was stopped: finished trials are kept,
+    unfinished ones continue from their latest checkpoint, the search keeps its history."""
+    from sweeper.launch import resume_sweep
+
+    folder, _ = _sweep_spec(name, sweep_dir)
+    _finish(resume_sweep(folder, address=address or os.environ.get("RAY_ADDRESS"), console=console))
+
+
+@app.command()
+@user_errors
+def stop(
+    name: str = typer.Argument(..., help="Sweep name."),
+    sweep_dir: Optional[Path] = typer.Option(None, "--sweep-dir", help=SWEEP_DIR_HELP),
+    timeout: float = typer.Option(300, "--timeout", help="Seconds to wait for the driver to finish stopping."),
+) -> None:
+    """Stop a running sweep from another terminal: running trials stop gracefully, their
+    MLflow runs are marked killed, and the sweep stays resumable (sweep resume NAME)."""
+    from sweeper.launch import stop_sweep
+
+    _, spec = _sweep_spec(name, sweep_dir)
+    pid = stop_sweep(spec, timeout_s=timeout)
+    console.print(f"Sweep {name!r} stopped (driver pid {pid}); continue it with: sweep resume {name}")
 
 
 TRACKING_URI_HELP = "MLflow tracking URI (default: MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here)."

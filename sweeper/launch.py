@@ -3,7 +3,9 @@ in which every trial is a Ray Train TorchTrainer."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,7 +15,7 @@ from rich.console import Console
 from sweeper.cost import SweepCost
 from sweeper.errors import UserError
 from sweeper.plan import ClusterResources, SweepPlan, make_plan
-from sweeper.progress import BookKeeper, SweepBook
+from sweeper.progress import AdapterJanitor, BookKeeper, SweepBook
 from sweeper.spec import SweepSpec, spec_to_yaml, with_overrides
 from trainables.models import DEFAULT_CACHE_ROOT
 
@@ -27,6 +29,7 @@ class SweepRun:
     wall_seconds: float
     cost: SweepCost
     tracking_uri: str
+    interrupted: bool = False
 
 
 def prepare_sweep_dir(spec: SweepSpec, overwrite: bool) -> Path:
@@ -111,7 +114,8 @@ def run_trial(config: dict, spec_json: dict, data: dict, cache_root: str) -> Non
             storage_path=str(spec.sweep_dir / "trials"),
             callbacks=[TuneReportCallback()],
             checkpoint_config=CheckpointConfig(num_to_keep=1),
-            failure_config=FailureConfig(max_failures=0),
+            # Ray Train restarts the worker group from the latest checkpoint.
+            failure_config=FailureConfig(max_failures=spec.search.max_failures),
         ),
     )
     trainer.fit()
@@ -126,68 +130,172 @@ def run_sweep(
     console: Console | None = None,
     cache_root: Path = DEFAULT_CACHE_ROOT,
 ) -> SweepRun:
-    """Run the whole sweep. Every input check (tracking store, cluster fit, data files)
+    """Start a new sweep. Every input check (tracking store, cluster fit, data files)
     happens before the sweep folder or any MLflow run is written."""
-    import ray
-    from ray import tune
-
-    from sweeper.console import LiveTable
-    from sweeper.search import make_scheduler, make_searcher
-    from sweeper.tracking import MlflowTracker, check_tracking_uri, hardware_description, resolve_tracking_uri
+    from sweeper.tracking import MlflowTracker
 
     console = console or Console()
     started = time.time()
+    session = _open_session(spec, address, console, cache_root)
+    sweep_dir = prepare_sweep_dir(spec, overwrite)
+    session.tokenizer.save_pretrained(sweep_dir / "tokenizer")
+    book = SweepBook(metric=spec.search.metric, goal=spec.search.goal, max_steps=spec.training.max_steps)
+    tracker = MlflowTracker(spec, book, session.tracking_uri, session.hardware, session.plan.trial_resources)
+    tracker.start_sweep(yaml_folder)
+
+    def new_tuner(trainable, callbacks):
+        from ray import tune
+
+        from sweeper.search import make_scheduler, make_searcher
+
+        return tune.Tuner(
+            trainable,
+            tune_config=tune.TuneConfig(
+                search_alg=make_searcher(spec, sweep_dir),
+                scheduler=make_scheduler(spec),
+                num_samples=spec.search.num_trials,
+                max_concurrent_trials=session.plan.concurrent_trials,
+            ),
+            run_config=tune.RunConfig(name="tune", storage_path=str(sweep_dir), callbacks=callbacks, verbose=0),
+        )
+
+    return _drive(spec, session, book, tracker, new_tuner, console, started, cache_root)
+
+
+def resume_sweep(
+    sweep_dir: Path,
+    *,
+    address: str | None = None,
+    console: Console | None = None,
+    cache_root: Path = DEFAULT_CACHE_ROOT,
+) -> SweepRun:
+    """Continue a sweep whose driver died or was stopped: finished trials stay as they
+    are, unfinished ones continue from their latest checkpoint, the search continues
+    with its history, and the same MLflow runs are reused."""
+    from sweeper.spec import load_spec
+    from sweeper.tracking import MlflowTracker
+
+    console = console or Console()
+    started = time.time()
+    spec = load_spec(sweep_dir / "sweep.yaml")
+    _refuse_if_running(spec)
+    if not (sweep_dir / "tune" / "tuner.pkl").is_file():
+        raise UserError(f"NAME: {sweep_dir} has no Tune experiment to resume; start it again with sweep start --overwrite")
+    session = _open_session(spec, None if address is None else address, console, cache_root)
+    book = SweepBook(metric=spec.search.metric, goal=spec.search.goal, max_steps=spec.training.max_steps)
+    tracker = MlflowTracker(spec, book, session.tracking_uri, session.hardware, session.plan.trial_resources)
+    tracker.reattach()
+
+    def restored_tuner(trainable, callbacks):
+        from ray import tune
+
+        tuner = tune.Tuner.restore(str(sweep_dir / "tune"), trainable=trainable, resume_unfinished=True)
+        # The restored run config carries the callbacks pickled by the first driver;
+        # this driver's live ones replace them (Tuner has no public setter for this).
+        tuner._local_tuner.get_run_config().callbacks = callbacks
+        return tuner
+
+    return _drive(spec, session, book, tracker, restored_tuner, console, started, cache_root)
+
+
+@dataclass
+class _Session:
+    tracking_uri: str
+    dashboard_url: str | None
+    plan: SweepPlan
+    hardware: str
+    data: dict
+    tokenizer: object
+
+
+def _open_session(spec: SweepSpec, address: str | None, console: Console, cache_root: Path) -> _Session:
+    """Checks and set-up shared by start and resume: store reachable, Ray up, plan fits
+    the cluster, data tokenized. Nothing is written yet."""
+    from sweeper.tracking import check_tracking_uri, hardware_description, resolve_tracking_uri
+
     tracking_uri = resolve_tracking_uri(spec.tracking.uri)
     check_tracking_uri(tracking_uri)
+    data, tokenizer = prepare_data(spec, cache_root)
     _, dashboard_url = start_ray(address)
     cluster = ClusterResources.from_ray()
     plan = make_plan(spec, cluster)
     console.print(f"Ray dashboard: {dashboard_url or 'not available'}")
-    data, tokenizer = prepare_data(spec, cache_root)
+    return _Session(tracking_uri, dashboard_url, plan, hardware_description(cluster), data, tokenizer)
 
-    sweep_dir = prepare_sweep_dir(spec, overwrite)
-    tokenizer.save_pretrained(sweep_dir / "tokenizer")
+
+def _drive(spec, session: _Session, book: SweepBook, tracker, make_tuner, console, started, cache_root) -> SweepRun:
+    """Run the tuner with the book-keeping, tracking and terminal callbacks; close every
+    MLflow run whatever happens (a stop, an error, Ctrl-C)."""
+    import ray
+    from ray import tune
+
+    from sweeper.console import LiveTable
+
+    sweep_dir = spec.sweep_dir
     console.print(
-        f"Sweep {spec.name!r}: {spec.search.num_trials} trials, {plan.concurrent_trials} at a time "
-        f"({plan.trial_resources.workers} worker(s) per trial), files in {sweep_dir}"
+        f"Sweep {spec.name!r}: {spec.search.num_trials} trials, {session.plan.concurrent_trials} at a time "
+        f"({session.plan.trial_resources.workers} worker(s) per trial), files in {sweep_dir}"
     )
-    book = SweepBook(metric=spec.search.metric, goal=spec.search.goal, max_steps=spec.training.max_steps)
-    accelerators = plan.trial_resources.gpus or plan.trial_resources.cpus
-    tracker = MlflowTracker(spec, book, tracking_uri, hardware_description(cluster), accelerators)
-    tracker.start_sweep(yaml_folder)
-    console.print(f"MLflow: {tracking_uri} (experiment {spec.tracking.experiment!r}, run {spec.name!r})")
-
-    param_names = list(spec.search.parameters)
+    console.print(f"MLflow: {session.tracking_uri} (experiment {spec.tracking.experiment!r}, run {spec.name!r})")
     trainable = tune.with_parameters(
         run_trial,
         spec_json=spec.model_dump(mode="json"),
         # Wrapped in a dict so that Ray passes the reference through configs un-fetched.
-        data={"ref": ray.put(data)},
+        data={"ref": ray.put(session.data)},
         cache_root=str(cache_root),
     )
     # The trial's own process only waits on its TorchTrainer; the workers hold the CPUs
     # and GPUs. A token memory request keeps its bundle non-empty.
     trainable = tune.with_resources(trainable, {"cpu": 0, "memory": 1024**2})
+    pid_file = sweep_dir / DRIVER_PID_FILE
+    pid_file.write_text(str(os.getpid()))
     interrupted = True
     try:
-        with LiveTable(book, param_names, console) as live_table:
-            tuner = tune.Tuner(
-                trainable,
-                tune_config=tune.TuneConfig(
-                    search_alg=make_searcher(spec, sweep_dir),
-                    scheduler=make_scheduler(spec),
-                    num_samples=spec.search.num_trials,
-                    max_concurrent_trials=plan.concurrent_trials,
-                ),
-                run_config=tune.RunConfig(
-                    name="tune",
-                    storage_path=str(sweep_dir),
-                    callbacks=[BookKeeper(book), tracker, live_table],
-                    verbose=0,
-                ),
-            )
+        with LiveTable(book, list(spec.search.parameters), console) as live_table:
+            tuner = make_tuner(trainable, [BookKeeper(book), tracker, AdapterJanitor(book, spec.search.keep_best_adapters), live_table])
             tuner.fit()
-        interrupted = False
+        # A stop (SIGINT) makes fit() return early, with trials unfinished or unstarted.
+        interrupted = book.unfinished(spec.search.num_trials)
     finally:
         cost = tracker.finish_sweep(interrupted=interrupted)
-    return SweepRun(spec, plan, book, dashboard_url, time.time() - started, cost, tracking_uri)
+        pid_file.unlink(missing_ok=True)
+    return SweepRun(spec, session.plan, book, session.dashboard_url, time.time() - started, cost, session.tracking_uri, interrupted)
+
+
+DRIVER_PID_FILE = "driver.pid"
+
+
+def running_driver_pid(spec: SweepSpec) -> int | None:
+    """The pid of the live `sweep start/resume` process driving this sweep, if any."""
+    pid_file = spec.sweep_dir / DRIVER_PID_FILE
+    if not pid_file.is_file():
+        return None
+    try:
+        pid = int(pid_file.read_text())
+        os.kill(pid, 0)
+    except (ValueError, ProcessLookupError):
+        return None
+    except PermissionError:
+        pass
+    return pid
+
+
+def _refuse_if_running(spec: SweepSpec) -> None:
+    pid = running_driver_pid(spec)
+    if pid is not None:
+        raise UserError(f"NAME: sweep {spec.name!r} is still running (driver pid {pid}); stop it first: sweep stop {spec.name}")
+
+
+def stop_sweep(spec: SweepSpec, timeout_s: float = 300) -> int:
+    """Ask the sweep's driver to stop (SIGINT: Tune stops the trials and saves its
+    state), then wait for it to close its runs and exit. Returns the driver's pid."""
+    pid = running_driver_pid(spec)
+    if pid is None:
+        raise UserError(f"NAME: sweep {spec.name!r} is not running (no live driver for {spec.sweep_dir})")
+    os.kill(pid, signal.SIGINT)
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        if running_driver_pid(spec) != pid:
+            return pid
+        time.sleep(0.5)
+    raise UserError(f"NAME: sweep {spec.name!r} (driver pid {pid}) did not stop within {timeout_s:.0f} s")

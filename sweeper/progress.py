@@ -4,6 +4,7 @@ end-of-sweep summary and MLflow tracking all read this one record."""
 from __future__ import annotations
 
 import math
+import shutil
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -34,6 +35,8 @@ class TrialRecord:
     ended_at: float | None = None
     error: str | None = None
     checkpoint_path: str | None = None
+    # Wall time of earlier segments, for a trial continued by `sweep resume`.
+    prior_wall_seconds: float = 0.0
 
     @property
     def step(self) -> int:
@@ -49,7 +52,11 @@ class TrialRecord:
 
     @property
     def wall_seconds(self) -> float:
-        return (self.ended_at or time.time()) - self.started_at
+        return self.prior_wall_seconds + (self.ended_at or time.time()) - self.started_at
+
+    @property
+    def finished(self) -> bool:
+        return self.status in ("completed", "pruned", "failed")
 
     def last(self, metric: str) -> float | None:
         """The trial's metric is its last reported value: the adapter checkpoint matches it."""
@@ -91,6 +98,10 @@ class SweepBook:
     def count(self, status: str) -> int:
         return sum(1 for t in self.trials.values() if t.status == status)
 
+    def unfinished(self, num_trials: int) -> bool:
+        """True if the sweep ended before all its trials ran (it was stopped)."""
+        return len(self.trials) < num_trials or any(not t.finished for t in self.trials.values())
+
     def median_setup_seconds(self) -> float | None:
         values = [t.setup_seconds for t in self.trials.values() if t.setup_seconds is not None]
         return statistics.median(values) if values else None
@@ -103,10 +114,14 @@ class BookKeeper(Callback):
         self.book = book
 
     def on_trial_start(self, iteration, trials, trial, **info):
-        if trial.trial_id not in self.book.trials:
+        record = self.book.trials.get(trial.trial_id)
+        if record is None:
             self.book.trials[trial.trial_id] = TrialRecord(
                 trial_id=trial.trial_id, number=len(self.book.trials) + 1, params=dict(trial.config)
             )
+        elif not record.finished:  # continued after `sweep resume`
+            record.prior_wall_seconds = record.wall_seconds if record.ended_at else record.prior_wall_seconds
+            record.status, record.started_at, record.ended_at = "running", time.time(), None
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
         record = self.book.trials[trial.trial_id]
@@ -123,6 +138,35 @@ class BookKeeper(Callback):
         record.status = "failed"
         record.error = error_reason(trial.get_error())
         record.ended_at = time.time()
+
+
+class AdapterJanitor(Callback):
+    """Bounds disk use: once a trial finishes, only the adapters of the best
+    `search.keep_best_adapters` finished trials are kept (completed ones first); running
+    trials keep their latest checkpoint (Ray Train keeps one per trial)."""
+
+    def __init__(self, book: SweepBook, keep_best: int):
+        self.book, self.keep_best = book, keep_best
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        self._sweep()
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        self._sweep()
+
+    def _sweep(self) -> None:
+        sign = 1 if self.book.goal == "minimize" else -1
+        finished = [t for t in self.book.trials.values() if t.finished and t.checkpoint_path]
+        ranked = sorted(
+            finished,
+            key=lambda t: (
+                t.status != "completed",
+                t.last(self.book.metric) is None or not math.isfinite(t.last(self.book.metric)),
+                sign * (t.last(self.book.metric) or 0.0),
+            ),
+        )
+        for record in ranked[self.keep_best :]:
+            shutil.rmtree(record.checkpoint_path, ignore_errors=True)
 
 
 def error_reason(trace: str | None) -> str:

@@ -222,6 +222,12 @@ class SearchSpec(StrictModel):
         None, ge=1, description="Cap on trials at once; default: as many as the cluster fits."
     )
     seed: int = Field(0, ge=0, description="Sampler seed: same seed, same sequence of configs.")
+    max_failures: int = Field(
+        1, ge=0, description="Retries of a failed trial (exception, NaN loss, lost worker) from its last checkpoint."
+    )
+    keep_best_adapters: int = Field(
+        3, ge=1, description="Adapter checkpoints kept for the best this-many finished trials; the rest are deleted as the sweep goes."
+    )
     parameters: dict[str, Distribution] = Field(
         default_factory=dict,
         description="Dotted config path (e.g. training.learning_rate) -> distribution: "
@@ -256,6 +262,15 @@ class ResourcesSpec(StrictModel):
                 "set resources.use_gpu: true or gpus_per_worker: 0"
             )
         return self
+
+
+class ChaosSpec(StrictModel):
+    """Deliberate faults, for testing how a deployment handles failing trials."""
+
+    fault: Literal["none", "exception", "nan_loss", "kill_worker"] = Field(
+        "none", description="Fault injected into the training loop at chaos.at_step (testing only; searchable, e.g. by grid)."
+    )
+    at_step: int = Field(1, ge=1, description="Optimizer step at which chaos.fault happens, on every attempt.")
 
 
 class TrackingSpec(StrictModel):
@@ -297,6 +312,7 @@ class SweepSpec(StrictModel):
     search: SearchSpec = Field(default_factory=SearchSpec)
     early_stopping: EarlyStoppingSpec = Field(default_factory=EarlyStoppingSpec)
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
+    chaos: ChaosSpec = Field(default_factory=ChaosSpec)
     tracking: TrackingSpec = Field(default_factory=TrackingSpec)
     cost: CostSpec = Field(default_factory=CostSpec)
     output_dir: Path | None = Field(
@@ -395,7 +411,7 @@ def _search_problems(spec: SweepSpec) -> list[str]:
 
 
 # Config sections whose fields `search.parameters` may name by dotted path.
-SEARCHABLE_SECTIONS: dict[str, type[BaseModel]] = {"training": TrainingSpec, "lora": LoraSpec}
+SEARCHABLE_SECTIONS: dict[str, type[BaseModel]] = {"training": TrainingSpec, "lora": LoraSpec, "chaos": ChaosSpec}
 
 
 def grid_size(spec: SweepSpec) -> int:

@@ -139,10 +139,11 @@ def best_config(spec: SweepSpec, best: TrialRecord) -> SweepSpec:
 class MlflowTracker(Callback):
     """Tune callback on the driver: the single writer of the sweep's MLflow runs."""
 
-    def __init__(self, spec: SweepSpec, book: SweepBook, uri: str, hardware: str, accelerators_per_trial: float):
+    def __init__(self, spec: SweepSpec, book: SweepBook, uri: str, hardware: str, trial_resources):
         self.spec, self.book, self.uri = spec, book, uri
         self.hardware = hardware
-        self.accelerators_per_trial = accelerators_per_trial
+        # GPUs of a whole trial, or its CPU cores when it uses no GPU.
+        self.accelerators_per_trial = trial_resources.gpus or trial_resources.cpus
         self.usd_per_hour = price_per_hour(
             spec.cost.resolved_accelerator(spec.resources.use_gpu), spec.cost.usd_per_hour, spec.cost.prices
         )
@@ -191,6 +192,72 @@ class MlflowTracker(Callback):
         self.client.log_batch(self.parent_run_id, tags=[RunTag("sweeper.status", "running")])
         return self.parent_run_id
 
+    def reattach(self) -> None:
+        """For `sweep resume`: reuse the sweep's parent run and its trials' child runs
+        (no duplicates), and rebuild the book of trials from them."""
+        from mlflow.entities import RunTag
+
+        query = f"tags.`sweeper.kind` = 'sweep' and tags.`sweeper.sweep_name` = '{self.spec.name}'"
+        parents = [
+            run
+            for run in self.client.search_runs([self.experiment_id], query, order_by=["attributes.start_time DESC"])
+            if run.data.tags.get("sweeper.sweep_dir") == str(self.spec.sweep_dir)
+        ]
+        if not parents:
+            raise UserError(
+                f"NAME: no MLflow run of sweep {self.spec.name!r} in {self.uri} (experiment "
+                f"{self.spec.tracking.experiment!r}); cannot resume it"
+            )
+        parent = parents[0]
+        self.parent_run_id = parent.info.run_id
+        self.book.started_at = parent.info.start_time / 1000
+        children = self.client.search_runs(
+            [self.experiment_id], f"tags.`mlflow.parentRunId` = '{self.parent_run_id}'"
+        )
+        for child in sorted(children, key=lambda r: int(r.data.tags.get("sweeper.trial_number", 0))):
+            record = self._record_from_run(child)
+            self.book.trials[record.trial_id] = record
+            self.child_run_ids[record.trial_id] = child.info.run_id
+            if record.finished:
+                metrics = child.data.metrics
+                self.trial_costs[record.trial_id] = TrialCost(
+                    metrics.get("accelerator_hours", 0.0), metrics.get("cost_usd", 0.0), metrics.get("tokens", 0.0)
+                )
+                self.savings[record.trial_id] = metrics.get("cost_usd_saved_by_pruning", 0.0)
+        self.client.update_run(self.parent_run_id, status="RUNNING")
+        self.client.log_batch(self.parent_run_id, tags=[RunTag("sweeper.status", "running")])
+
+    def _record_from_run(self, run) -> TrialRecord:
+        from sweeper.progress import REPORTED_KEYS
+
+        tags, metrics = run.data.tags, run.data.metrics
+        by_step: dict[int, dict] = {}
+        for key in REPORTED_KEYS:
+            if key in ("step", "setup_seconds"):
+                continue
+            for point in self.client.get_metric_history(run.info.run_id, key):
+                by_step.setdefault(point.step, {"step": point.step})[key] = point.value
+        history = [by_step[step] for step in sorted(by_step)]
+        if history and "setup_seconds" in metrics:
+            history[0]["setup_seconds"] = metrics["setup_seconds"]
+        state = tags.get("sweeper.state", "running")
+        last_seen = max((p.timestamp for p in self.client.get_metric_history(run.info.run_id, self.book.metric)), default=run.info.start_time)
+        wall = metrics.get("wall_seconds", (last_seen - run.info.start_time) / 1000)
+        record = TrialRecord(
+            trial_id=tags["sweeper.trial_id"],
+            number=int(tags["sweeper.trial_number"]),
+            params=dict(run.data.params),
+            status=state if state in ("completed", "pruned", "failed") else "stopped",
+            history=history,
+            started_at=time.time(),
+            ended_at=time.time(),
+            checkpoint_path=tags.get("sweeper.checkpoint_path"),
+            prior_wall_seconds=wall,
+        )
+        if record.status == "failed":
+            record.error = tags.get("sweeper.status", "failed").removeprefix("failed: ")
+        return record
+
     def _data_hashes(self) -> dict[str, str]:
         from trainables.data import file_sha256
 
@@ -202,8 +269,8 @@ class MlflowTracker(Callback):
 
         for record in self.book.trials.values():
             if record.trial_id in self.child_run_ids and record.trial_id not in self.trial_costs:
-                if record.status == "running":
-                    record.status = "stopped"
+                if not record.finished:
+                    record.status, record.ended_at = "stopped", time.time()
                 self._end_trial(record)
         totals = sweep_cost(list(self.trial_costs.values()), list(self.savings.values()))
         now = int(time.time() * 1000)
@@ -244,7 +311,16 @@ class MlflowTracker(Callback):
         from mlflow.entities import Param
 
         record = self.book.trials[trial.trial_id]
-        if trial.trial_id in self.child_run_ids:
+        if trial.trial_id in self.child_run_ids:  # continued after `sweep resume`: same run
+            from mlflow.entities import RunTag
+
+            if record.finished:
+                return
+
+            run_id = self.child_run_ids[trial.trial_id]
+            self.trial_costs.pop(trial.trial_id, None)
+            self.client.update_run(run_id, status="RUNNING")
+            self.client.log_batch(run_id, tags=[RunTag("sweeper.status", "running"), RunTag("sweeper.state", "running")])
             return
         run = self.client.create_run(
             self.experiment_id,

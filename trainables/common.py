@@ -67,9 +67,19 @@ def pad_batch(rows: list[list[int]], pad_id: int) -> torch.Tensor:
     return torch.tensor([row + [pad_id] * (width - len(row)) for row in rows], dtype=torch.long)
 
 
-def endless_batches(num_examples: int, batch_size: int, workers: Workers, seed: int) -> Iterator[list[int]]:
+def endless_batches(
+    num_examples: int, batch_size: int, workers: Workers, seed: int, skip: int = 0
+) -> Iterator[list[int]]:
     """Example indices for this worker, reshuffled each epoch with a seeded generator so
-    every worker sees a disjoint shard and the order depends on `seed` alone."""
+    every worker sees a disjoint shard and the order depends on `seed` alone. `skip`
+    drops the first batches (a resumed trial continues where it stopped)."""
+    batches = _endless_batches(num_examples, batch_size, workers, seed)
+    for _ in range(skip):
+        next(batches)
+    return batches
+
+
+def _endless_batches(num_examples: int, batch_size: int, workers: Workers, seed: int) -> Iterator[list[int]]:
     epoch = 0
     while True:
         generator = torch.Generator().manual_seed(seed * 100_003 + epoch)
@@ -125,14 +135,58 @@ def unwrap(model: torch.nn.Module) -> torch.nn.Module:
     return model.module if isinstance(model, torch.nn.parallel.DistributedDataParallel) else model
 
 
-def report_with_adapter(report: Reporter, metrics: dict, model: torch.nn.Module, workers: Workers) -> None:
-    """Every worker reports the same metrics; the main one attaches the adapter checkpoint."""
+TRAINING_STATE_FILE = "training_state.pt"
+
+
+def report_with_adapter(
+    report: Reporter, metrics: dict, model: torch.nn.Module, workers: Workers, optimizer, schedule
+) -> None:
+    """Every worker reports the same metrics; the main one attaches a checkpoint: the
+    adapter (what promotion registers) and the optimizer, schedule and step (what a
+    retried or resumed trial continues from)."""
     if not workers.is_main:
         report(metrics, None)
         return
     with tempfile.TemporaryDirectory(prefix="sweeper-adapter-") as checkpoint_dir:
         unwrap(model).save_pretrained(checkpoint_dir)
+        torch.save(
+            {"step": metrics["step"], "optimizer": optimizer.state_dict(), "schedule": schedule.state_dict()},
+            os.path.join(checkpoint_dir, TRAINING_STATE_FILE),
+        )
         report(metrics, checkpoint_dir)
+
+
+def restore_training_state(checkpoint_dir: str, model: torch.nn.Module, optimizer, schedule) -> int:
+    """Load adapter weights, optimizer and schedule from a checkpoint; return its step."""
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    set_peft_model_state_dict(unwrap(model), load_file(os.path.join(checkpoint_dir, "adapter_model.safetensors")))
+    state = torch.load(os.path.join(checkpoint_dir, TRAINING_STATE_FILE), weights_only=False)
+    optimizer.load_state_dict(state["optimizer"])
+    schedule.load_state_dict(state["schedule"])
+    return int(state["step"])
+
+
+class NonFiniteLoss(RuntimeError):
+    """The loss became NaN or infinite: the step is not taken and the trial stops."""
+
+
+def check_finite(loss: torch.Tensor, step: int) -> None:
+    if not torch.isfinite(loss):
+        raise NonFiniteLoss(f"loss is {loss.item()} at step {step}; not training on it (lower training.learning_rate?)")
+
+
+def inject_fault(chaos, step: int) -> float:
+    """Apply spec.chaos at its step: raise, kill this worker process, or return a loss
+    factor of NaN. Returns 1.0 (no fault) otherwise."""
+    if chaos.fault == "none" or step != chaos.at_step:
+        return 1.0
+    if chaos.fault == "exception":
+        raise RuntimeError(f"chaos.fault: injected exception at step {step}")
+    if chaos.fault == "kill_worker":
+        os.kill(os.getpid(), 9)
+    return float("nan")
 
 
 class Throughput:

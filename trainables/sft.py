@@ -17,13 +17,16 @@ from trainables.common import (
     Reporter,
     Throughput,
     autocast,
+    check_finite,
     count_targets,
     current_workers,
     endless_batches,
+    inject_fault,
     make_optimizer,
     make_schedule,
     pad_batch,
     report_with_adapter,
+    restore_training_state,
     seed_everything,
     shard_batches,
     sum_across_workers,
@@ -32,12 +35,20 @@ from trainables.data import IGNORE_INDEX, TokenizedSplit
 from trainables.models import add_lora, load_base_model
 
 
-def train(spec, data: dict[str, TokenizedSplit], model_source: str, report: Reporter, started_at: float) -> None:
+def train(
+    spec,
+    data: dict[str, TokenizedSplit],
+    model_source: str,
+    report: Reporter,
+    started_at: float,
+    resume_from: str | None = None,
+) -> None:
     """Fine-tune `model_source` with LoRA as `spec` says, calling `report` at each evaluation.
 
     `spec` is a SweepSpec with this trial's sampled values applied; `data` holds the
     tokenized "train" and "eval" splits; `started_at` is when the trial started (time.time()),
-    for the setup-seconds metric.
+    for the setup-seconds metric; `resume_from` is a checkpoint directory to continue from
+    (a retried or resumed trial).
     """
     training = spec.training
     workers = current_workers()
@@ -49,31 +60,37 @@ def train(spec, data: dict[str, TokenizedSplit], model_source: str, report: Repo
         model = torch.nn.parallel.DistributedDataParallel(model)
     pad_id = _pad_id(model)
 
-    # Data: this worker's shard of the train split, reshuffled each epoch by seed.
-    train_split, eval_split = data["train"], data["eval"]
-    batches = endless_batches(len(train_split), training.per_device_batch_size, workers, training.seed)
-
     # Optimizer and schedule; fp16 needs a loss scaler, bf16 and fp32 do not.
     optimizer = make_optimizer(model, training)
     schedule = make_schedule(optimizer, training)
     scaler = torch.amp.GradScaler(enabled=training.precision == "fp16")
+    done_steps = restore_training_state(resume_from, model, optimizer, schedule) if resume_from else 0
+
+    # Data: this worker's shard of the train split, reshuffled each epoch by seed.
+    train_split, eval_split = data["train"], data["eval"]
+    micro_batches = training.gradient_accumulation_steps
+    batches = endless_batches(
+        len(train_split), training.per_device_batch_size, workers, training.seed, skip=done_steps * micro_batches
+    )
 
     setup_seconds = None
     throughput = Throughput()
     losses_since_report: list[float] = []
-    for step in range(1, training.max_steps + 1):
+    for step in range(done_steps + 1, training.max_steps + 1):
         model.train()
         throughput.start()
         step_tokens = 0
         step_loss = 0.0
-        for _ in range(training.gradient_accumulation_steps):
+        fault = inject_fault(spec.chaos, step)
+        for _ in range(micro_batches):
             indices = next(batches)
             input_ids = pad_batch([train_split.input_ids[i] for i in indices], pad_id).to(workers.device)
             labels = pad_batch([train_split.labels[i] for i in indices], IGNORE_INDEX).to(workers.device)
             with autocast(workers, training.precision):
-                loss = model(input_ids=input_ids, attention_mask=input_ids != pad_id, labels=labels).loss
-            scaler.scale(loss / training.gradient_accumulation_steps).backward()
-            step_loss += loss.item() / training.gradient_accumulation_steps
+                loss = model(input_ids=input_ids, attention_mask=input_ids != pad_id, labels=labels).loss * fault
+            check_finite(loss, step)
+            scaler.scale(loss / micro_batches).backward()
+            step_loss += loss.item() / micro_batches
             step_tokens += int((input_ids != pad_id).sum())
         scaler.unscale_(optimizer)
         torch.nn.utils.clip_grad_norm_(model.parameters(), training.max_grad_norm)
@@ -105,7 +122,7 @@ def train(spec, data: dict[str, TokenizedSplit], model_source: str, report: Repo
                 "train_tokens": tokens,
                 "setup_seconds": setup_seconds,
             }
-            report_with_adapter(report, metrics, model, workers)
+            report_with_adapter(report, metrics, model, workers, optimizer, schedule)
 
 
 @torch.no_grad()

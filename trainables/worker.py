@@ -20,7 +20,14 @@ def train_loop_per_worker(config: dict) -> None:
     data = ray.get(config["data"]["ref"])
     model_source = resolve_model_source(spec.model.name_or_path, config["cache_root"])
     task = importlib.import_module(f"trainables.{spec.task}")
-    task.train(spec, data, model_source, report=_report_to_ray, started_at=config["started_at"])
+    # Set when Ray Train retries this trial after a failure, or when a resumed sweep
+    # restarts it: the run's latest checkpoint.
+    checkpoint = ray.train.get_checkpoint()
+    if checkpoint is None:
+        task.train(spec, data, model_source, report=_report_to_ray, started_at=config["started_at"])
+        return
+    with checkpoint.as_directory() as resume_from:
+        task.train(spec, data, model_source, report=_report_to_ray, started_at=config["started_at"], resume_from=resume_from)
 
 
 def _report_to_ray(metrics: dict, checkpoint_dir: str | None) -> None:

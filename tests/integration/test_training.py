@@ -1,6 +1,7 @@
 """The SFT loop in one plain process on the built-in model: it learns, the landscape
 depends on learning rate and rank, and a seed fixes the result."""
 
+import shutil
 import time
 
 import pytest
@@ -61,3 +62,31 @@ def test_same_seed_same_run(setup):
     other_seed = run(setup, **{"training.max_steps": 20, "training.eval_every": 10, "training.seed": 1})
     assert [m["eval_loss"] for m in first] == [m["eval_loss"] for m in second]
     assert first[-1]["eval_loss"] != other_seed[-1]["eval_loss"]
+
+
+def test_resuming_from_a_checkpoint_continues_the_same_run(setup, tmp_path):
+    spec, source, data = setup
+    trial = with_overrides(spec, {"training.max_steps": 20, "training.eval_every": 10, "lora.dropout": 0.0})
+    saved = {}
+
+    def keep_checkpoints(metrics, checkpoint_dir):
+        target = tmp_path / f"step{metrics['step']}"
+        shutil.copytree(checkpoint_dir, target)
+        saved[metrics["step"]] = (metrics, target)
+
+    sft.train(trial, data, source, keep_checkpoints, time.time())
+    resumed = []
+    sft.train(trial, data, source, lambda m, c: resumed.append(m), time.time(), resume_from=str(saved[10][1]))
+    assert [m["step"] for m in resumed] == [20]
+    assert resumed[0]["eval_loss"] == pytest.approx(saved[20][0]["eval_loss"], rel=1e-5)
+
+
+def test_non_finite_loss_stops_the_trial_before_the_step(setup):
+    from trainables.common import NonFiniteLoss
+
+    spec, source, data = setup
+    trial = with_overrides(spec, {"chaos.fault": "nan_loss", "chaos.at_step": 3})
+    reports = []
+    with pytest.raises(NonFiniteLoss, match="loss is nan at step 3"):
+        sft.train(trial, data, source, lambda m, c: reports.append(m), time.time())
+    assert reports == []

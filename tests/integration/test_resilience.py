@@ -1,0 +1,144 @@
+"""Faults with real processes and signals: failing trials, a stopped sweep, a killed
+driver, and bad input at start."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from tests.conftest import small_sweep, write_yaml
+from tests.integration.conftest import run_cli
+
+pytestmark = pytest.mark.integration
+
+
+def sweep_runs(uri: str, name: str):
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("sweeper")
+    if experiment is None:
+        return [], []
+    runs = client.search_runs([experiment.experiment_id], filter_string=f"tags.`sweeper.sweep_name` = '{name}'")
+    return ([r for r in runs if r.data.tags["sweeper.kind"] == "sweep"],
+            [r for r in runs if r.data.tags["sweeper.kind"] == "trial"])
+
+
+def test_failing_trials_are_retried_then_failed_while_the_sweep_completes(tmp_path):
+    raw = small_sweep(
+        "faults",
+        training={"max_steps": 20, "eval_every": 10},
+        search={"method": "grid", "num_trials": 4, "max_failures": 1,
+                "parameters": {"chaos.fault": {"distribution": "categorical",
+                                               "values": ["none", "exception", "nan_loss", "kill_worker"]}}},
+        chaos={"at_step": 15},
+        early_stopping={"scheduler": "none"},
+    )
+    result = run_cli("start", str(write_yaml(tmp_path / "faults.yaml", raw)), cwd=tmp_path, timeout=900)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "1 completed, 0 pruned, 3 failed" in result.stdout
+    (parent,), children = sweep_runs(f"sqlite:///{tmp_path / 'mlflow.db'}", "faults")
+    by_fault = {c.data.params["chaos.fault"]: c for c in children}
+    assert by_fault["none"].data.tags["sweeper.status"] == "completed"
+    reasons = {fault: by_fault[fault].data.tags["sweeper.status"] for fault in ("exception", "nan_loss", "kill_worker")}
+    assert "injected exception at step 15" in reasons["exception"], reasons
+    assert "loss is nan at step 15" in reasons["nan_loss"], reasons
+    assert reasons["kill_worker"].startswith("failed: "), reasons
+    for fault in ("exception", "nan_loss", "kill_worker"):
+        run = by_fault[fault]
+        assert run.info.status == "FAILED"
+        # The step-10 checkpoint was reported before the fault at step 15.
+        assert run.data.metrics["steps_trained"] == 10
+    assert parent.info.status == "FINISHED"
+    for fault in ("exception", "nan_loss"):
+        assert f"failed: " in result.stdout
+
+
+def wait_for(condition, timeout: float, what: str):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_stop_kill_and_resume_keep_every_finished_trial(tmp_path):
+    raw = small_sweep("resumable", search={"num_trials": 5, "seed": 5}, training={"max_steps": 30, "eval_every": 10})
+    path = write_yaml(tmp_path / "resumable.yaml", raw)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    env = {**os.environ, "COLUMNS": "200"}
+
+    def start_driver(*args):
+        return subprocess.Popen([sys.executable, "-m", "sweeper.cli", *args], cwd=tmp_path, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def finished_children():
+        try:
+            _, children = sweep_runs(uri, "resumable")
+        except Exception:
+            return []
+        return [c for c in children if c.data.tags.get("sweeper.state") in ("completed", "pruned")]
+
+    # 1. Stop from another terminal once a trial has finished.
+    driver = start_driver("start", str(path))
+    wait_for(lambda: len(finished_children()) >= 1, 600, "a finished trial")
+    stop = run_cli("stop", "resumable", cwd=tmp_path, timeout=400)
+    assert stop.returncode == 0, stop.stdout + stop.stderr
+    assert driver.wait(timeout=120) == 130
+    (parent,), children = sweep_runs(uri, "resumable")
+    assert parent.info.status == "KILLED" and parent.data.tags["sweeper.status"] == "stopped"
+    assert all(c.info.status != "RUNNING" for c in children)
+    kept = {c.data.tags["sweeper.trial_id"]: c.data.metrics["eval_loss"] for c in finished_children()}
+
+    # 2. Resume, then kill -9 the driver once one more trial has finished.
+    driver = start_driver("resume", "resumable")
+    wait_for(lambda: len(finished_children()) > len(kept), 600, "a trial finished after resume")
+    driver.send_signal(signal.SIGKILL)
+    driver.wait(timeout=60)
+
+    # 3. Resume again to the end.
+    result = run_cli("resume", "resumable", cwd=tmp_path, timeout=900)
+    assert result.returncode == 0, result.stdout + result.stderr
+    (parent,), children = sweep_runs(uri, "resumable")
+    trial_ids = [c.data.tags["sweeper.trial_id"] for c in children]
+    assert len(trial_ids) == len(set(trial_ids)) == 5, trial_ids
+    assert all(c.info.status != "RUNNING" for c in [parent, *children])
+    assert parent.info.status == "FINISHED" and parent.data.metrics["trials_total"] == 5
+    final = {c.data.tags["sweeper.trial_id"]: c for c in children}
+    for trial_id, eval_loss in kept.items():
+        assert final[trial_id].data.metrics["eval_loss"] == eval_loss
+        assert final[trial_id].data.tags["sweeper.state"] in ("completed", "pruned")
+    assert {c.data.tags["sweeper.state"] for c in children} <= {"completed", "pruned"}
+
+
+@pytest.mark.parametrize(
+    "case, sections, expected",
+    [
+        ("empty_data", {"data": {"train": "EMPTY"}}, r"error: data.train: .*empty.jsonl is empty"),
+        ("malformed_jsonl", {"data": {"train": "BROKEN"}}, r"error: data.train: .*broken.jsonl line 2: invalid JSON"),
+        ("missing_model", {"model": {"name_or_path": "./no-such-model"}}, r"error: model.name_or_path: .*does not exist"),
+        ("too_many_gpus", {"resources": {"use_gpu": True}}, r"error: resources.gpus_per_worker: 1 GPUs per worker, but the largest node has 0"),
+        ("too_many_cpus", {"resources": {"workers_per_trial": 64}}, r"error: resources.workers_per_trial: one trial needs 64 CPUs"),
+    ],
+)
+def test_bad_input_at_start_is_one_keyed_line_and_starts_nothing(tmp_path, case, sections, expected):
+    import re
+
+    (tmp_path / "empty.jsonl").write_text("")
+    (tmp_path / "broken.jsonl").write_text(json.dumps({"prompt": "a", "completion": "b"}) + "\n{oops\n")
+    if "data" in sections:
+        name = {"EMPTY": "empty.jsonl", "BROKEN": "broken.jsonl"}[sections["data"]["train"]]
+        sections = {"data": {"train": str(tmp_path / name)}}
+    path = write_yaml(tmp_path / f"{case}.yaml", small_sweep(case, **sections))
+    result = run_cli("start", str(path), cwd=tmp_path, timeout=300)
+    assert result.returncode == 2, result.stdout + result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and re.match(expected, errors[0]), errors
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "sweeps").exists()
+    assert not (tmp_path / "mlflow.db").exists() or not sweep_runs(f"sqlite:///{tmp_path / 'mlflow.db'}", case)[0]
