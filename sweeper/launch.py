@@ -181,7 +181,7 @@ def resume_sweep(
     _refuse_if_running(spec)
     if not (sweep_dir / "tune" / "tuner.pkl").is_file():
         raise UserError(f"NAME: {sweep_dir} has no Tune experiment to resume; start it again with sweep start --overwrite")
-    session = _open_session(spec, None if address is None else address, console, cache_root)
+    session = _open_session(spec, address, console, cache_root)
     book = SweepBook(metric=spec.search.metric, goal=spec.search.goal, max_steps=spec.training.max_steps)
     tracker = MlflowTracker(spec, book, session.tracking_uri, session.hardware, session.plan.trial_resources)
     tracker.reattach()
