@@ -4,10 +4,12 @@ end-of-sweep summary and MLflow tracking all read this one record."""
 from __future__ import annotations
 
 import math
+import re
 import shutil
 import statistics
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from ray.tune import Callback
 
@@ -136,7 +138,10 @@ class BookKeeper(Callback):
     def on_trial_error(self, iteration, trials, trial, **info):
         record = self.book.trials[trial.trial_id]
         record.status = "failed"
-        record.error = error_reason(trial.get_error())
+        # Tune writes the error file locally before calling back (get_error() reads the
+        # synced copy, which may not exist yet).
+        error_file = Path(trial.error_file) if trial.error_file else None
+        record.error = error_reason(error_file.read_text() if error_file and error_file.is_file() else None)
         record.ended_at = time.time()
 
 
@@ -169,11 +174,23 @@ class AdapterJanitor(Callback):
             shutil.rmtree(record.checkpoint_path, ignore_errors=True)
 
 
+# Ray's wrappers around the error raised in the training loop.
+_WRAPPER_ERRORS = ("WorkerGroupError", "TrainingFailedError", "RayTaskError", "TuneError", "ActorDiedError")
+
+
 def error_reason(trace: str | None) -> str:
-    """The last 'SomeError: message' line of a remote traceback, shortened to one line."""
+    """One line for why a trial failed, from the Tune error file: the training loop's own
+    'SomeError: message' line, or a died worker process."""
     if not trace:
         return "unknown error (see the trial's error file)"
     lines = [line.strip() for line in str(trace).splitlines() if line.strip()]
-    candidates = [line for line in lines if ":" in line and line.split(":")[0].endswith(("Error", "Exception"))]
-    reason = (candidates or lines)[-1]
-    return reason[:200]
+    raised = [
+        line
+        for line in lines
+        if re.match(r"^[\w.]+(Error|Exception): ", line) and not line.split(":")[0].endswith(_WRAPPER_ERRORS)
+    ]
+    if raised:
+        return raised[-1][:200]
+    if any("worker process has died" in line for line in lines):
+        return "a worker process died (killed, out of memory, or crashed)"
+    return lines[-1][:200]

@@ -168,13 +168,13 @@ def restore_training_state(checkpoint_dir: str, model: torch.nn.Module, optimize
     return int(state["step"])
 
 
-class NonFiniteLoss(RuntimeError):
+class NonFiniteLossError(RuntimeError):
     """The loss became NaN or infinite: the step is not taken and the trial stops."""
 
 
 def check_finite(loss: torch.Tensor, step: int) -> None:
     if not torch.isfinite(loss):
-        raise NonFiniteLoss(f"loss is {loss.item()} at step {step}; not training on it (lower training.learning_rate?)")
+        raise NonFiniteLossError(f"loss is {loss.item()} at step {step}; not training on it (lower training.learning_rate?)")
 
 
 def inject_fault(chaos, step: int) -> float:

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -46,15 +47,16 @@ def test_failing_trials_are_retried_then_failed_while_the_sweep_completes(tmp_pa
     reasons = {fault: by_fault[fault].data.tags["sweeper.status"] for fault in ("exception", "nan_loss", "kill_worker")}
     assert "injected exception at step 15" in reasons["exception"], reasons
     assert "loss is nan at step 15" in reasons["nan_loss"], reasons
-    assert reasons["kill_worker"].startswith("failed: "), reasons
     for fault in ("exception", "nan_loss", "kill_worker"):
         run = by_fault[fault]
         assert run.info.status == "FAILED"
         # The step-10 checkpoint was reported before the fault at step 15.
         assert run.data.metrics["steps_trained"] == 10
+    assert reasons["kill_worker"] == "failed: a worker process died (killed, out of memory, or crashed)"
     assert parent.info.status == "FINISHED"
-    for fault in ("exception", "nan_loss"):
-        assert f"failed: " in result.stdout
+    # Ray Train's failure policy retried each faulty trial once (max_failures: 1), then raised.
+    logs = "".join(p.read_text() for p in Path("/tmp/ray/session_latest/logs/train").glob("ray-train-sys-controller-*.log"))
+    assert logs.count("[FailurePolicy] RETRY") == 3 and logs.count("[FailurePolicy] RAISE") == 3
 
 
 def wait_for(condition, timeout: float, what: str):

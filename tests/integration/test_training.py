@@ -82,11 +82,11 @@ def test_resuming_from_a_checkpoint_continues_the_same_run(setup, tmp_path):
 
 
 def test_non_finite_loss_stops_the_trial_before_the_step(setup):
-    from trainables.common import NonFiniteLoss
+    from trainables.common import NonFiniteLossError
 
     spec, source, data = setup
     trial = with_overrides(spec, {"chaos.fault": "nan_loss", "chaos.at_step": 3})
     reports = []
-    with pytest.raises(NonFiniteLoss, match="loss is nan at step 3"):
+    with pytest.raises(NonFiniteLossError, match="loss is nan at step 3"):
         sft.train(trial, data, source, lambda m, c: reports.append(m), time.time())
     assert reports == []

@@ -40,3 +40,13 @@ def test_error_reason_is_the_last_error_line():
     trace = "Traceback (most recent call last):\n  File x\nRuntimeError: chaos.fault: injected exception at step 15\n"
     assert error_reason(trace) == "RuntimeError: chaos.fault: injected exception at step 15"
     assert error_reason(None).startswith("unknown error")
+
+
+def test_error_reason_sees_through_ray_wrappers():
+    trace = (
+        "ray.train.WorkerGroupError: Training failed due to worker errors:\n[Rank 0 Error Snippet]:\n"
+        "trainables.common.NonFiniteLossError: loss is nan at step 15; not training on it\n"
+    )
+    assert error_reason(trace).startswith("trainables.common.NonFiniteLossError: loss is nan at step 15")
+    died = "ray.train.WorkerGroupError: Training failed:\nThe actor is dead because its worker process has died.\n"
+    assert error_reason(died).startswith("a worker process died")
