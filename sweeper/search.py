@@ -44,6 +44,11 @@ class StepAwareOptunaSearch(OptunaSearch):
         if trial_id in self._completed_trials or trial_id not in self._ot_trials:
             return
         ot_trial = self._ot_trials[trial_id]
+        if self._ot_study.get_trials(deepcopy=False)[ot_trial.number].state.is_finished():
+            # Told before: Tune also calls this for trials it stops when the sweep is
+            # stopped; such a trial, continued by `sweep resume`, stays as first told.
+            self._completed_trials.add(trial_id)
+            return
         value = (result or {}).get(self.metric)
         reached = (result or {}).get(TIME_ATTR, 0)
         if error or (value is not None and not math.isfinite(value)):

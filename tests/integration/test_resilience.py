@@ -48,10 +48,13 @@ def test_failing_trials_are_retried_then_failed_while_the_sweep_completes(tmp_pa
     assert "injected exception at step 15" in reasons["exception"], reasons
     assert "loss is nan at step 15" in reasons["nan_loss"], reasons
     for fault in ("exception", "nan_loss", "kill_worker"):
-        run = by_fault[fault]
-        assert run.info.status == "FAILED"
-        # The step-10 checkpoint was reported before the fault at step 15.
-        assert run.data.metrics["steps_trained"] == 10
+        assert by_fault[fault].info.status == "FAILED"
+    for fault in ("exception", "nan_loss"):
+        # The step-10 report (and checkpoint) came before the fault at step 15.
+        assert by_fault[fault].data.metrics["steps_trained"] == 10
+    # A worker killed shortly after a report can take that report with it: Ray Train's
+    # controller collects reports by polling the workers.
+    assert by_fault["kill_worker"].data.metrics["steps_trained"] in (0, 10)
     assert reasons["kill_worker"] == "failed: a worker process died (killed, out of memory, or crashed)"
     assert parent.info.status == "FINISHED"
     # Ray Train's failure policy retried each faulty trial once (max_failures: 1), then raised.

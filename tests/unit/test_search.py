@@ -46,3 +46,14 @@ def test_nan_metric_fails_the_trial():
     search.on_trial_result("a", {"step": 10, "eval_loss": float("nan")})
     search.on_trial_complete("a", {"step": 30, "eval_loss": float("nan")})
     assert search._ot_study.get_trials()[0].state == TrialState.FAIL
+
+
+def test_a_trial_told_before_is_not_told_again():
+    """Tune reports trials it stops at a sweep stop; resumed, they finish later."""
+    search = make_search()
+    search.suggest("a")
+    search.on_trial_result("a", {"step": 10, "eval_loss": 3.0})
+    search.on_trial_complete("a", {"step": 10, "eval_loss": 3.0})
+    search._completed_trials.clear()  # as after a resume: a restored searcher, same study
+    search.on_trial_complete("a", {"step": 30, "eval_loss": 2.0})
+    assert search._ot_study.get_trials()[0].state == TrialState.PRUNED
