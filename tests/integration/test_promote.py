@@ -66,6 +66,9 @@ def test_promote_loads_back_and_moves_the_alias(finished_sweep, monkeypatch):
     parent, children = sweep_runs(client)
     best = children[parent.data.tags["sweeper.best_run_id"]]
     trial_end_time = best.info.end_time
+    # Adapters live in the sweep folder (not in Ray's session folder, which goes away).
+    checkpoint = Path(best.data.tags["sweeper.checkpoint_path"])
+    assert checkpoint.is_relative_to(finished_sweep.workdir / "sweeps" / "shared" / "trials"), checkpoint
 
     # Bad input first: one keyed line, exit 2, nothing written.
     assert registry_state(client)[0] == {}
