@@ -84,7 +84,9 @@ def store(tmp_path_factory):
     uri = f"sqlite:///{folder / 'mlflow.db'}"
     spec = validate_spec(small_sweep("hand", output_dir=str(folder / "sweeps" / "hand")), base_dir=REPO)
     book = SweepBook(metric="eval_loss", goal="minimize", max_steps=30)
-    tracker = MlflowTracker(spec, book, uri, hardware="test", accelerators_per_trial=1)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(folder)  # the tracker puts a SQLite store's artifacts in ./mlartifacts
+        tracker = MlflowTracker(spec, book, uri, hardware="test", accelerators_per_trial=1)
     tracker.start_sweep(folder)
     results = {
         "t1_00001": ("completed", [(10, 2.0), (20, 1.6), (30, 1.5)]),
