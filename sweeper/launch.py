@@ -43,7 +43,8 @@ def prepare_sweep_dir(spec: SweepSpec, overwrite: bool) -> Path:
             )
         shutil.rmtree(sweep_dir)
     sweep_dir.mkdir(parents=True, exist_ok=True)
-    (sweep_dir / "sweep.yaml").write_text(spec_to_yaml(spec))
+    # With its folder pinned, so that `sweep resume --sweep-dir` works from any directory.
+    (sweep_dir / "sweep.yaml").write_text(spec_to_yaml(spec.model_copy(update={"output_dir": sweep_dir})))
     return sweep_dir
 
 
@@ -82,9 +83,11 @@ def prepare_data(spec: SweepSpec, cache_root: Path):
     return data, tokenizer
 
 
-def run_trial(config: dict, spec_json: dict, data: dict, cache_root: str) -> None:
+def run_trial(config: dict, spec_json: dict, data: dict, cache_root: str, trials_dir: str) -> None:
     """One Tune trial: fit a TorchTrainer on this trial's config. Its workers' reports
-    reach Tune (and ASHA) through TuneReportCallback."""
+    reach Tune (and ASHA) through TuneReportCallback. Checkpoints go to `trials_dir`, an
+    absolute path from the driver: the trial runs in Tune's working directory, where a
+    relative sweep folder would resolve somewhere else (Ray's session folder)."""
     from ray import tune
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
@@ -111,7 +114,7 @@ def run_trial(config: dict, spec_json: dict, data: dict, cache_root: str) -> Non
         ),
         run_config=RunConfig(
             name=tune.get_context().get_trial_id(),
-            storage_path=str(spec.sweep_dir / "trials"),
+            storage_path=trials_dir,
             callbacks=[TuneReportCallback()],
             checkpoint_config=CheckpointConfig(num_to_keep=1),
             # Ray Train restarts the worker group from the latest checkpoint.
@@ -243,6 +246,7 @@ def _drive(spec, session: _Session, book: SweepBook, tracker, make_tuner, consol
         # Wrapped in a dict so that Ray passes the reference through configs un-fetched.
         data={"ref": ray.put(session.data)},
         cache_root=str(cache_root),
+        trials_dir=str(sweep_dir / "trials"),
     )
     # The trial's own process only waits on its TorchTrainer; the workers hold the CPUs
     # and GPUs. A token memory request keeps its bundle non-empty.

@@ -469,6 +469,18 @@ def with_overrides(spec: SweepSpec, overrides: dict[str, Any]) -> SweepSpec:
     return SweepSpec.model_validate(raw, context={"check_files": False})
 
 
+def single_run_spec(spec: SweepSpec, params: dict[str, Any], name: str) -> SweepSpec:
+    """A complete config that trains one trial's values (`params`: dotted path -> value, as
+    sampled or as MLflow stored them) as a single full run: nothing searched or stopped
+    early, output in ./sweeps/<name>. best_config.yaml and `sweep export` are this."""
+    raw = with_overrides(spec, params).model_dump(mode="python")
+    raw["name"] = name
+    raw["search"] = {**raw["search"], "parameters": {}, "num_trials": 1, "max_concurrent_trials": None}
+    raw["early_stopping"] = {**raw["early_stopping"], "scheduler": "none"}
+    raw["output_dir"] = None
+    return SweepSpec.model_validate(raw, context={"check_files": False})
+
+
 def _override_error(spec: SweepSpec, path: str, value: Any) -> str | None:
     """Why `value` is invalid at `path`, or None; validates only the section it lands in."""
     section = path.split(".", 1)[0]

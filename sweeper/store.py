@@ -4,8 +4,11 @@ frames. `sweep list`, `sweep status`, reports and promotion all read through her
 from __future__ import annotations
 
 import json
+import tempfile
+from pathlib import Path
 
 import polars as pl
+import yaml
 
 from sweeper.errors import UserError
 from sweeper.tracking import check_tracking_uri, client_for
@@ -14,7 +17,7 @@ __all__ = ["SweepStore"]
 
 TRIAL_COLUMNS = [
     "trial_number", "trial_id", "run_id", "state", "status", "run_status", "steps",
-    "metric", "cost_usd", "wall_seconds", "setup_seconds", "tokens", "saved_usd", "params",
+    "metric", "cost_usd", "wall_seconds", "setup_seconds", "tokens", "saved_usd", "params", "checkpoint_path",
 ]
 
 
@@ -71,6 +74,23 @@ class SweepStore:
             raise UserError(f"NAME: no sweep named {name!r} in {self.uri}; known sweeps: {listing}")
         return runs[0]
 
+    def sweep_spec(self, run):
+        """The sweep's resolved config, from its parent run's sweep.yaml artifact."""
+        from sweeper.spec import SweepSpec
+
+        with tempfile.TemporaryDirectory(prefix="sweeper-spec-") as folder:
+            path = self.client.download_artifacts(run.info.run_id, "sweep.yaml", folder)
+            raw = yaml.safe_load(Path(path).read_text())
+        return SweepSpec.model_validate(raw, context={"check_files": False})
+
+    def trial_spec(self, run, trial: dict):
+        """A trial's values as one full run (`trial`: a `trials()` row): what best_config.yaml
+        holds for the best trial, for any trial."""
+        from sweeper.spec import single_run_spec
+
+        spec = self.sweep_spec(run)
+        return single_run_spec(spec, json.loads(trial["params"]), name=f"{spec.name}-trial-{trial['trial_number']}")
+
     # ------------------------------------------------------------ trials
 
     def trials(self, name: str | None = None, run=None) -> pl.DataFrame:
@@ -101,14 +121,39 @@ class SweepStore:
                 "tokens": metrics.get("tokens"),
                 "saved_usd": metrics.get("cost_usd_saved_by_pruning"),
                 "params": json.dumps(child.data.params),
+                "checkpoint_path": tags.get("sweeper.checkpoint_path"),
             })
         frame = pl.DataFrame(rows, schema={
             "trial_number": pl.Int64, "trial_id": pl.String, "run_id": pl.String, "state": pl.String,
             "status": pl.String, "run_status": pl.String, "steps": pl.Int64, "metric": pl.Float64,
             "cost_usd": pl.Float64, "wall_seconds": pl.Float64, "setup_seconds": pl.Float64,
-            "tokens": pl.Float64, "saved_usd": pl.Float64, "params": pl.String,
+            "tokens": pl.Float64, "saved_usd": pl.Float64, "params": pl.String, "checkpoint_path": pl.String,
         })
         return frame.sort("trial_number")
+
+    def trial(self, run, ref: str | None = None) -> dict:
+        """One trial of sweep `run` as a `trials()` row: `ref` is its number (as in `sweep
+        status`) or its Tune trial id; None means the sweep's best trial."""
+        trials = self.trials(run=run)
+        name = run.data.tags.get("sweeper.sweep_name")
+        if ref is None:
+            best_id = run.data.tags.get("sweeper.best_trial_id")
+            if not best_id:
+                raise UserError(
+                    f"--trial: sweep {name!r} has no best trial (no trial completed, or it is still "
+                    "running); name one with --trial NUMBER"
+                )
+            ref = best_id
+        ref = ref.strip()
+        column = "trial_number" if ref.isdigit() else "trial_id"
+        value = int(ref) if ref.isdigit() else ref
+        rows = trials.filter(pl.col(column) == value).to_dicts()
+        if not rows:
+            known = ", ".join(f"{n} ({i})" for n, i in zip(trials["trial_number"], trials["trial_id"]))
+            raise UserError(
+                f"--trial: sweep {name!r} has no trial {ref!r}; give a trial number or id: {known or 'none yet'}"
+            )
+        return rows[0]
 
     def history(self, name: str, keys: tuple[str, ...] = ("eval_loss",)) -> pl.DataFrame:
         """Metric histories of every trial: trial_number, key, step, value."""

@@ -14,6 +14,8 @@ Run layout (tags are the query keys used by `sweep list/status` and the reports)
   metric histories by step; setup_seconds, cost_usd, accelerator_hours, tokens,
   usd_per_million_tokens. Run status FINISHED (completed), KILLED (pruned or stopped),
   FAILED (failed).
+- promotion (written by sweeper/promote.py, not here): nested under a trial's run, tag
+  sweeper.kind=promotion; it holds the logged model of a registered version.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from ray.tune import Callback
 from sweeper.cost import SweepCost, TrialCost, price_per_hour, pruning_saving, sweep_cost, trial_cost
 from sweeper.errors import UserError
 from sweeper.progress import SweepBook, TrialRecord
-from sweeper.spec import SweepSpec, spec_hash, spec_to_yaml, with_overrides
+from sweeper.spec import SweepSpec, single_run_spec, spec_hash, spec_to_yaml
 
 RUN_STATUS = {"completed": "FINISHED", "pruned": "KILLED", "failed": "FAILED", "stopped": "KILLED"}
 VERSIONED_PACKAGES = ("torch", "transformers", "peft", "trl", "ray", "optuna", "mlflow")
@@ -123,17 +125,6 @@ def git_commit(folder: Path) -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return result.stdout.strip() or None
-
-
-def best_config(spec: SweepSpec, best: TrialRecord) -> SweepSpec:
-    """A complete config that trains the best trial's values as one run (nothing searched)."""
-    trial_spec = with_overrides(spec, best.params)
-    raw = trial_spec.model_dump(mode="python")
-    raw["name"] = f"{spec.name}-best"
-    raw["search"] = {**raw["search"], "parameters": {}, "num_trials": 1, "max_concurrent_trials": None}
-    raw["early_stopping"] = {**raw["early_stopping"], "scheduler": "none"}
-    raw["output_dir"] = None
-    return SweepSpec.model_validate(raw, context={"check_files": False})
 
 
 class MlflowTracker(Callback):
@@ -295,7 +286,8 @@ class MlflowTracker(Callback):
                 RunTag("sweeper.best_trial_id", best.trial_id),
                 RunTag("sweeper.best_run_id", self.child_run_ids.get(best.trial_id, "")),
             ]
-            self.client.log_text(self.parent_run_id, spec_to_yaml(best_config(self.spec, best)), "best_config.yaml")
+            config = single_run_spec(self.spec, best.params, name=f"{self.spec.name}-best")
+            self.client.log_text(self.parent_run_id, spec_to_yaml(config), "best_config.yaml")
         status = "stopped" if interrupted else ("finished" if best else "failed")
         tags.append(RunTag("sweeper.status", status))
         self.client.log_batch(
