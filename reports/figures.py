@@ -97,6 +97,10 @@ def _dimension(name: str, values: pl.Series, distribution: dict) -> dict:
     dimension = dict(label=name, values=values.to_list())
     if low is not None and high is not None:
         dimension["range"] = [low, high]
+    choices = distribution.get("values") or []
+    if choices and all(isinstance(v, (int, float)) for v in choices):  # numeric categorical: one tick each
+        choices = sorted(float(v) for v in choices)
+        dimension.update(tickvals=choices, ticktext=[number(v) for v in choices], range=[choices[0], choices[-1]])
     return dimension
 
 
@@ -109,7 +113,7 @@ def importance_figure(data: SweepData, importance: pl.DataFrame | None) -> go.Fi
         fig.add_trace(go.Bar(x=rows["importance"].to_list(), y=rows["parameter"].to_list(), orientation="h",
                              name=evaluator, marker_color=PALETTE[index % len(PALETTE)]))
     fig.update_layout(barmode="group")
-    return _layout(fig, f"{data.name}: parameter importance for {data.record.metric} (Optuna)",
+    return _layout(fig, f"{data.name}: parameter importance for {data.record.metric} (Optuna)", left=180,
                    xaxis_title="importance (share, per evaluator)", xaxis_range=[0, 1])
 
 

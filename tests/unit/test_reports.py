@@ -132,7 +132,7 @@ def test_config_diff_keeps_only_keys_that_differ():
 def test_importance_from_completed_trials_with_two_evaluators():
     importance = param_importance(make_sweep().trials, SPACE, "minimize")
     assert importance.frame is not None, importance.note
-    for evaluator, rows in importance.frame.group_by("evaluator"):
+    for _, rows in importance.frame.group_by("evaluator"):
         assert set(rows["parameter"]) == set(SPACE)
         assert rows["importance"].sum() == pytest.approx(1.0)
     assert set(importance.frame["evaluator"]) == {"fANOVA", "PED-ANOVA"}
