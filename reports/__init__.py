@@ -8,10 +8,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from sweeper.errors import UserError
+
+if TYPE_CHECKING:
+    from reports.build import Report
+    from sweeper.store import SweepStore
 
 __all__ = ["make_report", "WrittenReport", "check_writable"]
 
@@ -23,7 +28,7 @@ class WrittenReport:
     markdown: Path
     images: dict[str, str]
     images_note: str | None
-    report: object  # reports.build.Report
+    report: Report
 
 
 def check_writable(folder: Path) -> None:
@@ -40,8 +45,8 @@ def check_writable(folder: Path) -> None:
         ) from None
 
 
-def make_report(store, names: list[str], out: Path, console: Console | None = None) -> WrittenReport:
-    """Read the named sweeps from `store` (a SweepStore), write index.html, report.md and
+def make_report(store: SweepStore, names: list[str], out: Path, console: Console | None = None) -> WrittenReport:
+    """Read the named sweeps from `store`, write index.html, report.md and
     plots/*.png into `out`, and print the summary table to `console`."""
     from reports.build import build_report
     from reports.data import load_sweeps
