@@ -80,9 +80,9 @@ def assert_renders(chromium: str, page: Path, workdir: Path, expected: set[str])
         assert re.search(r'class="(scatterlayer|barlayer|parcoords)', part), figure_id  # its data was drawn
     image = Image.open(seen["screenshot"]).convert("L")
     assert image.size == (1280, 2400)
-    assert ImageStat.Stat(image).stddev[0] > 15  # not a blank page
+    assert ImageStat.Stat(image).stddev[0] > 15  # not a blank page ...
     not_white = sum(count for value, count in enumerate(image.histogram()) if value < 200)
-    assert not_white > 0.03 * image.size[0] * image.size[1]
+    assert not_white > 0.01 * image.size[0] * image.size[1]  # ... but text, tables, lines and bars
     return seen
 
 
