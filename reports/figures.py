@@ -91,9 +91,11 @@ def _dimension(name: str, values: pl.Series, distribution: dict) -> dict:
     if distribution.get("distribution") == "log_uniform" or distribution.get("log"):
         low = low or values.min()
         high = high or values.max()
-        ticks = [math.log10(low) + (math.log10(high) - math.log10(low)) * i / 4 for i in range(5)]
+        decades = [10.0**k for k in range(math.ceil(math.log10(low)), math.floor(math.log10(high)) + 1)]
+        ticks = sorted({low, *decades, high})  # the bounds and every power of ten between
         return dict(label=f"{name} (log scale)", values=[math.log10(v) for v in values],
-                    range=[ticks[0], ticks[-1]], tickvals=ticks, ticktext=[number(10**t) for t in ticks])
+                    range=[math.log10(low), math.log10(high)], tickvals=[math.log10(t) for t in ticks],
+                    ticktext=[number(t) for t in ticks])
     dimension = dict(label=name, values=values.to_list())
     if low is not None and high is not None:
         dimension["range"] = [low, high]

@@ -168,6 +168,9 @@ def test_figures_of_one_sweep():
     assert sorted(shape.x0 for shape in curves.layout.shapes) == [10, 20]  # the ASHA rungs
     labels = [d.label for d in sweep.figures["parallel"].data[0].dimensions]
     assert labels == ["training.learning_rate (log scale)", "lora.r", "steps trained", "eval_loss"]
+    learning_rate, rank = sweep.figures["parallel"].data[0].dimensions[:2]
+    assert list(learning_rate.ticktext) == ["0.0001", "0.001", "0.01", "0.1"]
+    assert list(rank.tickvals) == [2, 4, 8]
     assert {t.name for t in sweep.figures["importance"].data} == {"fANOVA", "PED-ANOVA"}
     assert [t.name for t in sweep.figures["cost"].data] == ["spent", "saved by pruning"]
     assert report.comparison is None
