@@ -135,7 +135,7 @@ def status(
 @app.command()
 @user_errors
 def report(
-    names: list[str] = typer.Argument(..., help="Sweep name(s); several are compared side by side."),
+    names: list[str] = typer.Argument(..., metavar="NAME", help="Sweep name(s); several are compared side by side."),
     out: Optional[Path] = typer.Option(
         None, "--out", help="Folder for index.html, report.md and plots/ (default: ./sweep-reports/<names>)."
     ),
