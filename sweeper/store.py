@@ -4,7 +4,9 @@ frames. `sweep list`, `sweep status`, reports and promotion all read through her
 from __future__ import annotations
 
 import json
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
 import polars as pl
 
@@ -169,7 +171,6 @@ class SweepStore:
                     rows.append({"trial_number": number, "key": key, "step": point.step, "value": point.value})
         return pl.DataFrame(rows, schema={"trial_number": pl.Int64, "key": pl.String, "step": pl.Int64, "value": pl.Float64})
 
-
     # ------------------------------------------------------------ the sweep's own record
 
     def record(self, name: str | None = None, run=None) -> SweepRecord:
@@ -183,7 +184,7 @@ class SweepStore:
                 int(params["early_stopping.grace_period"]), max_steps, float(params["early_stopping.reduction_factor"])
             )
         reproducibility = {
-            "git commit": tags.get("sweeper.git_commit", "not recorded (not a git checkout)"),
+            "git commit": tags.get("sweeper.git_commit", "not recorded (the sweep's YAML was not in a git checkout)"),
             "config hash": tags.get("sweeper.config_hash", "-"),
             "hardware": tags.get("sweeper.hardware", "-"),
             "accelerator": tags.get("sweeper.accelerator", "-"),
@@ -214,9 +215,6 @@ class SweepStore:
 
     def artifact_text(self, run_id: str, path: str) -> str | None:
         """A text artifact of a run (sweep.yaml, best_config.yaml), or None if it has none."""
-        import tempfile
-        from pathlib import Path
-
         try:
             with tempfile.TemporaryDirectory() as folder:
                 return Path(self.client.download_artifacts(run_id, path, folder)).read_text()
