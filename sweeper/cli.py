@@ -243,6 +243,33 @@ def export(
     except OSError as exc:
         raise UserError(f"--output: cannot write {output}: {exc.strerror}") from None
     console.print(f"[green]wrote[/green] {output}: run it with `sweep start {output}`", highlight=False, soft_wrap=True)
+@app.command()
+@user_errors
+def report(
+    names: list[str] = typer.Argument(..., metavar="NAME", help="Sweep name(s); several are compared side by side."),
+    out: Optional[Path] = typer.Option(
+        None, "--out", help="Folder for index.html, report.md and plots/ (default: ./sweep-reports/<names>)."
+    ),
+    tracking_uri: Optional[str] = typer.Option(None, "--tracking-uri", help=TRACKING_URI_HELP),
+) -> None:
+    """Report on sweep NAME (or compare several): a self-contained index.html, report.md for a
+    pull request, and a summary table here."""
+    from reports import make_report
+
+    # best_config.yaml is one small file: no download progress bar on the terminal.
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    store = _store(tracking_uri)
+    folder = out or Path("sweep-reports") / "_vs_".join(dict.fromkeys(names))
+    written = make_report(store, names, folder, console)
+    console.print(f"Report: {written.html.resolve()}")
+    console.print(f"Markdown: {written.markdown.resolve()}" + (f" ({len(written.images)} plots in plots/)" if written.images else ""))
+    if written.images_note:
+        errors.print(f"[yellow]note:[/yellow] {written.images_note}", highlight=False, soft_wrap=True)
+    empty = [sweep.name for sweep in written.report.sweeps if not sweep.has_completed_trial]
+    if empty:
+        raise UserError(*(
+            f"NAME: sweep {name!r} has no completed trial; the report in {folder} shows what exists" for name in empty
+        ))
 
 
 if __name__ == "__main__":

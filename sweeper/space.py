@@ -9,16 +9,24 @@ from sweeper.spec import (
     CategoricalDist,
     IntUniformDist,
     LogUniformDist,
+    SearchSpec,
     SweepSpec,
     UniformDist,
 )
 
-__all__ = ["to_optuna_distributions", "make_sampler"]
+__all__ = ["to_optuna_distributions", "parameters_to_optuna", "make_sampler"]
 
 
 def to_optuna_distributions(spec: SweepSpec) -> dict[str, optuna.distributions.BaseDistribution]:
     """One Optuna distribution per dotted path. Integer bounds are inclusive, as in YAML."""
     return {path: _to_optuna(dist) for path, dist in spec.search.parameters.items()}
+
+
+def parameters_to_optuna(parameters: dict[str, dict]) -> dict[str, optuna.distributions.BaseDistribution]:
+    """The same for `search.parameters` as plain data (the YAML section, or the JSON a sweep
+    recorded in MLflow), validated by the schema first."""
+    search = SearchSpec.model_validate({"parameters": parameters})
+    return {path: _to_optuna(dist) for path, dist in search.parameters.items()}
 
 
 def _to_optuna(dist) -> optuna.distributions.BaseDistribution:

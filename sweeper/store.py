@@ -5,20 +5,51 @@ from __future__ import annotations
 
 import json
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
 import yaml
 
 from sweeper.errors import UserError
+from sweeper.plan import asha_rungs
 from sweeper.tracking import check_tracking_uri, client_for
 
-__all__ = ["SweepStore"]
+__all__ = ["SweepStore", "SweepRecord"]
 
 TRIAL_COLUMNS = [
     "trial_number", "trial_id", "run_id", "state", "status", "run_status", "steps",
     "metric", "cost_usd", "wall_seconds", "setup_seconds", "tokens", "saved_usd", "params", "checkpoint_path",
+    "started_ms", "ended_ms",
 ]
+
+
+@dataclass(frozen=True)
+class SweepRecord:
+    """What a sweep's parent run says about it: identity, config, search space, ASHA rungs,
+    totals and the reproducibility record (versions, data hashes, seeds)."""
+
+    name: str
+    run_id: str
+    status: str
+    metric: str
+    goal: str
+    max_steps: int
+    started_ms: int
+    ended_ms: int | None
+    config: dict[str, str]  # the fixed config, dotted keys -> logged strings
+    search_space: dict[str, dict]  # search.parameters as in the YAML
+    rungs: list[int]  # ASHA rung steps (empty without ASHA)
+    totals: dict[str, float]  # the parent's metrics: cost_usd_total, trials_*, best_<metric>, ...
+    best_trial_id: str | None
+    versions: dict[str, str]
+    data_sha256: dict[str, str]
+    seeds: dict[str, str]
+    reproducibility: dict[str, str]  # git commit, config hash, hardware, accelerator, price, sweep dir
+
+    @property
+    def minimize(self) -> bool:
+        return self.goal == "minimize"
 
 
 class SweepStore:
@@ -122,12 +153,15 @@ class SweepStore:
                 "saved_usd": metrics.get("cost_usd_saved_by_pruning"),
                 "params": json.dumps(child.data.params),
                 "checkpoint_path": tags.get("sweeper.checkpoint_path"),
+                "started_ms": child.info.start_time,
+                "ended_ms": child.info.end_time,
             })
         frame = pl.DataFrame(rows, schema={
             "trial_number": pl.Int64, "trial_id": pl.String, "run_id": pl.String, "state": pl.String,
             "status": pl.String, "run_status": pl.String, "steps": pl.Int64, "metric": pl.Float64,
             "cost_usd": pl.Float64, "wall_seconds": pl.Float64, "setup_seconds": pl.Float64,
             "tokens": pl.Float64, "saved_usd": pl.Float64, "params": pl.String, "checkpoint_path": pl.String,
+            "started_ms": pl.Int64, "ended_ms": pl.Int64,
         })
         return frame.sort("trial_number")
 
@@ -155,15 +189,84 @@ class SweepStore:
             )
         return rows[0]
 
-    def history(self, name: str, keys: tuple[str, ...] = ("eval_loss",)) -> pl.DataFrame:
+    def trial_params(self, trials: pl.DataFrame, record: SweepRecord) -> pl.DataFrame:
+        """One row per trial: trial_number and one column per searched parameter (numbers as
+        Float64 where every value is numeric, else the logged strings)."""
+        names = list(record.search_space)
+        rows = [{"trial_number": number, **{k: json.loads(params).get(k) for k in names}}
+                for number, params in zip(trials["trial_number"], trials["params"])]
+        frame = pl.DataFrame(rows, schema={"trial_number": pl.Int64, **{k: pl.String for k in names}})
+        for name in names:
+            as_number = frame[name].cast(pl.Float64, strict=False)
+            if as_number.null_count() == frame[name].null_count():
+                frame = frame.with_columns(as_number.alias(name))
+        return frame
+
+    def history(
+        self, name: str | None = None, keys: tuple[str, ...] = ("eval_loss",), trials: pl.DataFrame | None = None
+    ) -> pl.DataFrame:
         """Metric histories of every trial: trial_number, key, step, value."""
-        trials = self.trials(name)
+        trials = self.trials(name) if trials is None else trials
         rows = []
         for number, run_id in zip(trials["trial_number"], trials["run_id"]):
             for key in keys:
                 for point in self.client.get_metric_history(run_id, key):
                     rows.append({"trial_number": number, "key": key, "step": point.step, "value": point.value})
         return pl.DataFrame(rows, schema={"trial_number": pl.Int64, "key": pl.String, "step": pl.Int64, "value": pl.Float64})
+
+    # ------------------------------------------------------------ the sweep's own record
+
+    def record(self, name: str | None = None, run=None) -> SweepRecord:
+        """The parent run of sweep `name` as a SweepRecord."""
+        run = run or self.sweep_run(name)
+        tags, params = run.data.tags, run.data.params
+        max_steps = int(params.get("training.max_steps", tags.get("sweeper.max_steps", 0)))
+        rungs = []
+        if params.get("early_stopping.scheduler") == "asha":
+            rungs = asha_rungs(
+                int(params["early_stopping.grace_period"]), max_steps, float(params["early_stopping.reduction_factor"])
+            )
+        reproducibility = {
+            "git commit": tags.get("sweeper.git_commit", "not recorded (the sweep's YAML was not in a git checkout)"),
+            "config hash": tags.get("sweeper.config_hash", "-"),
+            "hardware": tags.get("sweeper.hardware", "-"),
+            "accelerator": tags.get("sweeper.accelerator", "-"),
+            "USD per accelerator-hour": tags.get("sweeper.usd_per_hour", "-"),
+            "model": params.get("model.name_or_path", "-"),
+            "sweep folder": tags.get("sweeper.sweep_dir", "-"),
+            "MLflow run": run.info.run_id,
+        }
+        return SweepRecord(
+            name=tags.get("sweeper.sweep_name", run.info.run_name),
+            run_id=run.info.run_id,
+            status=tags.get("sweeper.status", run.info.status.lower()),
+            metric=tags.get("sweeper.metric", "eval_loss"),
+            goal=tags.get("sweeper.goal", "minimize"),
+            max_steps=max_steps,
+            started_ms=run.info.start_time,
+            ended_ms=run.info.end_time,
+            config=dict(params),
+            search_space=json.loads(tags.get("sweeper.search_space", "{}")),
+            rungs=rungs,
+            totals=dict(run.data.metrics),
+            best_trial_id=tags.get("sweeper.best_trial_id"),
+            versions=_prefixed(tags, "sweeper.versions."),
+            data_sha256=_prefixed(tags, "sweeper.data_sha256."),
+            seeds={key: params[key] for key in ("training.seed", "search.seed") if key in params},
+            reproducibility=reproducibility,
+        )
+
+    def artifact_text(self, run_id: str, path: str) -> str | None:
+        """A text artifact of a run (sweep.yaml, best_config.yaml), or None if it has none."""
+        try:
+            with tempfile.TemporaryDirectory() as folder:
+                return Path(self.client.download_artifacts(run_id, path, folder)).read_text()
+        except Exception:  # MLflow raises different errors per store for a missing artifact
+            return None
+
+
+def _prefixed(tags: dict[str, str], prefix: str) -> dict[str, str]:
+    return {key.removeprefix(prefix): value for key, value in sorted(tags.items()) if key.startswith(prefix)}
 
 
 def _best_of(trials: pl.DataFrame, run) -> float | None:

@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 from tests.conftest import small_sweep, write_yaml
 
@@ -40,3 +42,20 @@ def finished_sweep(tmp_path_factory) -> FinishedSweep:
     path = write_yaml(workdir / "shared.yaml", raw)
     result = run_cli("start", str(path), cwd=workdir, timeout=600)
     return FinishedSweep(workdir, path, result, "shared")
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    """Debian's chromium, installed here when it is missing and apt-get can (as root): the
+    browser the report test opens index.html in, and kaleido's for the static plots."""
+    path = shutil.which("chromium")
+    if path is None and shutil.which("apt-get") and os.geteuid() == 0:
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        with FileLock("/tmp/sweeper-apt.lock"):
+            if shutil.which("chromium") is None:
+                subprocess.run(["apt-get", "update", "-qq"], env=env, capture_output=True, timeout=600)
+                subprocess.run(["apt-get", "install", "-y", "-qq", "chromium"], env=env, capture_output=True, timeout=900)
+        path = shutil.which("chromium")
+    if path is None:
+        pytest.skip("Debian's chromium is missing and could not be installed (apt-get install chromium needs root)")
+    return path

@@ -9,6 +9,7 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
+from sweeper.plan import TrialResources
 from sweeper.errors import UserError
 from sweeper.export import export_trial
 from sweeper.progress import SweepBook, TrialRecord
@@ -86,7 +87,7 @@ def store(tmp_path_factory):
     book = SweepBook(metric="eval_loss", goal="minimize", max_steps=30)
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(folder)  # the tracker puts a SQLite store's artifacts in ./mlartifacts
-        tracker = MlflowTracker(spec, book, uri, hardware="test", accelerators_per_trial=1)
+        tracker = MlflowTracker(spec, book, uri, hardware="test", trial_resources=TrialResources(1, 1, 0))
     tracker.start_sweep(folder)
     results = {
         "t1_00001": ("completed", [(10, 2.0), (20, 1.6), (30, 1.5)]),

@@ -1,0 +1,178 @@
+"""Report figures: frames in, plotly figures out (the HTML embeds them, the Markdown gets
+static PNGs of the same figures). A builder returns None when there is nothing to draw."""
+
+from __future__ import annotations
+
+import math
+
+import plotly.graph_objects as go
+import polars as pl
+from plotly.colors import qualitative
+from plotly.subplots import make_subplots
+
+from reports.data import SweepData
+from reports.frames import best_so_far, best_trial_number, number
+
+__all__ = [
+    "curves_figure", "parallel_figure", "importance_figure", "progress_figure", "cost_figure",
+    "best_curves_figure",
+]
+
+TEMPLATE = "plotly_white"
+PALETTE = qualitative.Plotly
+PRUNED_COLOR = "#9a9a9a"
+FAILED_COLOR = "#d62728"
+
+
+def _layout(fig: go.Figure, title: str, top: int = 70, left: int = 70, **axes) -> go.Figure:
+    fig.update_layout(template=TEMPLATE, title=title, height=460, margin=dict(l=left, r=30, t=top, b=60), **axes)
+    return fig
+
+
+def curves_figure(data: SweepData) -> go.Figure | None:
+    """The metric of every trial against step: completed trials solid (the best thick),
+    pruned ones grey and dashed, ending in a cross; ASHA rung steps as dotted lines."""
+    if data.history.is_empty():
+        return None
+    metric, best = data.record.metric, best_trial_number(data)
+    trials = {row["trial_number"]: row for row in data.trials.iter_rows(named=True)}
+    fig = go.Figure()
+    for index, ((number_,), points) in enumerate(data.history.sort("step").group_by("trial_number", maintain_order=True)):
+        trial = trials[number_]
+        state = trial["state"]
+        line = dict(color=PALETTE[index % len(PALETTE)], width=2)
+        marker = dict(size=6)
+        if state == "pruned":
+            line.update(color=PRUNED_COLOR, dash="dash")
+            marker = dict(size=[6] * (points.height - 1) + [12], symbol=["circle"] * (points.height - 1) + ["x"])
+        elif state == "failed":
+            line.update(color=FAILED_COLOR, dash="dot")
+        if number_ == best:
+            line["width"] = 5
+        fig.add_trace(go.Scatter(
+            x=points["step"].to_list(), y=points["value"].to_list(), mode="lines+markers", line=line, marker=marker,
+            name=f"trial {number_}: {trial['status']}" + (" (best)" if number_ == best else ""),
+            opacity=0.75 if state == "pruned" else 1.0,
+            hovertemplate=f"trial {number_} ({trial['status']})<br>step %{{x}}<br>{metric} %{{y:.4f}}<extra></extra>",
+        ))
+    for rung in data.record.rungs:
+        fig.add_vline(x=rung, line=dict(color="#555", dash="dot", width=1),
+                      annotation_text=f"ASHA rung {rung}", annotation_position="top")
+    return _layout(fig, f"{data.name}: {metric} by training step (grey dashed: pruned; dotted lines: ASHA rungs)",
+                   xaxis_title="step", yaxis_title=metric, legend_title_text="trial")
+
+
+def parallel_figure(data: SweepData) -> go.Figure | None:
+    """Parallel coordinates: each searched parameter, steps trained and the metric, one line
+    per trial with a metric, coloured by the metric."""
+    metric = data.record.metric
+    frame = data.trials.select("trial_number", "steps", "metric").join(data.params, on="trial_number")
+    frame = frame.filter(pl.col("metric").is_not_null())
+    if frame.is_empty() or not data.param_names:
+        return None
+    dimensions = [_dimension(name, frame[name], data.record.search_space.get(name, {})) for name in data.param_names]
+    dimensions.append(dict(label="steps trained", values=frame["steps"].to_list()))
+    dimensions.append(dict(label=metric, values=frame["metric"].to_list()))
+    fig = go.Figure(go.Parcoords(
+        line=dict(color=frame["metric"].to_list(), colorscale="Viridis", reversescale=data.record.minimize,
+                  showscale=True, colorbar=dict(title=dict(text=metric))),
+        dimensions=dimensions,
+    ))
+    return _layout(fig, f"{data.name}: parameters against {metric} (bright = better)", top=120, left=110)
+
+
+def _dimension(name: str, values: pl.Series, distribution: dict) -> dict:
+    if values.dtype == pl.String:  # categorical values that are not numbers
+        choices = [str(v) for v in distribution.get("values", [])] or sorted(values.drop_nulls().unique().to_list())
+        index = {choice: i for i, choice in enumerate(choices)}
+        return dict(label=name, values=[index.get(v) for v in values], tickvals=list(index.values()),
+                    ticktext=choices, range=[0, max(len(choices) - 1, 1)])
+    low, high = distribution.get("low"), distribution.get("high")
+    if distribution.get("distribution") == "log_uniform" or distribution.get("log"):
+        low = low or values.min()
+        high = high or values.max()
+        decades = [10.0**k for k in range(math.ceil(math.log10(low)), math.floor(math.log10(high)) + 1)]
+        ticks = sorted({low, *decades, high})  # the bounds and every power of ten between
+        return dict(label=f"{name} (log scale)", values=[math.log10(v) for v in values],
+                    range=[math.log10(low), math.log10(high)], tickvals=[math.log10(t) for t in ticks],
+                    ticktext=[number(t) for t in ticks])
+    dimension = dict(label=name, values=values.to_list())
+    if low is not None and high is not None:
+        dimension["range"] = [low, high]
+    choices = distribution.get("values") or []
+    if choices and all(isinstance(v, (int, float)) for v in choices):  # numeric categorical: one tick each
+        choices = sorted(float(v) for v in choices)
+        dimension.update(tickvals=choices, ticktext=[number(v) for v in choices], range=[choices[0], choices[-1]])
+    return dimension
+
+
+def importance_figure(data: SweepData, importance: pl.DataFrame | None) -> go.Figure | None:
+    if importance is None or importance.is_empty():
+        return None
+    fig = go.Figure()
+    for index, ((evaluator,), rows) in enumerate(importance.group_by("evaluator", maintain_order=True)):
+        rows = rows.sort("importance")
+        fig.add_trace(go.Bar(x=rows["importance"].to_list(), y=rows["parameter"].to_list(), orientation="h",
+                             name=evaluator, marker_color=PALETTE[index % len(PALETTE)]))
+    fig.update_layout(barmode="group")
+    return _layout(fig, f"{data.name}: parameter importance for {data.record.metric} (Optuna)", left=180,
+                   xaxis_title="importance (share, per evaluator)", xaxis_range=[0, 1])
+
+
+def progress_figure(sweeps: list[SweepData]) -> go.Figure | None:
+    """Best completed metric so far against cumulative cost and against wall time, one
+    line per sweep; every ended trial is a point (hover: which and how it ended)."""
+    frames = [best_so_far(data) for data in sweeps]
+    if all(frame["best_so_far"].is_null().all() for frame in frames):
+        return None
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("against cumulative cost", "against wall time"),
+                        horizontal_spacing=0.1)
+    for index, (data, frame) in enumerate(zip(sweeps, frames)):
+        text = [f"trial {n} ({s})" for n, s in zip(frame["trial_number"], frame["state"])]
+        color = PALETTE[index % len(PALETTE)]
+        marker = dict(size=8, color=[color if state == "completed" else PRUNED_COLOR for state in frame["state"]])
+        for column, x in enumerate((frame["cumulative_cost_usd"], frame["wall_seconds"]), start=1):
+            fig.add_trace(go.Scatter(
+                x=x.to_list(), y=frame["best_so_far"].to_list(), mode="lines+markers", line_shape="hv",
+                line=dict(color=color), marker=marker, name=data.name, legendgroup=data.name, showlegend=column == 1, text=text,
+                hovertemplate="%{text}<br>x %{x:.4g}<br>best so far %{y:.4f}<extra>" + data.name + "</extra>",
+            ), row=1, col=column)
+    fig.update_xaxes(title_text="cumulative cost (USD)", row=1, col=1)
+    fig.update_xaxes(title_text="wall time since the sweep started (s)", row=1, col=2)
+    fig.update_yaxes(title_text=f"best {sweeps[0].record.metric} so far", row=1, col=1)
+    names = ", ".join(data.name for data in sweeps)
+    fig.update_xaxes(tickprefix="$", tickformat=".3~g", row=1, col=1)
+    return _layout(fig, f"{names}: best completed {sweeps[0].record.metric} so far (grey points: trials that did not complete)")
+
+
+def cost_figure(data: SweepData) -> go.Figure | None:
+    """Per trial: what it cost, and on top (pruned trials) what pruning saved."""
+    trials = data.trials.filter(pl.col("cost_usd").is_not_null())
+    if trials.is_empty():
+        return None
+    labels = [f"trial {n}" for n in trials["trial_number"]]
+    fig = go.Figure([
+        go.Bar(x=labels, y=trials["cost_usd"].to_list(), name="spent", marker_color=PALETTE[0],
+               text=trials["status"].to_list(), hovertemplate="%{x}: %{text}<br>spent $%{y:.6f}<extra></extra>"),
+        go.Bar(x=labels, y=trials["saved_usd"].fill_null(0).to_list(), name="saved by pruning",
+               marker_color="#b8e0b8", hovertemplate="%{x}<br>saved $%{y:.6f}<extra></extra>"),
+    ])
+    fig.update_layout(barmode="stack")
+    return _layout(fig, f"{data.name}: cost per trial (USD), and what pruning saved", yaxis_title="USD",
+                   yaxis_tickprefix="$", yaxis_tickformat=".3~g")
+
+
+def best_curves_figure(sweeps: list[SweepData]) -> go.Figure | None:
+    """The best trial of each sweep, side by side on one axis."""
+    fig = go.Figure()
+    for index, data in enumerate(sweeps):
+        best = best_trial_number(data)
+        points = data.history.filter(pl.col("trial_number") == best).sort("step")
+        if best is None or points.is_empty():
+            continue
+        fig.add_trace(go.Scatter(x=points["step"].to_list(), y=points["value"].to_list(), mode="lines+markers",
+                                 name=f"{data.name}: trial {best}", line=dict(color=PALETTE[index % len(PALETTE)], width=3)))
+    if not fig.data:
+        return None
+    return _layout(fig, f"Best trial of each sweep: {sweeps[0].record.metric} by step", xaxis_title="step",
+                   yaxis_title=sweeps[0].record.metric)
