@@ -62,18 +62,16 @@ def start_ray(address: str | None):
 
 
 def prepare_data(spec: SweepSpec, cache_root: Path) -> dict:
-    """Tokenize train and eval once for the whole sweep and put them in the object store."""
+    """Tokenize train and eval once for the whole sweep (as the task needs them) and put
+    them in the object store."""
     import ray
 
-    from trainables.data import tokenize_sft
+    from trainables.data import tokenize_split
     from trainables.models import adapter_base, load_tokenizer, resolve_model_source
 
     source = resolve_model_source(spec.model.name_or_path, cache_root)
     tokenizer = load_tokenizer(adapter_base(source) or source)
-    data = {
-        "train": tokenize_sft(spec.data.train, tokenizer, spec.data.max_length, "data.train"),
-        "eval": tokenize_sft(spec.data.eval, tokenizer, spec.data.max_length, "data.eval"),
-    }
+    data = {split: tokenize_split(spec, split, tokenizer) for split in ("train", "eval")}
     tokenizer.save_pretrained(spec.sweep_dir / "tokenizer")
     # Wrapped in a dict so that Ray passes the reference through configs un-fetched.
     return {"ref": ray.put(data)}
