@@ -11,9 +11,11 @@ model is both the start of the policy and the reference.
 
 The loss is trl's (DPOTrainer, trl 1.16) for the variants in `dpo.loss_type`, written out
 in `dpo_loss` because trl keeps it inside its trainer; tests/integration/test_dpo.py
-checks it against trl's DPOTrainer on the same pairs. Our own loop, not trl's trainer,
-so that a DPO trial reads and steps like an SFT trial: same optimizer, schedule, data
-order, reports and checkpoints, and the data tokenized once on the driver.
+checks loss and rewards against trl's DPOTrainer on the same pairs. Our own loop, not
+trl's trainer, so that a DPO trial reads and steps like an SFT trial: same optimizer,
+schedule, data order, reports and checkpoints, and the data tokenized once on the driver.
+trl is not imported here: it pulls in the whole HF Trainer stack, seconds of every
+trial's setup.
 """
 
 from __future__ import annotations
@@ -23,7 +25,6 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from trl.trainer.utils import selective_log_softmax
 
 from trainables.common import (
     Reporter,
@@ -132,8 +133,8 @@ def sequence_logps(model, input_ids: torch.Tensor, labels: torch.Tensor, pad_id:
     logits = model(input_ids=input_ids, attention_mask=input_ids != pad_id).logits[:, :-1].float()
     targets = labels[:, 1:]
     mask = targets != IGNORE_INDEX
-    token_logps = selective_log_softmax(logits, targets.masked_fill(~mask, 0))
-    return (token_logps * mask).sum(dim=1)
+    picked = logits.gather(-1, targets.masked_fill(~mask, 0).unsqueeze(-1)).squeeze(-1)
+    return ((picked - logits.logsumexp(dim=-1)) * mask).sum(dim=1)
 
 
 def _answer_lengths(labels: torch.Tensor) -> torch.Tensor:

@@ -56,7 +56,7 @@ def test_loss_and_rewards_match_trl(tiny):
     spec = validate_spec(small_dpo_sweep("parity", training={"per_device_batch_size": 16}), base_dir=REPO)
     records = [record for _, record in read_jsonl(spec.data.eval, "data.eval")][:16]
     full = tokenize_split(spec, "eval", tokenizer)
-    pairs = PreferenceSplit(*(TokenizedSplit(side.input_ids[:16], side.labels[:16]) for side in (full.chosen, full.rejected)))
+    pairs = PreferenceSplit(*(TokenizedSplit(s.input_ids[:16], s.labels[:16]) for s in (full.chosen, full.rejected)))
 
     def model_with_adapters():
         torch.manual_seed(0)
@@ -144,12 +144,11 @@ def test_dpo_sweep_over_beta_and_learning_rate(tmp_path, tiny):
     """A DPO sweep through the CLI on a real local Ray cluster: ASHA on eval reward
     accuracy, every trial reports the DPO metrics, and the best trial learned."""
     raw = small_dpo_sweep("dpo", output_dir=str(tmp_path / "sweeps" / "dpo"))
-    raw["search"]["num_trials"] = 6
     path = write_yaml(tmp_path / "dpo.yaml", raw)
     result = sweep("start", str(path), cwd=tmp_path, timeout=600)
     out = result.stdout
     assert result.returncode == 0, out + result.stderr
-    assert "6 trials, 2 at a time" in out
+    assert "4 trials, 2 at a time" in out
     best_line = next(line for line in out.splitlines() if line.startswith("Best trial"))
     best = float(re.search(r"eval_rewards_accuracy=([0-9.]+)", best_line).group(1))
     assert "dpo.beta=" in best_line and "training.learning_rate=" in best_line
@@ -158,6 +157,7 @@ def test_dpo_sweep_over_beta_and_learning_rate(tmp_path, tiny):
     source, tokenizer = tiny
     data = {split: tokenize_split(spec, split, tokenizer) for split in ("train", "eval")}
     before = accuracy_before_training(spec, source, data)
+    print(f"{best_line}; accuracy before training: {before}")
     assert best > 0.5 and best > before, (best, before, best_line)
 
     # Every evaluation of every trial carried the DPO metrics to Tune.
@@ -166,7 +166,7 @@ def test_dpo_sweep_over_beta_and_learning_rate(tmp_path, tiny):
         for result_file in (tmp_path / "sweeps" / "dpo" / "tune").glob("*/result.json")
         for line in result_file.read_text().splitlines()
     ]
-    assert len({r["trial_id"] for r in results}) == 6
+    assert len({r["trial_id"] for r in results}) == 4
     assert all(all(key in r for key in DPO_KEYS) for r in results)
     best_result = max(results, key=lambda r: (r["step"] == spec.training.max_steps, r["eval_rewards_accuracy"]))
     assert best_result["eval_rewards_margin"] > 0

@@ -138,10 +138,13 @@ def test_shipped_pairs_are_correct_answer_against_near_miss(split):
 @pytest.mark.parametrize(
     "record, message",
     [
-        ({"prompt": "p", "chosen": "c"}, r"line 2: missing 'rejected'; a preference line needs 'prompt', 'chosen' and 'rejected'"),
+        ({"prompt": "p", "chosen": "c"}, r"line 2: missing 'rejected'; a preference line needs 'prompt', 'chosen'"),
         ({"prompt": "p", "rejected": "r"}, r"line 2: missing 'chosen'"),
         ({"messages": []}, r"line 2: missing 'prompt', 'chosen', 'rejected'"),
-        ({"prompt": "p", "chosen": [{"role": "assistant", "content": "c"}], "rejected": "r"}, r"line 2: 'prompt', 'chosen' and 'rejected' must all be strings or all lists"),
+        (
+            {"prompt": "p", "chosen": [{"role": "assistant", "content": "c"}], "rejected": "r"},
+            r"line 2: 'prompt', 'chosen' and 'rejected' must all be strings or all lists",
+        ),
     ],
 )
 def test_bad_preference_line_names_key_file_and_line(tmp_path, tokenizer, record, message):
