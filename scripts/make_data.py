@@ -2,8 +2,9 @@
 
 A family of small string and arithmetic tasks that a 2-layer model can partly learn, so
 that fine-tuning shows a real landscape over learning rate and rank. The SFT set uses
-chat `messages`; the preference set (DPO) pairs the correct answer with a near miss of
-the same task, so SFT-then-DPO on the built-in model tells one story.
+chat `messages`; the preference set (DPO), in the same chat form, pairs the correct answer
+(chosen) with a near miss of the same task (rejected), so SFT-then-DPO on the built-in
+model tells one story.
 """
 
 from __future__ import annotations
@@ -27,8 +28,16 @@ def sft_record(rng: random.Random) -> dict:
 
 
 def preference_record(rng: random.Random) -> dict:
+    """Chat messages like the SFT set, so a DPO sweep can start from an SFT adapter."""
     prompt, answer, near_miss = make_task(rng)
-    return {"prompt": prompt, "chosen": answer, "rejected": near_miss}
+    turns = [{"role": "user", "content": prompt}]
+    if rng.random() < 0.3:
+        turns.insert(0, {"role": "system", "content": SYSTEM_PROMPT})
+    return {
+        "prompt": turns,
+        "chosen": [{"role": "assistant", "content": answer}],
+        "rejected": [{"role": "assistant", "content": near_miss}],
+    }
 
 
 def write_jsonl(path: Path, records: list[dict]) -> None:

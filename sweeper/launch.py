@@ -69,17 +69,15 @@ def start_ray(address: str | None):
 
 
 def prepare_data(spec: SweepSpec, cache_root: Path):
-    """Tokenize train and eval once for the whole sweep (the tokenizer comes back too, to
-    be saved with the sweep). Input errors surface here, before anything is written."""
-    from trainables.data import tokenize_sft
+    """Tokenize train and eval once for the whole sweep, as the task needs them (the
+    tokenizer comes back too, to be saved with the sweep). Input errors surface here,
+    before anything is written."""
+    from trainables.data import tokenize_split
     from trainables.models import adapter_base, load_tokenizer, resolve_model_source
 
     source = resolve_model_source(spec.model.name_or_path, cache_root)
     tokenizer = load_tokenizer(adapter_base(source) or source)
-    data = {
-        "train": tokenize_sft(spec.data.train, tokenizer, spec.data.max_length, "data.train"),
-        "eval": tokenize_sft(spec.data.eval, tokenizer, spec.data.max_length, "data.eval"),
-    }
+    data = {split: tokenize_split(spec, split, tokenizer) for split in ("train", "eval")}
     return data, tokenizer
 
 

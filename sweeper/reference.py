@@ -8,7 +8,7 @@ import typing
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
-from sweeper.spec import SweepSpec
+from sweeper.spec import SweepSpec, section_model
 
 
 def _type_name(annotation) -> str:
@@ -28,8 +28,9 @@ def _rows(model: type[BaseModel], prefix: str = "") -> list[tuple[str, str, str,
     rows = []
     for name, field in model.model_fields.items():
         annotation = field.annotation
-        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            rows += _rows(annotation, f"{prefix}{name}.")
+        section = section_model(annotation)
+        if section:
+            rows += _rows(section, f"{prefix}{name}.")
             continue
         if field.default is not PydanticUndefined:
             default = "none" if field.default is None else repr(field.default)

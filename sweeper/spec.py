@@ -11,6 +11,7 @@ import difflib
 import hashlib
 import math
 import re
+import typing
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
@@ -34,6 +35,14 @@ TASK_METRICS: dict[str, dict[str, str]] = {
     "sft": {
         "eval_loss": "minimize",
         "eval_perplexity": "minimize",
+        "train_loss": "minimize",
+    },
+    "dpo": {
+        "eval_loss": "minimize",
+        "eval_rewards_accuracy": "maximize",
+        "eval_rewards_margin": "maximize",
+        "eval_rewards_chosen": "maximize",
+        "eval_rewards_rejected": "minimize",
         "train_loss": "minimize",
     },
 }
@@ -89,8 +98,9 @@ class ModelSpec(StrictModel):
 
 class DataSpec(StrictModel):
     train: Path = Field(
-        description="Training split, JSONL: one example a line, either chat "
-        "{'messages': [{'role', 'content'}, ...]} or {'prompt', 'completion'}."
+        description="Training split, JSONL: one example a line. task sft: chat "
+        "{'messages': [{'role', 'content'}, ...]} or {'prompt', 'completion'}; task dpo: "
+        "{'prompt', 'chosen', 'rejected'}, all plain strings or all lists of chat messages."
     )
     eval: Path = Field(description="Evaluation split, same format as `train`.")
     max_length: int = Field(
@@ -155,6 +165,19 @@ class LoraSpec(StrictModel):
     @property
     def effective_alpha(self) -> float:
         return self.alpha_per_rank * self.r if self.alpha_per_rank else self.alpha
+
+
+class DpoSpec(StrictModel):
+    beta: float = Field(
+        0.1, gt=0, description="DPO beta: how strongly the policy is held to the reference (higher = closer)."
+    )
+    loss_type: Literal["sigmoid", "ipo", "hinge"] = Field(
+        "sigmoid",
+        description="trl's DPO loss variant: sigmoid (DPO), ipo (IPO, per-token log-ratios), hinge (SLiC).",
+    )
+    max_prompt_length: int = Field(
+        128, ge=1, description="Prompts are cut to their last this many tokens; must be < data.max_length."
+    )
 
 
 # ---------------------------------------------------------------- search distributions
@@ -304,11 +327,16 @@ class SweepSpec(StrictModel):
         pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$",
         description="Sweep name: letters, digits, '_', '.', '-'; names the output folder and MLflow run.",
     )
-    task: Literal["sft"] = Field("sft", description="What each trial trains: sft (LoRA supervised fine-tuning).")
+    task: Literal["sft", "dpo"] = Field(
+        "sft",
+        description="What each trial trains: sft (LoRA supervised fine-tuning) or dpo (LoRA direct "
+        "preference optimization; the reference is the base with adapters disabled).",
+    )
     model: ModelSpec = Field(default_factory=ModelSpec)
     data: DataSpec
     training: TrainingSpec = Field(default_factory=TrainingSpec)
     lora: LoraSpec = Field(default_factory=LoraSpec)
+    dpo: DpoSpec | None = Field(None, description="Settings of task dpo (defaults apply when the section is left out).")
     search: SearchSpec = Field(default_factory=SearchSpec)
     early_stopping: EarlyStoppingSpec = Field(default_factory=EarlyStoppingSpec)
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
@@ -324,6 +352,13 @@ class SweepSpec(StrictModel):
     def _relative_to_yaml(cls, value: Any, info: ValidationInfo) -> Any:
         return _resolve_path(value, info)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _dpo_defaults_for_dpo_task(cls, raw: Any) -> Any:
+        if isinstance(raw, dict) and raw.get("task") == "dpo" and raw.get("dpo") is None:
+            return {**raw, "dpo": {}}
+        return raw
+
     @property
     def sweep_dir(self) -> Path:
         return (self.output_dir or Path("sweeps") / self.name).resolve()
@@ -335,6 +370,7 @@ class SweepSpec(StrictModel):
             *_schedule_problems(self),
             *_search_problems(self),
             *_cost_problems(self),
+            *_task_problems(self),
         ]
         if problems:
             raise ValueError(" | ".join(problems))
@@ -347,6 +383,28 @@ def _metric_problems(spec: SweepSpec) -> list[str]:
         return [
             f"search.metric: {spec.search.metric!r} is not reported by task {spec.task!r}; "
             f"valid: {', '.join(metrics)}"
+        ]
+    goal = metrics[spec.search.metric]
+    if spec.search.goal != goal:
+        better = "lower" if goal == "minimize" else "higher"
+        return [
+            f"search.goal: {spec.search.metric} is better when {better}, got {spec.search.goal!r}; "
+            f"set search.goal: {goal}"
+        ]
+    return []
+
+
+def _task_problems(spec: SweepSpec) -> list[str]:
+    if spec.task != "dpo":
+        given = ["dpo"] if spec.dpo is not None else []
+        given += [f"search.parameters.{p}" for p in spec.search.parameters if p.split(".")[0] == "dpo"]
+        return [
+            f"{key}: only task dpo reads dpo.*, got task {spec.task!r}; set task: dpo or remove it" for key in given
+        ]
+    if spec.dpo.max_prompt_length >= spec.data.max_length:
+        return [
+            f"dpo.max_prompt_length: must be < data.max_length ({spec.data.max_length}), "
+            f"got {spec.dpo.max_prompt_length}; lower it or raise data.max_length"
         ]
     return []
 
@@ -377,6 +435,8 @@ def _search_problems(spec: SweepSpec) -> list[str]:
     problems = []
     for path, dist in spec.search.parameters.items():
         key = f"search.parameters.{path}"
+        if spec.dpo is None and path.split(".")[0] == "dpo":
+            continue  # _task_problems says why
         if not _path_exists(spec, path):
             problems.append(f"{key}: no such config field; {_suggest_path(path)}")
             continue
@@ -411,7 +471,12 @@ def _search_problems(spec: SweepSpec) -> list[str]:
 
 
 # Config sections whose fields `search.parameters` may name by dotted path.
-SEARCHABLE_SECTIONS: dict[str, type[BaseModel]] = {"training": TrainingSpec, "lora": LoraSpec, "chaos": ChaosSpec}
+SEARCHABLE_SECTIONS: dict[str, type[BaseModel]] = {
+    "training": TrainingSpec,
+    "lora": LoraSpec,
+    "dpo": DpoSpec,
+    "chaos": ChaosSpec,
+}
 
 
 def grid_size(spec: SweepSpec) -> int:
@@ -437,12 +502,20 @@ def _path_exists(spec: SweepSpec, path: str) -> bool:
     return not isinstance(node, BaseModel)
 
 
+def section_model(annotation: Any) -> type[BaseModel] | None:
+    """The schema class of a config section, also of an optional one (`DpoSpec | None`)."""
+    for candidate in (annotation, *typing.get_args(annotation)):
+        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
+            return candidate
+    return None
+
+
 def _all_leaf_paths(model: type[BaseModel], prefix: str = "") -> list[str]:
     paths = []
     for name, field in model.model_fields.items():
-        annotation = field.annotation
-        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            paths += _all_leaf_paths(annotation, f"{prefix}{name}.")
+        section = section_model(field.annotation)
+        if section:
+            paths += _all_leaf_paths(section, f"{prefix}{name}.")
         else:
             paths.append(f"{prefix}{name}")
     return paths
@@ -587,9 +660,9 @@ def _nearest_key(loc: list[str]) -> str:
         if part in ("parameters",) and model is SearchSpec:
             return "valid keys: distribution, low, high, step, log, values"
         field = model.model_fields.get(part) if isinstance(model, type) else None
-        annotation = field.annotation if field else None
-        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            model = annotation
+        section = section_model(field.annotation) if field else None
+        if section:
+            model = section
         else:
             return "valid keys: distribution, low, high, step, log, values"
     valid = list(model.model_fields)

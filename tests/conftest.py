@@ -49,3 +49,33 @@ def sweep_yaml(tmp_path):
         return write_yaml(tmp_path / f"{name}.yaml", raw)
 
     return make
+
+
+PREFERENCE_TRAIN = REPO / "data" / "preference" / "train.jsonl"
+PREFERENCE_EVAL = REPO / "data" / "preference" / "eval.jsonl"
+
+
+def small_dpo_sweep(name: str, **sections) -> dict:
+    """A small DPO sweep over beta and learning rate on the shipped preference data."""
+    raw = small_sweep(
+        name,
+        task="dpo",
+        data={"train": str(PREFERENCE_TRAIN), "eval": str(PREFERENCE_EVAL), "max_length": 96},
+        dpo={"beta": 0.1, "max_prompt_length": 64},
+        lora={"dropout": 0.0},
+        search={
+            "metric": "eval_rewards_accuracy",
+            "goal": "maximize",
+            "num_trials": 4,
+            "parameters": {
+                "dpo.beta": {"distribution": "log_uniform", "low": 0.05, "high": 0.5},
+                "training.learning_rate": {"distribution": "log_uniform", "low": 1e-4, "high": 1e-2},
+            },
+        },
+    )
+    for key, value in sections.items():
+        if isinstance(value, dict) and isinstance(raw.get(key), dict):
+            raw[key] = {**raw[key], **value}
+        else:
+            raw[key] = value
+    return raw

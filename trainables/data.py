@@ -28,6 +28,18 @@ class TokenizedSplit:
         return sum(sum(1 for t in row if t != IGNORE_INDEX) for row in self.labels)
 
 
+@dataclass(frozen=True)
+class PreferenceSplit:
+    """Preference pairs: row i of `chosen` and row i of `rejected` share their prompt;
+    labels are IGNORE_INDEX on the prompt, so only the two answers are scored."""
+
+    chosen: TokenizedSplit
+    rejected: TokenizedSplit
+
+    def __len__(self) -> int:
+        return len(self.chosen)
+
+
 def read_jsonl(path: Path, key: str) -> list[tuple[int, dict]]:
     """(line number, record) for every non-blank line; errors name the YAML key, file and line."""
     try:
@@ -107,3 +119,83 @@ def tokenize_sft(path: Path, tokenizer, max_length: int, key: str) -> TokenizedS
     if not input_ids:
         raise UserError(f"{key}: no example of {path} keeps a target token within data.max_length={max_length}")
     return TokenizedSplit(input_ids, labels)
+
+
+def preference_example(
+    record: dict, tokenizer, max_length: int, max_prompt_length: int, where: str
+) -> tuple[list[int], list[int], list[int]]:
+    """Prompt, chosen and rejected token ids of one preference pair (EOS ends each answer).
+
+    Plain strings are concatenated as prompt + answer (put any "Q:/A:" framing in the
+    prompt); chat messages are rendered with the tokenizer's chat template, the prompt with
+    the assistant header. The prompt keeps its last `max_prompt_length` tokens; answers
+    are cut so that prompt + answer fits `max_length`."""
+    missing = [key for key in ("prompt", "chosen", "rejected") if key not in record]
+    if missing:
+        raise UserError(
+            f"{where}: missing {', '.join(repr(k) for k in missing)}; a preference line needs "
+            f"'prompt', 'chosen' and 'rejected', got keys {sorted(record)}"
+        )
+    prompt, chosen, rejected = record["prompt"], record["chosen"], record["rejected"]
+    if all(isinstance(part, str) for part in (prompt, chosen, rejected)):
+        prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        answers = [
+            tokenizer(answer, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+            for answer in (chosen, rejected)
+        ]
+    elif all(_is_messages(part) for part in (prompt, chosen, rejected)):
+        prompt_ids, answers = _chat_preference(prompt, [chosen, rejected], tokenizer)
+    else:
+        raise UserError(
+            f"{where}: 'prompt', 'chosen' and 'rejected' must all be strings or all lists of "
+            "{'role', 'content'} messages"
+        )
+    prompt_ids = prompt_ids[-max_prompt_length:]
+    room = max_length - len(prompt_ids)
+    return prompt_ids, answers[0][:room], answers[1][:room]
+
+
+def _is_messages(value) -> bool:
+    return isinstance(value, list) and bool(value) and all(
+        isinstance(m, dict) and "role" in m and "content" in m for m in value
+    )
+
+
+def _chat_preference(prompt: list[dict], answers: list[list[dict]], tokenizer) -> tuple[list[int], list[list[int]]]:
+    """As trl renders conversational pairs: the answer is what the rendered conversation
+    adds after the rendered prompt (with its assistant header)."""
+
+    def render(turns, add_generation_prompt=False) -> list[int]:
+        text = tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=add_generation_prompt)
+        return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    prompt_ids = render(prompt, add_generation_prompt=True)
+    full = [render(prompt + answer) for answer in answers]
+    shared = min(_common_prefix(prompt_ids, ids) for ids in full)
+    return prompt_ids[:shared], [ids[shared:] for ids in full]
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    length = 0
+    while length < min(len(a), len(b)) and a[length] == b[length]:
+        length += 1
+    return length
+
+
+def tokenize_preference(path: Path, tokenizer, max_length: int, max_prompt_length: int, key: str) -> PreferenceSplit:
+    chosen, rejected = TokenizedSplit([], []), TokenizedSplit([], [])
+    for number, record in read_jsonl(path, key):
+        where = f"{key}: {path} line {number}"
+        prompt, chosen_ids, rejected_ids = preference_example(record, tokenizer, max_length, max_prompt_length, where)
+        for split, answer in ((chosen, chosen_ids), (rejected, rejected_ids)):
+            split.input_ids.append(prompt + answer)
+            split.labels.append([IGNORE_INDEX] * len(prompt) + answer)
+    return PreferenceSplit(chosen, rejected)
+
+
+def tokenize_split(spec, split: str, tokenizer) -> TokenizedSplit | PreferenceSplit:
+    """data.<split> tokenized for the spec's task: SFT examples or DPO preference pairs."""
+    path, key = getattr(spec.data, split), f"data.{split}"
+    if spec.task == "dpo":
+        return tokenize_preference(path, tokenizer, spec.data.max_length, spec.dpo.max_prompt_length, key)
+    return tokenize_sft(path, tokenizer, spec.data.max_length, key)

@@ -16,7 +16,7 @@ def make_task(rng: random.Random) -> tuple[str, str, str]:
     kind = rng.choice(["reverse", "upper", "add", "repeat", "first"])
     word = random_word(rng)
     if kind == "reverse":
-        wrong = word if len(set(word)) > 1 else word + word[0]
+        wrong = word if word != word[::-1] else word + word[-1]  # a palindrome is its own reverse
         return f"Reverse: {word}", word[::-1], wrong
     if kind == "upper":
         return f"Uppercase: {word}", word.upper(), word
@@ -25,4 +25,4 @@ def make_task(rng: random.Random) -> tuple[str, str, str]:
         return f"Add: {a}+{b}", str(a + b), str(a + b + rng.choice([-2, -1, 1, 2]))
     if kind == "repeat":
         return f"Repeat twice: {word}", f"{word} {word}", word
-    return f"First letter: {word}", word[0], word[-1] if word[-1] != word[0] else "z"
+    return f"First letter: {word}", word[0], word[-1] if word[-1] != word[0] else ("z" if word[0] != "z" else "y")

@@ -56,3 +56,100 @@ def test_empty_file_and_wrong_fields(tmp_path, tokenizer):
     wrong.write_text(json.dumps({"text": "a"}) + "\n")
     with pytest.raises(UserError, match=r"^data.train: .*w.jsonl line 1: expected 'messages' or 'prompt' and 'completion'"):
         tokenize_sft(wrong, tokenizer, 64, "data.train")
+
+
+# ---------------------------------------------------------------- preference pairs (task dpo)
+
+from sweeper.spec import validate_spec  # noqa: E402
+from trainables.data import PreferenceSplit, TokenizedSplit, preference_example, tokenize_split  # noqa: E402
+from tests.conftest import REPO, small_dpo_sweep, small_sweep  # noqa: E402
+
+CHAT_PAIR = {
+    "prompt": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Uppercase: ab"}],
+    "chosen": [{"role": "assistant", "content": "AB"}],
+    "rejected": [{"role": "assistant", "content": "ab"}],
+}
+
+
+def test_chat_pair_scores_only_the_answers(tokenizer):
+    prompt, chosen, rejected = preference_example(CHAT_PAIR, tokenizer, 256, 128, "x")
+    assert tokenizer.decode(prompt) == "<|system|>Be brief.<|end|><|user|>Uppercase: ab<|end|><|assistant|>"
+    assert tokenizer.decode(chosen) == "AB<|end|>"
+    assert tokenizer.decode(rejected) == "ab<|end|>"
+    full = tokenizer.apply_chat_template(CHAT_PAIR["prompt"] + CHAT_PAIR["chosen"], tokenize=False)
+    assert tokenizer.decode(prompt + chosen) == full
+
+
+def test_plain_string_pair_gets_eos(tokenizer):
+    prompt, chosen, rejected = preference_example(
+        {"prompt": "Q: Add: 1+2\nA: ", "chosen": "3", "rejected": "4"}, tokenizer, 64, 32, "x"
+    )
+    assert tokenizer.decode(prompt) == "Q: Add: 1+2\nA: "
+    assert (tokenizer.decode(chosen), tokenizer.decode(rejected)) == ("3<|end|>", "4<|end|>")
+
+
+def test_long_prompt_keeps_its_end_and_answers_fit(tokenizer):
+    record = {"prompt": "x" * 50 + "END", "chosen": "y" * 40, "rejected": "z"}
+    prompt, chosen, rejected = preference_example(record, tokenizer, 32, 10, "x")
+    assert len(prompt) == 10 and tokenizer.decode(prompt).endswith("END")
+    assert len(prompt) + len(chosen) == 32
+    assert tokenizer.decode(rejected) == "z<|end|>"
+
+
+def test_preference_split_masks_the_prompt(tmp_path, tokenizer):
+    path = tmp_path / "p.jsonl"
+    path.write_text(json.dumps(CHAT_PAIR) + "\n" + json.dumps({"prompt": "p", "chosen": "c", "rejected": "r"}) + "\n")
+    spec = validate_spec(small_dpo_sweep("x", data={"train": str(path), "eval": str(path)}), base_dir=REPO)
+    split = tokenize_split(spec, "train", tokenizer)
+    assert isinstance(split, PreferenceSplit) and len(split) == 2
+    for side, answer in ((split.chosen, "AB<|end|>"), (split.rejected, "ab<|end|>")):
+        assert targets(tokenizer, side.input_ids[0], side.labels[0]) == answer
+    assert split.chosen.input_ids[1] == tokenizer("pc")["input_ids"] + [tokenizer.eos_token_id]
+    assert targets(tokenizer, split.rejected.input_ids[1], split.rejected.labels[1]) == "r<|end|>"
+
+
+def test_tokenize_split_follows_the_task(tokenizer):
+    sft = validate_spec(small_sweep("x"), base_dir=REPO)
+    assert isinstance(tokenize_split(sft, "eval", tokenizer), TokenizedSplit)
+    dpo = validate_spec(small_dpo_sweep("x"), base_dir=REPO)
+    pairs = tokenize_split(dpo, "eval", tokenizer)
+    assert isinstance(pairs, PreferenceSplit) and len(pairs) == 200
+
+
+CORRECT = {
+    "Reverse": lambda word: word[::-1],
+    "Uppercase": str.upper,
+    "Add": lambda terms: str(sum(int(n) for n in terms.split("+"))),
+    "Repeat twice": lambda word: f"{word} {word}",
+    "First letter": lambda word: word[0],
+}
+
+
+@pytest.mark.parametrize("split", ["train", "eval"])
+def test_shipped_pairs_are_correct_answer_against_near_miss(split):
+    records = [record for _, record in read_jsonl(REPO / "data" / "preference" / f"{split}.jsonl", "data.train")]
+    for record in records:
+        kind, argument = record["prompt"][-1]["content"].split(": ", 1)
+        (chosen,), (rejected,) = record["chosen"], record["rejected"]
+        assert chosen["role"] == rejected["role"] == "assistant"
+        assert chosen["content"] == CORRECT[kind](argument) != rejected["content"], record
+
+
+@pytest.mark.parametrize(
+    "record, message",
+    [
+        ({"prompt": "p", "chosen": "c"}, r"line 2: missing 'rejected'; a preference line needs 'prompt', 'chosen'"),
+        ({"prompt": "p", "rejected": "r"}, r"line 2: missing 'chosen'"),
+        ({"messages": []}, r"line 2: missing 'prompt', 'chosen', 'rejected'"),
+        (
+            {"prompt": "p", "chosen": [{"role": "assistant", "content": "c"}], "rejected": "r"},
+            r"line 2: 'prompt', 'chosen' and 'rejected' must all be strings or all lists",
+        ),
+    ],
+)
+def test_bad_preference_line_names_key_file_and_line(tmp_path, tokenizer, record, message):
+    path = tmp_path / "prefs.jsonl"
+    path.write_text(json.dumps({"prompt": "p", "chosen": "c", "rejected": "r"}) + "\n" + json.dumps(record) + "\n")
+    spec = validate_spec(small_dpo_sweep("x", data={"train": str(path)}), base_dir=REPO)
+    with pytest.raises(UserError, match=r"^data.train: .*prefs.jsonl " + message):
+        tokenize_split(spec, "train", tokenizer)

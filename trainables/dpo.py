@@ -1,0 +1,229 @@
+"""LoRA direct preference optimization (DPO): one trial's training loop, top to bottom.
+
+Set up model, data, optimizer; then step, and at every `training.eval_every` steps
+evaluate on the eval split and report eval loss, the rewards of chosen and rejected
+answers, their margin and the reward accuracy, with an adapter checkpoint.
+
+The reference model is the same base with its adapters disabled (peft's
+`disable_adapter()`), so no second copy of the weights is held. A model given as an SFT
+adapter directory is merged into its base first (trainables/models.py), and that merged
+model is both the start of the policy and the reference.
+
+The loss is trl's (DPOTrainer, trl 1.16) for the variants in `dpo.loss_type`, written out
+in `dpo_loss` because trl keeps it inside its trainer; tests/integration/test_dpo.py
+checks loss and rewards against trl's DPOTrainer on the same pairs. Our own loop, not
+trl's trainer, so that a DPO trial reads and steps like an SFT trial: same optimizer,
+schedule, data order, reports and checkpoints, and the data tokenized once on the driver.
+trl is not imported here: it pulls in the whole HF Trainer stack, seconds of every
+trial's setup.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from trainables.common import (
+    Reporter,
+    Throughput,
+    autocast,
+    check_finite,
+    current_workers,
+    endless_batches,
+    inject_fault,
+    make_optimizer,
+    make_schedule,
+    pad_batch,
+    report_with_adapter,
+    restore_training_state,
+    seed_everything,
+    shard_batches,
+    sum_across_workers,
+    unwrap,
+)
+from trainables.data import IGNORE_INDEX, PreferenceSplit
+from trainables.models import add_lora, load_base_model
+
+
+def train(
+    spec,
+    data: dict[str, PreferenceSplit],
+    model_source: str,
+    report: Reporter,
+    started_at: float,
+    resume_from: str | None = None,
+) -> None:
+    """DPO-train fresh LoRA adapters on `model_source` as `spec` says, calling `report` at
+    each evaluation. Arguments as in trainables/sft.py::train; `data` holds preference pairs."""
+    training, dpo = spec.training, spec.dpo
+    workers = current_workers()
+    seed_everything(training.seed)
+
+    # Model: base weights frozen, fresh adapters (seeded), DDP across workers. With the
+    # adapters disabled the same module is the reference.
+    model = add_lora(load_base_model(model_source, training.precision), spec.lora).to(workers.device)
+    if workers.world_size > 1:
+        model = torch.nn.parallel.DistributedDataParallel(model)
+    pad_id = _pad_id(model)
+
+    # The reference never changes, so the eval pairs are scored under it once, here
+    # (before any adapter weights are restored: disabled adapters are the reference anyway).
+    train_split, eval_split = data["train"], data["eval"]
+    eval_reference = reference_logps(model, eval_split, training, workers, pad_id)
+
+    # Optimizer and schedule; fp16 needs a loss scaler, bf16 and fp32 do not.
+    optimizer = make_optimizer(model, training)
+    schedule = make_schedule(optimizer, training)
+    scaler = torch.amp.GradScaler(enabled=training.precision == "fp16")
+    done_steps = restore_training_state(resume_from, model, optimizer, schedule) if resume_from else 0
+
+    # Data: this worker's shard of the train pairs, reshuffled each epoch by seed.
+    micro_batches = training.gradient_accumulation_steps
+    batches = endless_batches(
+        len(train_split), training.per_device_batch_size, workers, training.seed, skip=done_steps * micro_batches
+    )
+
+    setup_seconds = None
+    throughput = Throughput()
+    losses_since_report: list[float] = []
+    for step in range(done_steps + 1, training.max_steps + 1):
+        model.train()
+        throughput.start()
+        step_tokens = 0
+        step_loss = 0.0
+        fault = inject_fault(spec.chaos, step)
+        for _ in range(micro_batches):
+            indices = next(batches)
+            input_ids, labels = pair_batch(train_split, indices, pad_id, workers)
+            with autocast(workers, training.precision):
+                with torch.no_grad(), unwrap(model).disable_adapter():
+                    reference = sequence_logps(unwrap(model), input_ids, labels, pad_id)
+                policy = sequence_logps(model, input_ids, labels, pad_id)
+                loss = dpo_loss(policy, reference, _answer_lengths(labels), dpo).losses.mean() * fault
+            check_finite(loss, step)
+            scaler.scale(loss / micro_batches).backward()
+            step_loss += loss.item() / micro_batches
+            step_tokens += int((input_ids != pad_id).sum())
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), training.max_grad_norm)
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+        learning_rate = schedule.get_last_lr()[0]
+        schedule.step()
+        throughput.stop(step_tokens)
+        losses_since_report.append(step_loss)
+        if setup_seconds is None:
+            setup_seconds = time.time() - started_at
+
+        if step % training.eval_every == 0 or step == training.max_steps:
+            eval_metrics = evaluate(model, eval_split, eval_reference, spec, workers, pad_id)
+            tokens, seconds = throughput.take()
+            train_loss_sum, count, tokens, seconds = sum_across_workers(
+                sum(losses_since_report), len(losses_since_report), tokens, seconds
+            )
+            losses_since_report = []
+            metrics = {
+                "step": step,
+                **eval_metrics,
+                "train_loss": train_loss_sum / count,
+                "learning_rate": learning_rate,
+                # seconds are summed over workers that ran in parallel: divide by world size
+                "tokens_per_second": tokens / (seconds / workers.world_size),
+                "train_tokens": tokens,
+                "setup_seconds": setup_seconds,
+            }
+            report_with_adapter(report, metrics, model, workers, optimizer, schedule)
+
+
+def pair_batch(split: PreferenceSplit, indices: list[int], pad_id: int, workers) -> tuple[torch.Tensor, torch.Tensor]:
+    """One padded batch: the chosen answers of `indices`, then their rejected answers."""
+    rows = [split.chosen.input_ids[i] for i in indices] + [split.rejected.input_ids[i] for i in indices]
+    targets = [split.chosen.labels[i] for i in indices] + [split.rejected.labels[i] for i in indices]
+    return pad_batch(rows, pad_id).to(workers.device), pad_batch(targets, IGNORE_INDEX).to(workers.device)
+
+
+def sequence_logps(model, input_ids: torch.Tensor, labels: torch.Tensor, pad_id: int) -> torch.Tensor:
+    """Sum of the log-probabilities of each row's answer tokens (labels != IGNORE_INDEX)."""
+    logits = model(input_ids=input_ids, attention_mask=input_ids != pad_id).logits[:, :-1].float()
+    targets = labels[:, 1:]
+    mask = targets != IGNORE_INDEX
+    picked = logits.gather(-1, targets.masked_fill(~mask, 0).unsqueeze(-1)).squeeze(-1)
+    return ((picked - logits.logsumexp(dim=-1)) * mask).sum(dim=1)
+
+
+def _answer_lengths(labels: torch.Tensor) -> torch.Tensor:
+    return (labels[:, 1:] != IGNORE_INDEX).sum(dim=1).clamp(min=1)
+
+
+@dataclass
+class PairScores:
+    losses: torch.Tensor  # per pair
+    chosen_rewards: torch.Tensor  # beta x (policy - reference) log-ratio of the chosen answer
+    rejected_rewards: torch.Tensor
+
+
+def dpo_loss(policy: torch.Tensor, reference: torch.Tensor, lengths: torch.Tensor, dpo) -> PairScores:
+    """trl's DPO loss per pair. `policy`, `reference` and `lengths` hold the chosen rows
+    then the rejected rows (as `pair_batch` lays them out)."""
+    chosen_ratio, rejected_ratio = (policy - reference).chunk(2)
+    beta = dpo.beta
+    if dpo.loss_type == "sigmoid":
+        losses = -F.logsigmoid(beta * (chosen_ratio - rejected_ratio))
+    elif dpo.loss_type == "hinge":
+        losses = torch.relu(1 - beta * (chosen_ratio - rejected_ratio))
+    else:  # ipo: log-ratios averaged per answer token, regressed to 1 / (2 beta)
+        chosen_length, rejected_length = lengths.chunk(2)
+        losses = (chosen_ratio / chosen_length - rejected_ratio / rejected_length - 1 / (2 * beta)) ** 2
+    return PairScores(losses, beta * chosen_ratio.detach(), beta * rejected_ratio.detach())
+
+
+@torch.no_grad()
+def reference_logps(model, split: PreferenceSplit, training, workers, pad_id: int) -> list[torch.Tensor]:
+    """Reference log-probabilities of this worker's eval batches (adapters disabled)."""
+    model.eval()
+    scores = []
+    with unwrap(model).disable_adapter():
+        for indices in shard_batches(len(split), training.per_device_batch_size, workers):
+            input_ids, labels = pair_batch(split, indices, pad_id, workers)
+            with autocast(workers, training.precision):
+                scores.append(sequence_logps(unwrap(model), input_ids, labels, pad_id))
+    return scores
+
+
+@torch.no_grad()
+def evaluate(model, split: PreferenceSplit, reference: list[torch.Tensor], spec, workers, pad_id: int) -> dict:
+    """Mean DPO loss and rewards over the whole eval split (all workers together).
+    Reward accuracy is the share of pairs whose chosen reward is strictly higher, as trl
+    counts it: before any training policy equals reference, every reward is 0 and it is 0."""
+    model.eval()
+    loss_sum = chosen_sum = rejected_sum = correct = count = 0.0
+    batches = shard_batches(len(split), spec.training.per_device_batch_size, workers)
+    for indices, reference_scores in zip(batches, reference, strict=True):
+        input_ids, labels = pair_batch(split, indices, pad_id, workers)
+        with autocast(workers, spec.training.precision):
+            policy = sequence_logps(model, input_ids, labels, pad_id)
+        scores = dpo_loss(policy, reference_scores, _answer_lengths(labels), spec.dpo)
+        loss_sum += scores.losses.sum().item()
+        chosen_sum += scores.chosen_rewards.sum().item()
+        rejected_sum += scores.rejected_rewards.sum().item()
+        correct += (scores.chosen_rewards > scores.rejected_rewards).sum().item()
+        count += len(indices)
+    loss_sum, chosen_sum, rejected_sum, correct, count = sum_across_workers(
+        loss_sum, chosen_sum, rejected_sum, correct, count
+    )
+    return {
+        "eval_loss": loss_sum / count,
+        "eval_rewards_chosen": chosen_sum / count,
+        "eval_rewards_rejected": rejected_sum / count,
+        "eval_rewards_margin": (chosen_sum - rejected_sum) / count,
+        "eval_rewards_accuracy": correct / count,
+    }
+
+
+def _pad_id(model) -> int:
+    config = unwrap(model).config
+    return config.pad_token_id if config.pad_token_id is not None else config.eos_token_id
