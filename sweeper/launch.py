@@ -16,7 +16,7 @@ from sweeper.cost import SweepCost
 from sweeper.errors import UserError
 from sweeper.plan import ClusterResources, SweepPlan, make_plan
 from sweeper.progress import AdapterJanitor, BookKeeper, SweepBook
-from sweeper.spec import SweepSpec, spec_to_yaml, with_overrides
+from sweeper.spec import SweepSpec, spec_to_yaml
 from trainables.models import DEFAULT_CACHE_ROOT
 
 
@@ -48,6 +48,23 @@ def prepare_sweep_dir(spec: SweepSpec, overwrite: bool) -> Path:
     return sweep_dir
 
 
+# Ray Train and Tune settings for sweeps of many short trials. Ray reads them from the
+# environment of the trial and Train controller processes, so they are given to every
+# process of the sweep's Ray job (a job-level runtime_env, also when joining a cluster).
+TRIAL_SETTINGS = {
+    # The Train controller polls its workers this often: a report reaches Tune and ASHA,
+    # and a finished run is noticed, at most this late (Ray's default: 2 s, which let a
+    # pruned trial train on for seconds and left every finished trial's CPUs idle).
+    "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.1",
+    # A watcher actor per trial for node preemption: a process per trial. A preempted
+    # node's workers die, which Train's retry (search.max_failures) already handles.
+    "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
+    # How long Tune waits for a stopped trial's thread before reusing its actor; the
+    # trial aborts its Train run first (sweeper/trial.py), which takes about a second.
+    "TUNE_FUNCTION_THREAD_TIMEOUT_S": "20",
+}
+
+
 def start_ray(address: str | None):
     """Join `address` (or RAY_ADDRESS), else start a local cluster with its dashboard.
     The dashboard stays on: besides monitoring, Ray Train's placement-group cleanup
@@ -63,6 +80,7 @@ def start_ray(address: str | None):
         log_to_driver=False,
         logging_level="WARNING",
         configure_logging=True,
+        runtime_env={"env_vars": TRIAL_SETTINGS},
     )
     url = context.dashboard_url
     return context, (f"http://{url}" if url and not url.startswith("http") else url)
@@ -79,47 +97,6 @@ def prepare_data(spec: SweepSpec, cache_root: Path):
     tokenizer = load_tokenizer(adapter_base(source) or source)
     data = {split: tokenize_split(spec, split, tokenizer) for split in ("train", "eval")}
     return data, tokenizer
-
-
-def run_trial(config: dict, spec_json: dict, data: dict, cache_root: str, trials_dir: str) -> None:
-    """One Tune trial: fit a TorchTrainer on this trial's config. Its workers' reports
-    reach Tune (and ASHA) through TuneReportCallback. Checkpoints go to `trials_dir`, an
-    absolute path from the driver: the trial runs in Tune's working directory, where a
-    relative sweep folder would resolve somewhere else (Ray's session folder)."""
-    from ray import tune
-    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
-    from ray.train.torch import TorchTrainer
-    from ray.tune.integration.ray_train import TuneReportCallback
-
-    from trainables.worker import train_loop_per_worker
-
-    started_at = time.time()
-    spec = with_overrides(SweepSpec.model_validate(spec_json, context={"check_files": False}), config)
-    resources = spec.resources
-    per_worker = {"CPU": resources.cpus_per_worker}
-    if resources.gpus_per_worker:
-        per_worker["GPU"] = resources.gpus_per_worker
-    trainer = TorchTrainer(
-        train_loop_per_worker=train_loop_per_worker,
-        train_loop_config={
-            "spec": spec.model_dump(mode="json"),
-            "data": data,
-            "cache_root": cache_root,
-            "started_at": started_at,
-        },
-        scaling_config=ScalingConfig(
-            num_workers=resources.workers_per_trial, use_gpu=resources.use_gpu, resources_per_worker=per_worker
-        ),
-        run_config=RunConfig(
-            name=tune.get_context().get_trial_id(),
-            storage_path=trials_dir,
-            callbacks=[TuneReportCallback()],
-            checkpoint_config=CheckpointConfig(num_to_keep=1),
-            # Ray Train restarts the worker group from the latest checkpoint.
-            failure_config=FailureConfig(max_failures=spec.search.max_failures),
-        ),
-    )
-    trainer.fit()
 
 
 def run_sweep(
@@ -156,6 +133,9 @@ def run_sweep(
                 scheduler=make_scheduler(spec),
                 num_samples=spec.search.num_trials,
                 max_concurrent_trials=session.plan.concurrent_trials,
+                # A trial's actor runs the next trial (run_trial aborts its Train run
+                # when Tune stops it), instead of a new process importing torch per trial.
+                reuse_actors=True,
             ),
             run_config=tune.RunConfig(name="tune", storage_path=str(sweep_dir), callbacks=callbacks, verbose=0),
         )
@@ -231,6 +211,7 @@ def _drive(spec, session: _Session, book: SweepBook, tracker, make_tuner, consol
     from ray import tune
 
     from sweeper.console import LiveTable
+    from sweeper.trial import run_trial
 
     sweep_dir = spec.sweep_dir
     console.print(

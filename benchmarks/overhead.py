@@ -1,0 +1,87 @@
+"""Benchmark 1, per-trial overhead: a sweep of N trials of K steps on the built-in model
+(no early stopping, so every trial trains K steps), run through `sweeper.launch.run_sweep`.
+
+Figures: per-trial setup (trial start to first optimizer step, as each trial reports it:
+median and p90) and the sweep's wall time against its minimum, where the minimum is
+trained steps x step time / concurrent trials + one trial's setup, and the step time is
+the same loop's in one plain process (evaluations and checkpoints included).
+
+    flock /tmp/sweeper-ray.lock python -m benchmarks.overhead --trials 8 --steps 30
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+
+from rich.console import Console
+
+from benchmarks.common import bench_spec, percentile, plain_run, print_figures, save_json
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=8, help="N: trials in the sweep")
+    parser.add_argument("--steps", type=int, default=30, help="K: optimizer steps per trial")
+    parser.add_argument("--eval-every", type=int, default=10)
+    parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    args = parser.parse_args()
+
+    spec = bench_spec(
+        "bench-overhead",
+        training={"max_steps": args.steps, "eval_every": args.eval_every},
+        search={"num_trials": args.trials},
+        early_stopping={"scheduler": "none"},
+    )
+    plain = plain_run(spec)  # before Ray starts: the step time on a quiet machine
+
+    from sweeper.launch import run_sweep
+
+    started = time.time()
+    run = run_sweep(spec, console=Console(quiet=True))
+    wall = time.time() - started
+    trials = list(run.book.trials.values())
+    setups = [t.setup_seconds for t in trials if t.setup_seconds is not None]
+    steps = sum(t.step for t in trials)
+    slots = run.plan.concurrent_trials
+    median_setup = statistics.median(setups)
+    minimum = steps * plain.seconds_per_step / slots + median_setup
+    before_tune = run.book.started_at - started
+
+    figures = {
+        "trials": len(trials),
+        "completed": run.book.count("completed"),
+        "concurrent_trials": slots,
+        "steps_trained": steps,
+        "plain_seconds_per_step": plain.seconds_per_step,
+        "setup_median_s": median_setup,
+        "setup_p90_s": percentile(setups, 90),
+        "setup_max_s": max(setups),
+        "ray_start_and_data_s": before_tune,
+        "wall_s": wall,
+        "minimum_s": minimum,
+        "wall_over_minimum": wall / minimum,
+        "trial_wall_median_s": statistics.median(t.wall_seconds for t in trials),
+    }
+    print_figures(
+        f"overhead: {len(trials)} trials x {args.steps} steps, {slots} at a time "
+        f"({figures['completed']} completed)",
+        [
+            ("setup per trial, median", f"{median_setup:.1f} s", "trial start -> first optimizer step; target <= 5 s"),
+            ("setup per trial, p90", f"{figures['setup_p90_s']:.1f} s", f"max {figures['setup_max_s']:.1f} s"),
+            ("trial wall, median", f"{figures['trial_wall_median_s']:.1f} s", "driver: trial start -> trial end"),
+            ("step time, plain process", f"{plain.seconds_per_step * 1000:.0f} ms", "sft.train without Ray, evals included"),
+            ("steps trained", f"{steps}", "sum over trials"),
+            ("sweep minimum", f"{minimum:.1f} s", "steps x step time / slots + median setup"),
+            ("Ray start + data", f"{before_tune:.1f} s", "run_sweep start -> first trial scheduled"),
+            ("sweep wall", f"{wall:.1f} s", "run_sweep, as `sweep start` runs it"),
+            ("wall / minimum", f"{wall / minimum:.2f}x", "target <= 1.15x"),
+        ],
+    )
+    save_json(args.json, figures)
+
+
+if __name__ == "__main__":
+    main()
