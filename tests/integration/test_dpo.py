@@ -2,7 +2,6 @@
 SFT adapter, and a DPO sweep over beta and learning rate on a real Ray cluster learns
 (eval reward accuracy above chance and above its value before training)."""
 
-import json
 import re
 import shutil
 import tempfile
@@ -13,7 +12,7 @@ import torch
 
 from sweeper.spec import validate_spec, with_overrides
 from tests.conftest import REPO, small_dpo_sweep, small_sweep, write_yaml
-from tests.integration.test_sweep import sweep
+from tests.integration.conftest import run_cli
 from trainables import dpo, sft
 from trainables.common import current_workers, shard_batches
 from trainables.data import PreferenceSplit, TokenizedSplit, read_jsonl, tokenize_split
@@ -142,10 +141,14 @@ def test_dpo_starts_from_an_sft_adapter(tiny, tmp_path):
 
 def test_dpo_sweep_over_beta_and_learning_rate(tmp_path, tiny):
     """A DPO sweep through the CLI on a real local Ray cluster: ASHA on eval reward
-    accuracy, every trial reports the DPO metrics, and the best trial learned."""
+    accuracy, the DPO metrics of every evaluation in the trials' MLflow child runs, and
+    the best trial learned (reward accuracy above chance and above its value before
+    training)."""
+    from mlflow.tracking import MlflowClient
+
     raw = small_dpo_sweep("dpo", output_dir=str(tmp_path / "sweeps" / "dpo"))
     path = write_yaml(tmp_path / "dpo.yaml", raw)
-    result = sweep("start", str(path), cwd=tmp_path, timeout=600)
+    result = run_cli("start", str(path), cwd=tmp_path, timeout=600)
     out = result.stdout
     assert result.returncode == 0, out + result.stderr
     assert "4 trials, 2 at a time" in out
@@ -160,13 +163,21 @@ def test_dpo_sweep_over_beta_and_learning_rate(tmp_path, tiny):
     print(f"{best_line}; accuracy before training: {before}")
     assert best > 0.5 and best > before, (best, before, best_line)
 
-    # Every evaluation of every trial carried the DPO metrics to Tune.
-    results = [
-        json.loads(line)
-        for result_file in (tmp_path / "sweeps" / "dpo" / "tune").glob("*/result.json")
-        for line in result_file.read_text().splitlines()
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("sweeper")
+    children = [
+        run for run in client.search_runs([experiment.experiment_id]) if run.data.tags["sweeper.kind"] == "trial"
     ]
-    assert len({r["trial_id"] for r in results}) == 4
-    assert all(all(key in r for key in DPO_KEYS) for r in results)
-    best_result = max(results, key=lambda r: (r["step"] == spec.training.max_steps, r["eval_rewards_accuracy"]))
-    assert best_result["eval_rewards_margin"] > 0
+    assert len(children) == 4
+    for child in children:
+        steps = [p.step for p in client.get_metric_history(child.info.run_id, "eval_rewards_accuracy")]
+        assert steps and steps == list(range(10, steps[-1] + 1, 10))
+        for key in DPO_KEYS:
+            assert len(client.get_metric_history(child.info.run_id, key)) == len(steps), key
+        assert "dpo.beta" in child.data.params
+    best_child = max(
+        (c for c in children if c.data.tags["sweeper.state"] == "completed"),
+        key=lambda c: c.data.metrics["eval_rewards_accuracy"],
+    )
+    assert best_child.data.metrics["eval_rewards_accuracy"] == pytest.approx(best, abs=1e-4)
+    assert best_child.data.metrics["eval_rewards_margin"] > 0
