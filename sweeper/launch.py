@@ -32,15 +32,21 @@ class SweepRun:
     interrupted: bool = False
 
 
+def refuse_existing_sweep(spec: SweepSpec, overwrite: bool) -> None:
+    """An existing sweep is never replaced unless asked (checked before Ray starts)."""
+    sweep_dir = spec.sweep_dir
+    if not overwrite and sweep_dir.exists() and any(sweep_dir.iterdir()):
+        raise UserError(
+            f"name: a sweep named {spec.name!r} already exists in {sweep_dir}; "
+            f"continue it with sweep resume {spec.name}, pick a new name, or pass --overwrite to replace it"
+        )
+
+
 def prepare_sweep_dir(spec: SweepSpec, overwrite: bool) -> Path:
     """The sweep's folder, new. An existing sweep is never deleted unless asked."""
+    refuse_existing_sweep(spec, overwrite)
     sweep_dir = spec.sweep_dir
-    if sweep_dir.exists() and any(sweep_dir.iterdir()):
-        if not overwrite:
-            raise UserError(
-                f"name: a sweep named {spec.name!r} already exists in {sweep_dir}; "
-                "pick a new name, or pass --overwrite to replace it"
-            )
+    if sweep_dir.exists():
         shutil.rmtree(sweep_dir)
     sweep_dir.mkdir(parents=True, exist_ok=True)
     # With its folder pinned, so that `sweep resume --sweep-dir` works from any directory.
@@ -114,6 +120,7 @@ def run_sweep(
 
     console = console or Console()
     started = time.time()
+    refuse_existing_sweep(spec, overwrite)
     session = _open_session(spec, address, console, cache_root)
     sweep_dir = prepare_sweep_dir(spec, overwrite)
     session.tokenizer.save_pretrained(sweep_dir / "tokenizer")
