@@ -119,6 +119,19 @@ def make_schedule(optimizer: torch.optim.Optimizer, training) -> torch.optim.lr_
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
+def optimizer_step(model: torch.nn.Module, optimizer, schedule, scaler, max_grad_norm: float) -> float:
+    """Clip, step through the (fp16) loss scaler, clear gradients and advance the
+    schedule; returns the learning rate the step used."""
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad(set_to_none=True)
+    learning_rate = schedule.get_last_lr()[0]
+    schedule.step()
+    return learning_rate
+
+
 def autocast(workers: Workers, precision: str):
     """Mixed precision context for bf16/fp16; a no-op for fp32."""
     if precision == "fp32":

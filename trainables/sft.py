@@ -24,6 +24,7 @@ from trainables.common import (
     inject_fault,
     make_optimizer,
     make_schedule,
+    optimizer_step,
     pad_batch,
     report_with_adapter,
     restore_training_state,
@@ -92,13 +93,7 @@ def train(
             scaler.scale(loss / micro_batches).backward()
             step_loss += loss.item() / micro_batches
             step_tokens += int((input_ids != pad_id).sum())
-        scaler.unscale_(optimizer)
-        torch.nn.utils.clip_grad_norm_(model.parameters(), training.max_grad_norm)
-        scaler.step(optimizer)
-        scaler.update()
-        optimizer.zero_grad(set_to_none=True)
-        learning_rate = schedule.get_last_lr()[0]
-        schedule.step()
+        learning_rate = optimizer_step(model, optimizer, schedule, scaler, training.max_grad_norm)
         throughput.stop(step_tokens)
         losses_since_report.append(step_loss)
         if setup_seconds is None:
