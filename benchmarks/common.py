@@ -30,7 +30,10 @@ def bench_spec(name: str, output_dir: Path | None = None, **sections) -> SweepSp
     raw["name"] = name
     for key, value in sections.items():
         raw[key] = {**raw.get(key, {}), **value} if isinstance(value, dict) else value
-    raw["output_dir"] = str(output_dir or Path(tempfile.mkdtemp(prefix=f"sweeper-bench-{name}-")))
+    output_dir = output_dir or Path(tempfile.mkdtemp(prefix=f"sweeper-bench-{name}-"))
+    raw["output_dir"] = str(output_dir)
+    # Its own MLflow store, not the one of the folder the benchmark is run from.
+    raw.setdefault("tracking", {})["uri"] = f"sqlite:///{output_dir}/mlflow.db"
     return validate_spec(raw, base_dir=QUICKSTART.parent, source=str(QUICKSTART))
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from ray.tune import Callback
 from rich.console import Console
 
-from benchmarks.common import bench_spec, print_figures, save_json
+from benchmarks.common import QUICKSTART, bench_spec, print_figures, save_json
 from sweeper.plan import asha_rungs
 
 
@@ -87,7 +87,7 @@ def main() -> None:
         },
     )
     clock = ResultClock()
-    run = run_sweep(spec, console=Console(quiet=True), extra_callbacks=[clock])
+    run = run_sweep(spec, yaml_folder=QUICKSTART.parent, console=Console(quiet=True), extra_callbacks=[clock])
     trials = list(run.book.trials.values())
     trained = sum(t.step for t in trials)
     pruned = [t for t in trials if t.status == "pruned"]

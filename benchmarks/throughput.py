@@ -13,7 +13,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from benchmarks.common import bench_spec, plain_run, print_figures, save_json, tokens_per_second
+from benchmarks.common import QUICKSTART, bench_spec, plain_run, print_figures, save_json, tokens_per_second
 
 
 def main() -> None:
@@ -34,7 +34,7 @@ def main() -> None:
         search={"num_trials": 1},
         early_stopping={"scheduler": "none"},
     )
-    run = run_sweep(spec, console=Console(quiet=True))
+    run = run_sweep(spec, yaml_folder=QUICKSTART.parent, console=Console(quiet=True))
     (trial,) = run.book.trials.values()
     in_trial = tokens_per_second(trial.history)
     ray.shutdown()  # the plain run gets the machine without Ray's processes

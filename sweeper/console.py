@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
+from rich.text import Text
 from ray.tune import Callback
 
 from sweeper.progress import SweepBook, TrialRecord
@@ -35,7 +36,9 @@ def trial_table(book: SweepBook, param_names: list[str]) -> Table:
         marker = " *" if best is record else ""
         table.add_row(
             f"{record.number}{marker}",
-            f"[{style}]{record.status_text}[/{style}]",
+            # Text, not markup: a status may have no style, and failure reasons quote
+            # user strings that can hold brackets.
+            Text(record.status_text, style=style),
             *(_fmt(record.params.get(name)) for name in param_names),
             str(record.step),
             _fmt(record.last(book.metric)),
@@ -74,7 +77,7 @@ class LiveTable(Callback):
     def _finished(self, trial) -> None:
         record = self.book.trials.get(trial.trial_id)
         if record and not self.live:
-            self.console.print(_one_line(record, self.book.metric, self.param_names))
+            self.console.print(_one_line(record, self.book.metric, self.param_names), markup=False)
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         self._finished(trial)

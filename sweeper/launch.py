@@ -55,8 +55,8 @@ def prepare_sweep_dir(spec: SweepSpec, overwrite: bool) -> Path:
 
 
 # Ray Train and Tune settings for sweeps of many short trials. Ray reads them from the
-# environment of the trial and Train controller processes, so they are given to every
-# process of the sweep's Ray job (a job-level runtime_env, also when joining a cluster).
+# environment of the trial processes (which run the Train controllers), so they are
+# given to every process of the sweep's Ray job as its runtime_env.
 TRIAL_SETTINGS = {
     # The Train controller polls its workers this often: a report reaches Tune and ASHA,
     # and a finished run is noticed, at most this late (Ray's default: 2 s, which let a
@@ -74,11 +74,21 @@ TRIAL_SETTINGS = {
 def start_ray(address: str | None):
     """Join `address` (or RAY_ADDRESS), else start a local cluster with its dashboard.
     The dashboard stays on: besides monitoring, Ray Train's placement-group cleanup
-    needs it (without it finished trials kept their resources and sweeps hung)."""
+    needs it (without it finished trials kept their resources and sweeps hung).
+
+    On a local cluster every worker process of the sweep is forked from a server that has
+    torch, transformers and peft imported (sweeper/warm_start.py): a trial's new Train
+    worker starts in about two seconds instead of importing for eight or more."""
     import ray
 
     if ray.is_initialized():
         return ray.get_runtime_context(), None
+    runtime_env = {"env_vars": dict(TRIAL_SETTINGS)}
+    if not (address or os.environ.get("RAY_ADDRESS")):
+        from sweeper.warm_start import start_server
+
+        warm = start_server()
+        runtime_env = {"py_executable": warm["py_executable"], "env_vars": {**TRIAL_SETTINGS, **warm["env_vars"]}}
     context = ray.init(
         address=address,
         include_dashboard=True,
@@ -86,7 +96,7 @@ def start_ray(address: str | None):
         log_to_driver=False,
         logging_level="WARNING",
         configure_logging=True,
-        runtime_env={"env_vars": TRIAL_SETTINGS},
+        runtime_env=runtime_env,
     )
     url = context.dashboard_url
     return context, (f"http://{url}" if url and not url.startswith("http") else url)
@@ -113,9 +123,11 @@ def run_sweep(
     overwrite: bool = False,
     console: Console | None = None,
     cache_root: Path = DEFAULT_CACHE_ROOT,
+    extra_callbacks: list | None = None,
 ) -> SweepRun:
     """Start a new sweep. Every input check (tracking store, cluster fit, data files)
-    happens before the sweep folder or any MLflow run is written."""
+    happens before the sweep folder or any MLflow run is written. `extra_callbacks` are
+    more Tune callbacks for the driver (the benchmarks time results with one)."""
     from sweeper.tracking import MlflowTracker
 
     console = console or Console()
@@ -147,7 +159,7 @@ def run_sweep(
             run_config=tune.RunConfig(name="tune", storage_path=str(sweep_dir), callbacks=callbacks, verbose=0),
         )
 
-    return _drive(spec, session, book, tracker, new_tuner, console, started, cache_root)
+    return _drive(spec, session, book, tracker, new_tuner, console, started, cache_root, extra_callbacks or [])
 
 
 def resume_sweep(
@@ -183,7 +195,7 @@ def resume_sweep(
         tuner._local_tuner.get_run_config().callbacks = callbacks
         return tuner
 
-    return _drive(spec, session, book, tracker, restored_tuner, console, started, cache_root)
+    return _drive(spec, session, book, tracker, restored_tuner, console, started, cache_root, [])
 
 
 @dataclass
@@ -211,7 +223,7 @@ def _open_session(spec: SweepSpec, address: str | None, console: Console, cache_
     return _Session(tracking_uri, dashboard_url, plan, hardware_description(cluster), data, tokenizer)
 
 
-def _drive(spec, session: _Session, book: SweepBook, tracker, make_tuner, console, started, cache_root) -> SweepRun:
+def _drive(spec, session: _Session, book: SweepBook, tracker, make_tuner, console, started, cache_root, extra_callbacks) -> SweepRun:
     """Run the tuner with the book-keeping, tracking and terminal callbacks; close every
     MLflow run whatever happens (a stop, an error, Ctrl-C)."""
     import ray
@@ -242,8 +254,11 @@ def _drive(spec, session: _Session, book: SweepBook, tracker, make_tuner, consol
     interrupted = True
     try:
         with LiveTable(book, list(spec.search.parameters), console) as live_table:
-            tuner = make_tuner(trainable, [BookKeeper(book), tracker, AdapterJanitor(book, spec.search.keep_best_adapters), live_table])
+            keeper = BookKeeper(book)
+            callbacks = [keeper, tracker, AdapterJanitor(book, spec.search.keep_best_adapters), live_table]
+            tuner = make_tuner(trainable, callbacks + extra_callbacks)
             tuner.fit()
+        tracker.discard_trials(keeper.lost_trials())
         # A stop (SIGINT) makes fit() return early, with trials unfinished or unstarted.
         interrupted = book.unfinished(spec.search.num_trials)
     finally:

@@ -27,6 +27,7 @@ REPORTED_KEYS = (
     "tokens_per_second",
     "train_tokens",
     "setup_seconds",
+    "setup_phases",  # first report only: where the setup time went (trainables/worker.py)
 )
 
 
@@ -51,6 +52,10 @@ class TrialRecord:
     @property
     def setup_seconds(self) -> float | None:
         return self.history[0].get("setup_seconds") if self.history else None
+
+    @property
+    def setup_phases(self) -> dict[str, float]:
+        return self.history[0].get("setup_phases", {}) if self.history else {}
 
     @property
     def train_tokens(self) -> float:
@@ -118,6 +123,19 @@ class BookKeeper(Callback):
 
     def __init__(self, book: SweepBook):
         self.book = book
+        # Every trial this driver's Tune run knows of (restored ones included).
+        self.known_to_tune: set[str] = set()
+
+    def on_step_begin(self, iteration, trials, **info):
+        self.known_to_tune.update(trial.trial_id for trial in trials)
+
+    def lost_trials(self) -> list[TrialRecord]:
+        """Unfinished trials of an earlier driver that Tune's saved state does not hold: that
+        driver died after starting them but before Tune saved its state, so `sweep resume`
+        cannot continue them (the search asks for other trials in their place)."""
+        if not self.known_to_tune:
+            return []
+        return [t for t in self.book.trials.values() if not t.finished and t.trial_id not in self.known_to_tune]
 
     def on_trial_start(self, iteration, trials, trial, **info):
         record = self.book.trials.get(trial.trial_id)

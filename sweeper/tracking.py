@@ -254,6 +254,17 @@ class MlflowTracker(Callback):
 
         return {"train": file_sha256(self.spec.data.train), "eval": file_sha256(self.spec.data.eval)}
 
+    def discard_trials(self, records: list) -> None:
+        """Forget trials that will never run (BookKeeper.lost_trials): their child runs are
+        deleted (MLflow keeps deleted runs restorable until `mlflow gc`) and they leave
+        the book, so the sweep's counts and costs are those of the trials Tune ran."""
+        for record in records:
+            run_id = self.child_run_ids.pop(record.trial_id, None)
+            if run_id is not None:
+                self.client.set_terminated(run_id, status="KILLED")
+                self.client.delete_run(run_id)
+            self.book.trials.pop(record.trial_id, None)
+
     def finish_sweep(self, interrupted: bool = False) -> SweepCost:
         """Close every open run, then write the sweep's totals, best config and status."""
         from mlflow.entities import Metric, RunTag

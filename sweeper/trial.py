@@ -1,15 +1,21 @@
-"""One Tune trial: fit a Ray Train TorchTrainer on the trial's config. Its workers'
-reports reach Tune (and ASHA) through TuneReportCallback.
+"""One Tune trial: fit a Ray Train TorchTrainer on the trial's config. Each of its
+evaluations reaches Tune (and ASHA, and the searcher) as a Tune report.
+
+A trial is cheap to start because it starts as few processes as it can: Tune reuses the
+trial's actor for the next trial (`TuneConfig(reuse_actors=True)`, sweeper/launch.py),
+the Train controller runs inside that actor instead of in an actor of its own, and the
+Ray Data, report-queue and placement-group-cleaner actors that Ray starts for every run
+are dropped or shared. What remains new per trial is what the run needs: its placement
+group, its Train workers (which do the training) and Train's synchronization actor.
 
 When Tune stops the trial (ASHA pruned it, or the sweep is over), the Train run is
 aborted at once: its workers give their CPUs/GPUs back to the next trial instead of
-training on until their process is killed, and the trial's actor can be reused for the
-next trial (`TuneConfig(reuse_actors=True)`, see sweeper/launch.py), so that a trial does
-not start and import a fresh process of its own.
+training on.
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
@@ -18,15 +24,16 @@ from ray import tune
 from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
 from ray.train.v2._internal.callbacks import DatasetsCallback
-from ray.train.v2._internal.constants import DEFAULT_RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_VALUE, get_env_vars_to_propagate
+from ray.train.v2._internal.callbacks.placement_group_callback import PlacementGroupCleanerCallback
 from ray.train.v2._internal.execution.controller import TrainController
-from ray.tune.integration.ray_train import TuneReportCallback
+from ray.train.v2._internal.execution.controller.state import AbortedState
+from ray.train.v2.api.callback import UserCallback
 
 from sweeper.spec import SweepSpec, with_overrides
 from trainables.worker import train_loop_per_worker
 
-# How long an aborted run may take to end before its controller is killed outright.
-ABORT_GRACE_SECONDS = 2.0
+# How often the trial checks whether Tune has stopped it.
+STOP_POLL_SECONDS = 0.05
 
 
 def run_trial(config: dict, spec_json: dict, data: dict, cache_root: str, trials_dir: str) -> None:
@@ -40,7 +47,7 @@ def run_trial(config: dict, spec_json: dict, data: dict, cache_root: str, trials
     per_worker = {"CPU": resources.cpus_per_worker}
     if resources.gpus_per_worker:
         per_worker["GPU"] = resources.gpus_per_worker
-    trainer = StoppableTorchTrainer(
+    trainer = TrialTorchTrainer(
         train_loop_per_worker=train_loop_per_worker,
         train_loop_config={
             "spec": spec.model_dump(mode="json"),
@@ -54,7 +61,7 @@ def run_trial(config: dict, spec_json: dict, data: dict, cache_root: str, trials
         run_config=RunConfig(
             name=tune.get_context().get_trial_id(),
             storage_path=trials_dir,
-            callbacks=[TuneReportCallback()],
+            callbacks=[ReportToTune()],
             checkpoint_config=CheckpointConfig(num_to_keep=1),
             # Ray Train restarts the worker group from the latest checkpoint.
             failure_config=FailureConfig(max_failures=spec.search.max_failures),
@@ -71,64 +78,106 @@ def _tune_stop_event() -> threading.Event:
     return get_session().stop_event
 
 
-class StoppableTorchTrainer(TorchTrainer):
-    """A TorchTrainer that can be aborted from the thread that fits it, and that starts no
-    Ray Data actor when it is given no Ray Datasets.
+class ReportToTune(UserCallback):
+    """Each report of the Train run becomes a Tune report of this trial, with the path of
+    its checkpoint. The controller runs in the trial's own thread (TrialTorchTrainer), so
+    this is a plain `tune.report`; Ray's TuneReportCallback instead passes reports through
+    a queue actor, a process per trial."""
 
-    Both override private methods of Ray 2.60's DataParallelTrainer (tests/unit/
+    def after_report(self, run_context, metrics, checkpoint) -> None:
+        result = dict(metrics[0])
+        if checkpoint is not None:
+            result["checkpoint_path"] = checkpoint.path
+        tune.report(result)
+
+
+class SharedPlacementGroupCleaner(PlacementGroupCleanerCallback):
+    """Ray's safety net, one per trial actor instead of one per trial: a detached actor
+    that watches the process running the controller and removes its current placement
+    group should that process die without ending its run. The trial actor runs one run
+    at a time, and the cleaner tracks the latest placement group registered with it."""
+
+    _cleaner_of_this_process = None
+
+    def after_controller_start(self, train_run_context) -> None:
+        cleaner = SharedPlacementGroupCleaner._cleaner_of_this_process
+        if cleaner is None:
+            super().after_controller_start(train_run_context)
+            SharedPlacementGroupCleaner._cleaner_of_this_process = self._cleaner
+        else:
+            self._cleaner = cleaner
+            self._controller_actor_id = ray.get_runtime_context().get_actor_id()
+
+    async def before_controller_shutdown(self) -> None:
+        """Kept watching for the next trial: the run removes its own placement group."""
+
+    def before_controller_abort(self) -> None:
+        """As above."""
+
+
+class TrialTorchTrainer(TorchTrainer):
+    """A TorchTrainer whose controller runs in the calling thread, and which aborts its run
+    when `stop` is set.
+
+    It overrides private methods of Ray 2.60's DataParallelTrainer (tests/unit/
     test_trial.py fails when a Ray upgrade removes them):
-    - `_initialize_and_run_controller` is Ray's, except that it keeps the controller's
-      handle (and registers no SIGINT handler: a trial never runs in the main thread);
-    - `_create_default_callbacks` drops DatasetsCallback, which otherwise starts a
-      DatasetManager actor (a process importing Ray Data) for every trial.
+    - `_initialize_and_run_controller` builds the TrainController here and runs its loop
+      in this thread instead of starting an actor (a process importing torch) for it;
+    - `_create_default_callbacks` drops DatasetsCallback when there are no Ray Datasets
+      (it starts a Ray Data actor for every run) and shares the placement-group cleaner.
     """
 
-    _controller = None
+    _stop: threading.Event | None = None
 
-    def fit_until(self, stop: threading.Event) -> bool:
-        """`fit()`, unless `stop` is set first: then abort the run and return False."""
-        finished = threading.Event()
-        watcher = threading.Thread(target=self._abort_when_set, args=(stop, finished), daemon=True)
-        watcher.start()
-        try:
-            self.fit()
-            return True
-        except Exception:
-            if stop.is_set():
-                return False
-            raise
-        finally:
-            finished.set()
-
-    def _abort_when_set(self, stop: threading.Event, finished: threading.Event) -> None:
-        while not finished.is_set():
-            if stop.wait(timeout=0.05) and self._controller is not None:
-                # Graceful: the controller stops its workers and removes their placement
-                # group. A controller blocked inside a callback cannot take the call, so
-                # after a grace period it is killed (Train's placement-group cleaner then
-                # removes the placement group).
-                self._controller.abort.remote()
-                if not finished.wait(timeout=ABORT_GRACE_SECONDS):
-                    ray.kill(self._controller, no_restart=True)
-                return
+    def fit_until(self, stop: threading.Event) -> None:
+        """`fit()`, unless `stop` is set first: then the run is aborted (its workers are
+        killed and its placement group removed) and this returns."""
+        self._stop = stop
+        self.fit()
 
     def _create_default_callbacks(self):
-        callbacks = super()._create_default_callbacks()
-        if self.datasets:
-            return callbacks
-        return [callback for callback in callbacks if not isinstance(callback, DatasetsCallback)]
+        callbacks = []
+        for callback in super()._create_default_callbacks():
+            if isinstance(callback, DatasetsCallback) and not self.datasets:
+                continue
+            if isinstance(callback, PlacementGroupCleanerCallback):
+                callback = SharedPlacementGroupCleaner()
+            callbacks.append(callback)
+        return callbacks
 
     def _initialize_and_run_controller(self, **controller_init_kwargs):
-        from ray._common.constants import RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_ENV_VAR
+        controller = TrainController(**controller_init_kwargs)
+        try:
+            asyncio.run(self._run_until_stopped(controller))
+        except BaseException:
+            # Tune stopped the trial while a report was waiting for it (the session ends
+            # the thread with SystemExit), or the loop itself failed.
+            _abort(controller)
+            raise
+        return controller.get_result()
 
-        env_vars = get_env_vars_to_propagate()
-        env_vars.setdefault(RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_ENV_VAR, DEFAULT_RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_VALUE)
-        controller_class = ray.remote(
-            num_cpus=0,
-            # The controller runs on the node of the process that fits the trainer.
-            label_selector={ray._raylet.RAY_NODE_ID_KEY: ray.get_runtime_context().get_node_id()},
-            runtime_env={"env_vars": env_vars},
-        )(TrainController)
-        self._controller = controller_class.remote(**controller_init_kwargs)
-        ray.get(self._controller.run.remote())
-        return ray.get(self._controller.get_result.remote())
+    async def _run_until_stopped(self, controller: TrainController) -> None:
+        run = asyncio.ensure_future(controller.run())
+        while not run.done():
+            if self._stop is not None and self._stop.is_set():
+                run.cancel()
+                try:
+                    await run
+                except asyncio.CancelledError:
+                    pass
+                _abort(controller)
+                return
+            await asyncio.wait({run}, timeout=STOP_POLL_SECONDS)
+        run.result()
+
+
+def _abort(controller: TrainController) -> None:
+    """TrainController.abort without its last line, which ends the actor it runs in: here
+    that is the trial's actor, which Tune reuses."""
+    if controller.get_state().is_terminal():
+        return
+    controller._controller_callback_manager.invoke_best_effort("before_controller_abort")
+    worker_group = controller.get_worker_group()
+    if worker_group is not None and worker_group.has_started():
+        worker_group.abort()
+    controller._set_state(AbortedState())

@@ -4,7 +4,9 @@ the object store, and hand over to the task's training loop (trainables/<task>.p
 from __future__ import annotations
 
 import importlib
+import time
 
+import psutil
 import ray
 import ray.train
 import torch
@@ -14,22 +16,41 @@ from trainables.models import resolve_model_source
 
 
 def train_loop_per_worker(config: dict) -> None:
+    started_at = config["started_at"]
+    # Where a trial's setup time goes, in seconds since the trial started; the first
+    # report carries it (benchmarks/overhead.py prints it).
+    setup_phases = {
+        "worker_process_started": psutil.Process().create_time() - started_at,
+        "train_loop_entered": time.time() - started_at,
+    }
     spec = SweepSpec.model_validate(config["spec"], context={"check_files": False})
     # One intra-op thread per reserved CPU: two trials on two cores must not fight.
     torch.set_num_threads(max(1, int(spec.resources.cpus_per_worker)))
     data = ray.get(config["data"]["ref"])
     model_source = resolve_model_source(spec.model.name_or_path, config["cache_root"])
     task = importlib.import_module(f"trainables.{spec.task}")
+    setup_phases["data_and_task_ready"] = time.time() - started_at
+    report = _RayReport(setup_phases)
     # Set when Ray Train retries this trial after a failure, or when a resumed sweep
     # restarts it: the run's latest checkpoint.
     checkpoint = ray.train.get_checkpoint()
     if checkpoint is None:
-        task.train(spec, data, model_source, report=_report_to_ray, started_at=config["started_at"])
+        task.train(spec, data, model_source, report=report, started_at=started_at)
         return
     with checkpoint.as_directory() as resume_from:
-        task.train(spec, data, model_source, report=_report_to_ray, started_at=config["started_at"], resume_from=resume_from)
+        task.train(spec, data, model_source, report=report, started_at=started_at, resume_from=resume_from)
 
 
-def _report_to_ray(metrics: dict, checkpoint_dir: str | None) -> None:
-    checkpoint = ray.train.Checkpoint.from_directory(checkpoint_dir) if checkpoint_dir else None
-    ray.train.report(metrics, checkpoint=checkpoint)
+class _RayReport:
+    """`report(metrics, checkpoint_dir)` for the training loops, through Ray Train; the
+    first report also carries the setup phases."""
+
+    def __init__(self, setup_phases: dict[str, float]):
+        self.setup_phases: dict[str, float] | None = setup_phases
+
+    def __call__(self, metrics: dict, checkpoint_dir: str | None) -> None:
+        if self.setup_phases is not None:
+            metrics = {**metrics, "setup_phases": self.setup_phases}
+            self.setup_phases = None
+        checkpoint = ray.train.Checkpoint.from_directory(checkpoint_dir) if checkpoint_dir else None
+        ray.train.report(metrics, checkpoint=checkpoint)

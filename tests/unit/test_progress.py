@@ -50,3 +50,21 @@ def test_error_reason_sees_through_ray_wrappers():
     assert error_reason(trace).startswith("trainables.common.NonFiniteLossError: loss is nan at step 15")
     died = "ray.train.WorkerGroupError: Training failed:\nThe actor is dead because its worker process has died.\n"
     assert error_reason(died).startswith("a worker process died")
+
+
+def test_unfinished_trials_that_tune_does_not_know_are_lost():
+    from types import SimpleNamespace
+
+    from sweeper.progress import BookKeeper
+
+    book = SweepBook(metric="eval_loss", goal="minimize", max_steps=30)
+    book.trials = {
+        "done": TrialRecord("done", 1, {}, status="completed", history=[{"step": 30, "eval_loss": 3.0}]),
+        "resumed": TrialRecord("resumed", 2, {}, status="stopped"),
+        # started by a driver that died before Tune saved its state
+        "orphan": TrialRecord("orphan", 3, {}, status="stopped"),
+    }
+    keeper = BookKeeper(book)
+    assert keeper.lost_trials() == []  # Tune has not stepped yet: nothing is known
+    keeper.on_step_begin(0, [SimpleNamespace(trial_id="done"), SimpleNamespace(trial_id="resumed")])
+    assert [t.trial_id for t in keeper.lost_trials()] == ["orphan"]

@@ -1,0 +1,217 @@
+"""Warm starts for Ray worker processes: a fork server with torch, transformers and peft
+already imported, so that a trial's new processes (its Train workers above
+all) start in a fraction of a second instead of importing for 8-10 CPU-seconds each.
+
+Ray starts every worker process of a job through the job's `py_executable`, which a
+local sweep sets to `python -m sweeper.warm_start` (sweeper/launch.py). That command is
+the client: it hands its arguments, environment, working directory and standard streams
+to the server of this node over a Unix socket; the server forks a child that runs Ray's
+`default_worker.py` with them. The child registers with the raylet under its own pid
+(as workers started through `uv run` do), so Ray signals and kills the child itself;
+the client waits for the child and exits with its status, and the server kills a child
+whose client died. Without a server (another node, or the server is gone) the client
+simply execs the normal worker.
+
+The server forks from one thread and imports nothing that starts threads, so children
+inherit no held locks; CUDA is never initialised in it.
+"""
+
+from __future__ import annotations
+
+import array
+import contextlib
+import json
+import os
+import select
+import signal
+import socket
+import struct
+import sys
+
+SOCKET_ENV = "SWEEPER_WARM_START_SOCKET"
+# What a Train worker of a sweep imports (trainables/worker.py and the task loops),
+# except Ray itself: Ray's core library reads its environment (job id, auth token) when
+# it loads, so it must load in the child, which has the worker's environment.
+WARM_IMPORTS = (
+    "torch",
+    "transformers",
+    "transformers.models.llama.modeling_llama",
+    "peft",
+    "sweeper.spec",
+    "trainables.sft",
+    "trainables.dpo",
+)
+_HEADER = struct.Struct("!I")
+
+
+def start_server() -> dict:
+    """Start this node's warm server (it imports for some seconds in the background and
+    serves once its socket exists) and return the runtime_env entries that route the
+    job's worker starts through it. The server ends when this process ends."""
+    import shlex
+    import subprocess
+    import tempfile
+
+    socket_path = os.path.join(tempfile.mkdtemp(prefix="sweeper-warm-"), "socket")
+    subprocess.Popen(
+        [sys.executable, "-m", "sweeper.warm_start", "--serve", socket_path],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    return {
+        "py_executable": f"{shlex.quote(sys.executable)} -m sweeper.warm_start",
+        "env_vars": {SOCKET_ENV: socket_path},
+    }
+
+
+def main(argv: list[str]) -> None:
+    if argv[:1] == ["--serve"]:
+        serve(argv[1])
+    else:
+        start_worker(argv)
+
+
+# ---- client: the worker command Ray runs -------------------------------------------
+
+
+def start_worker(worker_argv: list[str]) -> None:
+    """Run Ray's worker (`worker_argv` = default_worker.py and its arguments) as a child
+    of the warm server, or, without one, as this process."""
+    path = os.environ.get(SOCKET_ENV)
+    try:
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        conn.connect(path or "")
+    except OSError:
+        os.execv(sys.executable, [sys.executable, *worker_argv])
+    request = json.dumps({"argv": worker_argv, "env": dict(os.environ), "cwd": os.getcwd()}).encode()
+    conn.sendmsg(
+        [_HEADER.pack(len(request)) + request],
+        [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [0, 1, 2]))],
+    )
+    # The server answers with the child's exit status once it has ended.
+    status = _recv_exactly(conn, _HEADER.size)
+    os._exit(_HEADER.unpack(status)[0] if status else 1)
+
+
+# ---- server ------------------------------------------------------------------------
+
+
+def serve(socket_path: str) -> None:
+    """Import what workers need, then fork a worker for each client until the process
+    that started this server (the sweep's driver) is gone."""
+    import importlib
+
+    for module in WARM_IMPORTS:
+        importlib.import_module(module)
+    assert "ray" not in sys.modules, "the warm server must not load Ray"
+    parent = os.getppid()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    if os.path.exists(socket_path):
+        os.unlink(socket_path)
+    listener.bind(socket_path)
+    listener.listen(64)
+    children: dict[int, tuple[int, socket.socket]] = {}  # pidfd -> (pid, client connection)
+    clients: dict[socket.socket, int] = {}  # client connection -> pid
+    try:
+        while os.getppid() == parent:
+            ready, _, _ = select.select([listener, *clients, *children], [], [], 1.0)
+            for item in ready:
+                if item is listener:
+                    conn, _ = listener.accept()
+                    pid = _fork_worker(conn, listener, clients, children)
+                    if pid:
+                        children[os.pidfd_open(pid)] = (pid, conn)
+                        clients[conn] = pid
+                elif isinstance(item, int):
+                    pid, conn = children.pop(item)
+                    os.close(item)
+                    _, status = os.waitpid(pid, 0)
+                    clients.pop(conn, None)
+                    try:
+                        conn.sendall(_HEADER.pack(os.waitstatus_to_exitcode(status) & 0xFF))
+                    except OSError:
+                        pass
+                    conn.close()
+                else:
+                    # A client that hung up died (Ray killed it): its worker goes too.
+                    pid = clients.pop(item)
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+    finally:
+        listener.close()
+        if os.path.exists(socket_path):
+            os.unlink(socket_path)
+        with contextlib.suppress(OSError):
+            os.rmdir(os.path.dirname(socket_path))
+
+
+def _fork_worker(conn: socket.socket, listener, clients, children) -> int | None:
+    header, fds = _recv_with_fds(conn, _HEADER.size)
+    if len(header) < _HEADER.size or len(fds) != 3:
+        conn.close()
+        return None
+    request = json.loads(_recv_exactly(conn, _HEADER.unpack(header)[0]))
+    pid = os.fork()
+    if pid:
+        for fd in fds:
+            os.close(fd)
+        return pid
+    # The child: become the worker Ray asked for.
+    try:
+        for fd, target in zip(fds, (0, 1, 2)):
+            os.dup2(fd, target)
+        listener.close()
+        for other in (conn, *clients):
+            other.close()
+        for pidfd in children:
+            os.close(pidfd)
+        for fd in fds:
+            os.close(fd)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.environ.clear()
+        os.environ.update(request["env"])
+        os.chdir(request["cwd"])
+        sys.argv = list(request["argv"])
+        import runpy
+
+        runpy.run_path(sys.argv[0], run_name="__main__")
+        code = 0
+    except SystemExit as exit_:
+        code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+    except BaseException:  # noqa: BLE001 - a worker that failed to start must still exit
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def _recv_with_fds(conn: socket.socket, size: int) -> tuple[bytes, list[int]]:
+    fds = array.array("i")
+    data, ancillary, _, _ = conn.recvmsg(size, socket.CMSG_LEN(3 * fds.itemsize))
+    for level, kind, payload in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
+    if len(data) < size:
+        data += _recv_exactly(conn, size - len(data))
+    return data, list(fds)
+
+
+def _recv_exactly(conn: socket.socket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = conn.recv(size - len(data))
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
