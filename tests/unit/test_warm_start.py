@@ -1,0 +1,86 @@
+"""The warm server (sweeper/warm_start.py) with real processes, without Ray: a worker
+command run through the client runs as a fork of the server, with the client's
+arguments, environment, working directory and standard streams, and exits with its
+status; a killed client takes its worker with it; without a server the command runs as
+the client itself."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from sweeper.warm_start import SOCKET_ENV
+
+WORKER = textwrap.dedent(
+    """
+    import os, sys, time
+    print(os.getpid(), os.getppid(), os.environ.get("ASKED"), os.getcwd(), "torch" in sys.modules, sys.argv[1:], flush=True)
+    if sys.argv[1] == "sleep":
+        time.sleep(60)
+    sys.exit(int(sys.argv[2]))
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("warm")
+    socket_path = folder / "socket"
+    process = subprocess.Popen([sys.executable, "-m", "sweeper.warm_start", "--serve", str(socket_path)])
+    deadline = time.time() + 120
+    while not socket_path.exists():
+        assert process.poll() is None, "the warm server exited"
+        assert time.time() < deadline, "the warm server did not start"
+        time.sleep(0.2)
+    yield process, socket_path
+    process.kill()
+
+
+def run_client(socket_path, tmp_path, *args, **popen):
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    env = {**os.environ, "ASKED": "yes", SOCKET_ENV: str(socket_path)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "sweeper.warm_start", str(script), *args],
+        env=env, cwd=tmp_path, stdout=subprocess.PIPE, text=True, **popen,
+    )
+
+
+def test_a_worker_runs_forked_from_the_server_with_the_clients_context(server, tmp_path):
+    process, socket_path = server
+    client = run_client(socket_path, tmp_path, "exit", "3")
+    out, _ = client.communicate(timeout=60)
+    pid, ppid, asked, cwd, warm, args = out.split(" ", 5)
+    assert client.returncode == 3
+    assert int(ppid) == process.pid and int(pid) != client.pid
+    assert asked == "yes" and Path(cwd) == tmp_path
+    assert warm == "True"  # torch was imported before the fork
+    assert args.strip() == "['exit', '3']"
+
+
+def test_a_killed_client_takes_its_worker_with_it(server, tmp_path):
+    _, socket_path = server
+    client = run_client(socket_path, tmp_path, "sleep", "0")
+    worker_pid = int(client.stdout.readline().split()[0])
+    client.send_signal(signal.SIGKILL)
+    client.wait(timeout=10)
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        try:
+            os.kill(worker_pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    raise AssertionError("the worker outlived its client")
+
+
+def test_without_a_server_the_client_runs_the_worker_itself(tmp_path):
+    client = run_client(tmp_path / "no-such-socket", tmp_path, "exit", "5")
+    out, _ = client.communicate(timeout=60)
+    assert client.returncode == 5
+    assert int(out.split()[0]) == client.pid and out.split()[4] == "False"
