@@ -1,6 +1,6 @@
-"""Warm starts for Ray worker processes: a fork server with torch, transformers and peft
-already imported, so that a trial's new processes (its Train workers above
-all) start in a fraction of a second instead of importing for 8-10 CPU-seconds each.
+"""Warm starts for Ray worker processes: a fork server with Ray Train, torch,
+transformers and peft already imported, so that a trial's new processes (its Train workers above
+all) start in about a second instead of importing for 8-10 CPU-seconds each.
 
 Ray starts every worker process of a job through the job's `py_executable`, which a
 local sweep sets to `python -m sweeper.warm_start` (sweeper/launch.py). That command is
@@ -29,40 +29,63 @@ import struct
 import sys
 
 SOCKET_ENV = "SWEEPER_WARM_START_SOCKET"
-# What a Train worker of a sweep imports (trainables/worker.py and the task loops),
-# except Ray itself: Ray's core library reads its environment (job id, auth token) when
-# it loads, so it must load in the child, which has the worker's environment.
+# What the processes of a sweep import: Ray Train (trial actors, controllers, workers,
+# synchronization actors) and the training code (Train workers).
 WARM_IMPORTS = (
+    "ray",
+    "ray.train",
+    "ray.train.torch",
+    "ray.train.v2._internal.execution.worker_group.worker",
+    "ray.train.v2._internal.execution.checkpoint.sync_actor",
     "torch",
     "transformers",
     "transformers.models.llama.modeling_llama",
     "peft",
     "sweeper.spec",
+    "trainables.worker",
     "trainables.sft",
     "trainables.dpo",
 )
 _HEADER = struct.Struct("!I")
 
 
-def start_server() -> dict:
-    """Start this node's warm server (it imports for some seconds in the background and
-    serves once its socket exists) and return the runtime_env entries that route the
-    job's worker starts through it. The server ends when this process ends."""
-    import shlex
-    import subprocess
-    import tempfile
+def supported() -> bool:
+    """Linux only: the server watches its children through pidfds (Linux 5.3+)."""
+    return sys.platform == "linux" and hasattr(os, "pidfd_open")
 
-    socket_path = os.path.join(tempfile.mkdtemp(prefix="sweeper-warm-"), "socket")
-    subprocess.Popen(
-        [sys.executable, "-m", "sweeper.warm_start", "--serve", socket_path],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+
+def runtime_env(socket_path: str) -> dict:
+    """The job runtime_env entries that route a job's worker starts through the server
+    listening on `socket_path` (clients fall back to a plain start until it listens)."""
+    import shlex
+
     return {
         "py_executable": f"{shlex.quote(sys.executable)} -m sweeper.warm_start",
         "env_vars": {SOCKET_ENV: socket_path},
     }
+
+
+def new_socket_path() -> str:
+    import tempfile
+
+    return os.path.join(tempfile.mkdtemp(prefix="sweeper-warm-"), "socket")
+
+
+def start_server(socket_path: str, worker_environment: dict) -> None:
+    """Start this node's server in the background (it imports for some seconds, then
+    listens). It runs in the environment Ray gives the job's workers: Ray's core library
+    reads its settings (job id, auth mode) from the environment once, when it is loaded,
+    so the server can load it for its children only with theirs. It ends when this
+    process ends."""
+    import subprocess
+
+    subprocess.Popen(
+        [sys.executable, "-m", "sweeper.warm_start", "--serve", socket_path],
+        env=worker_environment,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 def main(argv: list[str]) -> None:
@@ -104,7 +127,6 @@ def serve(socket_path: str) -> None:
 
     for module in WARM_IMPORTS:
         importlib.import_module(module)
-    assert "ray" not in sys.modules, "the warm server must not load Ray"
     parent = os.getppid()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     if os.path.exists(socket_path):
