@@ -71,6 +71,10 @@ def main() -> None:
     parser.add_argument("--max-steps", type=int, default=90, help="R: steps of a trial that is never stopped")
     parser.add_argument("--grace-period", type=int, default=10)
     parser.add_argument("--reduction-factor", type=float, default=3)
+    parser.add_argument(
+        "--method", default="tpe", choices=["tpe", "random"],
+        help="search.method: with tpe later trials tend to be better, so ASHA promotes more of them",
+    )
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args()
 
@@ -79,7 +83,7 @@ def main() -> None:
     spec = bench_spec(
         "bench-pruning",
         training={"max_steps": args.max_steps, "eval_every": args.grace_period},
-        search={"num_trials": args.trials},
+        search={"num_trials": args.trials, "method": args.method},
         early_stopping={
             "scheduler": "asha",
             "grace_period": args.grace_period,
@@ -102,6 +106,7 @@ def main() -> None:
     arithmetic = rung_arithmetic(args.trials, args.grace_period, args.reduction_factor, args.max_steps)
     stopped_at = sorted(t.step for t in trials if t.status == "pruned")
     figures = {
+        "method": args.method,
         "trials": len(trials),
         "completed": run.book.count("completed"),
         "pruned": run.book.count("pruned"),
@@ -119,7 +124,7 @@ def main() -> None:
     }
     rungs = asha_rungs(args.grace_period, args.max_steps, args.reduction_factor)
     print_figures(
-        f"pruning: ASHA, {args.trials} trials, rungs {rungs}, max {args.max_steps} steps, "
+        f"pruning: ASHA, {args.trials} trials ({args.method}), rungs {rungs}, max {args.max_steps} steps, "
         f"eta {args.reduction_factor:g}, {run.plan.concurrent_trials} at a time",
         [
             ("trials completed / pruned / failed", f"{figures['completed']} / {figures['pruned']} / {figures['failed']}", ""),

@@ -90,6 +90,7 @@ def start_ray(address: str | None):
     warm_socket = warm_start.new_socket_path() if local and warm_start.supported() else None
     runtime_env = {"env_vars": dict(TRIAL_SETTINGS)}
     if warm_socket:
+        warm_server = warm_start.Server(warm_socket)
         warm_env = warm_start.runtime_env(warm_socket)
         runtime_env = {"py_executable": warm_env["py_executable"], "env_vars": {**TRIAL_SETTINGS, **warm_env["env_vars"]}}
     context = ray.init(
@@ -102,12 +103,10 @@ def start_ray(address: str | None):
         runtime_env=runtime_env,
     )
     if warm_socket:
-        # In the environment Ray gives this job's workers, asked of one of them; in the
-        # background, as the sweep starts: until the server listens, workers start as usual.
+        # The environment Ray gives this job's workers, asked of one of them in the
+        # background as the sweep starts: until the server listens, workers start as usual.
         environment = ray.remote(num_cpus=0)(_environment).remote()
-        threading.Thread(
-            target=lambda: warm_start.start_server(warm_socket, ray.get(environment)), daemon=True
-        ).start()
+        threading.Thread(target=lambda: warm_server.serve_in(ray.get(environment)), daemon=True).start()
     url = context.dashboard_url
     return context, (f"http://{url}" if url and not url.startswith("http") else url)
 

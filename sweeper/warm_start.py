@@ -1,6 +1,6 @@
-"""Warm starts for Ray worker processes: a fork server with Ray Train, torch,
-transformers and peft already imported, so that a trial's new processes (its Train workers above
-all) start in about a second instead of importing for 8-10 CPU-seconds each.
+"""Warm starts for Ray worker processes: a fork server with Ray's core, torch,
+transformers and peft already imported, so that a trial's new processes (its Train
+workers above all) start in a second or two instead of importing for 8-10 CPU-seconds.
 
 Ray starts every worker process of a job through the job's `py_executable`, which a
 local sweep sets to `python -m sweeper.warm_start` (sweeper/launch.py). That command is
@@ -9,11 +9,11 @@ to the server of this node over a Unix socket; the server forks a child that run
 `default_worker.py` with them. The child registers with the raylet under its own pid
 (as workers started through `uv run` do), so Ray signals and kills the child itself;
 the client waits for the child and exits with its status, and the server kills a child
-whose client died. Without a server (another node, or the server is gone) the client
-simply execs the normal worker.
+whose client died. Without a server (another node, or the server is gone or refused to
+serve) the client simply execs the normal worker.
 
-The server forks from one thread and imports nothing that starts threads, so children
-inherit no held locks; CUDA is never initialised in it.
+The server forks from its only Python thread and never initialises CUDA; tokens/s in a
+forked Train worker equal those of a plain process (benchmarks/README.md).
 """
 
 from __future__ import annotations
@@ -29,23 +29,24 @@ import struct
 import sys
 
 SOCKET_ENV = "SWEEPER_WARM_START_SOCKET"
-# What the processes of a sweep import: Ray Train (trial actors, controllers, workers,
-# synchronization actors) and the training code (Train workers).
+# Set in the environment of every process the server forks (trainables/worker.py reports it).
+WARM_STARTED_ENV = "SWEEPER_WARM_STARTED"
+# What the processes of a sweep import, as far as it is safe before a fork: torch,
+# transformers, peft and the training code, then Ray's core (its settings come from the
+# environment it is loaded in, so it is loaded in the workers' environment). Not Ray Train:
+# importing it seeds Ray's ID generator (through Ray Data), and children forked after
+# that draw the same "random" placement-group IDs (seen: two trials' Train runs got one
+# placement group). The server checks this before it serves (_ids_differ_in_forks).
 WARM_IMPORTS = (
-    "ray",
-    "ray.train",
-    "ray.train.torch",
-    "ray.train.v2._internal.execution.worker_group.worker",
-    "ray.train.v2._internal.execution.checkpoint.sync_actor",
     "torch",
     "transformers",
     "transformers.models.llama.modeling_llama",
     "peft",
     "sweeper.spec",
-    "trainables.worker",
     "trainables.sft",
     "trainables.dpo",
 )
+RAY_IMPORTS = ("ray",)
 _HEADER = struct.Struct("!I")
 
 
@@ -71,21 +72,30 @@ def new_socket_path() -> str:
     return os.path.join(tempfile.mkdtemp(prefix="sweeper-warm-"), "socket")
 
 
-def start_server(socket_path: str, worker_environment: dict) -> None:
-    """Start this node's server in the background (it imports for some seconds, then
-    listens). It runs in the environment Ray gives the job's workers: Ray's core library
-    reads its settings (job id, auth mode) from the environment once, when it is loaded,
-    so the server can load it for its children only with theirs. It ends when this
-    process ends."""
-    import subprocess
+class Server:
+    """This node's server, started at once in the background: it imports torch,
+    transformers and peft while Ray starts, then waits for `serve_in` to give it the
+    environment Ray gives the job's workers, loads Ray's core in it (the core reads its
+    settings, such as the job id, from the environment once, when it is loaded) and
+    listens. It ends when this process ends."""
 
-    subprocess.Popen(
-        [sys.executable, "-m", "sweeper.warm_start", "--serve", socket_path],
-        env=worker_environment,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    def __init__(self, socket_path: str):
+        import subprocess
+
+        self.socket_path = socket_path
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "sweeper.warm_start", "--serve", socket_path],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
+    def serve_in(self, worker_environment: dict) -> None:
+        try:
+            self.process.stdin.write(json.dumps(worker_environment).encode())
+            self.process.stdin.close()
+        except OSError:
+            pass  # the server is gone; workers start the ordinary way
 
 
 def main(argv: list[str]) -> None:
@@ -127,6 +137,13 @@ def serve(socket_path: str) -> None:
 
     for module in WARM_IMPORTS:
         importlib.import_module(module)
+    # The workers' environment (Server.serve_in), before Ray's core is loaded.
+    os.environ.clear()
+    os.environ.update(json.loads(sys.stdin.buffer.read() or b"{}"))
+    for module in RAY_IMPORTS:
+        importlib.import_module(module)
+    if not _ids_differ_in_forks():
+        sys.exit("sweeper.warm_start: Ray's ID generator is seeded before the fork; not serving")
     parent = os.getppid()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     if os.path.exists(socket_path):
@@ -170,6 +187,25 @@ def serve(socket_path: str) -> None:
             os.rmdir(os.path.dirname(socket_path))
 
 
+def _ids_differ_in_forks() -> bool:
+    """Whether two forks of this process draw different random Ray IDs (they do unless
+    something seeded Ray's generator in this process before forking)."""
+    from ray._raylet import JobID, PlacementGroupID
+
+    drawn = []
+    for _ in range(2):
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.write(write_end, PlacementGroupID.of(JobID.from_int(1)).binary())
+            os._exit(0)
+        os.waitpid(pid, 0)
+        drawn.append(os.read(read_end, 64))
+        os.close(read_end)
+        os.close(write_end)
+    return drawn[0] != drawn[1]
+
+
 def _fork_worker(conn: socket.socket, listener, clients, children) -> int | None:
     header, fds = _recv_with_fds(conn, _HEADER.size)
     if len(header) < _HEADER.size or len(fds) != 3:
@@ -196,6 +232,7 @@ def _fork_worker(conn: socket.socket, listener, clients, children) -> int | None
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.environ.clear()
         os.environ.update(request["env"])
+        os.environ[WARM_STARTED_ENV] = "1"
         os.chdir(request["cwd"])
         sys.argv = list(request["argv"])
         import runpy

@@ -4,6 +4,7 @@ the object store, and hand over to the task's training loop (trainables/<task>.p
 from __future__ import annotations
 
 import importlib
+import os
 import time
 
 import psutil
@@ -12,16 +13,19 @@ import ray.train
 import torch
 
 from sweeper.spec import SweepSpec
+from sweeper.warm_start import WARM_STARTED_ENV
 from trainables.models import resolve_model_source
 
 
 def train_loop_per_worker(config: dict) -> None:
     started_at = config["started_at"]
-    # Where a trial's setup time goes, in seconds since the trial started; the first
+    # Where a trial's setup time goes, in seconds since the trial started, and whether
+    # this process was forked from the warm server (1) or started cold (0); the first
     # report carries it (benchmarks/overhead.py prints it).
     setup_phases = {
         "worker_process_started": psutil.Process().create_time() - started_at,
         "train_loop_entered": time.time() - started_at,
+        "worker_warm_started": float(os.environ.get(WARM_STARTED_ENV) == "1"),
     }
     spec = SweepSpec.model_validate(config["spec"], context={"check_files": False})
     # One intra-op thread per reserved CPU: two trials on two cores must not fight.

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from sweeper.warm_start import SOCKET_ENV
+from sweeper.warm_start import SOCKET_ENV, Server
 
 WORKER = textwrap.dedent(
     """
     import os, sys, time
-    print(os.getpid(), os.getppid(), os.environ.get("ASKED"), os.getcwd(), "torch" in sys.modules, sys.argv[1:], flush=True)
+    print(os.getpid(), os.getppid(), os.environ.get("ASKED"), os.environ.get("SWEEPER_WARM_STARTED"), os.getcwd(), "torch" in sys.modules, sys.argv[1:], flush=True)
     if sys.argv[1] == "sleep":
         time.sleep(60)
     sys.exit(int(sys.argv[2]))
@@ -31,7 +31,9 @@ WORKER = textwrap.dedent(
 def server(tmp_path_factory):
     folder = tmp_path_factory.mktemp("warm")
     socket_path = folder / "socket"
-    process = subprocess.Popen([sys.executable, "-m", "sweeper.warm_start", "--serve", str(socket_path)])
+    server = Server(str(socket_path))
+    server.serve_in(dict(os.environ))
+    process = server.process
     deadline = time.time() + 120
     while not socket_path.exists():
         assert process.poll() is None, "the warm server exited"
@@ -55,10 +57,10 @@ def test_a_worker_runs_forked_from_the_server_with_the_clients_context(server, t
     process, socket_path = server
     client = run_client(socket_path, tmp_path, "exit", "3")
     out, _ = client.communicate(timeout=60)
-    pid, ppid, asked, cwd, warm, args = out.split(" ", 5)
+    pid, ppid, asked, marked, cwd, warm, args = out.split(" ", 6)
     assert client.returncode == 3
     assert int(ppid) == process.pid and int(pid) != client.pid
-    assert asked == "yes" and Path(cwd) == tmp_path
+    assert asked == "yes" and marked == "1" and Path(cwd) == tmp_path
     assert warm == "True"  # torch was imported before the fork
     assert args.strip() == "['exit', '3']"
 
@@ -83,4 +85,5 @@ def test_without_a_server_the_client_runs_the_worker_itself(tmp_path):
     client = run_client(tmp_path / "no-such-socket", tmp_path, "exit", "5")
     out, _ = client.communicate(timeout=60)
     assert client.returncode == 5
-    assert int(out.split()[0]) == client.pid and out.split()[4] == "False"
+    pid, _, _, marked, _, warm = out.split()[:6]
+    assert int(pid) == client.pid and marked == "None" and warm == "False"

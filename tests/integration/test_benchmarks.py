@@ -1,0 +1,43 @@
+"""The benchmark commands (benchmarks/README.md) keep running and print their figures:
+each on a tiny configuration here; the figures that matter come from the full runs."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.integration
+
+
+def run_benchmark(name: str, tmp_path, *args) -> dict:
+    out = tmp_path / f"{name}.json"
+    result = subprocess.run(
+        [sys.executable, "-m", f"benchmarks.{name}", *args, "--json", str(out)],
+        cwd=REPO, capture_output=True, text=True, timeout=900,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "machine:" in result.stdout
+    return json.loads(out.read_text())
+
+
+def test_overhead_benchmark_reports_setup_and_its_phases(tmp_path):
+    figures = run_benchmark("overhead", tmp_path, "--trials", "4", "--steps", "20")
+    assert figures["completed"] == 4 and figures["steps_trained"] == 80
+    phases = figures["setup_phases_median_s"]
+    assert 0 < phases["worker_process_started"] <= phases["train_loop_entered"] <= phases["data_and_task_ready"]
+    assert phases["data_and_task_ready"] <= figures["setup_median_s"]
+    # The later trials' Train workers are forked from the warm server, which listens
+    # some seconds after Ray starts.
+    assert figures["warm_started_workers"] >= 1
+    assert figures["wall_s"] > figures["minimum_s"] > 0
+
+
+def test_pruning_benchmark_counts_steps_against_the_rung_arithmetic(tmp_path):
+    figures = run_benchmark("pruning", tmp_path, "--trials", "3", "--max-steps", "18", "--grace-period", "2")
+    # rungs at 2 and 6 with eta 3: 3 x 2 + 1 x 4 + 1/3 x 12
+    assert figures["rung_arithmetic"] == pytest.approx(14)
+    assert figures["trials"] == 3 and figures["completed"] >= 1
+    assert figures["steps_trained"] >= figures["rung_arithmetic"]
