@@ -79,9 +79,9 @@ def start_ray(address: str | None):
     The dashboard stays on: besides monitoring, Ray Train's placement-group cleanup
     needs it (without it finished trials kept their resources and sweeps hung).
 
-    On a local cluster every worker process of the sweep is forked from a server that has
-    Ray Train, torch, transformers and peft imported (sweeper/warm_start.py): a trial's
-    new Train worker starts in about a second instead of importing for eight or more."""
+    On a local cluster (Linux) every worker process of the sweep is forked from a server
+    that has Ray's core, torch, transformers and peft imported (sweeper/warm_start.py):
+    a trial's new Train worker skips 8-10 CPU-seconds of imports."""
     import ray
 
     if ray.is_initialized():
