@@ -52,7 +52,13 @@ _HEADER = struct.Struct("!I")
 
 def supported() -> bool:
     """Linux only: the server watches its children through pidfds (Linux 5.3+)."""
-    return sys.platform == "linux" and hasattr(os, "pidfd_open")
+    if sys.platform != "linux" or not hasattr(os, "pidfd_open"):
+        return False
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+    except OSError:  # an older kernel, or a sandbox that forbids the call
+        return False
+    return True
 
 
 def runtime_env(socket_path: str) -> dict:
