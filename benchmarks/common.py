@@ -37,6 +37,13 @@ def bench_spec(name: str, output_dir: Path | None = None, **sections) -> SweepSp
     return validate_spec(raw, base_dir=QUICKSTART.parent, source=str(QUICKSTART))
 
 
+def run_bench_sweep(spec: SweepSpec, extra_callbacks: list | None = None):
+    """The sweep as `sweep start` runs it, without its terminal output."""
+    from sweeper.launch import run_sweep
+
+    return run_sweep(spec, yaml_folder=QUICKSTART.parent, console=Console(quiet=True), extra_callbacks=extra_callbacks)
+
+
 @dataclass
 class PlainRun:
     """One run of the training loop in this process, without Ray."""

@@ -16,9 +16,8 @@ import statistics
 import time
 from pathlib import Path
 
-from rich.console import Console
 
-from benchmarks.common import QUICKSTART, bench_spec, percentile, plain_run, print_figures, save_json
+from benchmarks.common import bench_spec, percentile, plain_run, print_figures, run_bench_sweep, save_json
 
 
 # The setup phases a trial's first report carries (trainables/worker.py), as seconds
@@ -46,10 +45,8 @@ def main() -> None:
     )
     plain = plain_run(spec)  # before Ray starts: the step time on a quiet machine
 
-    from sweeper.launch import run_sweep
-
     started = time.time()
-    run = run_sweep(spec, yaml_folder=QUICKSTART.parent, console=Console(quiet=True))
+    run = run_bench_sweep(spec)
     wall = time.time() - started
     trials = list(run.book.trials.values())
     setups = [t.setup_seconds for t in trials if t.setup_seconds is not None]

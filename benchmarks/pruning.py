@@ -19,9 +19,8 @@ from collections import defaultdict
 from pathlib import Path
 
 from ray.tune import Callback
-from rich.console import Console
 
-from benchmarks.common import QUICKSTART, bench_spec, print_figures, save_json
+from benchmarks.common import bench_spec, print_figures, run_bench_sweep, save_json
 from sweeper.plan import asha_rungs
 
 
@@ -78,8 +77,6 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args()
 
-    from sweeper.launch import run_sweep
-
     spec = bench_spec(
         "bench-pruning",
         training={"max_steps": args.max_steps, "eval_every": args.grace_period},
@@ -91,7 +88,7 @@ def main() -> None:
         },
     )
     clock = ResultClock()
-    run = run_sweep(spec, yaml_folder=QUICKSTART.parent, console=Console(quiet=True), extra_callbacks=[clock])
+    run = run_bench_sweep(spec, extra_callbacks=[clock])
     trials = list(run.book.trials.values())
     trained = sum(t.step for t in trials)
     pruned = [t for t in trials if t.status == "pruned"]

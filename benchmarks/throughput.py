@@ -11,9 +11,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rich.console import Console
 
-from benchmarks.common import QUICKSTART, bench_spec, plain_run, print_figures, save_json, tokens_per_second
+from benchmarks.common import bench_spec, plain_run, print_figures, run_bench_sweep, save_json, tokens_per_second
 
 
 def main() -> None:
@@ -25,7 +24,6 @@ def main() -> None:
 
     import ray
 
-    from sweeper.launch import run_sweep
     from sweeper.spec import with_overrides
 
     spec = bench_spec(
@@ -34,7 +32,7 @@ def main() -> None:
         search={"num_trials": 1},
         early_stopping={"scheduler": "none"},
     )
-    run = run_sweep(spec, yaml_folder=QUICKSTART.parent, console=Console(quiet=True))
+    run = run_bench_sweep(spec)
     (trial,) = run.book.trials.values()
     in_trial = tokens_per_second(trial.history)
     ray.shutdown()  # the plain run gets the machine without Ray's processes

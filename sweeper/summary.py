@@ -6,7 +6,6 @@ from rich.console import Console
 
 from sweeper.views import usd
 
-from sweeper.console import trial_table
 
 def print_summary(run, console: Console) -> None:
     book, spec = run.book, run.spec

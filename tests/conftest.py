@@ -26,6 +26,11 @@ def small_sweep(name: str, **sections) -> dict:
         },
         "early_stopping": {"scheduler": "asha", "grace_period": 10, "reduction_factor": 3},
     }
+    return merge_sections(raw, sections)
+
+
+def merge_sections(raw: dict, sections: dict) -> dict:
+    """`raw` with each of `sections` merged over its section (replacing non-dict values)."""
     for key, value in sections.items():
         if isinstance(value, dict) and isinstance(raw.get(key), dict):
             raw[key] = {**raw[key], **value}
@@ -73,9 +78,4 @@ def small_dpo_sweep(name: str, **sections) -> dict:
             },
         },
     )
-    for key, value in sections.items():
-        if isinstance(value, dict) and isinstance(raw.get(key), dict):
-            raw[key] = {**raw[key], **value}
-        else:
-            raw[key] = value
-    return raw
+    return merge_sections(raw, sections)

@@ -9,10 +9,12 @@ import random
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Callable, Iterator, NamedTuple
 
 import torch
 import torch.distributed as dist
+
+from trainables.models import add_lora, load_base_model
 
 from trainables.data import IGNORE_INDEX
 
@@ -146,6 +148,36 @@ def count_targets(labels: torch.Tensor) -> int:
 
 def unwrap(model: torch.nn.Module) -> torch.nn.Module:
     return model.module if isinstance(model, torch.nn.parallel.DistributedDataParallel) else model
+
+
+def pad_token_id(model: torch.nn.Module) -> int:
+    config = unwrap(model).config
+    return config.pad_token_id if config.pad_token_id is not None else config.eos_token_id
+
+
+def adapted_model(spec, model_source, workers: Workers) -> torch.nn.Module:
+    """The base weights frozen, fresh adapters (seeded), DDP across workers."""
+    model = add_lora(load_base_model(model_source, spec.training.precision), spec.lora).to(workers.device)
+    if workers.world_size > 1:
+        model = torch.nn.parallel.DistributedDataParallel(model)
+    return model
+
+
+class Optimization(NamedTuple):
+    optimizer: torch.optim.Optimizer
+    schedule: torch.optim.lr_scheduler.LambdaLR
+    scaler: torch.amp.GradScaler
+    done_steps: int  # steps already trained (restored from `resume_from`)
+
+
+def start_optimization(model: torch.nn.Module, training, resume_from: str | None) -> Optimization:
+    """Optimizer and schedule, restored from a checkpoint directory when given; fp16
+    needs a loss scaler, bf16 and fp32 do not."""
+    optimizer = make_optimizer(model, training)
+    schedule = make_schedule(optimizer, training)
+    scaler = torch.amp.GradScaler(enabled=training.precision == "fp16")
+    done_steps = restore_training_state(resume_from, model, optimizer, schedule) if resume_from else 0
+    return Optimization(optimizer, schedule, scaler, done_steps)
 
 
 TRAINING_STATE_FILE = "training_state.pt"

@@ -29,24 +29,23 @@ import torch.nn.functional as F
 from trainables.common import (
     Reporter,
     Throughput,
+    adapted_model,
     autocast,
     check_finite,
     current_workers,
     endless_batches,
     inject_fault,
-    make_optimizer,
-    make_schedule,
     optimizer_step,
     pad_batch,
+    pad_token_id,
     report_with_adapter,
-    restore_training_state,
     seed_everything,
     shard_batches,
+    start_optimization,
     sum_across_workers,
     unwrap,
 )
 from trainables.data import IGNORE_INDEX, PreferenceSplit
-from trainables.models import add_lora, load_base_model
 
 
 def train(
@@ -63,23 +62,16 @@ def train(
     workers = current_workers()
     seed_everything(training.seed)
 
-    # Model: base weights frozen, fresh adapters (seeded), DDP across workers. With the
-    # adapters disabled the same module is the reference.
-    model = add_lora(load_base_model(model_source, training.precision), spec.lora).to(workers.device)
-    if workers.world_size > 1:
-        model = torch.nn.parallel.DistributedDataParallel(model)
-    pad_id = _pad_id(model)
+    # With the adapters disabled the same module is the reference.
+    model = adapted_model(spec, model_source, workers)
+    pad_id = pad_token_id(model)
 
     # The reference never changes, so the eval pairs are scored under it once, here
     # (before any adapter weights are restored: disabled adapters are the reference anyway).
     train_split, eval_split = data["train"], data["eval"]
     eval_reference = reference_logps(model, eval_split, training, workers, pad_id)
 
-    # Optimizer and schedule; fp16 needs a loss scaler, bf16 and fp32 do not.
-    optimizer = make_optimizer(model, training)
-    schedule = make_schedule(optimizer, training)
-    scaler = torch.amp.GradScaler(enabled=training.precision == "fp16")
-    done_steps = restore_training_state(resume_from, model, optimizer, schedule) if resume_from else 0
+    optimizer, schedule, scaler, done_steps = start_optimization(model, training, resume_from)
 
     # Data: this worker's shard of the train pairs, reshuffled each epoch by seed.
     micro_batches = training.gradient_accumulation_steps
@@ -218,7 +210,3 @@ def evaluate(model, split: PreferenceSplit, reference: list[torch.Tensor], spec,
         "eval_rewards_accuracy": correct / count,
     }
 
-
-def _pad_id(model) -> int:
-    config = unwrap(model).config
-    return config.pad_token_id if config.pad_token_id is not None else config.eos_token_id

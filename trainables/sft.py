@@ -16,24 +16,23 @@ import torch
 from trainables.common import (
     Reporter,
     Throughput,
+    adapted_model,
     autocast,
     check_finite,
     count_targets,
     current_workers,
     endless_batches,
     inject_fault,
-    make_optimizer,
-    make_schedule,
     optimizer_step,
     pad_batch,
+    pad_token_id,
     report_with_adapter,
-    restore_training_state,
     seed_everything,
     shard_batches,
+    start_optimization,
     sum_across_workers,
 )
 from trainables.data import IGNORE_INDEX, TokenizedSplit
-from trainables.models import add_lora, load_base_model
 
 
 def train(
@@ -55,17 +54,9 @@ def train(
     workers = current_workers()
     seed_everything(training.seed)
 
-    # Model: base weights frozen, fresh adapters (seeded), DDP across workers.
-    model = add_lora(load_base_model(model_source, training.precision), spec.lora).to(workers.device)
-    if workers.world_size > 1:
-        model = torch.nn.parallel.DistributedDataParallel(model)
-    pad_id = _pad_id(model)
-
-    # Optimizer and schedule; fp16 needs a loss scaler, bf16 and fp32 do not.
-    optimizer = make_optimizer(model, training)
-    schedule = make_schedule(optimizer, training)
-    scaler = torch.amp.GradScaler(enabled=training.precision == "fp16")
-    done_steps = restore_training_state(resume_from, model, optimizer, schedule) if resume_from else 0
+    model = adapted_model(spec, model_source, workers)
+    pad_id = pad_token_id(model)
+    optimizer, schedule, scaler, done_steps = start_optimization(model, training, resume_from)
 
     # Data: this worker's shard of the train split, reshuffled each epoch by seed.
     train_split, eval_split = data["train"], data["eval"]
@@ -137,7 +128,3 @@ def evaluate(model, split: TokenizedSplit, training, workers, pad_id: int) -> fl
     loss_sum, target_count = sum_across_workers(loss_sum, target_count)
     return loss_sum / target_count
 
-
-def _pad_id(model) -> int:
-    config = (model.module if hasattr(model, "module") else model).config
-    return config.pad_token_id if config.pad_token_id is not None else config.eos_token_id
