@@ -11,6 +11,7 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from sweeper.errors import SweepFailed, UserError
 
@@ -44,7 +45,8 @@ def user_errors(command):
                 raise
             lines = exc.lines if isinstance(exc, UserError) else [str(exc)]
             for line in lines:
-                errors.print(f"[red]error:[/red] {line}", highlight=False, soft_wrap=True)
+                # Escaped: a line quotes user input, which may hold brackets.
+                errors.print(f"[red]error:[/red] {escape(line)}", highlight=False, soft_wrap=True)
             raise typer.Exit(exc.exit_code) from None
 
     return wrapper
