@@ -31,12 +31,9 @@ import sys
 SOCKET_ENV = "SWEEPER_WARM_START_SOCKET"
 # Set in the environment of every process the server forks (trainables/worker.py reports it).
 WARM_STARTED_ENV = "SWEEPER_WARM_STARTED"
-# What the processes of a sweep import, as far as it is safe before a fork: torch,
-# transformers, peft and the training code, then Ray's core (its settings come from the
-# environment it is loaded in, so it is loaded in the workers' environment). Not Ray Train:
-# importing it seeds Ray's ID generator (through Ray Data), and children forked after
-# that draw the same "random" placement-group IDs (seen: two trials' Train runs got one
-# placement group). The server checks this before it serves (_ids_differ_in_forks).
+# What the processes of a sweep import: torch, transformers, peft and the training code,
+# then, in the workers' environment, Ray with Train and Tune (Ray's core reads settings
+# such as the job id from the environment once, when it is loaded).
 WARM_IMPORTS = (
     "torch",
     "transformers",
@@ -46,7 +43,15 @@ WARM_IMPORTS = (
     "trainables.sft",
     "trainables.dpo",
 )
-RAY_IMPORTS = ("ray",)
+RAY_IMPORTS = (
+    "ray",
+    "ray.train.torch",
+    "ray.tune",
+    "ray.train.v2._internal.execution.worker_group.worker",
+    "ray.train.v2._internal.execution.checkpoint.sync_actor",
+    "sweeper.trial",
+    "trainables.worker",
+)
 _HEADER = struct.Struct("!I")
 
 
@@ -146,8 +151,12 @@ def serve(socket_path: str) -> None:
     # The workers' environment (Server.serve_in), before Ray's core is loaded.
     os.environ.clear()
     os.environ.update(json.loads(sys.stdin.buffer.read() or b"{}"))
-    for module in RAY_IMPORTS:
-        importlib.import_module(module)
+    # pyarrow (under Ray Data) would start a jemalloc thread; the server forks with as few
+    # threads as it can.
+    os.environ["JE_ARROW_MALLOC_CONF"] = "background_thread:false"
+    with _actor_class_ids_from_urandom():
+        for module in RAY_IMPORTS:
+            importlib.import_module(module)
     if not _ids_differ_in_forks():
         sys.exit("sweeper.warm_start: Ray's ID generator is seeded before the fork; not serving")
     parent = os.getppid()
@@ -191,6 +200,29 @@ def serve(socket_path: str) -> None:
             os.unlink(socket_path)
         with contextlib.suppress(OSError):
             os.rmdir(os.path.dirname(socket_path))
+
+
+@contextlib.contextmanager
+def _actor_class_ids_from_urandom():
+    """Every `@ray.remote` class defined at import (Ray Train, Tune and Data define
+    several) draws its ActorClassID from Ray's C++ ID generator, which seeds itself on its
+    first draw. Forks of a server whose generator is seeded all draw the same IDs after
+    (seen: two trials' Train runs got one placement group). While the server imports,
+    class IDs come from os.urandom instead, so the generator stays unseeded and each
+    child seeds its own on its first draw."""
+    import ray.actor
+    from ray._raylet import ActorClassID
+
+    class UrandomActorClassID:
+        @staticmethod
+        def from_random():
+            return ActorClassID(os.urandom(ActorClassID.size()))
+
+    ray.actor.ActorClassID = UrandomActorClassID
+    try:
+        yield
+    finally:
+        ray.actor.ActorClassID = ActorClassID
 
 
 def _ids_differ_in_forks() -> bool:

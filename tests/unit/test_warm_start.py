@@ -87,3 +87,30 @@ def test_without_a_server_the_client_runs_the_worker_itself(tmp_path):
     assert client.returncode == 5
     pid, _, _, marked, _, warm = out.split()[:6]
     assert int(pid) == client.pid and marked == "None" and warm == "False"
+
+
+ID_DRAWER = textwrap.dedent(
+    """
+    import sys
+    from ray._raylet import JobID, PlacementGroupID
+    print("ray.train" in sys.modules, PlacementGroupID.of(JobID.from_int(1)).hex())
+    """
+)
+
+
+def test_forked_workers_have_ray_train_loaded_and_draw_their_own_ids(server, tmp_path):
+    """Ray Train is imported in the server, yet each fork draws its own random Ray IDs
+    (forks of a seeded generator once gave two trials' runs one placement group)."""
+    _, socket_path = server
+    script = tmp_path / "draw.py"
+    script.write_text(ID_DRAWER)
+    env = {**os.environ, SOCKET_ENV: str(socket_path)}
+    drawn = [
+        subprocess.run(
+            [sys.executable, "-m", "sweeper.warm_start", str(script)],
+            env=env, capture_output=True, text=True, timeout=60, check=True,
+        ).stdout.split()
+        for _ in range(3)
+    ]
+    assert all(preloaded == "True" for preloaded, _ in drawn)
+    assert len({placement_group_id for _, placement_group_id in drawn}) == 3
