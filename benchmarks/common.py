@@ -97,6 +97,15 @@ def tokens_per_second(reports: list[dict]) -> float:
     return tokens / seconds
 
 
+def tokens_per_cpu_second(reports: list[dict]) -> float:
+    """Training tokens over the training thread's CPU seconds across reports (one worker):
+    unlike tokens/s, it does not fall when other processes or the hypervisor take the
+    thread's core, only when the loop itself does more work per token."""
+    tokens = sum(r["train_tokens"] for r in reports)
+    cpu_seconds = sum(r["train_cpu_share"] * r["train_tokens"] / r["tokens_per_second"] for r in reports)
+    return tokens / cpu_seconds
+
+
 def percentile(values: list[float], q: float) -> float:
     """The q-th percentile (0-100), interpolated; the value itself for a single one."""
     if len(values) == 1:

@@ -26,6 +26,7 @@ REPORTED_KEYS = (
     "learning_rate",
     "tokens_per_second",
     "train_tokens",
+    "train_cpu_share",
     "setup_seconds",
     "setup_phases",  # first report only: where the setup time went (trainables/worker.py)
 )

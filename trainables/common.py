@@ -235,21 +235,27 @@ def inject_fault(chaos, step: int) -> float:
 
 
 class Throughput:
-    """Tokens per second of training between two reports (evaluation time excluded)."""
+    """Tokens per second of training between two reports (evaluation time excluded), and
+    the CPU time of the training thread in those seconds: a share well below 1 on a CPU
+    run means the thread waited (for cores taken by other processes, or for the GIL)."""
 
     def __init__(self) -> None:
         self.tokens = 0
         self.seconds = 0.0
+        self.cpu_seconds = 0.0
         self._started: float | None = None
+        self._cpu_started: float | None = None
 
     def start(self) -> None:
         self._started = time.perf_counter()
+        self._cpu_started = time.thread_time()
 
     def stop(self, tokens: int) -> None:
         self.seconds += time.perf_counter() - self._started
+        self.cpu_seconds += time.thread_time() - self._cpu_started
         self.tokens += tokens
 
-    def take(self) -> tuple[int, float]:
-        tokens, seconds = self.tokens, self.seconds
-        self.tokens, self.seconds = 0, 0.0
-        return tokens, seconds
+    def take(self) -> tuple[int, float, float]:
+        taken = self.tokens, self.seconds, self.cpu_seconds
+        self.tokens, self.seconds, self.cpu_seconds = 0, 0.0, 0.0
+        return taken

@@ -92,9 +92,9 @@ def train(
 
         if step % training.eval_every == 0 or step == training.max_steps:
             eval_loss = evaluate(model, eval_split, training, workers, pad_id)
-            tokens, seconds = throughput.take()
-            train_loss_sum, count, tokens, seconds = sum_across_workers(
-                sum(losses_since_report), len(losses_since_report), tokens, seconds
+            tokens, seconds, cpu_seconds = throughput.take()
+            train_loss_sum, count, tokens, seconds, cpu_seconds = sum_across_workers(
+                sum(losses_since_report), len(losses_since_report), tokens, seconds, cpu_seconds
             )
             losses_since_report = []
             metrics = {
@@ -106,6 +106,7 @@ def train(
                 # seconds are summed over workers that ran in parallel: divide by world size
                 "tokens_per_second": tokens / (seconds / workers.world_size),
                 "train_tokens": tokens,
+                "train_cpu_share": cpu_seconds / seconds,
                 "setup_seconds": setup_seconds,
             }
             report_with_adapter(report, metrics, model, workers, optimizer, schedule)

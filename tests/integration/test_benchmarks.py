@@ -41,3 +41,12 @@ def test_pruning_benchmark_counts_steps_against_the_rung_arithmetic(tmp_path):
     assert figures["rung_arithmetic"] == pytest.approx(14)
     assert figures["trials"] == 3 and figures["completed"] >= 1
     assert figures["steps_trained"] >= figures["rung_arithmetic"]
+
+
+def test_throughput_benchmark_compares_a_trial_with_the_plain_loop(tmp_path):
+    figures = run_benchmark("throughput", tmp_path, "--steps", "20", "--rounds", "1")
+    (round_,) = figures["rounds"]
+    assert round_["trial_tokens_per_s"] > 0 and round_["plain_tokens_per_s"] > 0
+    # The thread's CPU time never exceeds its wall time.
+    assert 0 < round_["trial_cpu_share"] <= 1.01 and 0 < round_["plain_cpu_share"] <= 1.01
+    assert figures["ratio_median"] == pytest.approx(round_["trial_tokens_per_s"] / round_["plain_tokens_per_s"])

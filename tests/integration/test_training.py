@@ -52,7 +52,7 @@ def test_fine_tuning_learns_and_depends_on_learning_rate_and_rank(setup):
     assert good[-1]["eval_loss"] < start - 2.0, (start, good[-1])
     assert low_lr[-1]["eval_loss"] > good[-1]["eval_loss"] + 1.0
     assert small_rank[-1]["eval_loss"] > good[-1]["eval_loss"] + 0.1
-    for key in ("train_loss", "learning_rate", "tokens_per_second", "setup_seconds", "eval_perplexity"):
+    for key in ("train_loss", "learning_rate", "tokens_per_second", "train_cpu_share", "setup_seconds", "eval_perplexity"):
         assert good[-1][key] > 0
 
 

@@ -1,0 +1,28 @@
+"""trainables.common.Throughput: tokens over training seconds between reports, and how
+much of those seconds the training thread was on a CPU (a starved thread shows it)."""
+
+import time
+
+from trainables.common import Throughput
+
+
+def test_a_thread_that_waits_has_a_low_cpu_share_and_one_that_computes_a_high_one():
+    throughput = Throughput()
+    throughput.start()
+    time.sleep(0.3)
+    throughput.stop(tokens=100)
+    tokens, seconds, cpu_seconds = throughput.take()
+    assert tokens == 100 and seconds >= 0.3
+    assert cpu_seconds / seconds < 0.2
+
+    throughput.start()
+    deadline = time.perf_counter() + 0.3
+    while time.perf_counter() < deadline:
+        pass
+    throughput.stop(tokens=50)
+    throughput.start()
+    throughput.stop(tokens=50)
+    tokens, seconds, cpu_seconds = throughput.take()
+    assert tokens == 100
+    assert cpu_seconds / seconds > 0.5  # even with other load on the machine
+    assert throughput.take() == (0, 0.0, 0.0)  # taken means reset
