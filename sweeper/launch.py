@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,26 +72,37 @@ TRIAL_SETTINGS = {
 }
 
 
-def start_ray(address: str | None):
+def start_warm_server(address: str | None):
+    """The warm-start server for a local sweep on Linux (sweeper/warm_start.py), started
+    first so that it imports torch while the data is tokenized and Ray starts; None when
+    the sweep joins a cluster or the platform cannot host it."""
+    from sweeper import warm_start
+
+    local = not (address or os.environ.get("RAY_ADDRESS"))
+    if not local or not warm_start.supported():
+        return None
+    return warm_start.Server(warm_start.new_socket_path())
+
+
+def start_ray(address: str | None, warm_server=None):
     """Join `address` (or RAY_ADDRESS), else start a local cluster with its dashboard.
     The dashboard stays on: besides monitoring, Ray Train's placement-group cleanup
     needs it (without it finished trials kept their resources and sweeps hung).
 
-    On a local cluster (Linux) every worker process of the sweep is forked from a server
-    that has Ray's core, torch, transformers and peft imported (sweeper/warm_start.py):
-    a trial's new Train worker skips 8-10 CPU-seconds of imports."""
+    With a `warm_server` every worker process of the sweep's job is forked from it, with
+    Ray, torch, transformers and peft imported already: a trial's new Train worker skips
+    8-10 CPU-seconds of imports."""
     import ray
 
     if ray.is_initialized():
+        if warm_server:
+            warm_server.stop()  # the workers of a running Ray are started already
         return ray.get_runtime_context(), None
     from sweeper import warm_start
 
-    local = not (address or os.environ.get("RAY_ADDRESS"))
-    warm_socket = warm_start.new_socket_path() if local and warm_start.supported() else None
     runtime_env = {"env_vars": dict(TRIAL_SETTINGS)}
-    if warm_socket:
-        warm_server = warm_start.Server(warm_socket)
-        warm_env = warm_start.runtime_env(warm_socket)
+    if warm_server:
+        warm_env = warm_start.runtime_env(warm_server.socket_path)
         runtime_env = {"py_executable": warm_env["py_executable"], "env_vars": {**TRIAL_SETTINGS, **warm_env["env_vars"]}}
     context = ray.init(
         address=address,
@@ -103,17 +113,8 @@ def start_ray(address: str | None):
         configure_logging=True,
         runtime_env=runtime_env,
     )
-    if warm_socket:
-        # The environment Ray gives this job's workers, asked of one of them in the
-        # background as the sweep starts: until the server listens, workers start as usual.
-        environment = ray.remote(num_cpus=0)(_environment).remote()
-        threading.Thread(target=lambda: warm_server.serve_in(ray.get(environment)), daemon=True).start()
     url = context.dashboard_url
     return context, (f"http://{url}" if url and not url.startswith("http") else url)
-
-
-def _environment() -> dict:
-    return dict(os.environ)
 
 
 def prepare_data(spec: SweepSpec, cache_root: Path):
@@ -229,8 +230,14 @@ def _open_session(spec: SweepSpec, address: str | None, console: Console, cache_
 
     tracking_uri = resolve_tracking_uri(spec.tracking.uri)
     check_tracking_uri(tracking_uri)
-    data, tokenizer = prepare_data(spec, cache_root)
-    _, dashboard_url = start_ray(address)
+    warm_server = start_warm_server(address)
+    try:
+        data, tokenizer = prepare_data(spec, cache_root)
+    except BaseException:
+        if warm_server:
+            warm_server.stop()
+        raise
+    _, dashboard_url = start_ray(address, warm_server)
     cluster = ClusterResources.from_ray()
     plan = make_plan(spec, cluster)
     console.print(f"Ray dashboard: {dashboard_url or 'not available'}")

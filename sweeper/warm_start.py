@@ -9,8 +9,8 @@ to the server of this node over a Unix socket; the server forks a child that run
 `default_worker.py` with them. The child registers with the raylet under its own pid
 (as workers started through `uv run` do), so Ray signals and kills the child itself;
 the client waits for the child and exits with its status, and the server kills a child
-whose client died. Without a server (another node, or the server is gone or refused to
-serve) the client simply execs the normal worker.
+whose client died. Without a server (another node, the server is still importing, gone,
+or refused to serve) the client simply execs the normal worker.
 
 The server forks from its only Python thread and never initialises CUDA; tokens/s in a
 forked Train worker equal those of a plain process (benchmarks/README.md).
@@ -53,6 +53,7 @@ RAY_IMPORTS = (
     "trainables.worker",
 )
 _HEADER = struct.Struct("!I")
+FORKED = b"F"
 
 
 def supported() -> bool:
@@ -84,11 +85,12 @@ def new_socket_path() -> str:
 
 
 class Server:
-    """This node's server, started at once in the background: it imports torch,
-    transformers and peft while Ray starts, then waits for `serve_in` to give it the
-    environment Ray gives the job's workers, loads Ray's core in it (the core reads its
-    settings, such as the job id, from the environment once, when it is loaded) and
-    listens. It ends when this process ends."""
+    """This node's server, started in the background before anything else of the sweep:
+    it imports torch, transformers and peft while the sweep tokenizes its data and Ray
+    starts, then listens. Ray's core, Train and Tune it loads when the first worker asks,
+    in that worker's environment: the core reads settings such as the job id from the
+    environment once, when it is loaded. It ends when the process that started it ends,
+    or with `stop`."""
 
     def __init__(self, socket_path: str):
         import subprocess
@@ -96,17 +98,14 @@ class Server:
         self.socket_path = socket_path
         self.process = subprocess.Popen(
             [sys.executable, "-m", "sweeper.warm_start", "--serve", socket_path],
-            stdin=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
 
-    def serve_in(self, worker_environment: dict) -> None:
-        try:
-            self.process.stdin.write(json.dumps(worker_environment).encode())
-            self.process.stdin.close()
-        except OSError:
-            pass  # the server is gone; workers start the ordinary way
+    def stop(self) -> None:
+        self.process.kill()
+        self.process.wait()
 
 
 def main(argv: list[str]) -> None:
@@ -133,7 +132,11 @@ def start_worker(worker_argv: list[str]) -> None:
         [_HEADER.pack(len(request)) + request],
         [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [0, 1, 2]))],
     )
-    # The server answers with the child's exit status once it has ended.
+    # The server answers FORKED once the worker runs (a server that will not serve hangs
+    # up instead), then the worker's exit status once it has ended.
+    if _recv_exactly(conn, len(FORKED)) != FORKED:
+        conn.close()
+        os.execv(sys.executable, [sys.executable, *worker_argv])
     status = _recv_exactly(conn, _HEADER.size)
     os._exit(_HEADER.unpack(status)[0] if status else 1)
 
@@ -142,23 +145,13 @@ def start_worker(worker_argv: list[str]) -> None:
 
 
 def serve(socket_path: str) -> None:
-    """Import what workers need, then fork a worker for each client until the process
-    that started this server (the sweep's driver) is gone."""
+    """Import torch and the training code, listen, and fork a worker for each client
+    (loading Ray for the first) until the process that started this server (the sweep's
+    driver) is gone."""
     import importlib
 
     for module in WARM_IMPORTS:
         importlib.import_module(module)
-    # The workers' environment (Server.serve_in), before Ray's core is loaded.
-    os.environ.clear()
-    os.environ.update(json.loads(sys.stdin.buffer.read() or b"{}"))
-    # pyarrow (under Ray Data) would start a jemalloc thread; the server forks with as few
-    # threads as it can.
-    os.environ["JE_ARROW_MALLOC_CONF"] = "background_thread:false"
-    with _actor_class_ids_from_urandom():
-        for module in RAY_IMPORTS:
-            importlib.import_module(module)
-    if not _ids_differ_in_forks():
-        sys.exit("sweeper.warm_start: Ray's ID generator is seeded before the fork; not serving")
     parent = os.getppid()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     if os.path.exists(socket_path):
@@ -174,6 +167,8 @@ def serve(socket_path: str) -> None:
                 if item is listener:
                     conn, _ = listener.accept()
                     pid = _fork_worker(conn, listener, clients, children)
+                    if pid == REFUSED:
+                        return
                     if pid:
                         children[os.pidfd_open(pid)] = (pid, conn)
                         clients[conn] = pid
@@ -244,16 +239,42 @@ def _ids_differ_in_forks() -> bool:
     return drawn[0] != drawn[1]
 
 
+REFUSED = -1
+
+
+def _load_ray(worker_environment: dict) -> bool:
+    """Load Ray's core, Train and Tune in the environment of the job's workers; False if
+    forks of this process would then share Ray's ID generator (the server must not serve)."""
+    import importlib
+
+    os.environ.clear()
+    os.environ.update(worker_environment)
+    # pyarrow (under Ray Data) would start a jemalloc thread; the server forks with as few
+    # threads as it can.
+    os.environ["JE_ARROW_MALLOC_CONF"] = "background_thread:false"
+    with _actor_class_ids_from_urandom():
+        for module in RAY_IMPORTS:
+            importlib.import_module(module)
+    return _ids_differ_in_forks()
+
+
 def _fork_worker(conn: socket.socket, listener, clients, children) -> int | None:
+    """Fork the worker `conn` asks for: its pid, None for a malformed request, REFUSED
+    if this server cannot serve (the client then starts the worker itself)."""
     header, fds = _recv_with_fds(conn, _HEADER.size)
     if len(header) < _HEADER.size or len(fds) != 3:
         conn.close()
         return None
     request = json.loads(_recv_exactly(conn, _HEADER.unpack(header)[0]))
+    if "ray" not in sys.modules and not _load_ray(request["env"]):
+        conn.close()
+        return REFUSED
     pid = os.fork()
     if pid:
         for fd in fds:
             os.close(fd)
+        with contextlib.suppress(OSError):  # a client gone already: its hang-up kills the worker
+            conn.sendall(FORKED)
         return pid
     # The child: become the worker Ray asked for.
     try:

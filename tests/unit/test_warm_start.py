@@ -1,4 +1,4 @@
-"""The warm server (sweeper/warm_start.py) with real processes, without Ray: a worker
+"""The warm server (sweeper/warm_start.py) with real processes, without a Ray cluster: a worker
 command run through the client runs as a fork of the server, with the client's
 arguments, environment, working directory and standard streams, and exits with its
 status; a killed client takes its worker with it; without a server the command runs as
@@ -32,7 +32,6 @@ def server(tmp_path_factory):
     folder = tmp_path_factory.mktemp("warm")
     socket_path = folder / "socket"
     server = Server(str(socket_path))
-    server.serve_in(dict(os.environ))
     process = server.process
     deadline = time.time() + 120
     while not socket_path.exists():
@@ -40,7 +39,7 @@ def server(tmp_path_factory):
         assert time.time() < deadline, "the warm server did not start"
         time.sleep(0.2)
     yield process, socket_path
-    process.kill()
+    server.stop()
 
 
 def run_client(socket_path, tmp_path, *args, **popen):
@@ -114,3 +113,30 @@ def test_forked_workers_have_ray_train_loaded_and_draw_their_own_ids(server, tmp
     ]
     assert all(preloaded == "True" for preloaded, _ in drawn)
     assert len({placement_group_id for _, placement_group_id in drawn}) == 3
+
+
+def test_a_server_that_hangs_up_without_forking_leaves_the_client_to_run_the_worker(tmp_path):
+    """What a server that refuses to serve does (its Ray ID generator would be shared by
+    its forks): the worker still starts, as the client itself."""
+    import socket
+    import threading
+
+    socket_path = tmp_path / "refusing"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(socket_path))
+    listener.listen(1)
+
+    def refuse():
+        conn, _ = listener.accept()
+        conn.recv(1 << 16)
+        conn.close()
+
+    refuser = threading.Thread(target=refuse)
+    refuser.start()
+    client = run_client(socket_path, tmp_path, "exit", "4")
+    out, _ = client.communicate(timeout=60)
+    refuser.join(timeout=10)
+    listener.close()
+    assert client.returncode == 4
+    pid, _, _, marked, _, warm = out.split()[:6]
+    assert int(pid) == client.pid and marked == "None" and warm == "False"
