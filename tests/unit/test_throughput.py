@@ -13,7 +13,8 @@ def test_a_thread_that_waits_has_a_low_cpu_share_and_one_that_computes_a_high_on
     throughput.stop(tokens=100)
     tokens, seconds, cpu_seconds = throughput.take()
     assert tokens == 100 and seconds >= 0.3
-    assert cpu_seconds / seconds < 0.2
+    waiting_share = cpu_seconds / seconds
+    assert waiting_share < 0.1
 
     throughput.start()
     deadline = time.perf_counter() + 0.3
@@ -24,5 +25,7 @@ def test_a_thread_that_waits_has_a_low_cpu_share_and_one_that_computes_a_high_on
     throughput.stop(tokens=50)
     tokens, seconds, cpu_seconds = throughput.take()
     assert tokens == 100
-    assert cpu_seconds / seconds > 0.5  # even with other load on the machine
+    # Far above the waiting thread's, even where other load and the hypervisor take
+    # a good part of this core.
+    assert cpu_seconds / seconds > max(0.3, 5 * waiting_share)
     assert throughput.take() == (0, 0.0, 0.0)  # taken means reset
