@@ -115,14 +115,14 @@ def main() -> None:
             ("sweep wall", f"{wall:.1f} s", "run_sweep, as `sweep start` runs it"),
             ("wall / minimum", f"{wall / minimum:.2f}x", "target <= 1.15x"),
             (
-                "CPU-seconds, whole machine",
-                f"{cpu_used:.0f} s",
-                f"{figures['cpu_seconds_per_trial']:.1f} s per trial (Ray start included); steal-proof",
-            ),
-            (
                 "wall without Ray start / minimum",
                 f"{figures['trials_wall_over_minimum']:.2f}x",
                 f"{figures['trials_wall_s']:.1f} s from the first trial's scheduling to the end",
+            ),
+            (
+                "CPU-seconds, whole machine",
+                f"{cpu_used:.0f} s",
+                f"{figures['cpu_seconds_per_trial']:.1f} s per trial (Ray start included); steal-proof",
             ),
         ],
     )

@@ -1,5 +1,5 @@
-"""Warm starts for Ray worker processes: a fork server with Ray's core, torch,
-transformers and peft already imported, so that a trial's new processes (its Train
+"""Warm starts for Ray worker processes: a fork server with Ray (core, Train, Tune),
+torch, transformers and peft already imported, so that a trial's new processes (its Train
 workers above all) start in a second or two instead of importing for 8-10 CPU-seconds.
 
 Ray starts every worker process of a job through the job's `py_executable`, which a
@@ -12,8 +12,9 @@ the client waits for the child and exits with its status, and the server kills a
 whose client died. Without a server (another node, the server is still importing, gone,
 or refused to serve) the client simply execs the normal worker.
 
-The server forks from its only Python thread and never initialises CUDA; tokens/s in a
-forked Train worker equal those of a plain process (benchmarks/README.md).
+The server forks from its only Python thread and never initialises CUDA; per CPU-second
+the training loop in a forked Train worker does the same work as in a plain process,
+within this machine's noise (benchmarks/README.md).
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ RAY_IMPORTS = (
 )
 _HEADER = struct.Struct("!I")
 FORKED = b"F"
+REFUSED = -1  # _fork_worker: this server cannot serve
 
 
 def supported() -> bool:
@@ -106,6 +108,10 @@ class Server:
     def stop(self) -> None:
         self.process.kill()
         self.process.wait()
+        with contextlib.suppress(OSError):
+            os.unlink(self.socket_path)
+        with contextlib.suppress(OSError):
+            os.rmdir(os.path.dirname(self.socket_path))
 
 
 def main(argv: list[str]) -> None:
@@ -238,8 +244,6 @@ def _ids_differ_in_forks() -> bool:
         os.close(write_end)
     return drawn[0] != drawn[1]
 
-
-REFUSED = -1
 
 
 def _load_ray(worker_environment: dict) -> bool:
