@@ -17,7 +17,7 @@ __all__ = [
 
 # Completed trials rank first (by the metric), then pruned ones (deeper first: their
 # metric is from fewer steps), then the rest.
-STATE_ORDER = {"completed": 0, "pruned": 1, "running": 2, "stopped": 3, "failed": 4}
+STATE_ORDER = {"completed": 0, "pruned": 1, "running": 2, "paused": 2, "stopped": 3, "failed": 4}
 
 
 def _sign(data: SweepData) -> int:

@@ -10,7 +10,7 @@ from ray.tune import Callback
 
 from sweeper.progress import SweepBook, TrialRecord
 
-STATUS_STYLE = {"running": "cyan", "completed": "green", "pruned": "yellow", "failed": "red"}
+STATUS_STYLE = {"running": "cyan", "paused": "blue", "completed": "green", "pruned": "yellow", "failed": "red"}
 
 
 def _fmt(value) -> str:
@@ -22,7 +22,7 @@ def _fmt(value) -> str:
 
 
 def trial_table(book: SweepBook, param_names: list[str]) -> Table:
-    best = book.best(statuses=("completed", "pruned", "running"))
+    best = book.best(statuses=("completed", "pruned", "running", "paused"))
     best_text = f"{best.last(book.metric):.4f} (trial {best.number})" if best else "-"
     table = Table(title=f"{book.metric}: best so far {best_text}", title_justify="left")
     table.add_column("trial", justify="right")

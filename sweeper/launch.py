@@ -158,15 +158,16 @@ def run_sweep(
     def new_tuner(trainable, callbacks):
         from ray import tune
 
-        from sweeper.search import make_scheduler, make_searcher
+        from sweeper.search import make_search
 
+        search_alg, scheduler, max_concurrent_trials = make_search(spec, sweep_dir, session.plan.concurrent_trials)
         return tune.Tuner(
             trainable,
             tune_config=tune.TuneConfig(
-                search_alg=make_searcher(spec, sweep_dir),
-                scheduler=make_scheduler(spec),
+                search_alg=search_alg,
+                scheduler=scheduler,
                 num_samples=spec.search.num_trials,
-                max_concurrent_trials=session.plan.concurrent_trials,
+                max_concurrent_trials=max_concurrent_trials,
                 # A trial's actor runs the next trial (run_trial aborts its Train run
                 # when Tune stops it), instead of a new process importing torch per trial.
                 reuse_actors=True,
@@ -204,10 +205,17 @@ def resume_sweep(
     def restored_tuner(trainable, callbacks):
         from ray import tune
 
+        from sweeper.promotion import PromotionASHA
+
         tuner = tune.Tuner.restore(str(sweep_dir / "tune"), trainable=trainable, resume_unfinished=True)
         # The restored run config carries the callbacks pickled by the first driver;
         # this driver's live ones replace them (Tuner has no public setter for this).
         tuner._local_tuner.get_run_config().callbacks = callbacks
+        # The scheduler comes back as pickled at the start; ASHA by promotion rebuilds
+        # each trial's rungs from the book instead (paused trials wait at theirs).
+        scheduler = tuner._local_tuner._tune_config.scheduler
+        if isinstance(scheduler, PromotionASHA):
+            scheduler.for_resume(book)
         return tuner
 
     return _drive(spec, session, book, tracker, restored_tuner, console, started, cache_root, [])

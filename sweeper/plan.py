@@ -96,5 +96,7 @@ def make_plan(spec: SweepSpec, cluster: ClusterResources) -> SweepPlan:
     requested = spec.search.max_concurrent_trials or slots
     concurrent = max(1, min(requested, slots, spec.search.num_trials))
     stopping = spec.early_stopping
-    rungs = asha_rungs(stopping.grace_period, spec.training.max_steps, stopping.reduction_factor) if stopping.scheduler == "asha" else []
+    rungs = []
+    if stopping.scheduler in ("asha", "asha_stopping"):
+        rungs = asha_rungs(stopping.grace_period, spec.training.max_steps, stopping.reduction_factor)
     return SweepPlan(spec=spec, trial_resources=trial, concurrent_trials=concurrent, cluster_slots=slots, rungs=rungs)

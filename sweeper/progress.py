@@ -37,14 +37,17 @@ class TrialRecord:
     trial_id: str
     number: int
     params: dict
-    status: str = "running"  # running | completed | pruned | failed
+    status: str = "running"  # running | paused | completed | pruned | failed
     history: list[dict] = field(default_factory=list)
     started_at: float = field(default_factory=time.time)
     ended_at: float | None = None
     error: str | None = None
     checkpoint_path: str | None = None
-    # Wall time of earlier segments, for a trial continued by `sweep resume`.
+    # Wall time of earlier segments: before a pause (ASHA by promotion), or before the
+    # sweep was stopped, for a trial continued by `sweep resume`.
     prior_wall_seconds: float = 0.0
+    # Times the trial was paused at a rung (each continuation is a new Train run).
+    pauses: int = 0
 
     @property
     def step(self) -> int:
@@ -79,8 +82,8 @@ class TrialRecord:
 
     @property
     def status_text(self) -> str:
-        if self.status == "pruned":
-            return f"pruned at step {self.step}"
+        if self.status in ("pruned", "paused"):
+            return f"{self.status} at step {self.step}"
         if self.status == "failed":
             return f"failed: {self.error}"
         return self.status
@@ -129,6 +132,13 @@ class BookKeeper(Callback):
 
     def on_step_begin(self, iteration, trials, **info):
         self.known_to_tune.update(trial.trial_id for trial in trials)
+        # Tune has no callback for a pause (ASHA by promotion): a paused trial is seen
+        # here, at the start of the loop step after it, before it can be resumed.
+        for trial in trials:
+            record = self.book.trials.get(trial.trial_id)
+            if trial.status == "PAUSED" and record is not None and record.status == "running":
+                record.status, record.ended_at = "paused", time.time()
+                record.pauses += 1
 
     def lost_trials(self) -> list[TrialRecord]:
         """Unfinished trials of an earlier driver that Tune's saved state does not hold: that
@@ -144,7 +154,7 @@ class BookKeeper(Callback):
             self.book.trials[trial.trial_id] = TrialRecord(
                 trial_id=trial.trial_id, number=len(self.book.trials) + 1, params=dict(trial.config)
             )
-        elif not record.finished:  # continued after `sweep resume`
+        elif not record.finished:  # continued after a pause or `sweep resume`
             record.prior_wall_seconds = record.wall_seconds if record.ended_at else record.prior_wall_seconds
             record.status, record.started_at, record.ended_at = "running", time.time(), None
 
@@ -155,8 +165,9 @@ class BookKeeper(Callback):
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         record = self.book.trials[trial.trial_id]
+        if record.status != "paused":  # else it ended when it was paused
+            record.ended_at = time.time()
         record.status = "completed" if record.step >= self.book.max_steps else "pruned"
-        record.ended_at = time.time()
 
     def on_trial_error(self, iteration, trials, trial, **info):
         record = self.book.trials[trial.trial_id]

@@ -1,5 +1,6 @@
 """Searcher and scheduler for a plan: Ray Tune's OptunaSearch, told the truth about
-early-stopped trials, and an ASHA / median-stopping scheduler on training steps."""
+early-stopped trials, and an ASHA (by promotion or by stopping) / median-stopping
+scheduler on training steps."""
 
 from __future__ import annotations
 
@@ -11,10 +12,12 @@ from optuna.trial import TrialState
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule
 from ray.tune.search.optuna import OptunaSearch
 
+from sweeper.plan import asha_rungs
+from sweeper.promotion import PromotionASHA, SlotLimiter
 from sweeper.space import make_sampler, to_optuna_distributions
 from sweeper.spec import SweepSpec
 
-__all__ = ["make_searcher", "make_scheduler", "StepAwareOptunaSearch", "TIME_ATTR"]
+__all__ = ["make_search", "make_searcher", "make_scheduler", "StepAwareOptunaSearch", "TIME_ATTR"]
 
 TIME_ATTR = "step"
 
@@ -84,10 +87,32 @@ def make_searcher(spec: SweepSpec, sweep_dir: Path) -> StepAwareOptunaSearch | N
     )
 
 
-def make_scheduler(spec: SweepSpec):
+def make_search(spec: SweepSpec, sweep_dir: Path, slots: int):
+    """(search_alg, scheduler, max_concurrent_trials) for the TuneConfig. With ASHA by
+    promotion the concurrency limit is the scheduler's (SlotLimiter): paused trials hold
+    no slot; otherwise Tune's own limiter counts running trials."""
+    searcher = make_searcher(spec, sweep_dir)
+    scheduler = make_scheduler(spec, slots, searched=searcher is not None)
+    if isinstance(scheduler, PromotionASHA):
+        return SlotLimiter(searcher, scheduler), scheduler, None
+    return searcher, scheduler, slots
+
+
+def make_scheduler(spec: SweepSpec, slots: int, searched: bool = True):
+    """The early-stopping scheduler. ASHA by promotion needs a searcher to hold back new
+    trials while promoted ones wait for a slot; a sweep of one fixed config (no
+    search.parameters) gets ASHA by stopping instead."""
     stopping = spec.early_stopping
     common = dict(time_attr=TIME_ATTR, metric=spec.search.metric, mode=_mode(spec))
-    if stopping.scheduler == "asha":
+    if stopping.scheduler == "asha" and searched:
+        return PromotionASHA(
+            **common,
+            milestones=asha_rungs(stopping.grace_period, spec.training.max_steps, stopping.reduction_factor),
+            reduction_factor=stopping.reduction_factor,
+            num_trials=spec.search.num_trials,
+            slots=slots,
+        )
+    if stopping.scheduler in ("asha", "asha_stopping"):
         return ASHAScheduler(
             **common,
             max_t=spec.training.max_steps,

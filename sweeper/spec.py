@@ -260,8 +260,12 @@ class SearchSpec(StrictModel):
 
 
 class EarlyStoppingSpec(StrictModel):
-    scheduler: Literal["asha", "median", "none"] = Field(
-        "asha", description="Trial scheduler: asha (successive halving), median stopping, or none."
+    scheduler: Literal["asha", "asha_stopping", "median", "none"] = Field(
+        "asha",
+        description="Trial scheduler: asha (successive halving by promotion: a trial waits, paused, at each "
+        "rung until it ranks in the best 1/eta there, so the sweep trains what the rung arithmetic says; "
+        "each promotion of a paused trial costs one trial setup), asha_stopping (Ray's ASHA: decides when a "
+        "trial arrives at a rung, no pauses, early arrivals go on), median stopping, or none.",
     )
     grace_period: int = Field(
         10, ge=1, description="Steps every trial trains before it can be stopped (ASHA's r)."

@@ -222,7 +222,7 @@ class SweepStore:
         tags, params = run.data.tags, run.data.params
         max_steps = int(params.get("training.max_steps", tags.get("sweeper.max_steps", 0)))
         rungs = []
-        if params.get("early_stopping.scheduler") == "asha":
+        if params.get("early_stopping.scheduler") in ("asha", "asha_stopping"):
             rungs = asha_rungs(
                 int(params["early_stopping.grace_period"]), max_steps, float(params["early_stopping.reduction_factor"])
             )

@@ -12,7 +12,8 @@ Run layout (tags are the query keys used by `sweep list/status` and the reports)
 - child: tags sweeper.kind=trial, sweeper.trial_id, sweeper.trial_number,
   sweeper.status (completed | pruned at step N | failed: reason); params = sampled values;
   metric histories by step; setup_seconds, cost_usd, accelerator_hours, tokens,
-  usd_per_million_tokens. Run status FINISHED (completed), KILLED (pruned or stopped),
+  usd_per_million_tokens, pauses (at rungs, ASHA by promotion); while paused, sweeper.state
+  is paused. Run status FINISHED (completed), KILLED (pruned or stopped),
   FAILED (failed).
 - promotion (written by sweeper/promote.py, not here): nested under a trial's run, tag
   sweeper.kind=promotion; it holds the logged model of a registered version.
@@ -144,6 +145,7 @@ class MlflowTracker(Callback):
         self.child_run_ids: dict[str, str] = {}
         self.trial_costs: dict[str, TrialCost] = {}
         self.savings: dict[str, float] = {}
+        self.tagged_paused: set[str] = set()
 
     def __getstate__(self) -> dict:
         # Tune pickles callbacks with its experiment state; the client is runtime-only.
@@ -340,6 +342,21 @@ class MlflowTracker(Callback):
         self.child_run_ids[trial.trial_id] = run.info.run_id
         self.client.log_batch(run.info.run_id, params=[Param(k, str(v)) for k, v in record.params.items()])
 
+    def on_step_begin(self, iteration, trials, **info):
+        """A trial paused at a rung (ASHA by promotion; the BookKeeper, called before this,
+        marked it) is tagged so, for `sweep status` while the sweep runs."""
+        from mlflow.entities import RunTag
+
+        for record in self.book.trials.values():
+            run_id = self.child_run_ids.get(record.trial_id)
+            if record.status == "paused" and run_id and record.trial_id not in self.tagged_paused:
+                self.tagged_paused.add(record.trial_id)
+                self.client.log_batch(
+                    run_id, tags=[RunTag("sweeper.status", record.status_text), RunTag("sweeper.state", "paused")]
+                )
+            elif record.status != "paused":
+                self.tagged_paused.discard(record.trial_id)
+
     def on_trial_result(self, iteration, trials, trial, result, **info):
         from mlflow.entities import Metric
 
@@ -387,6 +404,7 @@ class MlflowTracker(Callback):
             "wall_seconds": wall,
             "steps_trained": record.step,
             "cost_usd_saved_by_pruning": saving,
+            "pauses": record.pauses,
         }
         if record.setup_seconds is not None:
             values["setup_seconds"] = record.setup_seconds

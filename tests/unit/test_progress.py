@@ -66,5 +66,5 @@ def test_unfinished_trials_that_tune_does_not_know_are_lost():
     }
     keeper = BookKeeper(book)
     assert keeper.lost_trials() == []  # Tune has not stepped yet: nothing is known
-    keeper.on_step_begin(0, [SimpleNamespace(trial_id="done"), SimpleNamespace(trial_id="resumed")])
+    keeper.on_step_begin(0, [SimpleNamespace(trial_id="done", status="TERMINATED"), SimpleNamespace(trial_id="resumed", status="RUNNING")])
     assert [t.trial_id for t in keeper.lost_trials()] == ["orphan"]

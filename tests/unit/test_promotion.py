@@ -1,0 +1,185 @@
+"""ASHA by promotion: the rung rule (RungLadder) and the scheduler driven through a small
+stand-in for Tune's controller (statuses, pause, stop, resume), no Ray cluster."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import pytest
+from ray.tune.schedulers import TrialScheduler
+
+from benchmarks.pruning import rung_arithmetic
+from sweeper.promotion import PromotionASHA, RungLadder
+
+
+def test_a_rung_promotes_one_in_eta_and_the_best_waiting_first():
+    ladder = RungLadder([10, 30], reduction_factor=3)
+    for trial, score in [("a", 5.0), ("b", 3.0)]:
+        ladder.record(trial, 10, score)
+        assert ladder.settle(search_done=False) == ([], [])  # 1 or 2 ranked: no room yet
+    ladder.record("c", 10, 4.0)
+    assert ladder.settle(search_done=False) == (["b"], [])  # the best waiting, not the arrival
+    assert ladder.ready == ["b"]
+    for trial, score in [("d", 1.0), ("e", 9.0), ("f", 8.0)]:
+        ladder.record(trial, 10, score)
+    assert ladder.settle(search_done=False) == (["d"], [])  # 6 ranked: 2 go on
+    assert ladder.waiting_at("a") == 0 and ladder.waiting_at("b") is None
+
+
+def test_a_closed_rung_lets_one_go_on_and_stops_the_rest():
+    """Fewer trials than eta: without closing, none would ever complete."""
+    ladder = RungLadder([10, 30], reduction_factor=3)
+    ladder.record("a", 10, 2.0)
+    ladder.record("b", 10, 1.0)
+    assert ladder.settle(search_done=False) == ([], [])
+    assert ladder.settle(search_done=True) == (["b"], ["a"])
+    assert "a" in ladder.ended
+    # Rung 30 closes only once b has arrived there (or ended).
+    assert ladder.settle(search_done=True) == ([], [])
+    ladder.record("b", 30, 0.5)
+    assert ladder.settle(search_done=True) == (["b"], [])
+
+
+def test_a_rung_stays_open_while_a_trial_can_still_arrive():
+    ladder = RungLadder([10], reduction_factor=3)
+    for trial in "abc":
+        ladder.add(trial)
+    ladder.record("a", 10, 2.0)
+    ladder.record("b", 10, 1.0)
+    assert ladder.settle(search_done=True) == ([], [])  # c is still training towards 10
+    ladder.end("c")  # failed before the rung
+    assert ladder.settle(search_done=True) == (["b"], ["a"])
+
+
+def test_non_finite_scores_rank_last():
+    ladder = RungLadder([10], reduction_factor=3)
+    for trial, score in [("a", math.nan), ("b", 7.0), ("c", math.inf)]:
+        ladder.record(trial, 10, score)
+    assert ladder.settle(search_done=False) == (["b"], [])
+
+
+def test_replay_rebuilds_rungs_from_reports():
+    ladder = RungLadder([10, 30], reduction_factor=3)
+    ladder.replay("went_on", [(10, 2.0), (20, 1.5), (30, 1.0)], ended=False)
+    ladder.replay("waits", [(10, 3.0)], ended=False)
+    ladder.replay("pruned", [(10, 4.0)], ended=True)
+    assert ladder.rungs[0].promoted == {"went_on"}
+    assert ladder.waiting_at("went_on") == 1
+    assert ladder.waiting_at("waits") == 0
+    assert ladder.waiting_at("pruned") is None and ladder.rungs[0].scores["pruned"] == 4.0
+
+
+# ---------------------------------------------------------------- the scheduler in a loop
+
+
+class FakeTune:
+    """What the scheduler sees of Tune's controller, and a loop that runs trials: each
+    running trial reports at every eval step; PAUSE stops it (it continues from that
+    step when resumed), STOP ends it."""
+
+    def __init__(self, scheduler: PromotionASHA, num_trials: int, eval_every: int, max_steps: int, score):
+        self.scheduler, self.num_trials = scheduler, num_trials
+        self.eval_every, self.max_steps, self.score = eval_every, max_steps, score
+        self.trials: list = []
+        self.steps_trained = 0
+        self.most_running = 0
+        self.search_alg = SimpleNamespace(is_finished=lambda: len(self.trials) >= self.num_trials)
+
+    def get_trials(self):
+        return self.trials
+
+    def stop_trial(self, trial):
+        assert trial.status in ("PAUSED", "PENDING")
+        trial.status = "TERMINATED"
+        self.scheduler.on_trial_remove(self, trial)
+
+    def run(self, max_rounds: int = 10_000) -> None:
+        for _ in range(max_rounds):
+            if len(self.trials) < self.num_trials and self.scheduler.admits_new_trial():
+                trial = SimpleNamespace(trial_id=f"t{len(self.trials)}", status="RUNNING", step=0)
+                self.trials.append(trial)
+                self.scheduler.on_trial_add(self, trial)
+            resumed = self.scheduler.choose_trial_to_run(self)
+            if resumed is not None:
+                resumed.status = "RUNNING"
+            running = [t for t in self.trials if t.status == "RUNNING"]
+            self.most_running = max(self.most_running, len(running))
+            if not running and resumed is None:
+                if all(t.status == "TERMINATED" for t in self.trials) and len(self.trials) == self.num_trials:
+                    return
+                if not self.scheduler.admits_new_trial():
+                    raise AssertionError(f"stuck: {[(t.trial_id, t.status, t.step) for t in self.trials]}")
+            for trial in running[:1]:  # one report per round, in turn
+                trial.step += self.eval_every
+                self.steps_trained += self.eval_every
+                result = {"step": trial.step, "eval_loss": self.score(trial)}
+                decision = self.scheduler.on_trial_result(self, trial, result)
+                if decision == TrialScheduler.PAUSE:
+                    trial.status = "PAUSED"
+                elif decision == TrialScheduler.STOP or trial.step >= self.max_steps:
+                    trial.status = "TERMINATED"
+                    self.scheduler.on_trial_complete(self, trial, result)
+                self.trials.remove(trial)  # the next round serves another trial first
+                self.trials.append(trial)
+        raise AssertionError("did not finish")
+
+
+def scheduler(num_trials: int, slots: int) -> PromotionASHA:
+    return PromotionASHA(
+        metric="eval_loss", mode="min", time_attr="step", milestones=[10, 30],
+        reduction_factor=3, num_trials=num_trials, slots=slots,
+    )
+
+
+@pytest.mark.parametrize("num_trials", [1, 2, 5, 9, 27])
+def test_a_sweep_trains_the_rung_arithmetic_and_finishes(num_trials):
+    """Quality grows with the trial number (as TPE's later trials tend to), the case
+    where deciding on arrival lets the most trials through."""
+    sched = scheduler(num_trials, slots=2)
+    tune = FakeTune(sched, num_trials, eval_every=10, max_steps=90, score=lambda t: 10 - int(t.trial_id[1:]) * 0.1)
+    tune.run()
+    completed = [t for t in tune.trials if t.step == 90]
+    assert len(completed) >= 1
+    assert tune.most_running <= 2
+    assert tune.steps_trained <= 1.3 * max(rung_arithmetic(num_trials, 10, 3, 90), 90)
+    # The best trial (the last one) is the one that trains to the end.
+    assert tune.trials[-1].step == 90 or any(t.trial_id == f"t{num_trials - 1}" for t in completed)
+
+
+def test_nine_trials_train_exactly_the_rung_arithmetic():
+    sched = scheduler(9, slots=2)
+    tune = FakeTune(sched, 9, eval_every=10, max_steps=90, score=lambda t: 10 - int(t.trial_id[1:]) * 0.1)
+    tune.run()
+    assert tune.steps_trained == rung_arithmetic(9, 10, 3, 90) == 210
+    assert sorted(t.step for t in tune.trials) == [10] * 6 + [30] * 2 + [90]
+
+
+def test_for_resume_pauses_restored_trials_until_a_slot_is_free():
+    from sweeper.progress import SweepBook, TrialRecord
+
+    book = SweepBook(metric="eval_loss", goal="minimize", max_steps=90)
+    histories = {
+        "done": [{"step": 10, "eval_loss": 3.0}],
+        "waiting": [{"step": 10, "eval_loss": 2.0}],
+        "on_its_way": [{"step": 10, "eval_loss": 1.0}, {"step": 20, "eval_loss": 0.9}],
+        "mid_rung": [],
+    }
+    for number, (trial_id, history) in enumerate(histories.items(), start=1):
+        book.trials[trial_id] = TrialRecord(trial_id=trial_id, number=number, params={}, history=history)
+    sched = scheduler(num_trials=4, slots=1)
+    sched.for_resume(book)
+    tune = FakeTune(sched, 4, eval_every=10, max_steps=90, score=lambda t: 1.0)
+    for trial_id in histories:
+        status = "TERMINATED" if trial_id == "done" else "PENDING"
+        trial = SimpleNamespace(trial_id=trial_id, status=status, step=0, set_status=None)
+        trial.set_status = lambda s, trial=trial: setattr(trial, "status", s)
+        tune.trials.append(trial)
+        sched.on_trial_add(tune, trial)
+    assert [t.status for t in tune.trials] == ["TERMINATED", "PAUSED", "PAUSED", "PAUSED"]
+    assert sched.ladder.waiting_at("waiting") == 0
+    first = sched.choose_trial_to_run(tune)
+    assert first is not None and first.trial_id in ("on_its_way", "mid_rung")
+    first.status = "RUNNING"
+    assert sched.choose_trial_to_run(tune) is None  # one slot
+    assert not sched.admits_new_trial()
