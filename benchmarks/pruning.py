@@ -2,12 +2,14 @@
 `sweeper.launch.run_sweep`; steps trained in total against the rung arithmetic for the
 same N, grace period, reduction factor and max steps (N / eta^k trials reach rung k).
 
-A stopped trial trains on until its Train workers are gone; those steps reach no report.
-They are bounded by the stop lag: from the stopping result's arrival on the driver to the
-next trial starting on the same trial actor (which happens only after the stopped run was
-aborted), times the stopped trial's step rate.
+A trial that is paused at a rung or stopped trains on until its Train workers are gone;
+those steps reach no report and are thrown away (a paused trial continues from its
+checkpoint at the rung). They are bounded by the stop lag: from the deciding result's
+arrival on the driver to the next trial starting on the same trial actor (which happens
+only after the stopped run was aborted), over the step time.
 
-    flock /tmp/sweeper-ray.lock python -m benchmarks.pruning --trials 9
+    python -m benchmarks.pruning --trials 9                          # ASHA by promotion
+    python -m benchmarks.pruning --trials 9 --scheduler asha_stopping  # Ray's ASHA
 """
 
 from __future__ import annotations
@@ -34,33 +36,48 @@ def rung_arithmetic(trials: int, grace_period: int, reduction_factor: float, max
 
 
 class ResultClock(Callback):
-    """Driver-side arrival time, step and trial-actor pid of every result, and when each
-    trial started."""
+    """Driver-side arrival time, step and trial-actor pid of every result, and every
+    start of a trial (a trial paused at a rung starts again when promoted)."""
 
     def __init__(self):
         self.results: dict[str, list[tuple[float, int, int]]] = defaultdict(list)
-        self.started: dict[str, float] = {}
+        self.starts: list[tuple[float, str]] = []
 
     def on_trial_start(self, iteration, trials, trial, **info):
-        self.started[trial.trial_id] = time.time()
+        self.starts.append((time.time(), trial.trial_id))
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
         self.results[trial.trial_id].append((time.time(), result.get("step"), result.get("pid")))
 
+    def segments(self) -> list[tuple[str, list[tuple[float, int, int]]]]:
+        """(trial, its results) for each run of a trial from one start to the next."""
+        starts = sorted(self.starts)
+        found = []
+        for index, (started, trial_id) in enumerate(starts):
+            later = [t for t, other in starts[index + 1 :] if other == trial_id]
+            until = later[0] if later else float("inf")
+            results = [r for r in self.results[trial_id] if started <= r[0] < until]
+            if results:
+                found.append((trial_id, results))
+        return found
 
-def stop_lags(clock: ResultClock, stopped: list[str]) -> dict[str, float]:
-    """Seconds from each stopped trial's last result to the next trial starting on its
-    actor; trials whose actor ran no further trial are left out."""
-    lags = {}
-    for trial_id in stopped:
-        arrived, _, pid = clock.results[trial_id][-1]
-        later = [
-            clock.started[other]
-            for other, results in clock.results.items()
-            if other != trial_id and results[0][2] == pid and clock.started[other] > arrived
-        ]
-        if later:
-            lags[trial_id] = min(later) - arrived
+
+def stop_lags(clock: ResultClock, max_steps: int) -> list[float]:
+    """For each segment that ended before max_steps (paused or pruned): seconds from its
+    last result to the next trial starting on the same trial actor (which happens only
+    after the stopped Train run was aborted). Segments whose actor ran nothing after them
+    are left out."""
+    starts_by_actor = defaultdict(list)
+    for started, trial_id in clock.starts:
+        first = next((r for r in clock.results[trial_id] if r[0] > started), None)
+        if first is not None:
+            starts_by_actor[first[2]].append(started)
+    lags = []
+    for _, results in clock.segments():
+        arrived, step, pid = results[-1]
+        later = [started for started in starts_by_actor[pid] if started > arrived]
+        if step < max_steps and later:
+            lags.append(min(later) - arrived)
     return lags
 
 
@@ -74,6 +91,11 @@ def main() -> None:
         "--method", default="tpe", choices=["tpe", "random"],
         help="search.method: with tpe later trials tend to be better, so ASHA promotes more of them",
     )
+    parser.add_argument(
+        "--scheduler", default="asha", choices=["asha", "asha_stopping"],
+        help="early_stopping.scheduler: asha pauses trials at rungs until they rank in the best 1/eta; "
+        "asha_stopping (Ray's) decides when a trial arrives",
+    )
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args()
 
@@ -82,7 +104,7 @@ def main() -> None:
         training={"max_steps": args.max_steps, "eval_every": args.grace_period},
         search={"num_trials": args.trials, "method": args.method},
         early_stopping={
-            "scheduler": "asha",
+            "scheduler": args.scheduler,
             "grace_period": args.grace_period,
             "reduction_factor": args.reduction_factor,
         },
@@ -91,58 +113,66 @@ def main() -> None:
     run = run_bench_sweep(spec, extra_callbacks=[clock])
     trials = list(run.book.trials.values())
     trained = sum(t.step for t in trials)
-    pruned = [t for t in trials if t.status == "pruned"]
-    lags = stop_lags(clock, [t.trial_id for t in pruned])
-    # steps a stopped trial may have trained after its last report: lag x its step rate
-    unreported = {
-        t.trial_id: lags[t.trial_id] / (t.history[0]["train_tokens"] / t.history[0]["tokens_per_second"] / args.grace_period)
-        for t in pruned
-        if t.trial_id in lags
-    }
-    bound = trained + sum(unreported.values()) * len(pruned) / max(1, len(unreported))
+    lags = stop_lags(clock, args.max_steps)
+    stopped_segments = sum(1 for _, results in clock.segments() if results[-1][1] < args.max_steps)
+    # steps a stopped segment may have trained after its last report: lag / step time
+    step_seconds = statistics.median(
+        t.history[0]["train_tokens"] / t.history[0]["tokens_per_second"] / args.grace_period for t in trials if t.history
+    )
+    unreported = [lag / step_seconds for lag in lags]
+    bound = trained + (statistics.mean(unreported) * stopped_segments if unreported else 0.0)
     arithmetic = rung_arithmetic(args.trials, args.grace_period, args.reduction_factor, args.max_steps)
     stopped_at = sorted(t.step for t in trials if t.status == "pruned")
     figures = {
+        "scheduler": args.scheduler,
         "method": args.method,
         "trials": len(trials),
         "completed": run.book.count("completed"),
         "pruned": run.book.count("pruned"),
         "failed": run.book.count("failed"),
         "pruned_at_steps": stopped_at,
+        "pauses": sum(t.pauses for t in trials),
+        "resumed_segments": len(clock.starts) - len(trials),
         "steps_trained": trained,
         "rung_arithmetic": arithmetic,
         "ratio": trained / arithmetic,
-        "stop_lag_median_s": statistics.median(lags.values()) if lags else None,
+        "stop_lag_median_s": statistics.median(lags) if lags else None,
         "stop_lags_measured": len(lags),
-        "unreported_steps_median": statistics.median(unreported.values()) if unreported else None,
+        "stopped_segments": stopped_segments,
+        "unreported_steps_median": statistics.median(unreported) if unreported else None,
         "steps_trained_bound": bound if unreported else None,
         "ratio_bound": bound / arithmetic if unreported else None,
         "wall_s": run.wall_seconds,
     }
     rungs = asha_rungs(args.grace_period, args.max_steps, args.reduction_factor)
     print_figures(
-        f"pruning: ASHA, {args.trials} trials ({args.method}), rungs {rungs}, max {args.max_steps} steps, "
-        f"eta {args.reduction_factor:g}, {run.plan.concurrent_trials} at a time",
+        f"pruning: {args.scheduler}, {args.trials} trials ({args.method}), rungs {rungs}, max {args.max_steps} "
+        f"steps, eta {args.reduction_factor:g}, {run.plan.concurrent_trials} at a time",
         [
             ("trials completed / pruned / failed", f"{figures['completed']} / {figures['pruned']} / {figures['failed']}", ""),
             ("pruned at steps", " ".join(map(str, stopped_at)) or "-", "last step each pruned trial reported"),
+            (
+                "pauses / resumed runs",
+                f"{figures['pauses']} / {figures['resumed_segments']}",
+                "trials paused at a rung / continued later from their checkpoint (a new Train run each)",
+            ),
             ("steps trained", f"{trained}", "sum of the steps each trial reached"),
             ("rung arithmetic", f"{arithmetic:.0f}", "sum over rungs of N/eta^k x steps to the next rung"),
             ("ratio", f"{figures['ratio']:.2f}x", "target <= 1.3x"),
             (
                 "stop lag, median",
                 f"{figures['stop_lag_median_s']:.2f} s" if lags else "n/a",
-                f"stopping result -> next trial on its actor ({len(lags)} of {len(pruned)} pruned trials)",
+                f"pausing or stopping result -> next trial on its actor ({len(lags)} of {stopped_segments} runs)",
             ),
             (
-                "unreported steps per pruned trial",
+                "unreported steps per stopped run",
                 f"<= {figures['unreported_steps_median']:.0f}" if unreported else "n/a",
-                "median of stop lag x the trial's step rate",
+                "median of stop lag / step time: trained after the decision, then thrown away",
             ),
             (
                 "ratio incl. unreported steps",
                 f"<= {figures['ratio_bound']:.2f}x" if unreported else "n/a",
-                "steps trained plus that bound for every pruned trial",
+                "steps trained plus the mean bound for every stopped run",
             ),
             ("sweep wall", f"{run.wall_seconds:.0f} s", ""),
         ],

@@ -59,3 +59,54 @@ def test_start_validates_before_starting_anything(tmp_path):
     assert "data.train: file" in result.stderr
     assert "Ray dashboard" not in result.stdout
     assert not (tmp_path / "sweeps").exists()
+
+
+def test_a_paused_trial_continues_from_its_checkpoint(sweep_yaml, tmp_path):
+    """ASHA by promotion on 1 slot: trial 1 (lr 1e-2, the grid's first) reaches the rung
+    alone and is paused; trial 2 (lr 1e-5) arrives, the rung closes, trial 1 is the
+    better and goes on from its step-10 checkpoint in a new Train run, trial 2 stops.
+    Without dropout the resumed trial's losses are those of an uninterrupted run."""
+    from mlflow.tracking import MlflowClient
+
+    from tests.integration.test_tracking import runs_of
+
+    common = dict(lora={"dropout": 0.0}, training={"max_steps": 30, "eval_every": 10, "per_device_batch_size": 8})
+    promoted = sweep_yaml(
+        "promoted",
+        search={
+            "method": "grid",
+            "num_trials": 2,
+            "max_concurrent_trials": 1,
+            "parameters": {"training.learning_rate": {"distribution": "categorical", "values": [1e-5, 1e-2]}},
+        },
+        **common,
+    )
+    result = sweep("start", str(promoted), cwd=tmp_path, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "1 completed, 1 pruned, 0 failed" in result.stdout
+
+    uninterrupted = sweep_yaml(
+        "uninterrupted",
+        search={"num_trials": 1, "parameters": {}},
+        early_stopping={"scheduler": "none"},
+        **{**common, "training": {**common["training"], "learning_rate": 1e-2}},
+    )
+    result = sweep("start", str(uninterrupted), cwd=tmp_path, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    _, trials = runs_of(client, "promoted")
+    by_lr = {float(t.data.params["training.learning_rate"]): t for t in trials}
+    winner, loser = by_lr[1e-2], by_lr[1e-5]
+    assert (winner.data.tags["sweeper.state"], winner.data.metrics["pauses"]) == ("completed", 1)
+    assert (loser.data.tags["sweeper.status"], loser.data.metrics["pauses"]) == ("pruned at step 10", 0)
+    (reference,) = runs_of(client, "uninterrupted")[1]
+
+    def losses(run):
+        return [(p.step, p.value) for p in client.get_metric_history(run.info.run_id, "eval_loss")]
+
+    resumed, straight = losses(winner), losses(reference)
+    assert [step for step, _ in resumed] == [step for step, _ in straight] == [10, 20, 30]
+    assert [loss for _, loss in resumed] == pytest.approx([loss for _, loss in straight], rel=1e-4)
+    # Its cost counts the time it trained, not the time it waited.
+    assert winner.data.metrics["wall_seconds"] < reference.data.metrics["wall_seconds"] * 2 + 10
