@@ -17,6 +17,10 @@ Massively Parallel Hyperparameter Tuning", MLSys 2020, Algorithm 2):
   trials, and every trial below has arrived or ended). Its quota is then
   max(1, floor(n / eta)), so that some trial always goes on, and the trials still
   waiting there are stopped: pruned at that rung.
+- A waiting trial is stopped as soon as it can no longer go on: when at least as many
+  trials rank above it as can ever go on from its rung (max(1, floor(m / eta)), m the
+  most trials that can reach the rung). Hopeless trials so end, and reach the searcher
+  as pruned, early instead of at the end of the sweep.
 
 `RungLadder` is the rule, pure and tested without Ray; `PromotionASHA` applies it as a
 Tune scheduler; `SlotLimiter` keeps the number of trials holding a slot at the plan's
@@ -104,28 +108,39 @@ class RungLadder:
         if ended:
             self.end(trial)
 
-    def settle(self, search_done: bool) -> tuple[list[str], list[str]]:
-        """Fill every rung's quota with its best waiting trials and stop the trials still
-        waiting at closed rungs. Returns (promoted, stopped), each in decision order;
-        promoted trials are also queued in `ready` (the caller takes out a trial that is
-        running, not paused)."""
+    def settle(self, num_trials: int) -> tuple[list[str], list[str]]:
+        """Fill every rung's quota with its best waiting trials, and stop the waiting
+        trials that can no longer go on: those at a closed rung, and those with at least
+        as many better trials at their rung as the most that can ever go on from it.
+        `num_trials` is the most trials the sweep will have. Returns (promoted, stopped),
+        each in decision order; promoted trials are also queued in `ready` (the caller
+        takes out a trial that is running, not paused)."""
         promoted, stopped = [], []
+        search_done = len(self.trials) >= num_trials
+        # At most this many trials can be ranked at the rung (bounded from below).
+        most_ranked = num_trials - sum(1 for t in self.ended if t not in self.rungs[0].scores) if self.rungs else 0
         for index, rung in enumerate(self.rungs):
             closed = self._closed(index, search_done)
-            quota = math.floor(len(rung.scores) / self.reduction_factor + 1e-9)
+            quota = self._quota(len(rung.scores))
             if closed and rung.scores:
                 quota = max(1, quota)
             while len(rung.promoted) < quota and rung.waiting:
-                best = min(sorted(rung.waiting), key=lambda t: rung.scores[t])
+                best = min(rung.waiting, key=lambda t: (rung.scores[t], t))
                 rung.waiting.remove(best)
                 rung.promoted.add(best)
                 promoted.append(best)
                 self.ready.append(best)
-            if closed:
-                for trial in sorted(rung.waiting):
+            most_promoted = max(1, self._quota(most_ranked))
+            ranked = sorted(rung.scores, key=lambda t: (rung.scores[t], t))
+            for trial in sorted(rung.waiting, key=ranked.index):
+                if closed or ranked.index(trial) >= most_promoted:
                     stopped.append(trial)
                     self.end(trial)
+            most_ranked = most_promoted
         return promoted, stopped
+
+    def _quota(self, ranked: int) -> int:
+        return math.floor(ranked / self.reduction_factor + 1e-9)
 
     def _closed(self, index: int, search_done: bool) -> bool:
         """No trial can still arrive at this rung."""
@@ -140,7 +155,6 @@ class RungLadder:
             and not below.waiting
             and all(t in self.ended or t in rung.scores for t in below.promoted)
         )
-
 
 class PromotionASHA(FIFOScheduler):
     """The Tune scheduler: ranks trials at their rungs, pauses those without room, resumes
@@ -257,8 +271,9 @@ class PromotionASHA(FIFOScheduler):
             return []
         self._settling = True
         try:
-            search_done = len(self.ladder.trials) >= self.num_trials or tune_controller.search_alg.is_finished()
-            promoted, stopped = self.ladder.settle(search_done)
+            # A search that ends early (a grid smaller than num_trials) has all its trials.
+            finished = tune_controller.search_alg.is_finished()
+            promoted, stopped = self.ladder.settle(len(self.ladder.trials) if finished else self.num_trials)
             if arriving in promoted:  # it is running: it goes on without a pause
                 self.ladder.ready.remove(arriving)
             to_stop = set(stopped) - {arriving}

@@ -17,13 +17,13 @@ def test_a_rung_promotes_one_in_eta_and_the_best_waiting_first():
     ladder = RungLadder([10, 30], reduction_factor=3)
     for trial, score in [("a", 5.0), ("b", 3.0)]:
         ladder.record(trial, 10, score)
-        assert ladder.settle(search_done=False) == ([], [])  # 1 or 2 ranked: no room yet
+        assert ladder.settle(num_trials=100) == ([], [])  # 1 or 2 ranked: no room yet
     ladder.record("c", 10, 4.0)
-    assert ladder.settle(search_done=False) == (["b"], [])  # the best waiting, not the arrival
+    assert ladder.settle(num_trials=100) == (["b"], [])  # the best waiting, not the arrival
     assert ladder.ready == ["b"]
     for trial, score in [("d", 1.0), ("e", 9.0), ("f", 8.0)]:
         ladder.record(trial, 10, score)
-    assert ladder.settle(search_done=False) == (["d"], [])  # 6 ranked: 2 go on
+    assert ladder.settle(num_trials=100) == (["d"], [])  # 6 ranked: 2 go on
     assert ladder.waiting_at("a") == 0 and ladder.waiting_at("b") is None
 
 
@@ -32,13 +32,12 @@ def test_a_closed_rung_lets_one_go_on_and_stops_the_rest():
     ladder = RungLadder([10, 30], reduction_factor=3)
     ladder.record("a", 10, 2.0)
     ladder.record("b", 10, 1.0)
-    assert ladder.settle(search_done=False) == ([], [])
-    assert ladder.settle(search_done=True) == (["b"], ["a"])
+    assert ladder.settle(num_trials=2) == (["b"], ["a"])
     assert "a" in ladder.ended
     # Rung 30 closes only once b has arrived there (or ended).
-    assert ladder.settle(search_done=True) == ([], [])
+    assert ladder.settle(num_trials=2) == ([], [])
     ladder.record("b", 30, 0.5)
-    assert ladder.settle(search_done=True) == (["b"], [])
+    assert ladder.settle(num_trials=2) == (["b"], [])
 
 
 def test_a_rung_stays_open_while_a_trial_can_still_arrive():
@@ -47,16 +46,36 @@ def test_a_rung_stays_open_while_a_trial_can_still_arrive():
         ladder.add(trial)
     ladder.record("a", 10, 2.0)
     ladder.record("b", 10, 1.0)
-    assert ladder.settle(search_done=True) == ([], [])  # c is still training towards 10
+    assert ladder.settle(num_trials=3) == ([], ["a"])  # a can never go on: b is better
+    assert ladder.waiting_at("b") == 0  # c is still training towards 10
     ladder.end("c")  # failed before the rung
-    assert ladder.settle(search_done=True) == (["b"], ["a"])
+    assert ladder.settle(num_trials=3) == (["b"], [])
+
+
+def test_a_trial_that_can_no_longer_go_on_is_stopped_early():
+    """9 trials, eta 3: at most 3 go on from the first rung, at most 1 from the second."""
+    ladder = RungLadder([10, 30], reduction_factor=3)
+    for trial, score in [("a", 1.0), ("b", 2.0), ("c", 3.0)]:
+        ladder.record(trial, 10, score)
+    assert ladder.settle(num_trials=9) == (["a"], [])
+    ladder.record("d", 10, 4.0)  # 3 ranked above it, and 3 at most go on
+    assert ladder.settle(num_trials=9) == ([], ["d"])
+    assert ladder.waiting_at("b") == ladder.waiting_at("c") == 0
+    ladder.record("a", 30, 0.5)
+    assert ladder.settle(num_trials=9) == ([], [])  # alone at 30, and more may come
+    ladder.record("e", 10, 0.1)
+    ladder.record("f", 10, 0.2)  # 6 ranked: e goes on, f waits, b and c rank 4th and 5th
+    assert ladder.settle(num_trials=9) == (["e"], ["b", "c"])
+    assert ladder.waiting_at("f") == 0
+    ladder.record("e", 30, 0.4)  # better than a at 30, where 1 at most goes on
+    assert ladder.settle(num_trials=9) == ([], ["a"])
 
 
 def test_non_finite_scores_rank_last():
     ladder = RungLadder([10], reduction_factor=3)
     for trial, score in [("a", math.nan), ("b", 7.0), ("c", math.inf)]:
         ladder.record(trial, 10, score)
-    assert ladder.settle(search_done=False) == (["b"], [])
+    assert ladder.settle(num_trials=100) == (["b"], [])
 
 
 def test_replay_rebuilds_rungs_from_reports():
