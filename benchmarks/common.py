@@ -62,9 +62,11 @@ class PlainRun:
         return tokens_per_second(self.reports)
 
 
-def plain_run(spec: SweepSpec, cache_root: Path | None = None) -> PlainRun:
+def plain_run(spec: SweepSpec, cache_root: Path | None = None, start_together=None) -> PlainRun:
     """`trainables.sft.train` in this process, as a trial's worker runs it (same thread
-    count, same tokenized data), with a report callable that only records."""
+    count, same tokenized data), with a report callable that only records.
+    `start_together` (a multiprocessing Barrier) lines up the training of copies run
+    side by side (`plain_side_by_side`)."""
     import torch
 
     from trainables.data import tokenize_sft
@@ -80,6 +82,8 @@ def plain_run(spec: SweepSpec, cache_root: Path | None = None) -> PlainRun:
     threads = torch.get_num_threads()
     torch.set_num_threads(max(1, int(spec.resources.cpus_per_worker)))
     reports: list[dict] = []
+    if start_together is not None:
+        start_together.wait()
     try:
         started = time.time()
         train(spec, data, source, report=lambda metrics, checkpoint: reports.append(metrics), started_at=started)
@@ -88,6 +92,21 @@ def plain_run(spec: SweepSpec, cache_root: Path | None = None) -> PlainRun:
         torch.set_num_threads(threads)
     setup = reports[0]["setup_seconds"]
     return PlainRun(reports, setup, ended - started - setup, spec.training.max_steps)
+
+
+def plain_side_by_side(spec: SweepSpec, copies: int) -> list[PlainRun]:
+    """`copies` plain runs at once, each in its own process, their training started
+    together: the step time a sweep of `copies` concurrent trials can reach at best on
+    this machine, where cores may share caches, memory bandwidth or a hypervisor's
+    time and so run slower side by side than one alone."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    context = multiprocessing.get_context("spawn")
+    with context.Manager() as manager, ProcessPoolExecutor(copies, mp_context=context) as pool:
+        barrier = manager.Barrier(copies)
+        futures = [pool.submit(plain_run, spec, None, barrier) for _ in range(copies)]
+        return [future.result() for future in futures]
 
 
 def tokens_per_second(reports: list[dict]) -> float:

@@ -4,7 +4,10 @@
 Figures: per-trial setup (trial start to first optimizer step, as each trial reports it:
 median and p90) and the sweep's wall time against its minimum, where the minimum is
 trained steps x step time / concurrent trials + one trial's setup, and the step time is
-the same loop's in one plain process (evaluations and checkpoints included).
+the same loop's in one plain process (evaluations and checkpoints included). A second
+minimum takes the step time of as many plain processes as the sweep runs trials at
+once, side by side (after the sweep, Ray shut down): what the machine itself gives to
+concurrent trainings, with no Ray in the way.
 
     flock /tmp/sweeper-ray.lock python -m benchmarks.overhead --trials 8 --steps 30
 """
@@ -16,8 +19,17 @@ import statistics
 import time
 from pathlib import Path
 
+import ray
 
-from benchmarks.common import bench_spec, percentile, plain_run, print_figures, run_bench_sweep, save_json
+from benchmarks.common import (
+    bench_spec,
+    percentile,
+    plain_run,
+    plain_side_by_side,
+    print_figures,
+    run_bench_sweep,
+    save_json,
+)
 
 
 # The setup phases a trial's first report carries (trainables/worker.py), as seconds
@@ -66,6 +78,9 @@ def main() -> None:
     slots = run.plan.concurrent_trials
     median_setup = statistics.median(setups)
     minimum = steps * plain.seconds_per_step / slots + median_setup
+    ray.shutdown()  # the side-by-side runs get the machine without Ray's processes
+    side_by_side = statistics.median(run.seconds_per_step for run in plain_side_by_side(spec, slots))
+    minimum_side_by_side = steps * side_by_side / slots + median_setup
     before_tune = run.book.started_at - started
     phases = {
         name: statistics.median(t.setup_phases[name] for t in trials if name in t.setup_phases)
@@ -81,6 +96,10 @@ def main() -> None:
         "concurrent_trials": slots,
         "steps_trained": steps,
         "plain_seconds_per_step": plain.seconds_per_step,
+        "plain_side_by_side_seconds_per_step": side_by_side,
+        "minimum_side_by_side_s": minimum_side_by_side,
+        "wall_over_minimum_side_by_side": wall / minimum_side_by_side,
+        "trials_wall_over_minimum_side_by_side": (wall - before_tune) / minimum_side_by_side,
         "setup_median_s": median_setup,
         "setup_p90_s": percentile(setups, 90),
         "setup_max_s": max(setups),
@@ -109,6 +128,11 @@ def main() -> None:
             ),
             ("trial wall, median", f"{figures['trial_wall_median_s']:.1f} s", "driver: trial start -> trial end"),
             ("step time, plain process", f"{plain.seconds_per_step * 1000:.0f} ms", "sft.train without Ray, evals included"),
+            (
+                f"step time, {slots} plain processes side by side",
+                f"{side_by_side * 1000:.0f} ms",
+                "median; what the machine gives to concurrent trainings",
+            ),
             ("steps trained", f"{steps}", "sum over trials"),
             ("sweep minimum", f"{minimum:.1f} s", "steps x step time / slots + median setup"),
             ("Ray start + data", f"{before_tune:.1f} s", "run_sweep start -> first trial scheduled"),
@@ -118,6 +142,12 @@ def main() -> None:
                 "wall without Ray start / minimum",
                 f"{figures['trials_wall_over_minimum']:.2f}x",
                 f"{figures['trials_wall_s']:.1f} s from the first trial's scheduling to the end",
+            ),
+            (
+                "wall / minimum with the side-by-side step time",
+                f"{figures['wall_over_minimum_side_by_side']:.2f}x",
+                f"minimum {minimum_side_by_side:.1f} s; without Ray start "
+                f"{figures['trials_wall_over_minimum_side_by_side']:.2f}x",
             ),
             (
                 "CPU-seconds, whole machine",
