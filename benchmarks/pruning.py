@@ -123,6 +123,7 @@ def main() -> None:
     bound = trained + (statistics.mean(unreported) * stopped_segments if unreported else 0.0)
     arithmetic = rung_arithmetic(args.trials, args.grace_period, args.reduction_factor, args.max_steps)
     stopped_at = sorted(t.step for t in trials if t.status == "pruned")
+    best = run.book.best()
     figures = {
         "scheduler": args.scheduler,
         "method": args.method,
@@ -143,6 +144,11 @@ def main() -> None:
         "steps_trained_bound": bound if unreported else None,
         "ratio_bound": bound / arithmetic if unreported else None,
         "wall_s": run.wall_seconds,
+        # what the sweep found: fewer steps must not mean a worse search
+        "best_metric": best.last(spec.search.metric) if best else None,
+        "best_trial": best.number if best else None,
+        # CPU core-seconds of all trials, setups of resumed runs included (sweeper.cost)
+        "trial_core_seconds": run.cost.accelerator_hours * 3600,
     }
     rungs = asha_rungs(args.grace_period, args.max_steps, args.reduction_factor)
     print_figures(
@@ -173,6 +179,16 @@ def main() -> None:
                 "ratio incl. unreported steps",
                 f"<= {figures['ratio_bound']:.2f}x" if unreported else "n/a",
                 "steps trained plus the mean bound for every stopped run",
+            ),
+            (
+                f"best {spec.search.metric}",
+                f"{figures['best_metric']:.4f}" if best else "-",
+                f"trial {figures['best_trial']}, among completed trials",
+            ),
+            (
+                "trial core-seconds",
+                f"{figures['trial_core_seconds']:.0f} s",
+                "what the sweep's cost is computed from: trials' wall x cores, every setup included",
             ),
             ("sweep wall", f"{run.wall_seconds:.0f} s", ""),
         ],
