@@ -64,8 +64,8 @@ class RungLadder:
         self.trials.add(trial)
 
     def record(self, trial: str, step: int, score: float) -> None:
-        """The trial reported `score` at `step`: it is ranked at every rung it reached
-        for the first time (it waits there until `settle` promotes it)."""
+        """The trial reported `score` at `step`: it is ranked at the first rung it has
+        reached and not been ranked at yet, and waits there until `settle` decides."""
         self.trials.add(trial)
         for rung in self.rungs:
             if step < rung.milestone:
@@ -117,8 +117,9 @@ class RungLadder:
         takes out a trial that is running, not paused)."""
         promoted, stopped = [], []
         search_done = len(self.trials) >= num_trials
-        # At most this many trials can be ranked at the rung (bounded from below).
-        most_ranked = num_trials - sum(1 for t in self.ended if t not in self.rungs[0].scores) if self.rungs else 0
+        # The most trials that can ever be ranked at the rung: at the first, all but
+        # those that ended before it; at the next, the most that can go on from this one.
+        most_ranked = num_trials - sum(1 for t in self.ended if not any(t in r.scores for r in self.rungs))
         for index, rung in enumerate(self.rungs):
             closed = self._closed(index, search_done)
             quota = self._quota(len(rung.scores))

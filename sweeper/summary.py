@@ -25,7 +25,8 @@ def print_summary(run, console: Console) -> None:
             (t for t in book.trials.values() if t.status == "completed"),
             key=lambda t: t.last(book.metric) * (1 if book.goal == "minimize" else -1),
         )
-        console.print(f"Worst completed trial {worst.number}: {book.metric}={worst.last(book.metric):.4f}")
+        if worst is not best:  # ASHA by promotion often lets one trial complete
+            console.print(f"Worst completed trial {worst.number}: {book.metric}={worst.last(book.metric):.4f}")
     cost = run.cost
     unit = "GPU-hours" if spec.resources.use_gpu else "CPU core-hours"
     per_million = f", ${cost.usd_per_million_tokens:.4f} per million tokens" if cost.usd_per_million_tokens else ""
