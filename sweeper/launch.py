@@ -160,7 +160,7 @@ def run_sweep(
 
         from sweeper.search import make_search
 
-        search_alg, scheduler, max_concurrent_trials = make_search(spec, sweep_dir, session.plan.concurrent_trials)
+        search_alg, scheduler, max_concurrent_trials = make_search(session.plan, sweep_dir)
         return tune.Tuner(
             trainable,
             tune_config=tune.TuneConfig(

@@ -12,7 +12,7 @@ from optuna.trial import TrialState
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule
 from ray.tune.search.optuna import OptunaSearch
 
-from sweeper.plan import asha_rungs
+from sweeper.plan import SweepPlan
 from sweeper.promotion import PromotionASHA, SlotLimiter
 from sweeper.space import make_sampler, to_optuna_distributions
 from sweeper.spec import SweepSpec
@@ -87,30 +87,31 @@ def make_searcher(spec: SweepSpec, sweep_dir: Path) -> StepAwareOptunaSearch | N
     )
 
 
-def make_search(spec: SweepSpec, sweep_dir: Path, slots: int):
+def make_search(plan: SweepPlan, sweep_dir: Path):
     """(search_alg, scheduler, max_concurrent_trials) for the TuneConfig. With ASHA by
     promotion the concurrency limit is the scheduler's (SlotLimiter): paused trials hold
     no slot; otherwise Tune's own limiter counts running trials."""
-    searcher = make_searcher(spec, sweep_dir)
-    scheduler = make_scheduler(spec, slots, searched=searcher is not None)
+    searcher = make_searcher(plan.spec, sweep_dir)
+    scheduler = make_scheduler(plan, searched=searcher is not None)
     if isinstance(scheduler, PromotionASHA):
         return SlotLimiter(searcher, scheduler), scheduler, None
-    return searcher, scheduler, slots
+    return searcher, scheduler, plan.concurrent_trials
 
 
-def make_scheduler(spec: SweepSpec, slots: int, searched: bool = True):
+def make_scheduler(plan: SweepPlan, searched: bool = True):
     """The early-stopping scheduler. ASHA by promotion needs a searcher to hold back new
     trials while promoted ones wait for a slot; a sweep of one fixed config (no
     search.parameters) gets ASHA by stopping instead."""
+    spec = plan.spec
     stopping = spec.early_stopping
     common = dict(time_attr=TIME_ATTR, metric=spec.search.metric, mode=_mode(spec))
     if stopping.scheduler == "asha" and searched:
         return PromotionASHA(
             **common,
-            milestones=asha_rungs(stopping.grace_period, spec.training.max_steps, stopping.reduction_factor),
+            milestones=plan.rungs,
             reduction_factor=stopping.reduction_factor,
             num_trials=spec.search.num_trials,
-            slots=slots,
+            slots=plan.concurrent_trials,
         )
     if stopping.scheduler in ("asha", "asha_stopping"):
         return ASHAScheduler(

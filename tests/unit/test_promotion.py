@@ -202,3 +202,63 @@ def test_for_resume_pauses_restored_trials_until_a_slot_is_free():
     first.status = "RUNNING"
     assert sched.choose_trial_to_run(tune) is None  # one slot
     assert not sched.admits_new_trial()
+
+
+# ---------------------------------------------------------------- wiring from the plan
+
+
+def plan_for(scheduler: str, parameters: bool = True):
+    from sweeper.plan import ClusterResources, make_plan
+    from sweeper.spec import validate_spec
+    from tests.conftest import REPO, small_sweep
+
+    search = {"num_trials": 9} if parameters else {"num_trials": 1, "parameters": {}}
+    raw = small_sweep("x", search=search, training={"max_steps": 90, "eval_every": 10},
+                      early_stopping={"scheduler": scheduler, "grace_period": 10, "reduction_factor": 3})
+    return make_plan(validate_spec(raw, base_dir=REPO), ClusterResources(cpus=2, gpus=0, max_node_cpus=2, max_node_gpus=0))
+
+
+def test_asha_is_by_promotion_with_the_plans_rungs_and_slots(tmp_path):
+    from sweeper.promotion import SlotLimiter
+    from sweeper.search import make_search
+
+    search_alg, sched, max_concurrent = make_search(plan_for("asha"), tmp_path)
+    assert isinstance(sched, PromotionASHA) and isinstance(search_alg, SlotLimiter)
+    assert [r.milestone for r in sched.ladder.rungs] == [10, 30]
+    assert (sched.slots, sched.num_trials, max_concurrent) == (2, 9, None)
+    assert search_alg.scheduler is sched
+
+
+def test_asha_stopping_and_a_fixed_config_get_rays_asha(tmp_path):
+    from ray.tune.schedulers import ASHAScheduler
+
+    from sweeper.search import make_search
+
+    _, sched, max_concurrent = make_search(plan_for("asha_stopping"), tmp_path / "a")
+    assert isinstance(sched, ASHAScheduler) and max_concurrent == 2
+    search_alg, sched, _ = make_search(plan_for("asha", parameters=False), tmp_path / "b")
+    assert search_alg is None and isinstance(sched, ASHAScheduler)
+
+
+def test_the_limiter_asks_the_scheduler_for_a_slot():
+    from sweeper.promotion import SlotLimiter
+
+    class Searcher:
+        metric, mode = "eval_loss", "min"
+
+        def suggest(self, trial_id):
+            return {"lr": 0.1}
+
+        def set_search_properties(self, *args, **kwargs):
+            return True
+
+    sched = scheduler(num_trials=9, slots=1)
+    limiter = SlotLimiter(Searcher(), sched)
+    assert limiter.suggest("t0") == {"lr": 0.1}
+    sched.on_trial_add(None, SimpleNamespace(trial_id="t0", status="PENDING"))
+    assert limiter.suggest("t1") is None  # the one slot is taken
+    sched.holding_slot.discard("t0")  # t0 paused at a rung
+    assert limiter.suggest("t1") == {"lr": 0.1}
+    sched.ladder.ready.append("t0")  # t0 promoted: it gets the next slot, not a new trial
+    sched.holding_slot.clear()
+    assert limiter.suggest("t2") is None
