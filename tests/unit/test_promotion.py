@@ -241,19 +241,16 @@ def test_asha_stopping_and_a_fixed_config_get_rays_asha(tmp_path):
 
 
 def test_the_limiter_asks_the_scheduler_for_a_slot():
+    from ray.tune.search import Searcher
+
     from sweeper.promotion import SlotLimiter
 
-    class Searcher:
-        metric, mode = "eval_loss", "min"
-
+    class OneConfig(Searcher):
         def suggest(self, trial_id):
             return {"lr": 0.1}
 
-        def set_search_properties(self, *args, **kwargs):
-            return True
-
     sched = scheduler(num_trials=9, slots=1)
-    limiter = SlotLimiter(Searcher(), sched)
+    limiter = SlotLimiter(OneConfig(metric="eval_loss", mode="min"), sched)
     assert limiter.suggest("t0") == {"lr": 0.1}
     sched.on_trial_add(None, SimpleNamespace(trial_id="t0", status="PENDING"))
     assert limiter.suggest("t1") is None  # the one slot is taken
