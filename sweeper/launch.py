@@ -266,6 +266,7 @@ def _drive(spec, session: _Session, book: SweepBook, tracker, make_tuner, consol
         f"Sweep {spec.name!r}: {spec.search.num_trials} trials, {session.plan.concurrent_trials} at a time "
         f"({session.plan.trial_resources.workers} worker(s) per trial), files in {sweep_dir}"
     )
+    console.print(f"Budget: {session.plan.step_budget()}")
     console.print(f"MLflow: {session.tracking_uri} (experiment {spec.tracking.experiment!r}, run {spec.name!r})")
     trainable = tune.with_parameters(
         run_trial,

@@ -54,6 +54,32 @@ class SweepPlan:
     cluster_slots: int
     rungs: list[int]
 
+    def trials_per_milestone(self) -> list[tuple[int, int]] | None:
+        """(step, most trials that train to it) for ASHA by promotion, whose budget is
+        known before launch: every trial to the first rung, then at most
+        max(1, floor(n / eta)) of the n ranked at a rung on to the next milestone (failed
+        trials only lower it). None for schedulers that decide as trials arrive."""
+        spec = self.spec
+        if spec.early_stopping.scheduler != "asha" or not spec.search.parameters:
+            return None
+        reaching, counts = spec.search.num_trials, []
+        for milestone in [*self.rungs, spec.training.max_steps]:
+            counts.append((milestone, reaching))
+            reaching = max(1, math.floor(reaching / spec.early_stopping.reduction_factor + 1e-9))
+        return counts
+
+    def step_budget(self) -> str:
+        """One line on the training steps the sweep will spend at most."""
+        spec = self.spec
+        full = spec.search.num_trials * spec.training.max_steps
+        counts = self.trials_per_milestone()
+        if counts is None:
+            how = "without early stopping" if spec.early_stopping.scheduler == "none" else "before early stopping"
+            return f"{full} training steps {how} ({spec.search.num_trials} trials x {spec.training.max_steps})"
+        steps = sum(n * (milestone - previous) for (milestone, n), previous in zip(counts, [0, *self.rungs]))
+        reach = ", ".join(f"{n} to step {milestone}" for milestone, n in counts)
+        return f"at most {steps} training steps ({reach}); {full} without early stopping"
+
 
 def concurrency_limit(trial: TrialResources, cluster: ClusterResources) -> int:
     """How many trials fit on the cluster at once; raises UserError if not even one does."""

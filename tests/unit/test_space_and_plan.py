@@ -84,3 +84,18 @@ def test_plan_caps_concurrency_by_request_and_trial_count():
 def test_asha_rungs():
     assert asha_rungs(10, 90, 3) == [10, 30]
     assert asha_rungs(1, 27, 3) == [1, 3, 9]
+
+
+def test_asha_by_promotion_knows_its_step_budget_before_launch():
+    def plan(**early_stopping):
+        raw = small_sweep("x", search={"num_trials": 9}, training={"max_steps": 90, "eval_every": 10},
+                          early_stopping={"grace_period": 10, "reduction_factor": 3, **early_stopping})
+        return make_plan(validate_spec(raw, base_dir=REPO), ClusterResources(2, 0, 2, 0))
+
+    promotion = plan(scheduler="asha")
+    assert promotion.trials_per_milestone() == [(10, 9), (30, 3), (90, 1)]
+    assert promotion.step_budget() == (
+        "at most 210 training steps (9 to step 10, 3 to step 30, 1 to step 90); 810 without early stopping"
+    )
+    assert plan(scheduler="asha_stopping").trials_per_milestone() is None
+    assert plan(scheduler="none").step_budget() == "810 training steps without early stopping (9 trials x 90)"
