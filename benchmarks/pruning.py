@@ -96,13 +96,14 @@ def main() -> None:
         help="early_stopping.scheduler: asha pauses trials at rungs until they rank in the best 1/eta; "
         "asha_stopping (Ray's) decides when a trial arrives",
     )
+    parser.add_argument("--seed", type=int, default=0, help="search.seed: compare schedulers over several")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args()
 
     spec = bench_spec(
         "bench-pruning",
         training={"max_steps": args.max_steps, "eval_every": args.grace_period},
-        search={"num_trials": args.trials, "method": args.method},
+        search={"num_trials": args.trials, "method": args.method, "seed": args.seed},
         early_stopping={
             "scheduler": args.scheduler,
             "grace_period": args.grace_period,
@@ -127,6 +128,7 @@ def main() -> None:
     figures = {
         "scheduler": args.scheduler,
         "method": args.method,
+        "seed": args.seed,
         "trials": len(trials),
         "completed": run.book.count("completed"),
         "pruned": run.book.count("pruned"),
