@@ -246,6 +246,7 @@ class MlflowTracker(Callback):
             ended_at=time.time(),
             checkpoint_path=tags.get("sweeper.checkpoint_path"),
             prior_wall_seconds=wall,
+            pauses=int(metrics.get("pauses", 0)),
         )
         if record.status == "failed":
             record.error = tags.get("sweeper.status", "failed").removeprefix("failed: ")
@@ -345,14 +346,16 @@ class MlflowTracker(Callback):
     def on_step_begin(self, iteration, trials, **info):
         """A trial paused at a rung (ASHA by promotion; the BookKeeper, called before this,
         marked it) is tagged so, for `sweep status` while the sweep runs."""
-        from mlflow.entities import RunTag
+        from mlflow.entities import Metric, RunTag
 
         for record in self.book.trials.values():
             run_id = self.child_run_ids.get(record.trial_id)
             if record.status == "paused" and run_id and record.trial_id not in self.tagged_paused:
                 self.tagged_paused.add(record.trial_id)
                 self.client.log_batch(
-                    run_id, tags=[RunTag("sweeper.status", record.status_text), RunTag("sweeper.state", "paused")]
+                    run_id,
+                    metrics=[Metric("pauses", record.pauses, int(time.time() * 1000), record.step)],
+                    tags=[RunTag("sweeper.status", record.status_text), RunTag("sweeper.state", "paused")],
                 )
             elif record.status != "paused":
                 self.tagged_paused.discard(record.trial_id)
