@@ -187,6 +187,8 @@ class PromotionASHA(FIFOScheduler):
         self.ladder = RungLadder(self._milestones, self._reduction_factor)
         # Trials holding a slot: started or about to start, neither paused nor ended.
         self.holding_slot: set[str] = set()
+        # Stopped by the ladder while Tune was still pausing them (it saves first).
+        self._stop_once_paused: set[str] = set()
         self._settling = False
 
     def for_resume(self, book) -> None:
@@ -223,6 +225,8 @@ class PromotionASHA(FIFOScheduler):
         if self._metric not in result or self._time_attr not in result:
             return TrialScheduler.CONTINUE
         trial_id = trial.trial_id
+        if trial_id in self.ladder.ended:  # stopped while its pause was under way
+            return TrialScheduler.STOP
         self.ladder.record(trial_id, result[self._time_attr], self._score(result[self._metric]))
         stopped = self._settle(tune_controller, arriving=trial_id)
         if trial_id in stopped:
@@ -277,9 +281,11 @@ class PromotionASHA(FIFOScheduler):
             promoted, stopped = self.ladder.settle(len(self.ladder.trials) if finished else self.num_trials)
             if arriving in promoted:  # it is running: it goes on without a pause
                 self.ladder.ready.remove(arriving)
-            to_stop = set(stopped) - {arriving}
+            # A trial Tune is still pausing (saving it first) is stopped once paused.
+            self._stop_once_paused.update(set(stopped) - {arriving})
             for trial in tune_controller.get_trials():
-                if trial.trial_id in to_stop and trial.status == Trial.PAUSED:
+                if trial.trial_id in self._stop_once_paused and trial.status == Trial.PAUSED:
+                    self._stop_once_paused.discard(trial.trial_id)
                     tune_controller.stop_trial(trial)
             return stopped
         finally:

@@ -95,7 +95,9 @@ def test_replay_rebuilds_rungs_from_reports():
 class FakeTune:
     """What the scheduler sees of Tune's controller, and a loop that runs trials: each
     running trial reports at every eval step; PAUSE stops it (it continues from that
-    step when resumed), STOP ends it."""
+    step when resumed), STOP ends it. As in Tune, a pause takes effect a little later
+    (Tune saves the trial first): the trial stays RUNNING, reporting nothing, while other
+    trials report."""
 
     def __init__(self, scheduler: PromotionASHA, num_trials: int, eval_every: int, max_steps: int, score):
         self.scheduler, self.num_trials = scheduler, num_trials
@@ -119,12 +121,17 @@ class FakeTune:
                 trial = SimpleNamespace(trial_id=f"t{len(self.trials)}", status="RUNNING", step=0)
                 self.trials.append(trial)
                 self.scheduler.on_trial_add(self, trial)
+            for trial in self.trials:
+                if getattr(trial, "pausing", 0):
+                    trial.pausing -= 1
+                    if not trial.pausing:
+                        trial.status = "PAUSED"
             resumed = self.scheduler.choose_trial_to_run(self)
             if resumed is not None:
                 resumed.status = "RUNNING"
-            running = [t for t in self.trials if t.status == "RUNNING"]
+            running = [t for t in self.trials if t.status == "RUNNING" and not getattr(t, "pausing", False)]
             self.most_running = max(self.most_running, len(running))
-            if not running and resumed is None:
+            if not running and resumed is None and not any(getattr(t, "pausing", False) for t in self.trials):
                 if all(t.status == "TERMINATED" for t in self.trials) and len(self.trials) == self.num_trials:
                     return
                 if not self.scheduler.admits_new_trial():
@@ -135,7 +142,7 @@ class FakeTune:
                 result = {"step": trial.step, "eval_loss": self.score(trial)}
                 decision = self.scheduler.on_trial_result(self, trial, result)
                 if decision == TrialScheduler.PAUSE:
-                    trial.status = "PAUSED"
+                    trial.pausing = 3  # rounds: other trials report meanwhile
                 elif decision == TrialScheduler.STOP or trial.step >= self.max_steps:
                     trial.status = "TERMINATED"
                     self.scheduler.on_trial_complete(self, trial, result)
@@ -172,6 +179,29 @@ def test_nine_trials_train_exactly_the_rung_arithmetic():
     tune.run()
     assert tune.steps_trained == rung_arithmetic(9, 10, 3, 90) == 210
     assert sorted(t.step for t in tune.trials) == [10] * 6 + [30] * 2 + [90]
+
+
+@pytest.mark.parametrize("num_trials", [2, 5, 10, 27, 54])
+def test_noisy_scores_and_slow_pauses_always_finish_within_the_budget(num_trials):
+    """A trial can be stopped while Tune is still pausing it (found by a 54-trial sweep
+    that hung with one trial paused for good); scores arrive in any order."""
+    import random
+
+    for seed in range(20):
+        rng = random.Random(seed)
+        quality: dict[str, float] = {}
+
+        def score(trial):
+            base = quality.setdefault(trial.trial_id, rng.random() * 5)
+            return base - trial.step * 0.01 + rng.random() * 0.3
+
+        sched = scheduler(num_trials, slots=2)
+        tune = FakeTune(sched, num_trials, eval_every=10, max_steps=90, score=score)
+        tune.run()
+        assert all(t.status == "TERMINATED" for t in tune.trials)
+        budget = sum(n * (m - previous) for (m, n), previous in zip(
+            [(10, num_trials), (30, max(1, num_trials // 3)), (90, max(1, num_trials // 9))], [0, 10, 30]))
+        assert tune.steps_trained <= budget, seed
 
 
 def test_for_resume_pauses_restored_trials_until_a_slot_is_free():
