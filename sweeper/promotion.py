@@ -29,6 +29,7 @@ concurrency while paused trials hold none.
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass, field
 
@@ -305,6 +306,15 @@ class SlotLimiter(ConcurrencyLimiter):
     def __init__(self, searcher: Searcher, scheduler: PromotionASHA):
         super().__init__(searcher, max_concurrent=scheduler.slots)
         self.scheduler = scheduler
+
+    def get_state(self) -> dict:
+        """Tune saves this with the experiment and restores it on `sweep resume`: without
+        the scheduler, which Ray's version would deep-copy and, restored, put in place of
+        the live one (the limiter then asked a stale copy, and a resumed sweep stalled)."""
+        return copy.deepcopy({k: v for k, v in self.__dict__.items() if k not in ("searcher", "scheduler")})
+
+    def set_state(self, state: dict) -> None:
+        self.__dict__.update({k: v for k, v in state.items() if k != "scheduler"})
 
     def suggest(self, trial_id: str) -> dict | None:
         if not self.scheduler.admits_new_trial():

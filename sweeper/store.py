@@ -178,10 +178,7 @@ class SweepStore:
                     "running); name one with --trial NUMBER"
                 )
             ref = best_id
-        ref = ref.strip()
-        column = "trial_number" if ref.isdigit() else "trial_id"
-        value = int(ref) if ref.isdigit() else ref
-        rows = trials.filter(pl.col(column) == value).to_dicts()
+        rows = matching_trials(trials, ref.strip())
         if not rows:
             known = ", ".join(f"{n} ({i})" for n, i in zip(trials["trial_number"], trials["trial_id"]))
             raise UserError(
@@ -274,3 +271,12 @@ def _best_of(trials: pl.DataFrame, run) -> float | None:
     if values.is_empty():
         return None
     return values.min() if run.data.tags.get("sweeper.goal", "minimize") == "minimize" else values.max()
+
+
+def matching_trials(trials: pl.DataFrame, ref: str) -> list[dict]:
+    """Rows of `trials` that `ref` names: a Tune trial id first, since one in about 40 of
+    them is all digits (83639739), then a trial number."""
+    rows = trials.filter(pl.col("trial_id") == ref).to_dicts()
+    if not rows and ref.isdigit():
+        rows = trials.filter(pl.col("trial_number") == int(ref)).to_dicts()
+    return rows

@@ -121,6 +121,19 @@ def test_trial_by_number_by_id_and_best(store):
     ]
 
 
+def test_a_trial_id_of_digits_is_an_id_not_a_number():
+    """Tune's 8-hex-digit trial ids are all digits about once in 40 trials; the best trial
+    is looked up by its id (a shared test sweep drew 83639739 and promote failed)."""
+    import polars as pl
+
+    from sweeper.store import matching_trials
+
+    trials = pl.DataFrame({"trial_number": [1, 2], "trial_id": ["a1b2c3d4", "83639739"]})
+    assert matching_trials(trials, "83639739")[0]["trial_number"] == 2
+    assert matching_trials(trials, "1")[0]["trial_id"] == "a1b2c3d4"
+    assert matching_trials(trials, "3") == []
+
+
 def test_export_is_the_trials_config_as_one_run(store, tmp_path):
     text = export_trial(store, "hand", "2")
     assert text.startswith("# Trial 2 of sweep 'hand' (pruned at step 10, eval_loss=2.4) as one full run.")

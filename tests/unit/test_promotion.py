@@ -289,3 +289,23 @@ def test_the_limiter_asks_the_scheduler_for_a_slot():
     sched.ladder.ready.append("t0")  # t0 promoted: it gets the next slot, not a new trial
     sched.holding_slot.clear()
     assert limiter.suggest("t2") is None
+
+
+def test_the_limiters_saved_state_leaves_the_live_scheduler_in_place():
+    """Tune saves the searcher's state and restores it on resume; a restored copy of the
+    scheduler in the limiter stalled a resumed sweep (the limiter asked the stale copy)."""
+    from ray.tune.search import Searcher
+
+    from sweeper.promotion import SlotLimiter
+
+    class OneConfig(Searcher):
+        def suggest(self, trial_id):
+            return {"lr": 0.1}
+
+    live = scheduler(num_trials=9, slots=2)
+    limiter = SlotLimiter(OneConfig(metric="eval_loss", mode="min"), live)
+    limiter.suggest("t0")
+    state = limiter.get_state()
+    assert "scheduler" not in state and state["live_trials"] == {"t0"}
+    limiter.set_state({**state, "scheduler": scheduler(num_trials=9, slots=0)})  # as older checkpoints hold
+    assert limiter.scheduler is live
