@@ -182,6 +182,7 @@ class PromotionASHA(FIFOScheduler):
         self._milestones, self._reduction_factor = milestones, reduction_factor
         self.num_trials, self.slots = num_trials, slots
         self._restored_reports: dict[str, list[tuple[int, float]]] = {}
+        self._restored_finished: set[str] = set()
         self._reset()
 
     def _reset(self) -> None:
@@ -200,6 +201,8 @@ class PromotionASHA(FIFOScheduler):
             trial_id: [(report["step"], self._score(report[self._metric])) for report in record.history if self._metric in report]
             for trial_id, record in book.trials.items()
         }
+        # Ended by the last driver after Tune last saved its state (it was killed).
+        self._restored_finished = {trial_id for trial_id, record in book.trials.items() if record.finished}
 
     def _score(self, value: float) -> float:
         return value if self._mode == "min" else -value
@@ -212,14 +215,18 @@ class PromotionASHA(FIFOScheduler):
             self.ladder.add(trial_id)
             self.holding_slot.add(trial_id)
             return
-        ended = trial.status in (Trial.TERMINATED, Trial.ERROR)
+        ended_in_tune = trial.status in (Trial.TERMINATED, Trial.ERROR)
+        ended = ended_in_tune or trial_id in self._restored_finished
         self.ladder.replay(trial_id, self._restored_reports.pop(trial_id), ended)
-        if ended:
+        if ended_in_tune:
             return
-        if self.ladder.waiting_at(trial_id) is None:
+        if ended:
+            self._stop_once_paused.add(trial_id)
+        elif self.ladder.waiting_at(trial_id) is None:
             self.ladder.ready.append(trial_id)
         # Restored unfinished trials come back PENDING, and Tune starts every pending
-        # trial at once: paused, they wait for a slot (choose_trial_to_run) or promotion.
+        # trial at once: paused, they wait for a slot (choose_trial_to_run) or promotion,
+        # and a trial the last driver ended is stopped.
         trial.set_status(Trial.PAUSED)
 
     def on_trial_result(self, tune_controller, trial: Trial, result: dict) -> str:

@@ -37,17 +37,24 @@ class StepAwareOptunaSearch(OptunaSearch):
         self._max_steps = max_steps
 
     def on_trial_result(self, trial_id: str, result: dict) -> None:
-        if trial_id in self._completed_trials or self.metric not in result:
+        if trial_id in self._completed_trials or self.metric not in result or self._told_before(trial_id):
             return
         value = result[self.metric]
         if math.isfinite(value):
             self._ot_trials[trial_id].report(value, result[TIME_ATTR])
 
+    def _told_before(self, trial_id: str) -> bool:
+        """Optuna has the trial's end already, though this searcher's saved state does not
+        (a driver killed after telling it and before Tune saved): it is not reported to
+        or told again."""
+        ot_trial = self._ot_trials.get(trial_id)
+        return ot_trial is not None and self._ot_study.get_trials(deepcopy=False)[ot_trial.number].state.is_finished()
+
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
         if trial_id in self._completed_trials or trial_id not in self._ot_trials:
             return
         ot_trial = self._ot_trials[trial_id]
-        if self._ot_study.get_trials(deepcopy=False)[ot_trial.number].state.is_finished():
+        if self._told_before(trial_id):
             # Told before: Tune also calls this for trials it stops when the sweep is
             # stopped; such a trial, continued by `sweep resume`, stays as first told.
             self._completed_trials.add(trial_id)

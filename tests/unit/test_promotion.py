@@ -309,3 +309,22 @@ def test_the_limiters_saved_state_leaves_the_live_scheduler_in_place():
     assert "scheduler" not in state and state["live_trials"] == {"t0"}
     limiter.set_state({**state, "scheduler": scheduler(num_trials=9, slots=0)})  # as older checkpoints hold
     assert limiter.scheduler is live
+
+
+def test_for_resume_stops_a_trial_the_last_driver_ended_after_tune_saved():
+    """A driver killed after pruning a paused trial, before Tune saved its state: Tune
+    brings the trial back unfinished, the book (MLflow) has it pruned."""
+    from sweeper.progress import SweepBook, TrialRecord
+
+    book = SweepBook(metric="eval_loss", goal="minimize", max_steps=90)
+    book.trials["pruned"] = TrialRecord("pruned", 1, {}, status="pruned", history=[{"step": 10, "eval_loss": 5.0}])
+    sched = scheduler(num_trials=3, slots=2)
+    sched.for_resume(book)
+    tune = FakeTune(sched, 3, eval_every=10, max_steps=90, score=lambda t: 1.0)
+    trial = SimpleNamespace(trial_id="pruned", status="PENDING", step=10)
+    trial.set_status = lambda status: setattr(trial, "status", status)
+    tune.trials.append(trial)
+    sched.on_trial_add(tune, trial)
+    assert trial.status == "PAUSED" and "pruned" in sched.ladder.ended
+    assert sched.choose_trial_to_run(tune) is None
+    assert trial.status == "TERMINATED"  # stopped, not resumed

@@ -57,3 +57,15 @@ def test_a_trial_told_before_is_not_told_again():
     search._completed_trials.clear()  # as after a resume: a restored searcher, same study
     search.on_trial_complete("a", {"step": 30, "eval_loss": 2.0})
     assert search._ot_study.get_trials()[0].state == TrialState.PRUNED
+
+
+def test_a_trial_optuna_has_finished_is_not_reported_to_again():
+    """A driver killed after telling Optuna and before Tune saved the searcher: resumed,
+    the trial reports again, which Optuna refuses for a finished trial."""
+    search = make_search()
+    search.suggest("a")
+    search.on_trial_result("a", {"step": 10, "eval_loss": 3.0})
+    search.on_trial_complete("a", {"step": 10, "eval_loss": 3.0})
+    search._completed_trials.clear()  # the searcher's state as saved before the tell
+    search.on_trial_result("a", {"step": 20, "eval_loss": 2.5})
+    assert search._ot_study.get_trials()[0].intermediate_values == {10: 3.0}
