@@ -133,9 +133,9 @@ class RungLadder:
                 promoted.append(best)
                 self.ready.append(best)
             most_promoted = max(1, self._quota(most_ranked))
-            ranked = sorted(rung.scores, key=lambda t: (rung.scores[t], t))
-            for trial in sorted(rung.waiting, key=ranked.index):
-                if closed or ranked.index(trial) >= most_promoted:
+            rank = {t: i for i, t in enumerate(sorted(rung.scores, key=lambda t: (rung.scores[t], t)))}
+            for trial in sorted(rung.waiting, key=rank.get):
+                if closed or rank[trial] >= most_promoted:
                     stopped.append(trial)
                     self.end(trial)
             most_ranked = most_promoted
