@@ -3,6 +3,7 @@ optimizer and schedule, and how a report leaves a worker. No training logic live
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import random
@@ -181,6 +182,8 @@ def start_optimization(model: torch.nn.Module, training, resume_from: str | None
 
 
 TRAINING_STATE_FILE = "training_state.pt"
+# The report a checkpoint was taken with, to report again (see final_report_of).
+REPORT_FILE = "report.json"
 
 
 def report_with_adapter(
@@ -198,7 +201,21 @@ def report_with_adapter(
             {"step": metrics["step"], "optimizer": optimizer.state_dict(), "schedule": schedule.state_dict()},
             os.path.join(checkpoint_dir, TRAINING_STATE_FILE),
         )
+        with open(os.path.join(checkpoint_dir, REPORT_FILE), "w") as file:
+            json.dump(metrics, file)
         report(metrics, checkpoint_dir)
+
+
+def final_report_of(checkpoint_dir: str, max_steps: int) -> dict | None:
+    """The last report of a run whose checkpoint is at max_steps already: the run trained
+    to its end, but the driver that ran it died before it recorded that report (so a
+    resumed sweep restarts it with nothing left to train). None otherwise."""
+    path = os.path.join(checkpoint_dir, REPORT_FILE)
+    if not os.path.isfile(path):
+        return None
+    with open(path) as file:
+        metrics = json.load(file)
+    return metrics if metrics.get("step", 0) >= max_steps else None
 
 
 def restore_training_state(checkpoint_dir: str, model: torch.nn.Module, optimizer, schedule) -> int:

@@ -14,6 +14,7 @@ import torch
 
 from sweeper.spec import SweepSpec
 from sweeper.warm_start import WARM_STARTED_ENV
+from trainables.common import final_report_of
 from trainables.models import resolve_model_source
 
 
@@ -42,6 +43,10 @@ def train_loop_per_worker(config: dict) -> None:
         task.train(spec, data, model_source, report=report, started_at=started_at)
         return
     with checkpoint.as_directory() as resume_from:
+        final = final_report_of(resume_from, spec.training.max_steps)
+        if final is not None:  # nothing left to train: tell the driver how it ended
+            report(final, resume_from if ray.train.get_context().get_world_rank() == 0 else None)
+            return
         task.train(spec, data, model_source, report=report, started_at=started_at, resume_from=resume_from)
 
 
