@@ -65,7 +65,7 @@ class SweepPlan:
         reaching, counts = spec.search.num_trials, []
         for milestone in [*self.rungs, spec.training.max_steps]:
             counts.append((milestone, reaching))
-            reaching = max(1, math.floor(reaching / spec.early_stopping.reduction_factor + 1e-9))
+            reaching = max(1, rung_quota(reaching, spec.early_stopping.reduction_factor))
         return counts
 
     def step_budget(self) -> str:
@@ -104,6 +104,12 @@ def concurrency_limit(trial: TrialResources, cluster: ClusterResources) -> int:
             f"cluster has {have}; lower workers_per_trial or cpus_per_worker"
         )
     return slots
+
+
+def rung_quota(ranked: int, reduction_factor: float) -> int:
+    """How many of the trials ranked at a rung go on from it: floor(n / eta). ASHA by
+    promotion lets at least one go on once no more trials can reach the rung."""
+    return math.floor(ranked / reduction_factor + 1e-9)
 
 
 def asha_rungs(grace_period: int, max_steps: int, reduction_factor: float) -> list[int]:

@@ -37,6 +37,8 @@ from ray.tune.experiment import Trial
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 from ray.tune.search import ConcurrencyLimiter, Searcher
 
+from sweeper.plan import rung_quota
+
 __all__ = ["RungLadder", "PromotionASHA", "SlotLimiter"]
 
 
@@ -123,7 +125,7 @@ class RungLadder:
         most_ranked = num_trials - sum(1 for t in self.ended if not any(t in r.scores for r in self.rungs))
         for index, rung in enumerate(self.rungs):
             closed = self._closed(index, search_done)
-            quota = self._quota(len(rung.scores))
+            quota = rung_quota(len(rung.scores), self.reduction_factor)
             if closed and rung.scores:
                 quota = max(1, quota)
             while len(rung.promoted) < quota and rung.waiting:
@@ -132,7 +134,7 @@ class RungLadder:
                 rung.promoted.add(best)
                 promoted.append(best)
                 self.ready.append(best)
-            most_promoted = max(1, self._quota(most_ranked))
+            most_promoted = max(1, rung_quota(most_ranked, self.reduction_factor))
             rank = {t: i for i, t in enumerate(sorted(rung.scores, key=lambda t: (rung.scores[t], t)))}
             for trial in sorted(rung.waiting, key=rank.get):
                 if closed or rank[trial] >= most_promoted:
@@ -140,9 +142,6 @@ class RungLadder:
                     self.end(trial)
             most_ranked = most_promoted
         return promoted, stopped
-
-    def _quota(self, ranked: int) -> int:
-        return math.floor(ranked / self.reduction_factor + 1e-9)
 
     def _closed(self, index: int, search_done: bool) -> bool:
         """No trial can still arrive at this rung."""
