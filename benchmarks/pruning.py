@@ -1,6 +1,7 @@
 """Benchmark 3, pruning accounting: an ASHA sweep of N trials through
 `sweeper.launch.run_sweep`; steps trained in total against the rung arithmetic for the
-same N, grace period, reduction factor and max steps (N / eta^k trials reach rung k).
+same N, grace period, reduction factor and max steps (`sweeper.plan.promotion_steps`:
+floor(n / eta), at least 1, of the n trials at a rung go on).
 
 A trial that is paused at a rung or stopped trains on until its Train workers are gone;
 those steps reach no report and are thrown away (a paused trial continues from its
@@ -23,16 +24,9 @@ from pathlib import Path
 from ray.tune import Callback
 
 from benchmarks.common import bench_spec, print_figures, run_bench_sweep, save_json
-from sweeper.plan import asha_rungs
-
-
-def rung_arithmetic(trials: int, grace_period: int, reduction_factor: float, max_steps: int) -> float:
-    """Steps that successive halving trains: N trials to the first rung, N/eta of them on
-    to the next, ..., N/eta^k of them to max_steps."""
-    milestones = [0, *asha_rungs(grace_period, max_steps, reduction_factor), max_steps]
-    return sum(
-        trials / reduction_factor**k * (milestones[k + 1] - milestones[k]) for k in range(len(milestones) - 1)
-    )
+from sweeper.names import TrialState
+from sweeper.plan import asha_rungs, promotion_steps
+from trainables.metrics import STEP
 
 
 class ResultClock(Callback):
@@ -47,7 +41,7 @@ class ResultClock(Callback):
         self.starts.append((time.time(), trial.trial_id))
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
-        self.results[trial.trial_id].append((time.time(), result.get("step"), result.get("pid")))
+        self.results[trial.trial_id].append((time.time(), result.get(STEP), result.get("pid")))
 
     def segments(self) -> list[tuple[str, list[tuple[float, int, int]]]]:
         """(trial, its results) for each run of a trial from one start to the next."""
@@ -122,17 +116,17 @@ def main() -> None:
     )
     unreported = [lag / step_seconds for lag in lags]
     bound = trained + (statistics.mean(unreported) * stopped_segments if unreported else 0.0)
-    arithmetic = rung_arithmetic(args.trials, args.grace_period, args.reduction_factor, args.max_steps)
-    stopped_at = sorted(t.step for t in trials if t.status == "pruned")
+    arithmetic = promotion_steps(args.trials, args.grace_period, args.max_steps, args.reduction_factor)
+    stopped_at = sorted(t.step for t in trials if t.state == TrialState.PRUNED)
     best = run.book.best()
     figures = {
         "scheduler": args.scheduler,
         "method": args.method,
         "seed": args.seed,
         "trials": len(trials),
-        "completed": run.book.count("completed"),
-        "pruned": run.book.count("pruned"),
-        "failed": run.book.count("failed"),
+        "completed": run.book.count(TrialState.COMPLETED),
+        "pruned": run.book.count(TrialState.PRUNED),
+        "failed": run.book.count(TrialState.FAILED),
         "pruned_at_steps": stopped_at,
         "pauses": sum(t.pauses for t in trials),
         "resumed_segments": len(clock.starts) - len(trials),
@@ -165,7 +159,7 @@ def main() -> None:
                 "trials paused at a rung / continued later from their checkpoint (a new Train run each)",
             ),
             ("steps trained", f"{trained}", "sum of the steps each trial reached"),
-            ("rung arithmetic", f"{arithmetic:.0f}", "sum over rungs of N/eta^k x steps to the next rung"),
+            ("rung arithmetic", f"{arithmetic:.0f}", "per milestone: trials reaching it x steps from the one before"),
             ("ratio", f"{figures['ratio']:.2f}x", "target <= 1.3x"),
             (
                 "stop lag, median",

@@ -15,6 +15,7 @@ from reports.frames import (
     best_trial_number, best_trials, config_diff, cost_summary, leaderboard, metric_text, number, params_text, usd,
 )
 from reports.importance import Importance, param_importance
+from sweeper.names import TrialState
 
 __all__ = ["SweepReport", "Comparison", "Report", "build_report"]
 
@@ -34,7 +35,7 @@ class SweepReport:
 
     @property
     def has_completed_trial(self) -> bool:
-        return self.data.count("completed") > 0
+        return self.data.count(TrialState.COMPLETED) > 0
 
     @property
     def best_config_missing(self) -> str:
@@ -48,7 +49,7 @@ class SweepReport:
     @property
     def headline(self) -> str:
         data, record = self.data, self.data.record
-        counts = ", ".join(f"{data.count(state)} {state}" for state in ("completed", "pruned", "failed"))
+        counts = ", ".join(f"{data.count(state)} {state}" for state in (TrialState.COMPLETED, TrialState.PRUNED, TrialState.FAILED))
         text = (f"Sweep {self.name!r} ({record.status}): {data.trials.height} trials, {counts}; "
                 f"metric {record.metric} ({record.goal}).")
         best = best_trial_number(data)
@@ -71,6 +72,7 @@ class SweepReport:
             ("price", f"{self.data.record.reproducibility['USD per accelerator-hour']} USD per accelerator-hour "
                       f"({self.data.record.reproducibility['accelerator']})"),
         ]
+        rows += forecast_rows(self.data.record.totals)  # forecast against actual, budget cut
         return pl.DataFrame(rows, schema={"item": pl.String, "value": pl.String}, orient="row")
 
     def reproducibility_table(self) -> pl.DataFrame:
@@ -126,7 +128,7 @@ def _sweep_report(data: SweepData) -> SweepReport:
     notes = []
     if data.trials.is_empty():
         notes.append(f"Sweep {data.name!r} has no trials in MLflow yet.")
-    elif data.count("completed") == 0:
+    elif data.count(TrialState.COMPLETED) == 0:
         states = ", ".join(f"{n} {state}" for state, n in data.trials["state"].value_counts(sort=True).iter_rows())
         notes.append(
             f"Sweep {data.name!r} has no completed trial ({states}): there is no best trial, best config or "
@@ -151,3 +153,18 @@ def _sweep_report(data: SweepData) -> SweepReport:
 
 def _present(candidates: dict[str, go.Figure | None]) -> dict[str, go.Figure]:
     return {slug: fig for slug, fig in candidates.items() if fig is not None}
+
+
+def forecast_rows(totals: dict) -> list[tuple[str, str]]:
+    """The forecast `sweep start` logged (sweeper/planning.py) beside the actual, and what
+    a budget cap cut; none for a sweep without them."""
+    rows = []
+    if "forecast_expected_usd" in totals:
+        rows.append(("forecast cost (expected / worst case)",
+                     f"{usd(totals['forecast_expected_usd'])} / {usd(totals.get('forecast_worst_usd'))}"))
+        rows.append(("forecast wall time (s, expected / worst case)",
+                     f"{number(totals['forecast_expected_wall_seconds'])} / {number(totals.get('forecast_worst_wall_seconds'))}"))
+    stopped, not_started = totals.get("budget_trials_stopped", 0), totals.get("budget_trials_not_started", 0)
+    if stopped or not_started:
+        rows.append(("cut by the budget", f"{stopped:.0f} running trials stopped, {not_started:.0f} not started"))
+    return rows

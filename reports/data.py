@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from sweeper.errors import UserError
+from sweeper.names import TrialState
 from sweeper.store import SweepRecord, SweepStore
 
 __all__ = ["SweepData", "load_sweeps"]
@@ -29,7 +30,7 @@ class SweepData:
     def param_names(self) -> list[str]:
         return [c for c in self.params.columns if c != "trial_number"]
 
-    def count(self, state: str) -> int:
+    def count(self, state: TrialState) -> int:
         return self.trials.filter(pl.col("state") == state).height
 
 
@@ -54,5 +55,5 @@ def load_sweep(store: SweepStore, run) -> SweepData:
         trials=trials,
         params=store.trial_params(trials, record),
         history=store.history(keys=(record.metric,), trials=trials),
-        best_config_yaml=store.artifact_text(run.info.run_id, "best_config.yaml") if record.best_trial_id else None,
+        best_config_yaml=store.artifact_text(run, "best_config.yaml") if record.best_trial_id else None,
     )

@@ -12,6 +12,7 @@ from plotly.subplots import make_subplots
 
 from reports.data import SweepData
 from reports.frames import best_so_far, best_trial_number, number
+from sweeper.names import TrialState
 
 __all__ = [
     "curves_figure", "parallel_figure", "importance_figure", "progress_figure", "cost_figure",
@@ -42,17 +43,17 @@ def curves_figure(data: SweepData) -> go.Figure | None:
         state = trial["state"]
         line = dict(color=PALETTE[index % len(PALETTE)], width=2)
         marker = dict(size=6)
-        if state == "pruned":
+        if state == TrialState.PRUNED:
             line.update(color=PRUNED_COLOR, dash="dash")
             marker = dict(size=[6] * (points.height - 1) + [12], symbol=["circle"] * (points.height - 1) + ["x"])
-        elif state == "failed":
+        elif state == TrialState.FAILED:
             line.update(color=FAILED_COLOR, dash="dot")
         if number_ == best:
             line["width"] = 5
         fig.add_trace(go.Scatter(
             x=points["step"].to_list(), y=points["value"].to_list(), mode="lines+markers", line=line, marker=marker,
             name=f"trial {number_}: {trial['status']}" + (" (best)" if number_ == best else ""),
-            opacity=0.75 if state == "pruned" else 1.0,
+            opacity=0.75 if state == TrialState.PRUNED else 1.0,
             hovertemplate=f"trial {number_} ({trial['status']})<br>step %{{x}}<br>{metric} %{{y:.4f}}<extra></extra>",
         ))
     for rung in data.record.rungs:
@@ -130,7 +131,7 @@ def progress_figure(sweeps: list[SweepData]) -> go.Figure | None:
     for index, (data, frame) in enumerate(zip(sweeps, frames)):
         text = [f"trial {n} ({s})" for n, s in zip(frame["trial_number"], frame["state"])]
         color = PALETTE[index % len(PALETTE)]
-        marker = dict(size=8, color=[color if state == "completed" else PRUNED_COLOR for state in frame["state"]])
+        marker = dict(size=8, color=[color if state == TrialState.COMPLETED else PRUNED_COLOR for state in frame["state"]])
         for column, x in enumerate((frame["cumulative_cost_usd"], frame["wall_seconds"]), start=1):
             fig.add_trace(go.Scatter(
                 x=x.to_list(), y=frame["best_so_far"].to_list(), mode="lines+markers", line_shape="hv",

@@ -8,6 +8,8 @@ import json
 import polars as pl
 
 from reports.data import SweepData
+from sweeper.names import TrialState
+from sweeper.store import best_trial_row
 from sweeper.views import usd
 
 __all__ = [
@@ -17,7 +19,14 @@ __all__ = [
 
 # Completed trials rank first (by the metric), then pruned ones (deeper first: their
 # metric is from fewer steps), then the rest.
-STATE_ORDER = {"completed": 0, "pruned": 1, "running": 2, "paused": 2, "stopped": 3, "failed": 4}
+STATE_ORDER = {
+    TrialState.COMPLETED: 0,
+    TrialState.PRUNED: 1,
+    TrialState.RUNNING: 2,
+    TrialState.PAUSED: 2,
+    TrialState.STOPPED: 3,
+    TrialState.FAILED: 4,
+}
 
 
 def _sign(data: SweepData) -> int:
@@ -26,26 +35,28 @@ def _sign(data: SweepData) -> int:
 
 def best_trial_number(data: SweepData) -> int | None:
     """The best completed trial (the sweep's own definition of best)."""
-    completed = data.trials.filter((pl.col("state") == "completed") & pl.col("metric").is_not_null())
-    if completed.is_empty():
-        return None
-    return completed.sort(pl.col("metric") * _sign(data))["trial_number"][0]
+    best = best_trial_row(data.trials, data.record.goal)
+    return best["trial_number"] if best else None
 
 
 def leaderboard(data: SweepData) -> pl.DataFrame:
     """rank, trial, status, one column per parameter, the metric (final value), the best
-    value seen during training, steps trained, cost, and the state (for styling)."""
+    value seen during training, steps trained, cost, `warm start from` (in a sweep with
+    warm-started trials), and the state (for styling)."""
     metric = data.record.metric
+    trials = data.trials
+    warm_start = ["warm_start"] if "warm_start" in trials.columns and trials["warm_start"].is_not_null().any() else []
     value = pl.col("value")
     best_seen = data.history.group_by("trial_number").agg(
         (value.min() if data.record.minimize else value.max()).alias(f"best {metric} seen")
     )
     ranked = (
-        data.trials.select("trial_number", "state", "status", "metric", "steps", "cost_usd")
+        data.trials.select("trial_number", "state", "status", "metric", "steps", "cost_usd", *warm_start)
         .join(data.params, on="trial_number", how="left")
         .join(best_seen, on="trial_number", how="left")
         .with_columns(
-            pl.col("state").replace_strict(STATE_ORDER, default=len(STATE_ORDER)).alias("_group"),
+            pl.col("state").replace_strict({str(k): v for k, v in STATE_ORDER.items()}, default=len(STATE_ORDER))
+            .alias("_group"),
             (pl.col("metric") * _sign(data)).alias("_key"),
         )
         .sort(["_group", "steps", "_key"], descending=[False, True, False], nulls_last=True)
@@ -60,6 +71,8 @@ def leaderboard(data: SweepData) -> pl.DataFrame:
         f"best {metric} seen",
         "steps",
         pl.col("cost_usd").alias("cost"),
+        # Only in a warm-started sweep: the earlier sweep's trial that gave the config.
+        *(pl.col(column).alias("warm start from") for column in warm_start),
         "state",
     )
 
@@ -67,7 +80,7 @@ def leaderboard(data: SweepData) -> pl.DataFrame:
 def best_so_far(data: SweepData) -> pl.DataFrame:
     """Trials in the order they ended: cumulative cost, wall seconds since the sweep
     started, and the best completed metric so far (null until a trial completes)."""
-    completed_metric = pl.when(pl.col("state") == "completed").then(pl.col("metric").cast(pl.Float64))
+    completed_metric = pl.when(pl.col("state") == TrialState.COMPLETED).then(pl.col("metric").cast(pl.Float64))
     best = completed_metric.cum_min() if data.record.minimize else completed_metric.cum_max()
     return (
         data.trials.filter(pl.col("ended_ms").is_not_null())
@@ -129,8 +142,8 @@ def best_trials(sweeps: list[SweepData]) -> pl.DataFrame:
             "parameters": params_text(best["params"]) if best else "-",
             "trial cost": best.get("cost_usd"),
             "trials": data.trials.height,
-            "completed": data.count("completed"),
-            "pruned": data.count("pruned"),
+            "completed": data.count(TrialState.COMPLETED),
+            "pruned": data.count(TrialState.PRUNED),
             "sweep cost": costs["cost_usd"],
             "saved by pruning": costs["saved_by_pruning_usd"],
         })

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import optuna
 import polars as pl
 
+from sweeper.names import TrialState
 from sweeper.space import parameters_to_optuna
 
 __all__ = ["Importance", "param_importance", "MIN_COMPLETED_TRIALS"]
@@ -37,7 +38,7 @@ def param_importance(trials: pl.DataFrame, search_space: dict[str, dict], goal: 
     if len(search_space) < 2:
         return Importance(None, f"{len(search_space)} parameter searched: importance needs at least 2 to compare.")
     distributions = parameters_to_optuna(search_space)
-    completed = trials.filter((pl.col("state") == "completed") & pl.col("metric").is_not_null())
+    completed = trials.filter((pl.col("state") == TrialState.COMPLETED) & pl.col("metric").is_not_null())
     frozen = [
         trial
         for params, value in zip(completed["params"], completed["metric"])

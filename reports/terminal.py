@@ -8,7 +8,7 @@ from rich.table import Table
 
 from reports.build import Report, SweepReport
 from reports.frames import display
-from sweeper.console import STATUS_STYLE
+from sweeper.views import STATE_STYLE
 
 __all__ = ["print_summary"]
 
@@ -33,7 +33,7 @@ def _leaderboard(sweep: SweepReport) -> Table:
     title = f"{sweep.headline}\nCost {total}; pruning saved {saved}."
     rows = []
     for state, row in zip(board["state"], shown.iter_rows()):
-        style = STATUS_STYLE.get(state, "")
+        style = STATE_STYLE.get(state, "")
         status_index = shown.columns.index("status")
         row = list(row)
         if style:

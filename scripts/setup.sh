@@ -30,6 +30,8 @@ if ! python -c "import torch" 2>/dev/null; then
   fi
 fi
 echo "setup: installing sweeper and its dependencies into .venv"
-python -m pip install --quiet -e ".[dev]"
+# DeepSpeed (resources.strategy: deepspeed) builds no ops at install time: on CPUs it
+# JIT-builds the one it needs with the system C++ compiler, on GPUs its CUDA ops as used.
+DS_BUILD_OPS=0 python -m pip install --quiet -e ".[dev,deepspeed,quantization]"
 rm -f .venv/.sweeper-installed-*
 touch "$stamp"

@@ -1,68 +1,85 @@
-"""The `sweep` command. Each subcommand parses its arguments, calls one module, and turns
-a UserError into keyed one-line messages and exit status 2 (tracebacks with --debug)."""
+"""The `sweep` command. Each subcommand parses its arguments and calls one module; the
+group (`SweepCommands`) turns the errors a user can fix into keyed one-line messages and
+an exit status, once for all subcommands (tracebacks with --debug)."""
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
 from pathlib import Path
 from typing import Optional
 
+import click
 import typer
 from rich.console import Console
 from rich.markup import escape
+from typer.core import TyperGroup
 
 from sweeper.errors import SweepFailed, UserError
+from sweeper.names import TrialState
+from trainables.errors import InputError
+
+console = Console()
+errors = Console(stderr=True)
+
+# What a command may raise on purpose, and the exit status it ends with. Each is printed
+# as its one-line messages (`lines`, else the message); anything else is a bug and keeps
+# its traceback. --debug shows the traceback of these too.
+# UserError (the service's) is an InputError (the trial's: data, model folders, tokenizers).
+EXIT_STATUS: dict[type[Exception], int] = {InputError: InputError.exit_code, SweepFailed: SweepFailed.exit_code}
+
+
+class SweepCommands(TyperGroup):
+    """The `sweep` group: maps the errors of every subcommand to messages, in one place."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except tuple(EXIT_STATUS) as exc:
+            if ctx.params.get("debug"):
+                raise
+            for line in getattr(exc, "lines", None) or [str(exc)]:
+                # Escaped: a line quotes user input, which may hold brackets.
+                errors.print(f"[red]error:[/red] {escape(line)}", highlight=False, soft_wrap=True)
+            raise typer.Exit(_exit_status(exc)) from None
+
+
+def _exit_status(exc: Exception) -> int:
+    return next(status for kind, status in EXIT_STATUS.items() if isinstance(exc, kind))
+
 
 app = typer.Typer(
+    cls=SweepCommands,
     help="Hyperparameter sweeps for LLM fine-tuning: one YAML file, Ray Tune + Optuna + ASHA.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-console = Console()
-errors = Console(stderr=True)
-DEBUG = {"on": False}
 
 
 @app.callback()
 def main(debug: bool = typer.Option(False, "--debug", help="Show tracebacks for errors.")) -> None:
-    DEBUG["on"] = debug
     # MLflow's artifact download bars would interleave with this command's own output.
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
 
-def user_errors(command):
-    """Print UserError / SweepFailed as one line per problem and exit with their status."""
-
-    @functools.wraps(command)
-    def wrapper(*args, **kwargs):
-        try:
-            return command(*args, **kwargs)
-        except (UserError, SweepFailed) as exc:
-            if DEBUG["on"]:
-                raise
-            lines = exc.lines if isinstance(exc, UserError) else [str(exc)]
-            for line in lines:
-                # Escaped: a line quotes user input, which may hold brackets.
-                errors.print(f"[red]error:[/red] {escape(line)}", highlight=False, soft_wrap=True)
-            raise typer.Exit(exc.exit_code) from None
-
-    return wrapper
-
-
 @app.command()
-@user_errors
 def validate(file: Path = typer.Argument(..., help="Sweep YAML file.")) -> None:
     """Check a sweep file without starting anything; every problem is listed (exit 2)."""
+    from sweeper.earlier_sweeps import read_warm_start
+    from sweeper.memory import gpu_memory_gib, refuse_if_unfit
     from sweeper.spec import load_spec
 
     spec = load_spec(file)
+    for note in read_warm_start(spec).notes:
+        errors.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False, soft_wrap=True)
+    memory = refuse_if_unfit(spec, gpu_memory_gib(spec.cost.accelerator))
     console.print(
         f"[green]ok[/green] {file}: sweep {spec.name!r}, task {spec.task}, {spec.search.num_trials} trials "
         f"over {', '.join(spec.search.parameters)}"
     )
+    if memory is not None and spec.resources.use_gpu:
+        console.print(escape(memory.describe()), highlight=False)
 
 
 @app.command()
@@ -74,7 +91,6 @@ def reference() -> None:
 
 
 @app.command()
-@user_errors
 def start(
     file: Path = typer.Argument(..., help="Sweep YAML file."),
     address: Optional[str] = typer.Option(
@@ -98,6 +114,23 @@ def start(
     _finish(run)
 
 
+@app.command()
+def plan(
+    file: Path = typer.Argument(..., help="Sweep YAML file."),
+    address: Optional[str] = typer.Option(
+        None, "--address", help="Ray cluster to size and calibrate on (default: this machine, as a local cluster)."
+    ),
+    calibrate: bool = typer.Option(
+        True, "--calibrate/--no-calibrate", help="Measure the step time (a few steps) or use the throughput model."
+    ),
+) -> None:
+    """Validate FILE and forecast the sweep without running it: step budget by rung, step
+    time, expected and worst-case wall time, accelerator-hours and USD, budget caps."""
+    from sweeper.planning import plan_sweep
+
+    plan_sweep(file, address=address or os.environ.get("RAY_ADDRESS"), calibrate=calibrate, console=console)
+
+
 def _finish(run) -> None:
     """Summary, then the exit status: 0 if a trial completed, 130 if stopped, else 1."""
     from sweeper.summary import print_summary
@@ -106,13 +139,14 @@ def _finish(run) -> None:
     if run.interrupted:
         console.print(f"Sweep stopped; continue it with: sweep resume {run.spec.name}")
         raise typer.Exit(130)
-    if run.book.count("completed") == 0:
-        failed = [t.status_text for t in run.book.trials.values() if t.status == "failed"]
+    if run.book.count(TrialState.COMPLETED) == 0:
+        failed = [t.status_text for t in run.book.trials.values() if t.state == TrialState.FAILED]
         reason = f"; first failure: {failed[0]}" if failed else ""
         raise SweepFailed(f"no trial completed ({len(run.book.trials)} started){reason}")
 
 
 SWEEP_DIR_HELP = "The sweep's folder (default ./sweeps/NAME)."
+JOB_ADDRESS_HELP = "The cluster's dashboard, http://HEAD:8265 (default: RAY_ADDRESS)."
 
 
 def _sweep_spec(name: str, sweep_dir: Optional[Path]):
@@ -125,7 +159,6 @@ def _sweep_spec(name: str, sweep_dir: Optional[Path]):
 
 
 @app.command()
-@user_errors
 def resume(
     name: str = typer.Argument(..., help="Sweep name."),
     sweep_dir: Optional[Path] = typer.Option(None, "--sweep-dir", help=SWEEP_DIR_HELP),
@@ -135,24 +168,83 @@ def resume(
     unfinished ones continue from their latest checkpoint, the search keeps its history."""
     from sweeper.launch import resume_sweep
 
+    if address and address.startswith(("http://", "https://")):
+        from sweeper import jobs
+
+        job = jobs.resume(name, address, Path.cwd())
+        console.print(f"Submitted the resume of sweep {name!r} as job {job.job_id}\nDashboard: {job.dashboard_url}", highlight=False)
+        return
     folder, _ = _sweep_spec(name, sweep_dir)
     _finish(resume_sweep(folder, address=address or os.environ.get("RAY_ADDRESS"), console=console))
 
 
 @app.command()
-@user_errors
 def stop(
     name: str = typer.Argument(..., help="Sweep name."),
     sweep_dir: Optional[Path] = typer.Option(None, "--sweep-dir", help=SWEEP_DIR_HELP),
     timeout: float = typer.Option(300, "--timeout", help="Seconds to wait for the driver to finish stopping."),
+    address: Optional[str] = typer.Option(None, "--address", help="For a submitted sweep: " + JOB_ADDRESS_HELP),
 ) -> None:
     """Stop a running sweep from another terminal: running trials stop gracefully, their
     MLflow runs are marked killed, and the sweep stays resumable (sweep resume NAME)."""
     from sweeper.launch import stop_sweep
 
+    if address and address.startswith(("http://", "https://")):
+        from sweeper import jobs
+
+        console.print(f"Stopped job {jobs.stop(name, address)} of sweep {name!r}; continue it with: sweep resume {name} --address {address}")
+        return
     _, spec = _sweep_spec(name, sweep_dir)
     pid = stop_sweep(spec, timeout_s=timeout)
     console.print(f"Sweep {name!r} stopped (driver pid {pid}); continue it with: sweep resume {name}")
+
+
+@app.command()
+def dashboard(
+    name: str = typer.Argument(..., help="Sweep name."),
+    sweep_dir: Optional[Path] = typer.Option(None, "--sweep-dir", help=SWEEP_DIR_HELP),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (0.0.0.0: every interface)."),
+    port: int = typer.Option(8080, "--port", help="Port to listen on."),
+) -> None:
+    """Serve optuna-dashboard on the sweep's Optuna study (every trial, pruned and paused
+    ones with their evaluations by training step) until Ctrl-C; prints its URL."""
+    from sweeper.study_dashboard import serve, study_dashboard
+
+    folder = (sweep_dir or Path("sweeps") / name).resolve()
+    board = study_dashboard(name, folder, host=host, port=port)
+    console.print(f"optuna-dashboard for sweep {name!r}: {board.url}  (Ctrl-C stops it)", highlight=False, soft_wrap=True)
+    try:
+        serve(board)
+    except KeyboardInterrupt:
+        pass
+
+
+@app.command()
+def submit(
+    file: Path = typer.Argument(..., help="Sweep YAML file, inside this folder (it travels to the cluster with its data)."),
+    address: Optional[str] = typer.Option(None, "--address", help=JOB_ADDRESS_HELP),
+) -> None:
+    """Run the sweep on the cluster as a Ray Job: the driver lives there, not here."""
+    from sweeper import jobs
+
+    name, sweep_dir = jobs.submitted_sweep(file)
+    here = Path.cwd()
+    job = jobs.submit(name, sweep_dir, "start", [jobs.working_dir_path(file, here)], address, here)
+    console.print(f"Submitted sweep {name!r} as job {job.job_id}", highlight=False)
+    console.print(f"Dashboard: {job.dashboard_url}", highlight=False, soft_wrap=True)
+    console.print(f"Follow it with: sweep logs {name} --address {address or os.environ.get('RAY_ADDRESS')}", highlight=False, soft_wrap=True)
+
+
+@app.command()
+def logs(
+    name: str = typer.Argument(..., help="Sweep name."),
+    address: Optional[str] = typer.Option(None, "--address", help=JOB_ADDRESS_HELP),
+) -> None:
+    """Follow the output of a submitted sweep's latest job until it ends."""
+    from sweeper import jobs
+
+    status = jobs.follow_logs(name, address, lambda text: typer.echo(text, nl=False))
+    console.print(f"Job of sweep {name!r}: {status}", highlight=False)
 
 
 TRACKING_URI_HELP = "MLflow tracking URI (default: MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here)."
@@ -160,13 +252,12 @@ TRACKING_URI_HELP = "MLflow tracking URI (default: MLFLOW_TRACKING_URI, else sql
 
 def _store(tracking_uri: str | None):
     from sweeper.store import SweepStore
-    from sweeper.tracking import resolve_tracking_uri
+    from sweeper.mlflow_store import resolve_tracking_uri
 
     return SweepStore(resolve_tracking_uri(tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")))
 
 
 @app.command("list")
-@user_errors
 def list_sweeps(tracking_uri: Optional[str] = typer.Option(None, "--tracking-uri", help=TRACKING_URI_HELP)) -> None:
     """Sweeps in the MLflow store: status, trials, best metric, cost (works while they run)."""
     from sweeper.views import sweeps_table
@@ -175,7 +266,6 @@ def list_sweeps(tracking_uri: Optional[str] = typer.Option(None, "--tracking-uri
 
 
 @app.command()
-@user_errors
 def status(
     name: str = typer.Argument(..., help="Sweep name."),
     tracking_uri: Optional[str] = typer.Option(None, "--tracking-uri", help=TRACKING_URI_HELP),
@@ -192,7 +282,6 @@ TRIAL_HELP = "Trial number (as in `sweep status`) or Tune trial id; default: the
 
 
 @app.command()
-@user_errors
 def promote(
     name: str = typer.Argument(..., help="Sweep name."),
     trial: Optional[str] = typer.Option(None, "--trial", help=TRIAL_HELP),
@@ -224,7 +313,6 @@ def promote(
 
 
 @app.command()
-@user_errors
 def export(
     name: str = typer.Argument(..., help="Sweep name."),
     trial: Optional[str] = typer.Option(None, "--trial", help=TRIAL_HELP),
@@ -246,7 +334,6 @@ def export(
         raise UserError(f"--output: cannot write {output}: {exc.strerror}") from None
     console.print(f"[green]wrote[/green] {output}: run it with `sweep start {output}`", highlight=False, soft_wrap=True)
 @app.command()
-@user_errors
 def report(
     names: list[str] = typer.Argument(..., metavar="NAME", help="Sweep name(s); several are compared side by side."),
     out: Optional[Path] = typer.Option(

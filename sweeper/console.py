@@ -6,11 +6,10 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
-from ray.tune import Callback
 
-from sweeper.progress import SweepBook, TrialRecord
-
-STATUS_STYLE = {"running": "cyan", "paused": "blue", "completed": "green", "pruned": "yellow", "failed": "red"}
+from sweeper.book import SweepBook, TrialRecord
+from sweeper.names import TrialState
+from sweeper.views import STATE_STYLE
 
 
 def _fmt(value) -> str:
@@ -22,7 +21,7 @@ def _fmt(value) -> str:
 
 
 def trial_table(book: SweepBook, param_names: list[str]) -> Table:
-    best = book.best(statuses=("completed", "pruned", "running", "paused"))
+    best = book.best(states=(TrialState.COMPLETED, TrialState.PRUNED, TrialState.RUNNING, TrialState.PAUSED))
     best_text = f"{best.last(book.metric):.4f} (trial {best.number})" if best else "-"
     table = Table(title=f"{book.metric}: best so far {best_text}", title_justify="left")
     table.add_column("trial", justify="right")
@@ -32,7 +31,7 @@ def trial_table(book: SweepBook, param_names: list[str]) -> Table:
     table.add_column("step", justify="right")
     table.add_column(book.metric, justify="right")
     for record in sorted(book.trials.values(), key=lambda r: r.number):
-        style = STATUS_STYLE.get(record.status, "")
+        style = STATE_STYLE.get(record.state, "")
         marker = " *" if best is record else ""
         table.add_row(
             f"{record.number}{marker}",
@@ -46,9 +45,10 @@ def trial_table(book: SweepBook, param_names: list[str]) -> Table:
     return table
 
 
-class LiveTable(Callback):
-    """Redraws the trial table on every event on a terminal; prints a line per finished
-    trial when the output is a file or a pipe (CI logs)."""
+class LiveTable:
+    """Redraws the trial table on a terminal; prints a line per finished trial when the
+    output is a file or a pipe (CI logs). A listener of the driver callback
+    (sweeper/driver.py)."""
 
     def __init__(self, book: SweepBook, param_names: list[str], console: Console):
         self.book, self.param_names, self.console = book, param_names, console
@@ -74,16 +74,9 @@ class LiveTable(Callback):
     def _render(self) -> Table:
         return trial_table(self.book, self.param_names)
 
-    def _finished(self, trial) -> None:
-        record = self.book.trials.get(trial.trial_id)
-        if record and not self.live:
+    def trial_finished(self, record: TrialRecord) -> None:
+        if not self.live:
             self.console.print(_one_line(record, self.book.metric, self.param_names), markup=False)
-
-    def on_trial_complete(self, iteration, trials, trial, **info):
-        self._finished(trial)
-
-    def on_trial_error(self, iteration, trials, trial, **info):
-        self._finished(trial)
 
 
 def _one_line(record: TrialRecord, metric: str, param_names: list[str]) -> str:

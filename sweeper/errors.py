@@ -3,16 +3,14 @@ else is a bug and keeps its traceback (shown with --debug)."""
 
 from __future__ import annotations
 
+from trainables.errors import InputError
 
-class UserError(Exception):
-    """A mistake in the user's input: a YAML key, a CLI argument, a file, a cluster
-    that cannot host the sweep. `lines` holds one keyed message per problem."""
 
-    exit_code = 2
-
-    def __init__(self, *lines: str):
-        self.lines = [line for line in lines if line]
-        super().__init__("\n".join(self.lines))
+class UserError(InputError):
+    """A mistake in the user's input found by the service: a YAML key, a CLI argument, a
+    file, a cluster that cannot host the sweep. `lines` holds one keyed message per
+    problem. Errors found where trials read their input (data, models, tokenizers) are
+    its base class, `trainables.errors.InputError`; the CLI prints both alike."""
 
 
 class SweepFailed(Exception):

@@ -3,8 +3,10 @@ full run (`sweep export NAME [--trial ID] -o train.yaml`, then `sweep start trai
 
 from __future__ import annotations
 
+from sweeper.names import Tag
 from sweeper.spec import spec_to_yaml
 from sweeper.store import SweepStore
+from trainables.metrics import EVAL_LOSS
 
 __all__ = ["export_trial"]
 
@@ -14,7 +16,7 @@ def export_trial(store: SweepStore, sweep: str, trial_ref: str | None = None) ->
     stopped early; the best trial when `trial_ref` is None."""
     parent = store.sweep_run(sweep)
     trial = store.trial(parent, trial_ref)
-    metric = parent.data.tags.get("sweeper.metric", "eval_loss")
+    metric = parent.data.tags.get(Tag.METRIC, EVAL_LOSS)
     value = f"{trial['metric']:.6g}" if trial["metric"] is not None else "none"
     header = (
         f"# Trial {trial['trial_number']} of sweep {sweep!r} ({trial['status']}, {metric}={value}) "

@@ -7,15 +7,17 @@ import os
 import shutil
 import signal
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Mapping
 
 from rich.console import Console
 
 from sweeper.cost import SweepCost
 from sweeper.errors import UserError
 from sweeper.plan import ClusterResources, SweepPlan, make_plan
-from sweeper.progress import AdapterJanitor, BookKeeper, SweepBook
+from sweeper.book import SweepBook
+from sweeper.progress import AdapterJanitor
 from sweeper.spec import SweepSpec, spec_to_yaml
 from trainables.models import DEFAULT_CACHE_ROOT
 
@@ -30,12 +32,13 @@ class SweepRun:
     cost: SweepCost
     tracking_uri: str
     interrupted: bool = False
+    notes: list[str] = field(default_factory=list)  # lines for the summary (forecast vs actual, budget)
 
 
 def refuse_existing_sweep(spec: SweepSpec, overwrite: bool) -> None:
     """An existing sweep is never replaced unless asked (checked before Ray starts)."""
     sweep_dir = spec.sweep_dir
-    if not overwrite and sweep_dir.exists() and any(sweep_dir.iterdir()):
+    if not overwrite and _sweep_files(sweep_dir):
         raise UserError(
             f"name: a sweep named {spec.name!r} already exists in {sweep_dir}; "
             f"continue it with sweep resume {spec.name}, pick a new name, or pass --overwrite to replace it"
@@ -46,12 +49,42 @@ def prepare_sweep_dir(spec: SweepSpec, overwrite: bool) -> Path:
     """The sweep's folder, new. An existing sweep is never deleted unless asked."""
     refuse_existing_sweep(spec, overwrite)
     sweep_dir = spec.sweep_dir
-    if sweep_dir.exists():
-        shutil.rmtree(sweep_dir)
+    for path in _sweep_files(sweep_dir):
+        shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
     sweep_dir.mkdir(parents=True, exist_ok=True)
     # With its folder pinned, so that `sweep resume --sweep-dir` works from any directory.
     (sweep_dir / "sweep.yaml").write_text(spec_to_yaml(spec.model_copy(update={"output_dir": sweep_dir})))
     return sweep_dir
+
+
+# The warm-start server's log (sweeper/warm_start.py), in the sweep folder: the server
+# starts, and may write it, before the folder is prepared, so preparing keeps it.
+WARM_START_LOG = "warm_start.log"
+
+
+def _sweep_files(sweep_dir: Path) -> list[Path]:
+    """What a sweep left in its folder (the warm-start log of this start aside)."""
+    if not sweep_dir.is_dir():
+        return []
+    return [path for path in sweep_dir.iterdir() if path.name != WARM_START_LOG]
+
+
+def _first_missing_folder(folder: Path) -> Path | None:
+    """The outermost of `folder` and its parents that does not exist yet, if any."""
+    missing = None
+    for candidate in (folder, *folder.parents):
+        if candidate.exists():
+            return missing
+        missing = candidate
+    return missing
+
+
+def _forget_warm_start_log(sweep_dir: Path, made_for_the_log: Path | None) -> None:
+    """A start refused before the sweep began leaves nothing behind: the warm-start log,
+    written before the inputs were checked, goes, and so do the folders made for it."""
+    (sweep_dir / WARM_START_LOG).unlink(missing_ok=True)
+    if made_for_the_log is not None and not any(p.is_file() for p in made_for_the_log.rglob("*")):
+        shutil.rmtree(made_for_the_log, ignore_errors=True)
 
 
 # Ray Train and Tune settings for sweeps of many short trials. Ray reads them from the
@@ -72,26 +105,140 @@ TRIAL_SETTINGS = {
 }
 
 
-def start_warm_server(address: str | None):
-    """The warm-start server for a local sweep on Linux (sweeper/warm_start.py), started
-    first so that it imports torch while the data is tokenized and Ray starts; None when
-    the sweep joins a cluster or the platform cannot host it."""
+LOCAL_CLUSTER = "local"
+AUTH_MODE_ENV = "RAY_AUTH_MODE"
+PROBE_TIMEOUT_S = 10.0
+
+
+def cluster_address(address: str | None, environ: Mapping[str, str]) -> str:
+    """The Ray address a sweep uses: `--address`, else RAY_ADDRESS, else "local" (a new
+    cluster of its own). Never Ray's implicit join: `ray.init()` without an address joins
+    whatever `ray start` left in Ray's address file, even a head that is gone."""
+    return address or environ.get("RAY_ADDRESS") or LOCAL_CLUSTER
+
+
+def starts_own_cluster(address: str) -> bool:
+    return address == LOCAL_CLUSTER
+
+
+def auth_token_source(environ: Mapping[str, str], home: Path) -> str | None:
+    """Where Ray would find a cluster token for a client, in Ray's order (the variable's
+    name or the file's path, never the token itself); None when there is none."""
+    if environ.get("RAY_AUTH_TOKEN"):
+        return "RAY_AUTH_TOKEN"
+    for path in (environ.get("RAY_AUTH_TOKEN_PATH"), home / ".ray" / "auth_token"):
+        if path and Path(path).is_file():
+            return str(path)
+    return None
+
+
+def client_auth_settings(environ: Mapping[str, str], home: Path) -> dict[str, str]:
+    """Environment for a client joining a cluster: token mode when a token is where Ray
+    looks (a joining client defaults to RAY_AUTH_MODE=disabled and a `ray start --head`
+    cluster refuses it); an explicit RAY_AUTH_MODE is the user's choice and stays."""
+    if AUTH_MODE_ENV in environ or auth_token_source(environ, home) is None:
+        return {}
+    return {AUTH_MODE_ENV: "token"}
+
+
+def bootstrap_endpoint(address: str, address_file: Path | None = None) -> tuple[str, int] | None:
+    """The (host, port) a join first talks to: the GCS (HOST:PORT, or for "auto" the
+    address `ray start` wrote in Ray's address file) or the Ray Client server
+    (ray://HOST:PORT). None when there is nothing to probe (no address file for "auto")."""
+    if address == "auto":
+        if address_file is None or not address_file.is_file():
+            return None
+        address = address_file.read_text().strip()
+    address = address.removeprefix("ray://")
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise UserError(f"--address: expected auto, HOST:PORT or ray://HOST:PORT, got {address!r}")
+    return host.strip("[]"), int(port)
+
+
+def check_reachable(address: str, endpoint: tuple[str, int] | None, timeout_s: float = PROBE_TIMEOUT_S) -> None:
+    """Refuse, as one keyed line, an address whose cluster does not answer (ray.init
+    would retry "Failed to connect to GCS" without end)."""
+    import socket
+
+    if endpoint is None:
+        raise UserError(
+            f"--address: {address} found no running Ray cluster on this machine (no `ray start` address file); "
+            "start one with `ray start --head`, give HOST:PORT, or leave --address out to start a local cluster"
+        )
+    host, port = endpoint
+    try:
+        socket.create_connection((host, port), timeout=timeout_s).close()
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise UserError(
+            f"--address: no Ray cluster answers at {host}:{port} ({reason}); check that its head is running "
+            "(ray status on the head), give its address, or leave --address out to start a local cluster"
+        ) from None
+
+
+def auth_refused(exc: BaseException) -> bool:
+    text = f"{type(exc).__name__} {exc}"
+    words = ("InvalidAuthToken", "UNAUTHENTICATED", "authentication token", "AuthenticationError", "Authentication required", "Authentication failed")
+    return any(word in text for word in words)
+
+
+def start_warm_server(address: str, log_path: Path, use_gpu: bool = False):
+    """The warm-start server for a CPU sweep on a cluster it starts itself, on Linux
+    (sweeper/warm_start.py), started first so that it imports torch while the data is
+    tokenized and Ray starts; None when the sweep joins a cluster (the job's
+    py_executable would route every node's workers through a server that only this node
+    has), trains on GPUs (forked CUDA workers are not proven safe yet) or the platform
+    cannot host it. Its log goes to `log_path`."""
     from sweeper import warm_start
 
-    local = not (address or os.environ.get("RAY_ADDRESS"))
-    if not local or not warm_start.supported():
+    if not starts_own_cluster(address) or use_gpu or not warm_start.supported():
         return None
-    return warm_start.Server(warm_start.new_socket_path())
+    return warm_start.Server(warm_start.new_socket_path(), log_path)
 
 
-def start_ray(address: str | None, warm_server=None):
-    """Join `address` (or RAY_ADDRESS), else start a local cluster with its dashboard.
-    The dashboard stays on: besides monitoring, Ray Train's placement-group cleanup
-    needs it (without it finished trials kept their resources and sweeps hung).
+def job_metadata(spec: SweepSpec, tracking_uri: str) -> dict[str, str]:
+    """The Ray job's metadata: the dashboard's Jobs page shows `job_name` as the job's
+    name, the rest on the job's page and in its REST API (/api/jobs/)."""
+    return {
+        "job_name": spec.name,
+        "sweeper.sweep": spec.name,
+        "sweeper.task": spec.task,
+        "sweeper.model": spec.model.name_or_path,
+        "sweeper.num_trials": str(spec.search.num_trials),
+        "sweeper.metric": f"{spec.search.metric} ({spec.search.goal})",
+        "sweeper.parameters": ", ".join(spec.search.parameters) or "none",
+        "sweeper.sweep_dir": str(spec.sweep_dir),
+        "sweeper.mlflow": f"{tracking_uri} (experiment {spec.tracking.experiment})",
+    }
+
+
+def trainable_name(spec: SweepSpec) -> str:
+    """Tune's name for the sweep's trainable: its trials are named `<this>_<trial id>`
+    and the dashboard shows it as each trial actor's Repr (Tune gives its function
+    trainables no actor name, and reuses an actor for several trials)."""
+    return f"sweep-{spec.name}"
+
+
+def start_ray(address: str, warm_server=None, metadata: dict[str, str] | None = None):
+    """Start a local cluster with its dashboard (`address` "local"), or join `address`
+    ("auto", HOST:PORT, ray://HOST:PORT) after checking that it answers, in token mode
+    when a token is where Ray looks. The dashboard stays on: besides monitoring, Ray
+    Train's placement-group cleanup needs it (without it finished trials kept their
+    resources and sweeps hung). `metadata`: the job's (job_metadata), shown by the
+    dashboard.
 
     With a `warm_server` every worker process of the sweep's job is forked from it, with
     Ray, torch, transformers and peft imported already: a trial's new Train worker skips
-    8-10 CPU-seconds of imports."""
+    8-10 CPU-seconds of imports.
+
+    Raises:
+        UserError: the address is malformed, does not answer, or refuses this client's token.
+    """
+    joining = not starts_own_cluster(address)
+    if joining:
+        # Ray reads the mode from the environment of the process that joins, when loaded.
+        os.environ.update(client_auth_settings(os.environ, Path.home()))
     import ray
 
     if ray.is_initialized():
@@ -99,34 +246,73 @@ def start_ray(address: str | None, warm_server=None):
             warm_server.stop()  # the workers of a running Ray are started already
         return ray.get_runtime_context(), None
     from sweeper import warm_start
+    from sweeper.ray_adapter import ray_address_file
 
+    if joining:
+        check_reachable(address, bootstrap_endpoint(address, ray_address_file()))
     runtime_env = {"env_vars": dict(TRIAL_SETTINGS)}
     if warm_server:
         warm_env = warm_start.runtime_env(warm_server.socket_path)
         runtime_env = {"py_executable": warm_env["py_executable"], "env_vars": {**TRIAL_SETTINGS, **warm_env["env_vars"]}}
-    context = ray.init(
-        address=address,
-        include_dashboard=True,
-        dashboard_host="127.0.0.1",
+    from ray.job_config import JobConfig
+
+    options = dict(
+        job_config=JobConfig(metadata=metadata or {}),
         log_to_driver=False,
         logging_level="WARNING",
         configure_logging=True,
         runtime_env=runtime_env,
     )
+    if not joining:
+        options.update(include_dashboard=True, dashboard_host="127.0.0.1")
+    try:
+        context = ray.init(address=address, **options)
+    except Exception as exc:
+        # A refused token reaches ray.init only as "Failed to connect to Ray cluster" (the
+        # InvalidAuthToken is logged); the probe has shown that the address answers.
+        tokenless = isinstance(exc, ConnectionError) and auth_token_source(os.environ, Path.home()) is None
+        if joining and (auth_refused(exc) or tokenless):
+            raise UserError(_auth_problem(address)) from None
+        raise
     url = context.dashboard_url
     return context, (f"http://{url}" if url and not url.startswith("http") else url)
 
 
+def _auth_problem(address: str) -> str:
+    source = auth_token_source(os.environ, Path.home())
+    if source is None:
+        return (
+            f"--address: the Ray cluster at {address} requires an authentication token and none was found; "
+            "run `ray get-auth-token` on its head and put the token in ~/.ray/auth_token here "
+            "(or set RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH)"
+        )
+    return (
+        f"--address: the Ray cluster at {address} refused the token from {source}; "
+        "run `ray get-auth-token` on its head and put that token there"
+    )
+
+
 def prepare_data(spec: SweepSpec, cache_root: Path):
     """Tokenize train and eval once for the whole sweep, as the task needs them (the
-    tokenizer comes back too, to be saved with the sweep). Input errors surface here,
-    before anything is written."""
+    tokenizer comes back too, to be saved with the sweep). Input errors (a model config
+    or tokenizer that cannot load, bad data) surface here as InputError, before anything
+    is written or started."""
     from trainables.data import tokenize_split
-    from trainables.models import adapter_base, load_tokenizer, resolve_model_source
+    from trainables.models import (
+        adapter_base,
+        check_model_config,
+        check_target_modules,
+        load_tokenizer,
+        resolve_model_source,
+    )
 
     source = resolve_model_source(spec.model.name_or_path, cache_root)
-    tokenizer = load_tokenizer(adapter_base(source) or source)
-    data = {split: tokenize_split(spec, split, tokenizer) for split in ("train", "eval")}
+    base = adapter_base(source) or source
+    check_model_config(base)
+    check_target_modules(base, spec.lora.target_modules)
+    tokenizer = load_tokenizer(base)
+    trial = spec.trial_config()
+    data = {split: tokenize_split(trial, split, tokenizer) for split in ("train", "eval")}
     return data, tokenizer
 
 
@@ -143,24 +329,47 @@ def run_sweep(
     """Start a new sweep. Every input check (tracking store, cluster fit, data files)
     happens before the sweep folder or any MLflow run is written. `extra_callbacks` are
     more Tune callbacks for the driver (the benchmarks time results with one)."""
+    from rich.markup import escape
+
+    from sweeper.earlier_sweeps import read_warm_start
     from sweeper.tracking import MlflowTracker
 
     console = console or Console()
     started = time.time()
     refuse_existing_sweep(spec, overwrite)
-    session = _open_session(spec, address, console, cache_root)
+    warm_start = read_warm_start(spec)
+    for note in warm_start.notes:
+        console.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False, soft_wrap=True)
+    if warm_start:
+        console.print(
+            f"Warm start: {len(warm_start.trials)} earlier trials added to the search, "
+            f"{len(warm_start.first_configs)} of their best configs run first"
+        )
+    # The forecast (calibrated, printed before the sweep starts) and the budget caps.
+    from sweeper.planning import SweepBudget
+
+    made_for_the_log = _first_missing_folder(spec.sweep_dir)
+    try:
+        session = _open_session(spec, address, console, cache_root)
+        on_cluster = bool(address or os.environ.get("RAY_ADDRESS"))
+        budget = SweepBudget.forecast_sweep(spec, session.plan, session.data, cache_root, console, on_cluster)
+    except BaseException:
+        _forget_warm_start_log(spec.sweep_dir, made_for_the_log)
+        raise
     sweep_dir = prepare_sweep_dir(spec, overwrite)
     session.tokenizer.save_pretrained(sweep_dir / "tokenizer")
     book = SweepBook(metric=spec.search.metric, goal=spec.search.goal, max_steps=spec.training.max_steps)
     tracker = MlflowTracker(spec, book, session.tracking_uri, session.hardware, session.plan.trial_resources)
     tracker.start_sweep(yaml_folder)
+    budget.attach(book, tracker)  # forecast on the parent run, caps measured on the book
 
     def new_tuner(trainable, callbacks):
         from ray import tune
 
         from sweeper.search import make_search
 
-        search_alg, scheduler, max_concurrent_trials = make_search(session.plan, sweep_dir)
+        search_alg, scheduler, max_concurrent_trials = make_search(session.plan, sweep_dir, warm_start)
+        search_alg = budget.searcher(search_alg)
         return tune.Tuner(
             trainable,
             tune_config=tune.TuneConfig(
@@ -172,10 +381,14 @@ def run_sweep(
                 # when Tune stops it), instead of a new process importing torch per trial.
                 reuse_actors=True,
             ),
-            run_config=tune.RunConfig(name="tune", storage_path=str(sweep_dir), callbacks=callbacks, verbose=0),
+            run_config=tune.RunConfig(
+                name="tune", storage_path=str(sweep_dir), callbacks=callbacks, verbose=0, stop=budget.stopper()
+            ),
         )
 
-    return _drive(spec, session, book, tracker, new_tuner, console, started, cache_root, extra_callbacks or [])
+    run = _drive(spec, session, book, tracker, new_tuner, console, started, cache_root, extra_callbacks or [], budget)
+    budget.finish(tracker, run)
+    return run
 
 
 def resume_sweep(
@@ -194,31 +407,34 @@ def resume_sweep(
     console = console or Console()
     started = time.time()
     spec = load_spec(sweep_dir / "sweep.yaml")
+    _refuse_if_read_only(sweep_dir)
     _refuse_if_running(spec)
     if not (sweep_dir / "tune" / "tuner.pkl").is_file():
         raise UserError(f"NAME: {sweep_dir} has no Tune experiment to resume; start it again with sweep start --overwrite")
     session = _open_session(spec, address, console, cache_root)
     book = SweepBook(metric=spec.search.metric, goal=spec.search.goal, max_steps=spec.training.max_steps)
     tracker = MlflowTracker(spec, book, session.tracking_uri, session.hardware, session.plan.trial_resources)
-    tracker.reattach()
 
     def restored_tuner(trainable, callbacks):
-        from ray import tune
+        from sweeper.driver import rebuild_for_resume
+        from sweeper.ray_adapter import restore_tuner
 
-        from sweeper.promotion import PromotionASHA
-
-        tuner = tune.Tuner.restore(str(sweep_dir / "tune"), trainable=trainable, resume_unfinished=True)
-        # The restored run config carries the callbacks pickled by the first driver;
-        # this driver's live ones replace them (Tuner has no public setter for this).
-        tuner._local_tuner.get_run_config().callbacks = callbacks
-        # The scheduler comes back as pickled at the start; ASHA by promotion rebuilds
-        # each trial's rungs from the book instead (paused trials wait at theirs).
-        scheduler = tuner._local_tuner._tune_config.scheduler
-        if isinstance(scheduler, PromotionASHA):
-            scheduler.for_resume(book)
+        tuner, scheduler, searcher = restore_tuner(str(sweep_dir / "tune"), trainable, callbacks)
+        rebuild_for_resume(tracker, scheduler, searcher)
         return tuner
 
     return _drive(spec, session, book, tracker, restored_tuner, console, started, cache_root, [])
+
+
+def _refuse_if_read_only(sweep_dir: Path) -> None:
+    """Resume writes the Tune state, checkpoints and the Optuna study into the sweep folder."""
+    written = [sweep_dir, sweep_dir / "tune", sweep_dir / "trials", sweep_dir / "optuna.db"]
+    read_only = [path for path in written if path.exists() and not os.access(path, os.W_OK)]
+    if read_only:
+        raise UserError(
+            f"NAME: cannot resume: {read_only[0]} is read-only; resume writes into the sweep folder "
+            f"{sweep_dir}; make it writable (chmod -R u+w, or remount it read-write)"
+        )
 
 
 @dataclass
@@ -234,31 +450,55 @@ class _Session:
 def _open_session(spec: SweepSpec, address: str | None, console: Console, cache_root: Path) -> _Session:
     """Checks and set-up shared by start and resume: store reachable, Ray up, plan fits
     the cluster, data tokenized. Nothing is written yet."""
-    from sweeper.tracking import check_tracking_uri, hardware_description, resolve_tracking_uri
+    from sweeper.mlflow_store import check_tracking_uri, hardware_description, resolve_tracking_uri
 
     tracking_uri = resolve_tracking_uri(spec.tracking.uri)
     check_tracking_uri(tracking_uri)
-    warm_server = start_warm_server(address)
+    address = cluster_address(address, os.environ)
+    warm_server = start_warm_server(address, spec.sweep_dir / WARM_START_LOG, spec.resources.use_gpu)
     try:
         data, tokenizer = prepare_data(spec, cache_root)
     except BaseException:
         if warm_server:
             warm_server.stop()
         raise
-    _, dashboard_url = start_ray(address, warm_server)
+    _, dashboard_url = start_ray(address, warm_server, job_metadata(spec, tracking_uri))
+    if not starts_own_cluster(address):
+        import ray
+
+        from sweeper import storage
+
+        nodes = sum(1 for node in ray.nodes() if node.get("Alive"))
+        storage.check_reachable_by_every_node(spec.sweep_dir, nodes, storage.read_mounts())
     cluster = ClusterResources.from_ray()
     plan = make_plan(spec, cluster)
-    console.print(f"Ray dashboard: {dashboard_url or 'not available'}")
+    from sweeper.memory import check_before_launch
+
+    check_before_launch(spec, console)
+    if dashboard_url:
+        # Ray 2.60 clusters ask for a token (on by default for local ones).
+        console.print(
+            f"Ray dashboard: {dashboard_url} (job {spec.name!r}; log in with the token that "
+            "`ray get-auth-token` prints)", highlight=False, soft_wrap=True,
+        )
+    else:
+        console.print("Ray dashboard: not available")
     return _Session(tracking_uri, dashboard_url, plan, hardware_description(cluster), data, tokenizer)
 
 
-def _drive(spec, session: _Session, book: SweepBook, tracker, make_tuner, console, started, cache_root, extra_callbacks) -> SweepRun:
-    """Run the tuner with the book-keeping, tracking and terminal callbacks; close every
-    MLflow run whatever happens (a stop, an error, Ctrl-C)."""
+def _drive(
+    spec, session: _Session, book: SweepBook, tracker, make_tuner, console, started, cache_root, extra_callbacks, budget=None
+) -> SweepRun:
+    """Run the tuner with the driver callback (the book, then MLflow tracking, the adapter
+    janitor and the terminal table; `extra_callbacks` after it); close every MLflow run
+    whatever happens (a stop, an error, Ctrl-C). `make_tuner(trainable, callbacks)`
+    builds the tuner, or restores it and the sweep's state (`sweep resume`). `budget`
+    (a SweepBudget) says whether a cap, not a stop, ended the sweep."""
     import ray
     from ray import tune
 
     from sweeper.console import LiveTable
+    from sweeper.driver import SweepDriver
     from sweeper.trial import run_trial
 
     sweep_dir = spec.sweep_dir
@@ -270,7 +510,8 @@ def _drive(spec, session: _Session, book: SweepBook, tracker, make_tuner, consol
     console.print(f"MLflow: {session.tracking_uri} (experiment {spec.tracking.experiment!r}, run {spec.name!r})")
     trainable = tune.with_parameters(
         run_trial,
-        spec_json=spec.model_dump(mode="json"),
+        trial_config=spec.trial_config(),
+        max_failures=spec.search.max_failures,
         # Wrapped in a dict so that Ray passes the reference through configs un-fetched.
         data={"ref": ray.put(session.data)},
         cache_root=str(cache_root),
@@ -279,18 +520,21 @@ def _drive(spec, session: _Session, book: SweepBook, tracker, make_tuner, consol
     # The trial's own process only waits on its TorchTrainer; the workers hold the CPUs
     # and GPUs. A token memory request keeps its bundle non-empty.
     trainable = tune.with_resources(trainable, {"cpu": 0, "memory": 1024**2})
+    trainable.__name__ = trainable_name(spec)
+    live_table = LiveTable(book, list(spec.search.parameters), console)
+    driver = SweepDriver(book, [tracker, AdapterJanitor(book, spec.search.keep_best_adapters), live_table])
+    tuner = make_tuner(trainable, [driver, *extra_callbacks])
     pid_file = sweep_dir / DRIVER_PID_FILE
     pid_file.write_text(str(os.getpid()))
     interrupted = True
     try:
-        with LiveTable(book, list(spec.search.parameters), console) as live_table:
-            keeper = BookKeeper(book)
-            callbacks = [keeper, tracker, AdapterJanitor(book, spec.search.keep_best_adapters), live_table]
-            tuner = make_tuner(trainable, callbacks + extra_callbacks)
+        with live_table:
             tuner.fit()
-        tracker.discard_trials(keeper.lost_trials())
+        tracker.discard_trials(driver.lost_trials())
         # A stop (SIGINT) makes fit() return early, with trials unfinished or unstarted.
         interrupted = book.unfinished(spec.search.num_trials)
+        if budget is not None and budget.cut():  # a budget cap ended it, not a stop
+            interrupted = False
     finally:
         cost = tracker.finish_sweep(interrupted=interrupted)
         pid_file.unlink(missing_ok=True)

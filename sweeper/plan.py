@@ -56,17 +56,14 @@ class SweepPlan:
 
     def trials_per_milestone(self) -> list[tuple[int, int]] | None:
         """(step, most trials that train to it) for ASHA by promotion, whose budget is
-        known before launch: every trial to the first rung, then at most
-        max(1, floor(n / eta)) of the n ranked at a rung on to the next milestone (failed
-        trials only lower it). None for schedulers that decide as trials arrive."""
+        known before launch (`milestone_counts`). None for schedulers that decide as
+        trials arrive."""
         spec = self.spec
         if spec.early_stopping.scheduler != "asha" or not spec.search.parameters:
             return None
-        reaching, counts = spec.search.num_trials, []
-        for milestone in [*self.rungs, spec.training.max_steps]:
-            counts.append((milestone, reaching))
-            reaching = max(1, rung_quota(reaching, spec.early_stopping.reduction_factor))
-        return counts
+        return milestone_counts(
+            spec.search.num_trials, self.rungs, spec.training.max_steps, spec.early_stopping.reduction_factor
+        )
 
     def step_budget(self) -> str:
         """One line on the training steps the sweep will spend at most."""
@@ -76,7 +73,7 @@ class SweepPlan:
         if counts is None:
             how = "without early stopping" if spec.early_stopping.scheduler == "none" else "before early stopping"
             return f"{full} training steps {how} ({spec.search.num_trials} trials x {spec.training.max_steps})"
-        steps = sum(n * (milestone - previous) for (milestone, n), previous in zip(counts, [0, *self.rungs]))
+        steps = steps_trained(counts)
         reach = ", ".join(f"{n} to step {milestone}" for milestone, n in counts)
         return f"at most {steps} training steps ({reach}); {full} without early stopping"
 
@@ -110,6 +107,41 @@ def rung_quota(ranked: int, reduction_factor: float) -> int:
     """How many of the trials ranked at a rung go on from it: floor(n / eta). ASHA by
     promotion lets at least one go on once no more trials can reach the rung."""
     return math.floor(ranked / reduction_factor + 1e-9)
+
+
+def milestone_counts(
+    num_trials: int, rungs: list[int], max_steps: int, reduction_factor: float
+) -> list[tuple[int, int]]:
+    """(step, most trials that train to it) for each rung and max_steps under ASHA by
+    promotion: every trial to the first rung, then at most max(1, floor(n / eta)) of the
+    n ranked at a rung on to the next milestone (failed trials only lower it).
+
+    >>> milestone_counts(9, [10, 30], 90, 3)
+    [(10, 9), (30, 3), (90, 1)]
+    """
+    reaching, counts = num_trials, []
+    for milestone in [*rungs, max_steps]:
+        counts.append((milestone, reaching))
+        reaching = max(1, rung_quota(reaching, reduction_factor))
+    return counts
+
+
+def steps_trained(counts: list[tuple[int, int]]) -> int:
+    """Training steps of the trials in `milestone_counts`: each trains from the milestone
+    before to the last one it reaches."""
+    previous = [0, *(milestone for milestone, _ in counts[:-1])]
+    return sum(n * (milestone - before) for (milestone, n), before in zip(counts, previous))
+
+
+def promotion_steps(num_trials: int, grace_period: int, max_steps: int, reduction_factor: float) -> int:
+    """The rung arithmetic: steps that ASHA by promotion trains at most for `num_trials`
+    trials, N to the first rung and the rung quota of them on to each next milestone.
+
+    >>> promotion_steps(9, grace_period=10, max_steps=90, reduction_factor=3)
+    210
+    """
+    rungs = asha_rungs(grace_period, max_steps, reduction_factor)
+    return steps_trained(milestone_counts(num_trials, rungs, max_steps, reduction_factor))
 
 
 def asha_rungs(grace_period: int, max_steps: int, reduction_factor: float) -> list[int]:

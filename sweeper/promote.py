@@ -35,9 +35,10 @@ from pathlib import Path
 
 import trainables
 from sweeper.errors import UserError
-from sweeper.progress import REPORTED_KEYS
+from sweeper.names import RunKind, RunMetric, Tag, TrialState, VersionTag
 from sweeper.spec import SweepSpec, spec_to_yaml
 from sweeper.store import SweepStore
+from trainables.metrics import EVAL_LOSS, REPORTED_KEYS
 
 __all__ = ["Candidate", "Promotion", "check_candidate", "promote_trial"]
 
@@ -46,7 +47,7 @@ __all__ = ["Candidate", "Promotion", "check_candidate", "promote_trial"]
 TRAINABLES_CODE = Path(trainables.__file__).resolve().parent
 SERVED_MODEL_CODE = TRAINABLES_CODE / "served_model.py"
 SERVING_PACKAGES = ("torch", "transformers", "peft", "tokenizers", "safetensors", "filelock")
-PROMOTABLE_STATE = "completed"
+PROMOTABLE_STATE = TrialState.COMPLETED
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,7 @@ class Candidate:
     """A trial that passed every check: what promotion will register."""
 
     sweep: str
-    parent: object  # the sweep's MLflow parent run
+    parent: object  # the sweep's parent run, as SweepStore returns it (sweeper.run_reader)
     trial: dict  # a SweepStore.trials() row
     spec: SweepSpec  # the trial's values as one full run (best_config.yaml)
     adapter_dir: Path
@@ -62,7 +63,7 @@ class Candidate:
 
     @property
     def metric(self) -> str:
-        return self.parent.data.tags.get("sweeper.metric", "eval_loss")
+        return self.parent.data.tags.get(Tag.METRIC, EVAL_LOSS)
 
     @property
     def metric_text(self) -> str:
@@ -99,7 +100,7 @@ def check_candidate(store: SweepStore, sweep: str, trial_ref: str | None, force:
     checkpoint and the sweep's tokenizer are on disk."""
     parent = store.sweep_run(sweep)
     trial = store.trial(parent, trial_ref)
-    refusal = state_refusal(trial, int(parent.data.tags.get("sweeper.max_steps", 0)))
+    refusal = state_refusal(trial, int(parent.data.tags.get(Tag.MAX_STEPS, 0)))
     if refusal and not force:
         raise UserError(f"--trial: {refusal}; pass --force to promote it anyway")
     return Candidate(
@@ -117,14 +118,14 @@ def state_refusal(trial: dict, max_steps: int) -> str | None:
     number, state, steps = trial["trial_number"], trial["state"], trial["steps"]
     if state == PROMOTABLE_STATE:
         return None
-    if state == "pruned":
+    if state == TrialState.PRUNED:
         return (
             f"trial {number} was pruned at step {steps} of {max_steps} (early stopping judged it "
             "behind the others), so its adapter is under-trained"
         )
-    if state == "failed":
+    if state == TrialState.FAILED:
         return f"trial {number} {trial['status']}"
-    if state == "stopped":
+    if state == TrialState.STOPPED:
         return f"trial {number} was stopped at step {steps} of {max_steps} when its sweep was interrupted"
     return f"trial {number} is {state} (status {trial['status']!r}), not completed"
 
@@ -147,7 +148,7 @@ def adapter_dir(trial: dict) -> Path:
 
 
 def tokenizer_dir(parent) -> Path:
-    sweep_dir = Path(parent.data.tags.get("sweeper.sweep_dir", ""))
+    sweep_dir = Path(parent.data.tags.get(Tag.SWEEP_DIR, ""))
     folder = sweep_dir / "tokenizer"
     if not (folder / "tokenizer_config.json").is_file():
         raise UserError(
@@ -160,22 +161,14 @@ def tokenizer_dir(parent) -> Path:
 def check_registry(client, model_name: str, alias: str) -> None:
     """The model name and alias are valid and the store has a Model Registry (reads only)."""
     from mlflow.exceptions import MlflowException
-    from mlflow.utils.validation import (
-        _validate_model_alias_name,
-        _validate_model_alias_name_reserved,
-        _validate_model_name,
-    )
+
+    from sweeper.ray_adapter import alias_problem, model_name_problem
 
     problems = []
-    try:
-        _validate_model_name(model_name)
-    except MlflowException as exc:
-        problems.append(f"--model-name: {exc.message} (got {model_name!r})")
-    try:
-        _validate_model_alias_name(alias)
-        _validate_model_alias_name_reserved(alias)
-    except MlflowException as exc:
-        problems.append(f"--alias: {exc.message} (got {alias!r})")
+    if (problem := model_name_problem(model_name)) is not None:
+        problems.append(f"--model-name: {problem} (got {model_name!r})")
+    if (problem := alias_problem(alias)) is not None:
+        problems.append(f"--alias: {problem} (got {alias!r})")
     if problems:
         raise UserError(*problems)
     try:
@@ -264,13 +257,13 @@ def log_model(store: SweepStore, candidate: Candidate, artifacts: dict[str, str]
         parent.info.experiment_id,
         run_name=f"{candidate.sweep}-trial-{trial['trial_number']}-promotion",
         tags={
-            "mlflow.parentRunId": trial["run_id"],
-            "sweeper.kind": "promotion",
-            "sweeper.source_sweep": candidate.sweep,
-            "sweeper.source_parent_run_id": parent.info.run_id,
-            "sweeper.source_trial_run_id": trial["run_id"],
-            "sweeper.source_trial_id": trial["trial_id"],
-            "sweeper.source_trial_number": str(trial["trial_number"]),
+            Tag.PARENT_RUN_ID: trial["run_id"],
+            Tag.KIND: RunKind.PROMOTION,
+            Tag.SOURCE_SWEEP: candidate.sweep,
+            Tag.SOURCE_PARENT_RUN_ID: parent.info.run_id,
+            Tag.SOURCE_TRIAL_RUN_ID: trial["run_id"],
+            Tag.SOURCE_TRIAL_ID: trial["trial_id"],
+            Tag.SOURCE_TRIAL_NUMBER: str(trial["trial_number"]),
         },
     )
     final = json.loads(Path(artifacts["metrics"]).read_text())["final"]
@@ -314,32 +307,32 @@ def register(store, candidate: Candidate, run_id, model_uri, model_id, model_nam
         model_name, source=model_uri, run_id=run_id, tags=tags, description=describe(candidate), model_id=model_id
     )
     client.set_registered_model_alias(model_name, alias, version.version)
-    client.set_tag(run_id, "sweeper.registered_model", f"{model_name}/{version.version}")
+    client.set_tag(run_id, Tag.REGISTERED_MODEL, f"{model_name}/{version.version}")
     return Promotion(model_name, str(version.version), alias, previous, run_id, candidate, merge)
 
 
 def version_tags(candidate: Candidate, run_id: str, merge: bool, force: bool) -> dict[str, str]:
     trial, parent = candidate.trial, candidate.parent
-    sweep_cost = parent.data.metrics.get("cost_usd_total")
+    sweep_cost = parent.data.metrics.get(RunMetric.COST_USD_TOTAL)
     tags = {
-        "sweeper.sweep": candidate.sweep,
-        "sweeper.trial_number": str(trial["trial_number"]),
-        "sweeper.trial_id": trial["trial_id"],
-        "sweeper.trial_state": trial["state"],
-        "sweeper.metric": candidate.metric,
-        "sweeper.metric_value": repr(trial["metric"]),
-        "sweeper.goal": parent.data.tags.get("sweeper.goal", "minimize"),
-        "sweeper.steps": str(trial["steps"]),
-        "sweeper.cost_usd": repr(trial["cost_usd"]),
-        "sweeper.sweep_cost_usd": repr(sweep_cost),
-        "sweeper.base_model": candidate.spec.model.name_or_path,
-        "sweeper.parent_run_id": parent.info.run_id,
-        "sweeper.trial_run_id": trial["run_id"],
-        "sweeper.promotion_run_id": run_id,
-        "sweeper.merged": str(merge).lower(),
+        VersionTag.SWEEP: candidate.sweep,
+        Tag.TRIAL_NUMBER: str(trial["trial_number"]),
+        Tag.TRIAL_ID: trial["trial_id"],
+        VersionTag.TRIAL_STATE: trial["state"],
+        Tag.METRIC: candidate.metric,
+        VersionTag.METRIC_VALUE: repr(trial["metric"]),
+        Tag.GOAL: parent.data.tags.get(Tag.GOAL, "minimize"),
+        VersionTag.STEPS: str(trial["steps"]),
+        VersionTag.COST_USD: repr(trial["cost_usd"]),
+        VersionTag.SWEEP_COST_USD: repr(sweep_cost),
+        VersionTag.BASE_MODEL: candidate.spec.model.name_or_path,
+        VersionTag.PARENT_RUN_ID: parent.info.run_id,
+        VersionTag.TRIAL_RUN_ID: trial["run_id"],
+        VersionTag.PROMOTION_RUN_ID: run_id,
+        VersionTag.MERGED: str(merge).lower(),
     }
     if force and trial["state"] != PROMOTABLE_STATE:
-        tags["sweeper.forced"] = "true"
+        tags[VersionTag.FORCED] = "true"
     return tags
 
 

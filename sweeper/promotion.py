@@ -38,6 +38,7 @@ from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 from ray.tune.search import ConcurrencyLimiter, Searcher
 
 from sweeper.plan import rung_quota
+from sweeper.ray_adapter import hold_restored_trial
 
 __all__ = ["RungLadder", "PromotionASHA", "SlotLimiter"]
 
@@ -224,9 +225,9 @@ class PromotionASHA(FIFOScheduler):
         elif self.ladder.waiting_at(trial_id) is None:
             self.ladder.ready.append(trial_id)
         # Restored unfinished trials come back PENDING, and Tune starts every pending
-        # trial at once: paused, they wait for a slot (choose_trial_to_run) or promotion,
+        # trial at once: held, they wait for a slot (choose_trial_to_run) or promotion,
         # and a trial the last driver ended is stopped.
-        trial.set_status(Trial.PAUSED)
+        hold_restored_trial(trial)
 
     def on_trial_result(self, tune_controller, trial: Trial, result: dict) -> str:
         if self._metric not in result or self._time_attr not in result:

@@ -1,104 +1,199 @@
-"""Searcher and scheduler for a plan: Ray Tune's OptunaSearch, told the truth about
-early-stopped trials, and an ASHA (by promotion or by stopping) / median-stopping
-scheduler on training steps."""
+"""Searcher and scheduler for a plan: an Optuna study driven through Ray Tune's public
+`Searcher` interface and Optuna's ask-and-tell API, and an ASHA (by promotion or by
+stopping) / median-stopping scheduler on training steps."""
 
 from __future__ import annotations
 
 import math
+import pickle
 from pathlib import Path
 
 import optuna
 from optuna.trial import TrialState
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule
-from ray.tune.search.optuna import OptunaSearch
+from ray.tune.search import Searcher
 
+from sweeper import names
+from sweeper.earlier_sweeps import TUNE_TRIAL_ID_ATTR, WARM_START_ATTR
 from sweeper.plan import SweepPlan
 from sweeper.promotion import PromotionASHA, SlotLimiter
 from sweeper.space import make_sampler, to_optuna_distributions
 from sweeper.spec import SweepSpec
 
-__all__ = ["make_search", "make_searcher", "make_scheduler", "StepAwareOptunaSearch", "TIME_ATTR"]
+__all__ = ["make_search", "make_searcher", "make_scheduler", "StepAwareOptunaSearch", "TIME_ATTR", "TUNE_TRIAL_ID_ATTR"]
 
 TIME_ATTR = "step"
 
 
-class StepAwareOptunaSearch(OptunaSearch):
-    """OptunaSearch that reports intermediate values at the training step and tells
-    Optuna that a trial stopped by the scheduler was PRUNED.
+class StepAwareOptunaSearch(Searcher):
+    """A Tune searcher over an Optuna study that reports every evaluation of a trial as an
+    intermediate value at its training step and tells Optuna the truth about how it ended:
+    COMPLETE with its last value when it trained to `max_steps`, PRUNED when the scheduler
+    stopped it earlier (Optuna keeps its last intermediate value, as with its own pruners),
+    FAIL when it failed or its metric is not finite.
 
-    Ray's OptunaSearch reports at `training_iteration` and marks a stopped trial
-    COMPLETE with its early value, so TPE ranks a 10-step loss beside 100-step ones.
-    Marked PRUNED, Optuna's TPE ranks it by the step it reached, as in-process Optuna
-    with a pruner does.
+    Tune passes the result a trial is stopped on only to `on_trial_complete`, not to
+    `on_trial_result`; that result is reported there before the trial is told, so a trial
+    stopped at its first evaluation still carries its value.
+
+    The study is the state: this searcher keeps only the Tune-to-Optuna trial mapping,
+    and rebuilds it from the study's trial attributes when restored, so a trial Optuna
+    has already finished (a driver killed after telling it and before Tune saved its
+    state) is neither reported to nor told again.
     """
 
-    def __init__(self, *args, max_steps: int, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._max_steps = max_steps
+    def __init__(
+        self,
+        *,
+        space: dict[str, optuna.distributions.BaseDistribution],
+        metric: str,
+        mode: str,
+        sampler: optuna.samplers.BaseSampler,
+        max_steps: int,
+        study_name: str | None = None,
+        storage_url: str | None = None,
+        warm_start=None,
+    ):
+        super().__init__(metric=metric, mode=mode)
+        self.space, self.sampler, self.max_steps = space, sampler, max_steps
+        self.study_name, self.storage_url = study_name, storage_url
+        # A sweeper.earlier_sweeps.WarmStart: seeds the study once, while it is new.
+        self.warm_start = warm_start
+        self._open_study()
+
+    def _open_study(self) -> None:
+        self.storage = optuna.storages.RDBStorage(self.storage_url) if self.storage_url else optuna.storages.InMemoryStorage()
+        self.study = optuna.create_study(
+            study_name=self.study_name,
+            storage=self.storage,
+            sampler=self.sampler,
+            direction="minimize" if self.mode == "min" else "maximize",
+            load_if_exists=True,
+        )
+        self.study_name = self.study.study_name
+        if self.warm_start and not self.study.get_trials(deepcopy=False):
+            self.study.add_trials(self.warm_start.trials)
+            for params, source in self.warm_start.first_configs:
+                self.study.enqueue_trial(params, user_attrs={WARM_START_ATTR: source})
+        self.warm_start = None
+        # Tune trial id -> (Optuna trial number, its storage id); steps reported per trial.
+        self.trials: dict[str, tuple[int, int]] = {}
+        self.reported: dict[str, set[int]] = {}
+        self.finished: set[str] = set()
+        for frozen in self.study.get_trials(deepcopy=False):
+            tune_id = frozen.user_attrs.get(TUNE_TRIAL_ID_ATTR)
+            if tune_id is None:
+                continue
+            self.trials[tune_id] = (frozen.number, self._storage_id(frozen.number))
+            self.reported[tune_id] = set(frozen.intermediate_values)
+            if frozen.state.is_finished():
+                self.finished.add(tune_id)
+
+    def __getstate__(self) -> dict:
+        # Tune pickles the searcher with the tuner: the study lives in its storage.
+        return {k: v for k, v in self.__dict__.items() if k not in ("storage", "study", "trials", "reported", "finished")}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._open_study()
+
+    def save(self, checkpoint_path: str) -> None:
+        """The sampler (its random state); everything else is in the study."""
+        with open(checkpoint_path, "wb") as file:
+            pickle.dump({"sampler": self.sampler}, file)
+
+    def restore(self, checkpoint_path: str) -> None:
+        with open(checkpoint_path, "rb") as file:
+            self.sampler = pickle.load(file)["sampler"]
+        self._open_study()
+
+    def suggest(self, trial_id: str) -> dict | None:
+        if trial_id in self.trials:  # asked before a restore
+            number, _ = self.trials[trial_id]
+            return dict(self.study.get_trials(deepcopy=False)[number].params)
+        ot_trial = self.study.ask(fixed_distributions=self.space)
+        ot_trial.set_user_attr(TUNE_TRIAL_ID_ATTR, trial_id)
+        self.trials[trial_id] = (ot_trial.number, self._storage_id(ot_trial.number))
+        self.reported[trial_id] = set()
+        return dict(ot_trial.params)
+
+    def _storage_id(self, number: int) -> int:
+        study_id = self.storage.get_study_id_from_name(self.study_name)
+        return self.storage.get_trial_id_from_study_id_trial_number(study_id, number)
 
     def on_trial_result(self, trial_id: str, result: dict) -> None:
-        if trial_id in self._completed_trials or self.metric not in result or self._told_before(trial_id):
-            return
-        value = result[self.metric]
-        if math.isfinite(value):
-            self._ot_trials[trial_id].report(value, result[TIME_ATTR])
+        self._report(trial_id, result)
 
-    def _told_before(self, trial_id: str) -> bool:
-        """Optuna has the trial's end already, though this searcher's saved state does not
-        (a driver killed after telling it and before Tune saved): it is not reported to
-        or told again."""
-        ot_trial = self._ot_trials.get(trial_id)
-        return ot_trial is not None and self._ot_study.get_trials(deepcopy=False)[ot_trial.number].state.is_finished()
+    def _report(self, trial_id: str, result: dict | None) -> None:
+        """The evaluation in `result` as an intermediate value at its training step, once
+        per step (a trial continued from a checkpoint reports its last step again)."""
+        if trial_id not in self.trials or trial_id in self.finished or not result:
+            return
+        value, step = result.get(self.metric), result.get(TIME_ATTR)
+        if value is None or step is None or not math.isfinite(value) or step in self.reported[trial_id]:
+            return
+        self.storage.set_trial_intermediate_value(self.trials[trial_id][1], int(step), float(value))
+        self.reported[trial_id].add(step)
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
-        if trial_id in self._completed_trials or trial_id not in self._ot_trials:
-            return
-        ot_trial = self._ot_trials[trial_id]
-        if self._told_before(trial_id):
-            # Told before: Tune also calls this for trials it stops when the sweep is
+        if trial_id not in self.trials or trial_id in self.finished:
+            # Finished before: Tune also calls this for trials it stops when the sweep is
             # stopped; such a trial, continued by `sweep resume`, stays as first told.
-            self._completed_trials.add(trial_id)
             return
+        self._report(trial_id, result)
         value = (result or {}).get(self.metric)
         reached = (result or {}).get(TIME_ATTR, 0)
         if error or (value is not None and not math.isfinite(value)):
             state, value = TrialState.FAIL, None
-        elif value is None or reached < self._max_steps:
+        elif value is None or reached < self.max_steps:
             state, value = TrialState.PRUNED, None  # Optuna records the last intermediate value
         else:
             state = TrialState.COMPLETE
-        self._ot_study.tell(ot_trial, value, state=state)
-        self._completed_trials.add(trial_id)
+        self.study.tell(self.trials[trial_id][0], value, state=state)
+        self.finished.add(trial_id)
+
+
+    def reconcile(self, book) -> None:
+        """For `sweep resume`: a trial that `book` (rebuilt from MLflow) has finished but
+        the study has not (the last driver died between the two) gets its reports and its
+        end told now."""
+        for trial_id, record in book.trials.items():
+            if trial_id not in self.trials or trial_id in self.finished or not record.finished:
+                continue
+            for report in record.history:
+                self._report(trial_id, report)
+            self.on_trial_complete(trial_id, record.history[-1] if record.history else None, error=record.state == names.TrialState.FAILED)
 
 
 def optuna_storage_url(sweep_dir: Path) -> str:
     return f"sqlite:///{Path(sweep_dir) / 'optuna.db'}"
 
 
-def make_searcher(spec: SweepSpec, sweep_dir: Path) -> StepAwareOptunaSearch | None:
+def make_searcher(spec: SweepSpec, sweep_dir: Path, warm_start=None) -> StepAwareOptunaSearch | None:
     """Seeded Optuna search over the spec's dotted paths, with its study kept beside the
     sweep (optuna-dashboard, resume, warm starts). None when nothing is searched (a
-    single run of a fixed config, such as a best_config.yaml)."""
+    single run of a fixed config, such as a best_config.yaml). `warm_start` (a
+    sweeper.earlier_sweeps.WarmStart) seeds a new study."""
     if not spec.search.parameters:
         return None
     Path(sweep_dir).mkdir(parents=True, exist_ok=True)
-    storage = optuna.storages.RDBStorage(optuna_storage_url(sweep_dir))
     return StepAwareOptunaSearch(
         space=to_optuna_distributions(spec),
         metric=spec.search.metric,
         mode=_mode(spec),
         sampler=make_sampler(spec),
         study_name=spec.name,
-        storage=storage,
+        storage_url=optuna_storage_url(sweep_dir),
         max_steps=spec.training.max_steps,
+        warm_start=warm_start,
     )
 
 
-def make_search(plan: SweepPlan, sweep_dir: Path):
+def make_search(plan: SweepPlan, sweep_dir: Path, warm_start=None):
     """(search_alg, scheduler, max_concurrent_trials) for the TuneConfig. With ASHA by
     promotion the concurrency limit is the scheduler's (SlotLimiter): paused trials hold
     no slot; otherwise Tune's own limiter counts running trials."""
-    searcher = make_searcher(plan.spec, sweep_dir)
+    searcher = make_searcher(plan.spec, sweep_dir, warm_start)
     scheduler = make_scheduler(plan, searched=searcher is not None)
     if isinstance(scheduler, PromotionASHA):
         return SlotLimiter(searcher, scheduler), scheduler, None

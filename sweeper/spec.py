@@ -1,8 +1,11 @@
 """The YAML contract: a pydantic schema that is the single source of truth for every key,
-its default, its valid values and its help text (`sweep reference` prints it).
+its default, its valid values and its help text (`sweep reference` prints it). The
+sections a trial trains with are defined in `trainables/config.py` (the trial contract)
+and composed here with the driver's own (search, early_stopping, tracking, cost).
 
 `load_spec(path)` turns a YAML file into a validated `SweepSpec` or raises `UserError`
-with one keyed line per problem, all problems at once.
+with one keyed line per problem, all problems at once. The driver validates once; a
+trial gets `SweepSpec.trial_config()` with its sampled values applied.
 """
 
 from __future__ import annotations
@@ -10,174 +13,33 @@ from __future__ import annotations
 import difflib
 import hashlib
 import math
-import re
+import os
 import typing
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 import yaml
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    ValidationInfo,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
+from sweeper.budget import BudgetSpec, budget_problems
 from sweeper.errors import UserError
-
-BUILTIN_TINY_MODEL = "builtin:tiny-llama"
-
-# Metrics each task reports at every evaluation, with the goal that makes sense for each.
-TASK_METRICS: dict[str, dict[str, str]] = {
-    "sft": {
-        "eval_loss": "minimize",
-        "eval_perplexity": "minimize",
-        "train_loss": "minimize",
-    },
-    "dpo": {
-        "eval_loss": "minimize",
-        "eval_rewards_accuracy": "maximize",
-        "eval_rewards_margin": "maximize",
-        "eval_rewards_chosen": "maximize",
-        "eval_rewards_rejected": "minimize",
-        "train_loss": "minimize",
-    },
-}
-
-
-class StrictModel(BaseModel):
-    """Unknown keys are errors (with the nearest valid key suggested by `load_spec`)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-def _resolve_path(value: Any, info: ValidationInfo) -> Any:
-    """Relative paths in a YAML file are relative to that file, not to the shell."""
-    base_dir = (info.context or {}).get("base_dir")
-    if value is None or base_dir is None:
-        return value
-    path = Path(value).expanduser()
-    return path if path.is_absolute() else (Path(base_dir) / path).resolve()
-
-
-def _checks_files(info: ValidationInfo) -> bool:
-    """Files are checked where the YAML is loaded; a trial on another node may not see them
-    at the same path, and its data arrives through the object store anyway."""
-    return (info.context or {}).get("check_files", True)
-
-
-class ModelSpec(StrictModel):
-    name_or_path: str = Field(
-        BUILTIN_TINY_MODEL,
-        description=(
-            "Base model: a Hugging Face hub id (org/name), a local model directory, a "
-            "LoRA adapter directory (its base is loaded and the adapter merged), or "
-            f"'{BUILTIN_TINY_MODEL}' (a 2-layer Llama built locally, no download)."
-        ),
-    )
-
-    @field_validator("name_or_path")
-    @classmethod
-    def _local_paths_exist(cls, value: str, info: ValidationInfo) -> str:
-        if value == BUILTIN_TINY_MODEL:
-            return value
-        looks_local = value.startswith(("/", "./", "../", "~")) or value.count("/") > 1
-        if not looks_local:
-            return value  # a hub id; resolved where it is loaded
-        path = _resolve_path(value, info)
-        if _checks_files(info) and not Path(path).is_dir():
-            raise ValueError(
-                f"model directory {path} does not exist; give a local model directory, "
-                f"a hub id like 'Qwen/Qwen2.5-0.5B', or '{BUILTIN_TINY_MODEL}'"
-            )
-        return str(path)
-
-
-class DataSpec(StrictModel):
-    train: Path = Field(
-        description="Training split, JSONL: one example a line. task sft: chat "
-        "{'messages': [{'role', 'content'}, ...]} or {'prompt', 'completion'}; task dpo: "
-        "{'prompt', 'chosen', 'rejected'}, all plain strings or all lists of chat messages."
-    )
-    eval: Path = Field(description="Evaluation split, same format as `train`.")
-    max_length: int = Field(
-        256, ge=16, le=131072, description="Examples are truncated to this many tokens."
-    )
-
-    @field_validator("train", "eval", mode="before")
-    @classmethod
-    def _relative_to_yaml(cls, value: Any, info: ValidationInfo) -> Any:
-        return _resolve_path(value, info)
-
-    @field_validator("train", "eval")
-    @classmethod
-    def _file_exists(cls, value: Path, info: ValidationInfo) -> Path:
-        if _checks_files(info) and not value.is_file():
-            raise ValueError(f"file {value} does not exist; give a JSONL file")
-        return value
-
-
-class TrainingSpec(StrictModel):
-    max_steps: int = Field(100, ge=1, description="Optimizer steps per trial (the ASHA budget R).")
-    eval_every: int = Field(10, ge=1, description="Evaluate and report every this many steps.")
-    per_device_batch_size: int = Field(8, ge=1, description="Examples per worker per micro-batch.")
-    gradient_accumulation_steps: int = Field(1, ge=1, description="Micro-batches per optimizer step.")
-    learning_rate: float = Field(2e-4, gt=0, lt=1, description="Peak learning rate (AdamW).")
-    lr_scheduler: Literal["cosine", "linear", "constant"] = Field(
-        "cosine", description="Decay after warmup: cosine, linear, or constant."
-    )
-    warmup_ratio: float = Field(0.03, ge=0, lt=1, description="Share of max_steps spent in linear warmup.")
-    weight_decay: float = Field(0.0, ge=0, lt=1, description="AdamW weight decay.")
-    max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping norm.")
-    seed: int = Field(0, ge=0, description="Seed for adapter init and data order: same seed, same run.")
-    precision: Literal["fp32", "bf16", "fp16"] = Field(
-        "fp32", description="Compute precision: fp32 (CPU), bf16 (Ampere+ GPUs), fp16 (older GPUs)."
-    )
-
-    @model_validator(mode="after")
-    def _eval_within_budget(self) -> "TrainingSpec":
-        if self.eval_every > self.max_steps:
-            raise ValueError(
-                f"eval_every: must be <= training.max_steps ({self.max_steps}), got {self.eval_every}"
-            )
-        return self
-
-
-class LoraSpec(StrictModel):
-    r: int = Field(8, ge=1, le=1024, description="LoRA rank.")
-    alpha: float = Field(16, gt=0, description="LoRA alpha (scale = alpha / r).")
-    alpha_per_rank: float | None = Field(
-        None,
-        gt=0,
-        description="If set, alpha = alpha_per_rank x r, overriding `alpha`; search this "
-        "to tie alpha to the sampled rank (2 is the common default).",
-    )
-    dropout: float = Field(0.05, ge=0, lt=1, description="Dropout on the LoRA path.")
-    target_modules: list[str] = Field(
-        ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
-        min_length=1,
-        description="Module names that get adapters (attention and MLP projections).",
-    )
-
-    @property
-    def effective_alpha(self) -> float:
-        return self.alpha_per_rank * self.r if self.alpha_per_rank else self.alpha
-
-
-class DpoSpec(StrictModel):
-    beta: float = Field(
-        0.1, gt=0, description="DPO beta: how strongly the policy is held to the reference (higher = closer)."
-    )
-    loss_type: Literal["sigmoid", "ipo", "hinge"] = Field(
-        "sigmoid",
-        description="trl's DPO loss variant: sigmoid (DPO), ipo (IPO, per-token log-ratios), hinge (SLiC).",
-    )
-    max_prompt_length: int = Field(
-        128, ge=1, description="Prompts are cut to their last this many tokens; must be < data.max_length."
-    )
+from trainables.config import (
+    ChaosSpec,
+    DataSpec,
+    DpoSpec,
+    LoraSpec,
+    ModelSpec,
+    ResourcesSpec,
+    StrictModel,
+    Task,
+    TrainingSpec,
+    TrialConfig,
+    checks_files,
+    resolve_relative_path,
+    trial_problems,
+)
+from trainables.errors import FieldProblems
+from trainables.metrics import TASK_METRICS
 
 
 # ---------------------------------------------------------------- search distributions
@@ -191,7 +53,7 @@ class UniformDist(StrictModel):
     @model_validator(mode="after")
     def _ordered(self) -> "UniformDist":
         if not self.low < self.high:
-            raise ValueError(f"low: must be < high, got low={self.low}, high={self.high}")
+            raise FieldProblems([("low", f"must be < high, got low={self.low}, high={self.high}")])
         return self
 
 
@@ -201,7 +63,7 @@ class LogUniformDist(UniformDist):
     @model_validator(mode="after")
     def _positive(self) -> "LogUniformDist":
         if self.low <= 0:
-            raise ValueError(f"low: must be > 0 on a log scale, got {self.low}")
+            raise FieldProblems([("low", f"must be > 0 on a log scale, got {self.low}")])
         return self
 
 
@@ -214,12 +76,15 @@ class IntUniformDist(StrictModel):
 
     @model_validator(mode="after")
     def _ordered(self) -> "IntUniformDist":
+        problems = []
         if not self.low < self.high:
-            raise ValueError(f"low: must be < high, got low={self.low}, high={self.high}")
+            problems.append(("low", f"must be < high, got low={self.low}, high={self.high}"))
         if self.log and self.low <= 0:
-            raise ValueError(f"low: must be > 0 with log: true, got {self.low}")
+            problems.append(("low", f"must be > 0 with log: true, got {self.low}"))
         if self.log and self.step != 1:
-            raise ValueError("step: must be 1 with log: true (Optuna cannot combine them)")
+            problems.append(("step", "must be 1 with log: true (Optuna cannot combine them)"))
+        if problems:
+            raise FieldProblems(problems)
         return self
 
 
@@ -232,6 +97,21 @@ Distribution = Annotated[
     Union[UniformDist, LogUniformDist, IntUniformDist, CategoricalDist],
     Field(discriminator="distribution"),
 ]
+
+
+class WarmStartSpec(StrictModel):
+    sweep: str = Field(description="Name of an earlier sweep whose Optuna study seeds this search.")
+    top_k: int = Field(
+        3, ge=0, description="Its best this-many trials' configs run first (0: its trials only inform the sampler)."
+    )
+    sweep_dir: Path | None = Field(
+        None, description="The earlier sweep's folder; default: beside this sweep's folder (./sweeps/<sweep>)."
+    )
+
+    @field_validator("sweep_dir", mode="before")
+    @classmethod
+    def _relative_to_yaml(cls, value: Any, info: ValidationInfo) -> Any:
+        return resolve_relative_path(value, info)
 
 
 class SearchSpec(StrictModel):
@@ -257,6 +137,17 @@ class SearchSpec(StrictModel):
         "{distribution: uniform|log_uniform, low, high}, {distribution: int_uniform, low, "
         "high, step, log}, or {distribution: categorical, values: [...]}.",
     )
+    warm_start: list[WarmStartSpec] = Field(
+        default_factory=list,
+        description="Earlier sweeps to start from: {sweep: NAME, top_k: N} or a list of them. Their finished "
+        "trials are added to this search's study and their best top_k configs run first; parameters not in "
+        "this search space, or out of its range, are left out (one note each).",
+    )
+
+    @field_validator("warm_start", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: Any) -> Any:
+        return [value] if isinstance(value, dict) else value
 
 
 class EarlyStoppingSpec(StrictModel):
@@ -271,33 +162,6 @@ class EarlyStoppingSpec(StrictModel):
         10, ge=1, description="Steps every trial trains before it can be stopped (ASHA's r)."
     )
     reduction_factor: float = Field(3, ge=2, description="ASHA's eta: keep 1/eta of trials at each rung.")
-
-
-class ResourcesSpec(StrictModel):
-    workers_per_trial: int = Field(1, ge=1, description="Ray Train workers (DDP ranks) per trial.")
-    cpus_per_worker: float = Field(1, gt=0, description="CPUs reserved per worker.")
-    gpus_per_worker: float = Field(0, ge=0, description="GPUs reserved per worker (1 when use_gpu).")
-    use_gpu: bool = Field(False, description="Train on GPUs (NCCL); otherwise CPU (gloo).")
-
-    @model_validator(mode="after")
-    def _gpu_consistent(self) -> "ResourcesSpec":
-        if self.use_gpu and self.gpus_per_worker == 0:
-            object.__setattr__(self, "gpus_per_worker", 1.0)
-        if self.gpus_per_worker > 0 and not self.use_gpu:
-            raise ValueError(
-                f"gpus_per_worker: is {self.gpus_per_worker} but use_gpu is false; "
-                "set resources.use_gpu: true or gpus_per_worker: 0"
-            )
-        return self
-
-
-class ChaosSpec(StrictModel):
-    """Deliberate faults, for testing how a deployment handles failing trials."""
-
-    fault: Literal["none", "exception", "nan_loss", "kill_worker"] = Field(
-        "none", description="Fault injected into the training loop at chaos.at_step (testing only; searchable, e.g. by grid)."
-    )
-    at_step: int = Field(1, ge=1, description="Optimizer step at which chaos.fault happens, on every attempt.")
 
 
 class TrackingSpec(StrictModel):
@@ -331,7 +195,7 @@ class SweepSpec(StrictModel):
         pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$",
         description="Sweep name: letters, digits, '_', '.', '-'; names the output folder and MLflow run.",
     )
-    task: Literal["sft", "dpo"] = Field(
+    task: Task = Field(
         "sft",
         description="What each trial trains: sft (LoRA supervised fine-tuning) or dpo (LoRA direct "
         "preference optimization; the reference is the base with adapters disabled).",
@@ -347,6 +211,7 @@ class SweepSpec(StrictModel):
     chaos: ChaosSpec = Field(default_factory=ChaosSpec)
     tracking: TrackingSpec = Field(default_factory=TrackingSpec)
     cost: CostSpec = Field(default_factory=CostSpec)
+    budget: BudgetSpec | None = Field(None, description="Caps on what the sweep may spend (none by default).")
     output_dir: Path | None = Field(
         None, description="Where the sweep's files go (Tune results, checkpoints, Optuna study); default ./sweeps/<name>."
     )
@@ -354,7 +219,7 @@ class SweepSpec(StrictModel):
     @field_validator("output_dir", mode="before")
     @classmethod
     def _relative_to_yaml(cls, value: Any, info: ValidationInfo) -> Any:
-        return _resolve_path(value, info)
+        return resolve_relative_path(value, info)
 
     @model_validator(mode="before")
     @classmethod
@@ -367,110 +232,170 @@ class SweepSpec(StrictModel):
     def sweep_dir(self) -> Path:
         return (self.output_dir or Path("sweeps") / self.name).resolve()
 
+    def trial_config(self) -> TrialConfig:
+        """The sections every trial trains with, before its sampled values are applied
+        (`TrialConfig.with_values`); the search, cost and tracking sections stay here."""
+        return TrialConfig(
+            task=self.task, model=self.model, data=self.data, training=self.training, lora=self.lora,
+            dpo=self.dpo, resources=self.resources, chaos=self.chaos,
+        )
+
     @model_validator(mode="after")
-    def _cross_field_checks(self) -> "SweepSpec":
+    def _cross_field_checks(self, info: ValidationInfo) -> "SweepSpec":
         problems = [
             *_metric_problems(self),
             *_schedule_problems(self),
             *_search_problems(self),
             *_cost_problems(self),
             *_task_problems(self),
+            *trial_problems(self.model, self.training, self.resources),
+            *(_output_dir_problems(self) if checks_files(info) else []),
+            *budget_problems(self),
         ]
         if problems:
-            raise ValueError(" | ".join(problems))
+            raise FieldProblems(problems)
         return self
 
 
-def _metric_problems(spec: SweepSpec) -> list[str]:
+# A cross-field problem: (dotted YAML key, what is wrong and what would be valid).
+Problem = tuple[str, str]
+
+
+def _metric_problems(spec: SweepSpec) -> list[Problem]:
     metrics = TASK_METRICS[spec.task]
     if spec.search.metric not in metrics:
-        return [
-            f"search.metric: {spec.search.metric!r} is not reported by task {spec.task!r}; "
-            f"valid: {', '.join(metrics)}"
-        ]
+        return [(
+            "search.metric",
+            f"{spec.search.metric!r} is not reported by task {spec.task!r}; valid: {', '.join(metrics)}",
+        )]
     goal = metrics[spec.search.metric]
     if spec.search.goal != goal:
         better = "lower" if goal == "minimize" else "higher"
-        return [
-            f"search.goal: {spec.search.metric} is better when {better}, got {spec.search.goal!r}; "
-            f"set search.goal: {goal}"
-        ]
+        return [(
+            "search.goal",
+            f"{spec.search.metric} is better when {better}, got {spec.search.goal!r}; set search.goal: {goal}",
+        )]
     return []
 
 
-def _task_problems(spec: SweepSpec) -> list[str]:
+def _task_problems(spec: SweepSpec) -> list[Problem]:
     if spec.task != "dpo":
         given = ["dpo"] if spec.dpo is not None else []
         given += [f"search.parameters.{p}" for p in spec.search.parameters if p.split(".")[0] == "dpo"]
-        return [
-            f"{key}: only task dpo reads dpo.*, got task {spec.task!r}; set task: dpo or remove it" for key in given
-        ]
+        return [(key, f"only task dpo reads dpo.*, got task {spec.task!r}; set task: dpo or remove it") for key in given]
     if spec.dpo.max_prompt_length >= spec.data.max_length:
-        return [
-            f"dpo.max_prompt_length: must be < data.max_length ({spec.data.max_length}), "
-            f"got {spec.dpo.max_prompt_length}; lower it or raise data.max_length"
-        ]
+        return [(
+            "dpo.max_prompt_length",
+            f"must be < data.max_length ({spec.data.max_length}), got {spec.dpo.max_prompt_length}; "
+            "lower it or raise data.max_length",
+        )]
     return []
 
 
-def _schedule_problems(spec: SweepSpec) -> list[str]:
+def _schedule_problems(spec: SweepSpec) -> list[Problem]:
     stopping, training = spec.early_stopping, spec.training
     if stopping.scheduler == "none":
         return []
     if not training.eval_every <= stopping.grace_period < training.max_steps:
-        return [
-            f"early_stopping.grace_period: must be >= training.eval_every ({training.eval_every}) "
-            f"and < training.max_steps ({training.max_steps}), got {stopping.grace_period}"
-        ]
+        return [(
+            "early_stopping.grace_period",
+            f"must be >= training.eval_every ({training.eval_every}) "
+            f"and < training.max_steps ({training.max_steps}), got {stopping.grace_period}",
+        )]
     return []
 
 
-def _cost_problems(spec: SweepSpec) -> list[str]:
+def _cost_problems(spec: SweepSpec) -> list[Problem]:
     from sweeper.cost import PRICE_TABLE
 
     known = {**PRICE_TABLE, **spec.cost.prices}
     accelerator = spec.cost.accelerator
     if accelerator is not None and accelerator not in known and spec.cost.usd_per_hour is None:
-        return [f"cost.accelerator: {accelerator!r} has no price; valid: {', '.join(known)}, or set cost.usd_per_hour"]
+        return [("cost.accelerator", f"{accelerator!r} has no price; valid: {', '.join(known)}, or set cost.usd_per_hour")]
     return []
 
 
-def _search_problems(spec: SweepSpec) -> list[str]:
+def _output_dir_problems(spec: SweepSpec) -> list[Problem]:
+    """A new sweep folder must be creatable. An existing one is not checked here: the
+    read-only commands read old sweeps wherever they lie (resume checks it can write)."""
+    problem = folder_creation_problem(spec.sweep_dir)
+    return [("output_dir", f"{problem}; give a folder you can write to")] if problem else []
+
+
+def folder_creation_problem(folder: Path) -> str | None:
+    """Why `folder` (absent, or present) cannot be created and written, or None."""
+    if folder.exists():
+        if not folder.is_dir():
+            return f"{folder} is a file, not a folder"
+        return None
+    ancestor = folder.parent
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        return f"cannot create {folder}: {ancestor} is a file"
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        return f"cannot create {folder}: {ancestor} is read-only"
+    return None
+
+
+# Fields a trial cannot apply a sampled value of, with why and what to do instead.
+NOT_SEARCHABLE: dict[str, str] = {
+    "training.max_steps": (
+        "every trial trains the same step budget, which ASHA's rungs, the cost forecast and the "
+        "progress of trials are counted against; set training.max_steps once (early_stopping "
+        "decides how long each trial trains)"
+    ),
+    "training.eval_every": (
+        "every trial reports at the same steps, so that ASHA compares trials at its rungs; set "
+        "training.eval_every once"
+    ),
+    "dpo.max_prompt_length": (
+        "the data is tokenized once for the whole sweep, before any trial starts, so a trial "
+        "cannot apply its own value; set dpo.max_prompt_length once, or run one sweep per value"
+    ),
+}
+
+
+def _search_problems(spec: SweepSpec) -> list[Problem]:
     problems = []
     for path, dist in spec.search.parameters.items():
         key = f"search.parameters.{path}"
         if spec.dpo is None and path.split(".")[0] == "dpo":
             continue  # _task_problems says why
         if not _path_exists(spec, path):
-            problems.append(f"{key}: no such config field; {_suggest_path(path)}")
+            problems.append((key, f"no such config field; {_suggest_path(path)}"))
             continue
         if path.split(".")[0] not in SEARCHABLE_SECTIONS:
-            problems.append(f"{key}: only {', '.join(s + '.*' for s in SEARCHABLE_SECTIONS)} can be searched")
+            problems.append((key, f"only {', '.join(s + '.*' for s in SEARCHABLE_SECTIONS)} can be searched"))
+            continue
+        if path in NOT_SEARCHABLE:
+            problems.append((key, f"cannot be searched: {NOT_SEARCHABLE[path]}"))
             continue
         if _is_int_field(path) and isinstance(dist, (UniformDist, LogUniformDist)):
-            problems.append(f"{key}: {path} is an integer; use distribution: int_uniform or categorical")
+            problems.append((key, f"{path} is an integer; use distribution: int_uniform or categorical"))
             continue
         for value in _probe_values(dist):
             error = _override_error(spec, path, value)
             if error:
-                problems.append(f"{key}: value {value!r} is invalid for {path}: {error}")
+                problems.append((key, f"value {value!r} is invalid for {path}: {error}"))
                 break
     if spec.search.method == "grid":
         not_categorical = [p for p, d in spec.search.parameters.items() if not isinstance(d, CategoricalDist)]
         if not_categorical:
-            problems.append(
-                f"search.method: grid needs categorical values for every parameter, "
-                f"got ranges for {', '.join(not_categorical)}"
-            )
+            problems.append((
+                "search.method",
+                f"grid needs categorical values for every parameter, got ranges for {', '.join(not_categorical)}",
+            ))
         elif spec.search.num_trials > grid_size(spec):
-            problems.append(
-                f"search.num_trials: grid has {grid_size(spec)} points, got num_trials={spec.search.num_trials}"
-            )
+            problems.append((
+                "search.num_trials", f"grid has {grid_size(spec)} points, got num_trials={spec.search.num_trials}"
+            ))
     if not spec.search.parameters and spec.search.num_trials > 1:
-        problems.append(
-            "search.num_trials: nothing to search (search.parameters is empty); set num_trials: 1 to "
-            "train this config once, or add dotted paths to search.parameters"
-        )
+        problems.append((
+            "search.num_trials",
+            "nothing to search (search.parameters is empty); set num_trials: 1 to "
+            "train this config once, or add dotted paths to search.parameters",
+        ))
     return problems
 
 
@@ -539,7 +464,8 @@ def _suggest_path(path: str) -> str:
 
 
 def with_overrides(spec: SweepSpec, overrides: dict[str, Any]) -> SweepSpec:
-    """The spec with dotted-path values applied and re-validated (a trial's config)."""
+    """The whole spec with dotted-path values applied and validated again (on the driver:
+    exports and single runs; a trial applies its values with `TrialConfig.with_values`)."""
     raw = spec.model_dump(mode="python")
     for path, value in overrides.items():
         _set_path(raw, path, value)
@@ -552,7 +478,9 @@ def single_run_spec(spec: SweepSpec, params: dict[str, Any], name: str) -> Sweep
     early, output in ./sweeps/<name>. best_config.yaml and `sweep export` are this."""
     raw = with_overrides(spec, params).model_dump(mode="python")
     raw["name"] = name
-    raw["search"] = {**raw["search"], "parameters": {}, "num_trials": 1, "max_concurrent_trials": None}
+    raw["search"] = {
+        **raw["search"], "parameters": {}, "num_trials": 1, "max_concurrent_trials": None, "warm_start": [],
+    }
     raw["early_stopping"] = {**raw["early_stopping"], "scheduler": "none"}
     raw["output_dir"] = None
     return SweepSpec.model_validate(raw, context={"check_files": False})
@@ -588,20 +516,57 @@ def load_spec(path: str | Path) -> SweepSpec:
 
 
 def read_yaml(path: str | Path) -> dict:
+    """The mapping in a YAML file; UserError for a file that is missing, unreadable, not
+    YAML, not a mapping, or that gives a key twice (YAML itself would keep the last)."""
     path = Path(path)
     if not path.is_file():
         raise UserError(f"{path}: no such file; give the path of a sweep YAML file")
     try:
-        raw = yaml.safe_load(path.read_text())
+        loader = yaml.SafeLoader(path.read_text())
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"{path}: cannot read: {exc}") from None
+    try:
+        node = loader.get_single_node()
+        duplicates = _duplicate_keys(node, path.name)
+        if duplicates:
+            raise UserError(*duplicates)
+        raw = loader.construct_document(node) if node is not None else None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown position"
         raise UserError(f"{path}: invalid YAML at {where}: {exc.problem}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"{path}: cannot read: {exc}") from None
+    finally:
+        loader.dispose()
     if not isinstance(raw, dict):
         raise UserError(f"{path}: expected a mapping of keys (name, data, search, ...), got {type(raw).__name__}")
     return raw
+
+
+def _duplicate_keys(node: yaml.Node | None, file_name: str, prefix: str = "", seen_nodes: set | None = None) -> list[str]:
+    """One keyed line per key given twice in the same mapping, anywhere in the document."""
+    seen_nodes = set() if seen_nodes is None else seen_nodes
+    if node is None or id(node) in seen_nodes:  # an alias points at a node already walked
+        return []
+    seen_nodes.add(id(node))
+    if isinstance(node, yaml.SequenceNode):
+        return [
+            line for index, item in enumerate(node.value)
+            for line in _duplicate_keys(item, file_name, f"{prefix}{index}.", seen_nodes)
+        ]
+    if not isinstance(node, yaml.MappingNode):
+        return []
+    problems, first_line = [], {}
+    for key_node, value_node in node.value:
+        key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
+        line = key_node.start_mark.line + 1
+        if key is not None and key != "<<" and key in first_line:
+            problems.append(
+                f"{prefix}{key}: given twice in {file_name}, at line {first_line[key]} and line {line}; keep one"
+            )
+        elif key is not None:
+            first_line[key] = line
+        problems += _duplicate_keys(value_node, file_name, f"{prefix}{key}.", seen_nodes)
+    return problems
 
 
 def validate_spec(raw: dict, base_dir: Path, source: str = "<yaml>") -> SweepSpec:
@@ -612,6 +577,8 @@ def validate_spec(raw: dict, base_dir: Path, source: str = "<yaml>") -> SweepSpe
 
 
 def _format_error(err: dict, raw: dict) -> list[str]:
+    """The keyed lines of one pydantic error: one line, or one per problem that a
+    cross-field validator raised (FieldProblems keys are relative to the error's location)."""
     loc = [str(part) for part in err["loc"]]
     # Discriminated unions add the tag to the location; it is not a YAML key.
     if len(loc) >= 4 and loc[:2] == ["search", "parameters"] and loc[3] in {
@@ -622,20 +589,12 @@ def _format_error(err: dict, raw: dict) -> list[str]:
         return [f"{key}: unknown key; {_nearest_key(loc)}"]
     if err["type"] == "missing":
         return [f"{key}: required key is missing"]
-    message = _error_text(err)
-    # Cross-field validators name their own sub-keys: "sub.key: message | other: message".
-    lines = []
-    for part in message.split(" | "):
-        match = re.match(r"^([a-z_][\w.]*): (.*)$", part)
-        if match and not key:
-            lines.append(part)
-        elif match:
-            lines.append(f"{key}.{match.group(1)}: {match.group(2)}")
-        else:
-            given = _value_at(raw, err["loc"])
-            got = f" (got {given!r})" if given is not _MISSING else ""
-            lines.append(f"{key}: {part}{got}")
-    return lines
+    cause = (err.get("ctx") or {}).get("error")
+    if isinstance(cause, FieldProblems):
+        return [f"{'.'.join([*loc, sub_key])}: {message}" for sub_key, message in cause.problems]
+    given = _value_at(raw, err["loc"])
+    got = f" (got {given!r})" if given is not _MISSING else ""
+    return [f"{key}: {_error_text(err)}{got}"]
 
 
 def _error_text(err: dict) -> str:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from rich.console import Console
 
+from sweeper.book import best_of
+from sweeper.names import TrialState
 from sweeper.views import usd
 
 
@@ -13,7 +15,8 @@ def print_summary(run, console: Console) -> None:
     console.print()
     console.print(
         f"Sweep {spec.name!r} finished in {run.wall_seconds:.0f} s: {len(book.trials)} trials, "
-        f"{book.count('completed')} completed, {book.count('pruned')} pruned, {book.count('failed')} failed"
+        f"{book.count(TrialState.COMPLETED)} completed, {book.count(TrialState.PRUNED)} pruned, "
+        f"{book.count(TrialState.FAILED)} failed"
     )
     median_setup = book.median_setup_seconds()
     if median_setup is not None:
@@ -21,10 +24,9 @@ def print_summary(run, console: Console) -> None:
     if best:
         params = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in best.params.items())
         console.print(f"[bold]Best trial {best.number}[/bold] ({best.trial_id}): {book.metric}={best.last(book.metric):.4f}; {params}")
-        worst = max(
-            (t for t in book.trials.values() if t.status == "completed"),
-            key=lambda t: t.last(book.metric) * (1 if book.goal == "minimize" else -1),
-        )
+        opposite = "maximize" if book.goal == "minimize" else "minimize"
+        completed = (t for t in book.trials.values() if t.state == TrialState.COMPLETED)
+        worst = best_of(completed, lambda t: t.last(book.metric), opposite)
         if worst is not best:  # ASHA by promotion often lets one trial complete
             console.print(f"Worst completed trial {worst.number}: {book.metric}={worst.last(book.metric):.4f}")
     cost = run.cost
@@ -34,5 +36,7 @@ def print_summary(run, console: Console) -> None:
         f"Cost: {usd(cost.usd)} ({cost.accelerator_hours:.3f} {unit}, {cost.tokens:,.0f} tokens{per_million}); "
         f"pruning saved {usd(cost.saved_by_pruning_usd)}"
     )
+    for note in getattr(run, "notes", []):  # forecast against actual, what a budget cut
+        console.print(note, highlight=False, soft_wrap=True)
     console.print(f"MLflow: {run.tracking_uri} (experiment {spec.tracking.experiment!r}, run {spec.name!r})")
     console.print(f"Sweep files: {spec.sweep_dir}")

@@ -1,99 +1,66 @@
 """MLflow tracking: one parent run per sweep, one nested child run per trial.
 
-The only writer is the driver: a Tune callback logs what the trials report (results
-reach the driver through Tune, wherever the trials run), so trials on other nodes need
-no access to the store and the store sees one consistent writer.
+The only writer is the driver: its Tune callback (sweeper/driver.py) has this module log
+what the trials report (results reach the driver through Tune, wherever the trials
+run), so trials on other nodes need no access to the store and the store sees one
+consistent writer.
 
-Run layout (tags are the query keys used by `sweep list/status` and the reports):
+The experiment carries `mlflow.experimentKind = custom_model_development`, so that MLflow
+3's UI opens it on its runs.
+
+Run layout (tag and metric names in `sweeper.names`; tags are the query keys of
+`sweep list/status`, the reports and promotion):
 - parent: tags sweeper.kind=sweep, sweeper.sweep_name, sweeper.config_hash,
   sweeper.git_commit, sweeper.versions.<pkg>, sweeper.data_sha256.<split>,
-  sweeper.hardware; params = the fixed config (dotted keys); artifact sweep.yaml; at the
-  end best_config.yaml, metrics best_<metric>, trials_*, cost_*; tag sweeper.best_trial_id.
-- child: tags sweeper.kind=trial, sweeper.trial_id, sweeper.trial_number,
-  sweeper.status (completed | pruned at step N | failed: reason); params = sampled values;
-  metric histories by step; setup_seconds, cost_usd, accelerator_hours, tokens,
-  usd_per_million_tokens, pauses (at rungs, ASHA by promotion); while paused, sweeper.state
-  is paused. Run status FINISHED (completed), KILLED (pruned or stopped),
-  FAILED (failed).
+  sweeper.hardware, sweeper.status (a SweepStatus); params = the fixed config (dotted
+  keys); artifact sweep.yaml; at the end best_config.yaml, metrics best_<metric>,
+  trials_*, cost_*; tag sweeper.best_trial_id.
+- child: tags sweeper.kind=trial, sweeper.trial_id, sweeper.trial_number, sweeper.state
+  (a TrialState: running, paused, completed, pruned, failed, stopped) and sweeper.status
+  (its words: completed | pruned at step N | failed: reason); params = sampled values;
+  sweeper.warm_start (<earlier sweep>/<trial id>) on a trial whose config an earlier sweep
+  gave (search.warm_start); metric histories by step; setup_seconds, cost_usd, accelerator_hours, tokens,
+  usd_per_million_tokens, pauses (at rungs, ASHA by promotion). Run status FINISHED
+  (completed), KILLED (pruned or stopped), FAILED (failed).
 - promotion (written by sweeper/promote.py, not here): nested under a trial's run, tag
   sweeper.kind=promotion; it holds the logged model of a registered version.
+
+Client helpers shared with the read-only commands live in `sweeper.mlflow_store`, so
+that those import neither Ray nor this module.
 """
 
 from __future__ import annotations
 
 import json
-import platform
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
-from ray.tune import Callback
-
+from sweeper.book import SweepBook, TrialRecord
 from sweeper.cost import SweepCost, TrialCost, price_per_hour, pruning_saving, sweep_cost, trial_cost
 from sweeper.errors import UserError
-from sweeper.progress import SweepBook, TrialRecord
+from sweeper.mlflow_store import RUN_STATUS, client_for, default_artifact_location, ensure_experiment
+from sweeper.names import RunKind, RunMetric, SweepStatus, Tag, TrialState
 from sweeper.spec import SweepSpec, single_run_spec, spec_hash, spec_to_yaml
+from trainables.metrics import REPORTED_KEYS, SETUP_SECONDS, STEP
 
-RUN_STATUS = {"completed": "FINISHED", "pruned": "KILLED", "failed": "FAILED", "stopped": "KILLED"}
+# How a searched field's parent-run param begins; its distribution follows as JSON.
+SEARCHED_PREFIX = "searched: "
 VERSIONED_PACKAGES = ("torch", "transformers", "peft", "trl", "ray", "optuna", "mlflow")
-
-
-def resolve_tracking_uri(uri: str | None, workdir: Path | None = None) -> str:
-    """The YAML's tracking.uri, or the default SQLite store in the working directory."""
-    if uri:
-        return uri
-    return f"sqlite:///{(workdir or Path.cwd()).resolve() / 'mlflow.db'}"
-
-
-def default_artifact_location(uri: str, workdir: Path | None = None) -> str | None:
-    """Artifacts beside a local SQLite store; a server decides its own."""
-    if uri.startswith("sqlite:"):
-        return ((workdir or Path.cwd()).resolve() / "mlartifacts").as_uri()
-    return None
-
-
-def check_tracking_uri(uri: str) -> None:
-    """Fail fast, before any trial starts, if the store cannot be reached."""
-    if uri.startswith(("http://", "https://")):
-        try:
-            with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=5) as response:
-                if response.status != 200:
-                    raise OSError(f"HTTP {response.status}")
-        except (OSError, urllib.error.URLError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise UserError(
-                f"tracking.uri: cannot reach MLflow at {uri} ({reason}); start the server "
-                "(mlflow server --backend-store-uri sqlite:///mlflow.db) or fix the URI"
-            ) from None
-    elif uri.startswith("sqlite:///"):
-        folder = Path(uri.removeprefix("sqlite:///")).parent
-        if not folder.is_dir():
-            raise UserError(f"tracking.uri: folder {folder} of the SQLite store does not exist; create it or fix the URI")
-    elif uri.startswith("file:") or "://" not in uri:
-        raise UserError(
-            f"tracking.uri: {uri!r} is a file store, which has no Model Registry; use sqlite:///path/mlflow.db "
-            "or an http:// MLflow server"
-        )
-
-
-def client_for(uri: str):
-    from mlflow.tracking import MlflowClient
-
-    return MlflowClient(tracking_uri=uri, registry_uri=uri)
-
-
-def ensure_experiment(client, name: str, artifact_location: str | None) -> str:
-    experiment = client.get_experiment_by_name(name)
-    if experiment is not None:
-        return experiment.experiment_id
-    return client.create_experiment(name, artifact_location=artifact_location)
+# The experiment tag MLflow 3's UI reads to pick an experiment's landing page: without it
+# the UI opens on the GenAI overview (traces), with this on the training runs.
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"
 
 
 def flat_params(spec: SweepSpec) -> dict[str, str]:
-    """The fixed config as dotted keys (the search section is logged as JSON)."""
+    """The sweep's config as dotted keys (the search section is logged as JSON). A
+    searched field is logged as searched, with its distribution (`searched: {...}`), not
+    with the base value no trial trains with, so that comparing sweeps compares what
+    they searched."""
     flat: dict[str, str] = {}
+    dumped = spec.model_dump(mode="json")
+    searched = dumped["search"]["parameters"]
 
     def walk(prefix: str, value) -> None:
         if isinstance(value, dict) and prefix != "search.parameters":
@@ -102,7 +69,9 @@ def flat_params(spec: SweepSpec) -> dict[str, str]:
         else:
             flat[prefix] = json.dumps(value) if isinstance(value, (dict, list)) else str(value)
 
-    walk("", spec.model_dump(mode="json"))
+    walk("", dumped)
+    for path, distribution in searched.items():
+        flat[path] = SEARCHED_PREFIX + json.dumps(distribution, separators=(",", ":"))
     return {k: v[:6000] for k, v in flat.items()}
 
 
@@ -128,8 +97,9 @@ def git_commit(folder: Path) -> str | None:
     return result.stdout.strip() or None
 
 
-class MlflowTracker(Callback):
-    """Tune callback on the driver: the single writer of the sweep's MLflow runs."""
+class MlflowTracker:
+    """The single writer of the sweep's MLflow runs: a listener of the driver callback
+    (sweeper/driver.py), told of each trial's events once the book holds them."""
 
     def __init__(self, spec: SweepSpec, book: SweepBook, uri: str, hardware: str, trial_resources):
         self.spec, self.book, self.uri = spec, book, uri
@@ -141,11 +111,11 @@ class MlflowTracker(Callback):
         )
         self.client = client_for(uri)
         self.experiment_id = ensure_experiment(self.client, spec.tracking.experiment, default_artifact_location(uri))
+        self.client.set_experiment_tag(self.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
         self.parent_run_id: str | None = None
         self.child_run_ids: dict[str, str] = {}
         self.trial_costs: dict[str, TrialCost] = {}
         self.savings: dict[str, float] = {}
-        self.tagged_paused: set[str] = set()
 
     def __getstate__(self) -> dict:
         # Tune pickles callbacks with its experiment state; the client is runtime-only.
@@ -158,31 +128,31 @@ class MlflowTracker(Callback):
 
         spec = self.spec
         tags = {
-            "sweeper.kind": "sweep",
-            "sweeper.sweep_name": spec.name,
-            "sweeper.config_hash": spec_hash(spec),
-            "sweeper.task": spec.task,
-            "sweeper.metric": spec.search.metric,
-            "sweeper.goal": spec.search.goal,
-            "sweeper.max_steps": str(spec.training.max_steps),
-            "sweeper.sweep_dir": str(spec.sweep_dir),
-            "sweeper.hardware": self.hardware,
-            "sweeper.accelerator": spec.cost.resolved_accelerator(spec.resources.use_gpu),
-            "sweeper.usd_per_hour": str(self.usd_per_hour),
-            "sweeper.search_space": json.dumps(spec.model_dump(mode="json")["search"]["parameters"]),
-            **{f"sweeper.versions.{k}": v for k, v in package_versions().items()},
-            **{f"sweeper.data_sha256.{split}": sha for split, sha in self._data_hashes().items()},
+            Tag.KIND: RunKind.SWEEP,
+            Tag.SWEEP_NAME: spec.name,
+            Tag.CONFIG_HASH: spec_hash(spec),
+            Tag.TASK: spec.task,
+            Tag.METRIC: spec.search.metric,
+            Tag.GOAL: spec.search.goal,
+            Tag.MAX_STEPS: str(spec.training.max_steps),
+            Tag.SWEEP_DIR: str(spec.sweep_dir),
+            Tag.HARDWARE: self.hardware,
+            Tag.ACCELERATOR: spec.cost.resolved_accelerator(spec.resources.use_gpu),
+            Tag.USD_PER_HOUR: str(self.usd_per_hour),
+            Tag.SEARCH_SPACE: json.dumps(spec.model_dump(mode="json")["search"]["parameters"]),
+            **{f"{Tag.VERSIONS_PREFIX}{k}": v for k, v in package_versions().items()},
+            **{f"{Tag.DATA_SHA256_PREFIX}{split}": sha for split, sha in self._data_hashes().items()},
         }
         commit = git_commit(yaml_folder)
         if commit:
-            tags["sweeper.git_commit"] = commit
+            tags[Tag.GIT_COMMIT] = commit
         run = self.client.create_run(self.experiment_id, run_name=spec.name, tags=tags)
         self.parent_run_id = run.info.run_id
         params = [Param(k, v) for k, v in flat_params(spec).items()]
         for start in range(0, len(params), 100):
             self.client.log_batch(self.parent_run_id, params=params[start : start + 100])
         self.client.log_text(self.parent_run_id, spec_to_yaml(spec), "sweep.yaml")
-        self.client.log_batch(self.parent_run_id, tags=[RunTag("sweeper.status", "running")])
+        self.client.log_batch(self.parent_run_id, tags=[RunTag(Tag.STATUS, SweepStatus.RUNNING)])
         return self.parent_run_id
 
     def reattach(self) -> None:
@@ -190,11 +160,11 @@ class MlflowTracker(Callback):
         (no duplicates), and rebuild the book of trials from them."""
         from mlflow.entities import RunTag
 
-        query = f"tags.`sweeper.kind` = 'sweep' and tags.`sweeper.sweep_name` = '{self.spec.name}'"
+        query = f"tags.`{Tag.KIND}` = '{RunKind.SWEEP}' and tags.`{Tag.SWEEP_NAME}` = '{self.spec.name}'"
         parents = [
             run
             for run in self.client.search_runs([self.experiment_id], query, order_by=["attributes.start_time DESC"])
-            if run.data.tags.get("sweeper.sweep_dir") == str(self.spec.sweep_dir)
+            if run.data.tags.get(Tag.SWEEP_DIR) == str(self.spec.sweep_dir)
         ]
         if not parents:
             raise UserError(
@@ -205,51 +175,55 @@ class MlflowTracker(Callback):
         self.parent_run_id = parent.info.run_id
         self.book.started_at = parent.info.start_time / 1000
         children = self.client.search_runs(
-            [self.experiment_id], f"tags.`mlflow.parentRunId` = '{self.parent_run_id}'"
+            [self.experiment_id], f"tags.`{Tag.PARENT_RUN_ID}` = '{self.parent_run_id}'"
         )
-        for child in sorted(children, key=lambda r: int(r.data.tags.get("sweeper.trial_number", 0))):
+        for child in sorted(children, key=lambda r: int(r.data.tags.get(Tag.TRIAL_NUMBER, 0))):
             record = self._record_from_run(child)
             self.book.trials[record.trial_id] = record
             self.child_run_ids[record.trial_id] = child.info.run_id
             if record.finished:
                 metrics = child.data.metrics
                 self.trial_costs[record.trial_id] = TrialCost(
-                    metrics.get("accelerator_hours", 0.0), metrics.get("cost_usd", 0.0), metrics.get("tokens", 0.0)
+                    metrics.get(RunMetric.ACCELERATOR_HOURS, 0.0),
+                    metrics.get(RunMetric.COST_USD, 0.0),
+                    metrics.get(RunMetric.TOKENS, 0.0),
                 )
-                self.savings[record.trial_id] = metrics.get("cost_usd_saved_by_pruning", 0.0)
+                self.savings[record.trial_id] = metrics.get(RunMetric.SAVED_BY_PRUNING_USD, 0.0)
         self.client.update_run(self.parent_run_id, status="RUNNING")
-        self.client.log_batch(self.parent_run_id, tags=[RunTag("sweeper.status", "running")])
+        self.client.log_batch(self.parent_run_id, tags=[RunTag(Tag.STATUS, SweepStatus.RUNNING)])
 
     def _record_from_run(self, run) -> TrialRecord:
-        from sweeper.progress import REPORTED_KEYS
-
         tags, metrics = run.data.tags, run.data.metrics
         by_step: dict[int, dict] = {}
         for key in REPORTED_KEYS:
-            if key in ("step", "setup_seconds"):
+            if key in (STEP, SETUP_SECONDS):
                 continue
             for point in self.client.get_metric_history(run.info.run_id, key):
-                by_step.setdefault(point.step, {"step": point.step})[key] = point.value
+                by_step.setdefault(point.step, {STEP: point.step})[key] = point.value
         history = [by_step[step] for step in sorted(by_step)]
-        if history and "setup_seconds" in metrics:
-            history[0]["setup_seconds"] = metrics["setup_seconds"]
-        state = tags.get("sweeper.state", "running")
-        last_seen = max((p.timestamp for p in self.client.get_metric_history(run.info.run_id, self.book.metric)), default=run.info.start_time)
-        wall = metrics.get("wall_seconds", (last_seen - run.info.start_time) / 1000)
+        if history and SETUP_SECONDS in metrics:
+            history[0][SETUP_SECONDS] = metrics[SETUP_SECONDS]
+        state = TrialState(tags.get(Tag.STATE, TrialState.RUNNING))
+        last_seen = max(
+            (p.timestamp for p in self.client.get_metric_history(run.info.run_id, self.book.metric)),
+            default=run.info.start_time,
+        )
+        wall = metrics.get(RunMetric.WALL_SECONDS, (last_seen - run.info.start_time) / 1000)
         record = TrialRecord(
-            trial_id=tags["sweeper.trial_id"],
-            number=int(tags["sweeper.trial_number"]),
+            trial_id=tags[Tag.TRIAL_ID],
+            number=int(tags[Tag.TRIAL_NUMBER]),
             params=dict(run.data.params),
-            status=state if state in ("completed", "pruned", "failed") else "stopped",
+            # An unfinished trial of an earlier driver continues after `sweep resume`.
+            state=state if state.finished else TrialState.STOPPED,
             history=history,
             started_at=time.time(),
             ended_at=time.time(),
-            checkpoint_path=tags.get("sweeper.checkpoint_path"),
+            checkpoint_path=tags.get(Tag.CHECKPOINT_PATH),
             prior_wall_seconds=wall,
-            pauses=int(metrics.get("pauses", 0)),
+            pauses=int(metrics.get(RunMetric.PAUSES, 0)),
         )
-        if record.status == "failed":
-            record.error = tags.get("sweeper.status", "failed").removeprefix("failed: ")
+        if record.state == TrialState.FAILED:
+            record.error = tags.get(Tag.STATUS, "failed").removeprefix("failed: ")
         return record
 
     def _data_hashes(self) -> dict[str, str]:
@@ -258,7 +232,7 @@ class MlflowTracker(Callback):
         return {"train": file_sha256(self.spec.data.train), "eval": file_sha256(self.spec.data.eval)}
 
     def discard_trials(self, records: list) -> None:
-        """Forget trials that will never run (BookKeeper.lost_trials): their child runs are
+        """Forget trials that will never run (SweepDriver.lost_trials): their child runs are
         deleted (MLflow keeps deleted runs restorable until `mlflow gc`) and they leave
         the book, so the sweep's counts and costs are those of the trials Tune ran."""
         for record in records:
@@ -275,35 +249,35 @@ class MlflowTracker(Callback):
         for record in self.book.trials.values():
             if record.trial_id in self.child_run_ids and record.trial_id not in self.trial_costs:
                 if not record.finished:
-                    record.status, record.ended_at = "stopped", time.time()
+                    record.state, record.ended_at = TrialState.STOPPED, time.time()
                 self._end_trial(record)
         totals = sweep_cost(list(self.trial_costs.values()), list(self.savings.values()))
         now = int(time.time() * 1000)
         metrics = {
-            "trials_completed": self.book.count("completed"),
-            "trials_pruned": self.book.count("pruned"),
-            "trials_failed": self.book.count("failed"),
-            "trials_total": len(self.book.trials),
-            "cost_usd_total": totals.usd,
-            "cost_usd_saved_by_pruning": totals.saved_by_pruning_usd,
-            "accelerator_hours_total": totals.accelerator_hours,
-            "tokens_total": totals.tokens,
-            "wall_seconds": time.time() - self.book.started_at,
+            RunMetric.TRIALS_COMPLETED: self.book.count(TrialState.COMPLETED),
+            RunMetric.TRIALS_PRUNED: self.book.count(TrialState.PRUNED),
+            RunMetric.TRIALS_FAILED: self.book.count(TrialState.FAILED),
+            RunMetric.TRIALS_TOTAL: len(self.book.trials),
+            RunMetric.COST_USD_TOTAL: totals.usd,
+            RunMetric.SAVED_BY_PRUNING_USD: totals.saved_by_pruning_usd,
+            RunMetric.ACCELERATOR_HOURS_TOTAL: totals.accelerator_hours,
+            RunMetric.TOKENS_TOTAL: totals.tokens,
+            RunMetric.WALL_SECONDS: time.time() - self.book.started_at,
         }
         if totals.usd_per_million_tokens is not None:
-            metrics["usd_per_million_tokens"] = totals.usd_per_million_tokens
+            metrics[RunMetric.USD_PER_MILLION_TOKENS] = totals.usd_per_million_tokens
         tags = []
         best = self.book.best()
         if best:
-            metrics[f"best_{self.book.metric}"] = best.last(self.book.metric)
+            metrics[RunMetric.best(self.book.metric)] = best.last(self.book.metric)
             tags += [
-                RunTag("sweeper.best_trial_id", best.trial_id),
-                RunTag("sweeper.best_run_id", self.child_run_ids.get(best.trial_id, "")),
+                RunTag(Tag.BEST_TRIAL_ID, best.trial_id),
+                RunTag(Tag.BEST_RUN_ID, self.child_run_ids.get(best.trial_id, "")),
             ]
             config = single_run_spec(self.spec, best.params, name=f"{self.spec.name}-best")
             self.client.log_text(self.parent_run_id, spec_to_yaml(config), "best_config.yaml")
-        status = "stopped" if interrupted else ("finished" if best else "failed")
-        tags.append(RunTag("sweeper.status", status))
+        status = SweepStatus.STOPPED if interrupted else (SweepStatus.FINISHED if best else SweepStatus.FAILED)
+        tags.append(RunTag(Tag.STATUS, status))
         self.client.log_batch(
             self.parent_run_id, metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()], tags=tags
         )
@@ -313,75 +287,68 @@ class MlflowTracker(Callback):
 
     # ------------------------------------------------------------ trials (child runs)
 
-    def on_trial_start(self, iteration, trials, trial, **info):
-        from mlflow.entities import Param
+    def trial_started(self, record: TrialRecord) -> None:
+        from mlflow.entities import Param, RunTag
 
-        record = self.book.trials[trial.trial_id]
-        if trial.trial_id in self.child_run_ids:  # continued after `sweep resume`: same run
-            from mlflow.entities import RunTag
-
-            if record.finished:
-                return
-
-            run_id = self.child_run_ids[trial.trial_id]
-            self.trial_costs.pop(trial.trial_id, None)
+        if record.trial_id in self.child_run_ids:  # continued after `sweep resume`: same run
+            run_id = self.child_run_ids[record.trial_id]
+            self.trial_costs.pop(record.trial_id, None)
             self.client.update_run(run_id, status="RUNNING")
-            self.client.log_batch(run_id, tags=[RunTag("sweeper.status", "running"), RunTag("sweeper.state", "running")])
+            running = TrialState.RUNNING
+            self.client.log_batch(run_id, tags=[RunTag(Tag.STATUS, running), RunTag(Tag.STATE, running)])
             return
         run = self.client.create_run(
             self.experiment_id,
             run_name=f"{self.spec.name}-trial-{record.number}",
             tags={
-                "mlflow.parentRunId": self.parent_run_id,
-                "sweeper.kind": "trial",
-                "sweeper.sweep_name": self.spec.name,
-                "sweeper.trial_id": trial.trial_id,
-                "sweeper.trial_number": str(record.number),
-                "sweeper.status": "running",
+                Tag.PARENT_RUN_ID: self.parent_run_id,
+                Tag.KIND: RunKind.TRIAL,
+                Tag.SWEEP_NAME: self.spec.name,
+                Tag.TRIAL_ID: record.trial_id,
+                Tag.TRIAL_NUMBER: str(record.number),
+                Tag.STATUS: TrialState.RUNNING,
+                Tag.STATE: TrialState.RUNNING,
             },
         )
-        self.child_run_ids[trial.trial_id] = run.info.run_id
+        self.child_run_ids[record.trial_id] = run.info.run_id
         self.client.log_batch(run.info.run_id, params=[Param(k, str(v)) for k, v in record.params.items()])
+        if self.spec.search.warm_start:
+            from sweeper.earlier_sweeps import warm_start_source
 
-    def on_step_begin(self, iteration, trials, **info):
-        """A trial paused at a rung (ASHA by promotion; the BookKeeper, called before this,
-        marked it) is tagged so, for `sweep status` while the sweep runs."""
+            source = warm_start_source(self.spec.sweep_dir, self.spec.name, record.trial_id)
+            if source:
+                self.client.set_tag(run.info.run_id, Tag.WARM_START, source)
+
+    def trial_paused(self, record: TrialRecord) -> None:
+        """Tagged so, for `sweep status` while the sweep runs."""
         from mlflow.entities import Metric, RunTag
 
-        for record in self.book.trials.values():
-            run_id = self.child_run_ids.get(record.trial_id)
-            if record.status == "paused" and run_id and record.trial_id not in self.tagged_paused:
-                self.tagged_paused.add(record.trial_id)
-                self.client.log_batch(
-                    run_id,
-                    metrics=[Metric("pauses", record.pauses, int(time.time() * 1000), record.step)],
-                    tags=[RunTag("sweeper.status", record.status_text), RunTag("sweeper.state", "paused")],
-                )
-            elif record.status != "paused":
-                self.tagged_paused.discard(record.trial_id)
+        run_id = self.child_run_ids.get(record.trial_id)
+        if run_id:
+            self.client.log_batch(
+                run_id,
+                metrics=[Metric(RunMetric.PAUSES, record.pauses, int(time.time() * 1000), record.step)],
+                tags=[RunTag(Tag.STATUS, record.status_text), RunTag(Tag.STATE, TrialState.PAUSED)],
+            )
 
-    def on_trial_result(self, iteration, trials, trial, result, **info):
+    def trial_result(self, record: TrialRecord) -> None:
         from mlflow.entities import Metric
 
-        run_id = self.child_run_ids.get(trial.trial_id)
-        record = self.book.trials[trial.trial_id]
+        run_id = self.child_run_ids.get(record.trial_id)
         if run_id is None or not record.history:
             return
         report = record.history[-1]
         now = int(time.time() * 1000)
-        step = int(report.get("step", 0))
+        step = int(report.get(STEP, 0))
         metrics = [
             Metric(key, float(value), now, step)
             for key, value in report.items()
-            if key not in ("step", "setup_seconds") and isinstance(value, (int, float))
+            if key not in (STEP, SETUP_SECONDS) and isinstance(value, (int, float))
         ]
         self.client.log_batch(run_id, metrics=metrics)
 
-    def on_trial_complete(self, iteration, trials, trial, **info):
-        self._end_trial(self.book.trials[trial.trial_id])
-
-    def on_trial_error(self, iteration, trials, trial, **info):
-        self._end_trial(self.book.trials[trial.trial_id])
+    def trial_finished(self, record: TrialRecord) -> None:
+        self._end_trial(record)
 
     def _end_trial(self, record: TrialRecord) -> None:
         from mlflow.entities import Metric, RunTag
@@ -394,39 +361,32 @@ class MlflowTracker(Callback):
         setup = record.setup_seconds or 0.0
         saving = (
             pruning_saving(wall, setup, record.step, self.book.max_steps, self.accelerators_per_trial, self.usd_per_hour)
-            if record.status == "pruned"
+            if record.state == TrialState.PRUNED
             else 0.0
         )
         self.trial_costs[record.trial_id] = cost
         self.savings[record.trial_id] = saving
         now = int(time.time() * 1000)
         values = {
-            "cost_usd": cost.usd,
-            "accelerator_hours": cost.accelerator_hours,
-            "tokens": cost.tokens,
-            "wall_seconds": wall,
-            "steps_trained": record.step,
-            "cost_usd_saved_by_pruning": saving,
-            "pauses": record.pauses,
+            RunMetric.COST_USD: cost.usd,
+            RunMetric.ACCELERATOR_HOURS: cost.accelerator_hours,
+            RunMetric.TOKENS: cost.tokens,
+            RunMetric.WALL_SECONDS: wall,
+            RunMetric.STEPS_TRAINED: record.step,
+            RunMetric.SAVED_BY_PRUNING_USD: saving,
+            RunMetric.PAUSES: record.pauses,
         }
         if record.setup_seconds is not None:
-            values["setup_seconds"] = record.setup_seconds
+            values[SETUP_SECONDS] = record.setup_seconds
         if cost.usd_per_million_tokens is not None:
-            values["usd_per_million_tokens"] = cost.usd_per_million_tokens
+            values[RunMetric.USD_PER_MILLION_TOKENS] = cost.usd_per_million_tokens
         final = record.last(self.book.metric)
         if final is not None:
-            values[f"final_{self.book.metric}"] = final
-        tags = [RunTag("sweeper.status", record.status_text), RunTag("sweeper.state", record.status)]
+            values[RunMetric.final(self.book.metric)] = final
+        tags = [RunTag(Tag.STATUS, record.status_text), RunTag(Tag.STATE, record.state)]
         if record.checkpoint_path:
-            tags.append(RunTag("sweeper.checkpoint_path", record.checkpoint_path))
+            tags.append(RunTag(Tag.CHECKPOINT_PATH, record.checkpoint_path))
         self.client.log_batch(
             run_id, metrics=[Metric(k, float(v), now, record.step) for k, v in values.items()], tags=tags
         )
-        self.client.set_terminated(run_id, status=RUN_STATUS[record.status])
-
-
-def hardware_description(cluster) -> str:
-    return (
-        f"{platform.machine()} {platform.system()}; cluster {cluster.cpus:g} CPUs, {cluster.gpus:g} GPUs; "
-        f"driver python {platform.python_version()}"
-    )
+        self.client.set_terminated(run_id, status=RUN_STATUS[record.state])

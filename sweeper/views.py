@@ -1,4 +1,5 @@
-"""Rich tables of what the store holds (for `sweep list` and `sweep status`)."""
+"""Rich tables of what the store holds (for `sweep list` and `sweep status`), and the
+style of each trial state wherever a table shows one."""
 
 from __future__ import annotations
 
@@ -8,7 +9,16 @@ from datetime import datetime
 import polars as pl
 from rich.table import Table
 
-from sweeper.console import STATUS_STYLE
+from sweeper.names import RunMetric, Tag, TrialState
+from trainables.metrics import EVAL_LOSS
+
+STATE_STYLE = {
+    TrialState.RUNNING: "cyan",
+    TrialState.PAUSED: "blue",
+    TrialState.COMPLETED: "green",
+    TrialState.PRUNED: "yellow",
+    TrialState.FAILED: "red",
+}
 
 
 def usd(value: float | None) -> str:
@@ -34,21 +44,25 @@ def sweeps_table(sweeps: pl.DataFrame) -> Table:
 
 def trials_table(run, trials: pl.DataFrame) -> Table:
     tags, metrics = run.data.tags, run.data.metrics
-    metric = tags.get("sweeper.metric", "eval_loss")
-    title = f"Sweep {tags.get('sweeper.sweep_name')!r}: {tags.get('sweeper.status', run.info.status.lower())}"
-    if "cost_usd_total" in metrics:
-        title += f"; cost {usd(metrics['cost_usd_total'])}, pruning saved {usd(metrics.get('cost_usd_saved_by_pruning'))}"
+    metric = tags.get(Tag.METRIC, EVAL_LOSS)
+    title = f"Sweep {tags.get(Tag.SWEEP_NAME)!r}: {tags.get(Tag.STATUS, run.info.status.lower())}"
+    if RunMetric.COST_USD_TOTAL in metrics:
+        saved = usd(metrics.get(RunMetric.SAVED_BY_PRUNING_USD))
+        title += f"; cost {usd(metrics[RunMetric.COST_USD_TOTAL])}, pruning saved {saved}"
     table = Table(title=title, title_justify="left")
-    param_names = list(json.loads(tags.get("sweeper.search_space", "{}")))
+    param_names = list(json.loads(tags.get(Tag.SEARCH_SPACE, "{}")))
     table.add_column("trial", justify="right")
     table.add_column("status")
     for name in param_names:
         table.add_column(name, justify="right")
     for column in ("steps", metric, "cost"):
         table.add_column(column, justify="right")
+    warm_started = trials["warm_start"].is_not_null().any()
+    if warm_started:
+        table.add_column("warm start from")
     for row in trials.iter_rows(named=True):
         params = json.loads(row["params"])
-        style = STATUS_STYLE.get(row["state"], "")
+        style = STATE_STYLE.get(row["state"], "")
         table.add_row(
             str(row["trial_number"]),
             f"[{style}]{row['status']}[/{style}]" if style else row["status"],
@@ -56,6 +70,7 @@ def trials_table(run, trials: pl.DataFrame) -> Table:
             "-" if row["steps"] is None else str(row["steps"]),
             _num(row["metric"]),
             usd(row["cost_usd"]),
+            *([row["warm_start"] or "-"] if warm_started else []),
         )
     return table
 

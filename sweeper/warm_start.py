@@ -29,9 +29,11 @@ import socket
 import struct
 import sys
 
+from sweeper import ray_adapter
+
 SOCKET_ENV = "SWEEPER_WARM_START_SOCKET"
 # Set in the environment of every process the server forks (trainables/worker.py reports it).
-WARM_STARTED_ENV = "SWEEPER_WARM_STARTED"
+from trainables.environment import WARM_STARTED_ENV  # noqa: E402
 # What the processes of a sweep import: torch, transformers, peft and the training code,
 # then, in the workers' environment, Ray with Train and Tune (Ray's core reads settings
 # such as the job id from the environment once, when it is loaded).
@@ -48,8 +50,7 @@ RAY_IMPORTS = (
     "ray",
     "ray.train.torch",
     "ray.tune",
-    "ray.train.v2._internal.execution.worker_group.worker",
-    "ray.train.v2._internal.execution.checkpoint.sync_actor",
+    *ray_adapter.RAY_TRAIN_WORKER_MODULES,
     "sweeper.trial",
     "trainables.worker",
 )
@@ -92,18 +93,27 @@ class Server:
     starts, then listens. Ray's core, Train and Tune it loads when the first worker asks,
     in that worker's environment: the core reads settings such as the job id from the
     environment once, when it is loaded. It ends when the process that started it ends,
-    or with `stop`."""
+    or with `stop`. Its output (import warnings, a failed fork) goes to `log_path`,
+    appended; without one, nowhere."""
 
-    def __init__(self, socket_path: str):
+    def __init__(self, socket_path: str, log_path: str | os.PathLike | None = None):
         import subprocess
 
         self.socket_path = socket_path
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "sweeper.warm_start", "--serve", socket_path],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        log = subprocess.DEVNULL
+        if log_path is not None:
+            os.makedirs(os.path.dirname(os.fspath(log_path)) or ".", exist_ok=True)
+            log = open(log_path, "ab")
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "sweeper.warm_start", "--serve", socket_path],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        finally:
+            if log is not subprocess.DEVNULL:
+                log.close()
 
     def stop(self) -> None:
         self.process.kill()
@@ -203,49 +213,6 @@ def serve(socket_path: str) -> None:
             os.rmdir(os.path.dirname(socket_path))
 
 
-@contextlib.contextmanager
-def _actor_class_ids_from_urandom():
-    """Every `@ray.remote` class defined at import (Ray Train, Tune and Data define
-    several) draws its ActorClassID from Ray's C++ ID generator, which seeds itself on its
-    first draw. Forks of a server whose generator is seeded all draw the same IDs after
-    (seen: two trials' Train runs got one placement group). While the server imports,
-    class IDs come from os.urandom instead, so the generator stays unseeded and each
-    child seeds its own on its first draw."""
-    import ray.actor
-    from ray._raylet import ActorClassID
-
-    class UrandomActorClassID:
-        @staticmethod
-        def from_random():
-            return ActorClassID(os.urandom(ActorClassID.size()))
-
-    ray.actor.ActorClassID = UrandomActorClassID
-    try:
-        yield
-    finally:
-        ray.actor.ActorClassID = ActorClassID
-
-
-def _ids_differ_in_forks() -> bool:
-    """Whether two forks of this process draw different random Ray IDs (they do unless
-    something seeded Ray's generator in this process before forking)."""
-    from ray._raylet import JobID, PlacementGroupID
-
-    drawn = []
-    for _ in range(2):
-        read_end, write_end = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            os.write(write_end, PlacementGroupID.of(JobID.from_int(1)).binary())
-            os._exit(0)
-        os.waitpid(pid, 0)
-        drawn.append(os.read(read_end, 64))
-        os.close(read_end)
-        os.close(write_end)
-    return drawn[0] != drawn[1]
-
-
-
 def _load_ray(worker_environment: dict) -> bool:
     """Load Ray's core, Train and Tune in the environment of the job's workers; False if
     forks of this process would then share Ray's ID generator (the server must not serve)."""
@@ -256,10 +223,10 @@ def _load_ray(worker_environment: dict) -> bool:
     # pyarrow (under Ray Data) would start a jemalloc thread; the server forks with as few
     # threads as it can.
     os.environ["JE_ARROW_MALLOC_CONF"] = "background_thread:false"
-    with _actor_class_ids_from_urandom():
+    with ray_adapter.actor_class_ids_from_urandom():
         for module in RAY_IMPORTS:
             importlib.import_module(module)
-    return _ids_differ_in_forks()
+    return ray_adapter.ids_differ_in_forks()
 
 
 def _fork_worker(conn: socket.socket, listener, clients, children) -> int | None:
@@ -273,6 +240,9 @@ def _fork_worker(conn: socket.socket, listener, clients, children) -> int | None
     if "ray" not in sys.modules and not _load_ray(request["env"]):
         conn.close()
         return REFUSED
+    # A forked child cannot use a CUDA context its parent created; the server must never
+    # make one (it imports torch but runs nothing on a device).
+    assert not _cuda_initialized(), "the warm-start server initialised CUDA; it must not fork"
     pid = os.fork()
     if pid:
         for fd in fds:
@@ -312,6 +282,11 @@ def _fork_worker(conn: socket.socket, listener, clients, children) -> int | None
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+def _cuda_initialized() -> bool:
+    torch = sys.modules.get("torch")
+    return bool(torch is not None and torch.cuda.is_initialized())
 
 
 def _recv_with_fds(conn: socket.socket, size: int) -> tuple[bytes, list[int]]:

@@ -1,5 +1,6 @@
 """Plain functions that the task modules (sft, dpo) share: distributed context, batching,
-optimizer and schedule, and how a report leaves a worker. No training logic lives here."""
+optimizer and schedule, and how a report leaves a worker. No training logic lives here;
+how the model is spread over the workers and stepped is trainables/strategies.py."""
 
 from __future__ import annotations
 
@@ -10,12 +11,10 @@ import random
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterator, NamedTuple
+from typing import Callable, Iterator
 
 import torch
 import torch.distributed as dist
-
-from trainables.models import add_lora, load_base_model
 
 from trainables.data import IGNORE_INDEX
 
@@ -36,16 +35,14 @@ class Workers:
 
 
 def current_workers() -> Workers:
-    """Rank, world size and device of this process (DDP under Ray Train, or a lone process)."""
+    """Rank, world size and device of this process. The device is the current CUDA device
+    (under Ray Train, trainables/worker.py makes that the GPU Ray assigned this worker,
+    which several trials may share), else the CPU."""
     if dist.is_available() and dist.is_initialized():
         rank, world = dist.get_rank(), dist.get_world_size()
     else:
         rank, world = 0, 1
-    if torch.cuda.is_available():
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
-        torch.cuda.set_device(device)
-    else:
-        device = torch.device("cpu")
+    device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
     return Workers(rank, world, device)
 
 
@@ -122,19 +119,6 @@ def make_schedule(optimizer: torch.optim.Optimizer, training) -> torch.optim.lr_
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
-def optimizer_step(model: torch.nn.Module, optimizer, schedule, scaler, max_grad_norm: float) -> float:
-    """Clip, step through the (fp16) loss scaler, clear gradients and advance the
-    schedule; returns the learning rate the step used."""
-    scaler.unscale_(optimizer)
-    torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
-    scaler.step(optimizer)
-    scaler.update()
-    optimizer.zero_grad(set_to_none=True)
-    learning_rate = schedule.get_last_lr()[0]
-    schedule.step()
-    return learning_rate
-
-
 def autocast(workers: Workers, precision: str):
     """Mixed precision context for bf16/fp16; a no-op for fp32."""
     if precision == "fp32":
@@ -148,7 +132,8 @@ def count_targets(labels: torch.Tensor) -> int:
 
 
 def unwrap(model: torch.nn.Module) -> torch.nn.Module:
-    return model.module if isinstance(model, torch.nn.parallel.DistributedDataParallel) else model
+    """The model inside a DDP or DeepSpeed wrapper (both keep it as `.module`)."""
+    return getattr(model, "module", model)
 
 
 def pad_token_id(model: torch.nn.Module) -> int:
@@ -156,54 +141,20 @@ def pad_token_id(model: torch.nn.Module) -> int:
     return config.pad_token_id if config.pad_token_id is not None else config.eos_token_id
 
 
-def adapted_model(spec, model_source, workers: Workers) -> torch.nn.Module:
-    """The base weights frozen, fresh adapters (seeded), DDP across workers."""
-    model = add_lora(load_base_model(model_source, spec.training.precision), spec.lora).to(workers.device)
-    if workers.world_size > 1:
-        model = torch.nn.parallel.DistributedDataParallel(model)
-    return model
-
-
-class Optimization(NamedTuple):
-    optimizer: torch.optim.Optimizer
-    schedule: torch.optim.lr_scheduler.LambdaLR
-    scaler: torch.amp.GradScaler
-    done_steps: int  # steps already trained (restored from `resume_from`)
-
-
-def start_optimization(model: torch.nn.Module, training, resume_from: str | None) -> Optimization:
-    """Optimizer and schedule, restored from a checkpoint directory when given; fp16
-    needs a loss scaler, bf16 and fp32 do not."""
-    optimizer = make_optimizer(model, training)
-    schedule = make_schedule(optimizer, training)
-    scaler = torch.amp.GradScaler(enabled=training.precision == "fp16")
-    done_steps = restore_training_state(resume_from, model, optimizer, schedule) if resume_from else 0
-    return Optimization(optimizer, schedule, scaler, done_steps)
-
-
-TRAINING_STATE_FILE = "training_state.pt"
 # The report a checkpoint was taken with, to report again (see final_report_of).
 REPORT_FILE = "report.json"
 
 
-def report_with_adapter(
-    report: Reporter, metrics: dict, model: torch.nn.Module, workers: Workers, optimizer, schedule
-) -> None:
-    """Every worker reports the same metrics; the main one attaches a checkpoint: the
-    adapter (what promotion registers) and the optimizer, schedule and step (what a
-    retried or resumed trial continues from)."""
-    if not workers.is_main:
-        report(metrics, None)
-        return
-    with tempfile.TemporaryDirectory(prefix="sweeper-adapter-") as checkpoint_dir:
-        unwrap(model).save_pretrained(checkpoint_dir)
-        torch.save(
-            {"step": metrics["step"], "optimizer": optimizer.state_dict(), "schedule": schedule.state_dict()},
-            os.path.join(checkpoint_dir, TRAINING_STATE_FILE),
-        )
-        with open(os.path.join(checkpoint_dir, REPORT_FILE), "w") as file:
-            json.dump(metrics, file)
-        report(metrics, checkpoint_dir)
+def report_with_checkpoint(report: Reporter, metrics: dict, strategy, workers: Workers) -> None:
+    """Every worker reports the same metrics with its part of a checkpoint (the strategy
+    decides who writes what: the adapter, which promotion registers, and the optimizer,
+    schedule and step, which a retried or resumed trial continues from)."""
+    with tempfile.TemporaryDirectory(prefix="sweeper-checkpoint-") as checkpoint_dir:
+        wrote = strategy.save(checkpoint_dir, metrics["step"])
+        if workers.is_main:
+            with open(os.path.join(checkpoint_dir, REPORT_FILE), "w") as file:
+                json.dump(metrics, file)
+        report(metrics, checkpoint_dir if wrote or workers.is_main else None)
 
 
 def final_report_of(checkpoint_dir: str, max_steps: int) -> dict | None:
@@ -218,18 +169,6 @@ def final_report_of(checkpoint_dir: str, max_steps: int) -> dict | None:
     return metrics if metrics.get("step", 0) >= max_steps else None
 
 
-def restore_training_state(checkpoint_dir: str, model: torch.nn.Module, optimizer, schedule) -> int:
-    """Load adapter weights, optimizer and schedule from a checkpoint; return its step."""
-    from peft import set_peft_model_state_dict
-    from safetensors.torch import load_file
-
-    set_peft_model_state_dict(unwrap(model), load_file(os.path.join(checkpoint_dir, "adapter_model.safetensors")))
-    state = torch.load(os.path.join(checkpoint_dir, TRAINING_STATE_FILE), weights_only=False)
-    optimizer.load_state_dict(state["optimizer"])
-    schedule.load_state_dict(state["schedule"])
-    return int(state["step"])
-
-
 class NonFiniteLossError(RuntimeError):
     """The loss became NaN or infinite: the step is not taken and the trial stops."""
 
@@ -240,7 +179,7 @@ def check_finite(loss: torch.Tensor, step: int) -> None:
 
 
 def inject_fault(chaos, step: int) -> float:
-    """Apply spec.chaos at its step: raise, kill this worker process, or return a loss
+    """Apply config.chaos at its step: raise, kill this worker process, or return a loss
     factor of NaN. Returns 1.0 (no fault) otherwise."""
     if chaos.fault == "none" or step != chaos.at_step:
         return 1.0

@@ -8,7 +8,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from sweeper.errors import UserError
+from trainables.config import TrialConfig
+from trainables.errors import InputError
 
 IGNORE_INDEX = -100
 
@@ -45,7 +46,7 @@ def read_jsonl(path: Path, key: str) -> list[tuple[int, dict]]:
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"{key}: cannot read {path}: {exc}") from None
+        raise InputError(f"{key}: cannot read {path}: {exc}") from None
     records = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
@@ -53,17 +54,65 @@ def read_jsonl(path: Path, key: str) -> list[tuple[int, dict]]:
         try:
             record = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise UserError(f"{key}: {path} line {number}: invalid JSON ({exc.msg})") from None
+            raise InputError(f"{key}: {path} line {number}: invalid JSON ({exc.msg})") from None
         if not isinstance(record, dict):
-            raise UserError(f"{key}: {path} line {number}: expected a JSON object, got {type(record).__name__}")
+            raise InputError(f"{key}: {path} line {number}: expected a JSON object, got {type(record).__name__}")
         records.append((number, record))
     if not records:
-        raise UserError(f"{key}: {path} is empty; give at least one example")
+        raise InputError(f"{key}: {path} is empty; give at least one example")
     return records
 
 
+def read_records(path: Path, key: str) -> list[tuple[int, dict]]:
+    """(line or row number, record) of a data split: a JSONL file, a Parquet file
+    (`.parquet`), or a folder written by `datasets` save_to_disk. Errors name the YAML key."""
+    path = Path(path)
+    if path.is_dir():
+        rows = _saved_dataset_rows(path, key)
+    elif path.suffix == ".parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        try:
+            rows = pq.read_table(path).to_pylist()
+        except (OSError, pa.ArrowException) as exc:
+            raise InputError(f"{key}: cannot read {path} as Parquet: {_first_line(exc)}") from None
+    else:
+        return read_jsonl(path, key)
+    if not rows:
+        raise InputError(f"{key}: {path} is empty; give at least one example")
+    return list(enumerate(rows, start=1))
+
+
+def _saved_dataset_rows(folder: Path, key: str) -> list[dict]:
+    import datasets
+
+    try:
+        dataset = datasets.load_from_disk(str(folder))
+    except (FileNotFoundError, ValueError, OSError) as exc:
+        raise InputError(
+            f"{key}: cannot read {folder} as a dataset written by save_to_disk: {_first_line(exc)}"
+        ) from None
+    if isinstance(dataset, datasets.DatasetDict):
+        splits = ", ".join(str(folder / split) for split in dataset)
+        raise InputError(f"{key}: {folder} holds several splits; give one split's folder: {splits}")
+    return dataset.to_list()
+
+
+def _first_line(exc: Exception) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
 def file_sha256(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    """The hash of a data file, or of every file of a dataset folder (names and bytes)."""
+    path = Path(path)
+    if not path.is_dir():
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    digest = hashlib.sha256()
+    for file in sorted(p for p in path.rglob("*") if p.is_file()):
+        digest.update(str(file.relative_to(path)).encode() + b"\0" + file.read_bytes())
+    return digest.hexdigest()
 
 
 def sft_example(record: dict, tokenizer, max_length: int, where: str) -> tuple[list[int], list[int]]:
@@ -77,15 +126,16 @@ def sft_example(record: dict, tokenizer, max_length: int, where: str) -> tuple[l
         completion = completion + [tokenizer.eos_token_id]
         ids, labels = prompt + completion, [IGNORE_INDEX] * len(prompt) + completion
     else:
-        raise UserError(f"{where}: expected 'messages' or 'prompt' and 'completion', got keys {sorted(record)}")
+        raise InputError(f"{where}: expected 'messages' or 'prompt' and 'completion', got keys {sorted(record)}")
     return ids[:max_length], labels[:max_length]
 
 
 def _chat_example(messages, tokenizer, where: str) -> tuple[list[int], list[int]]:
     if not isinstance(messages, list) or not all(isinstance(m, dict) and "role" in m and "content" in m for m in messages):
-        raise UserError(f"{where}: 'messages' must be a list of {{'role', 'content'}} objects")
+        raise InputError(f"{where}: 'messages' must be a list of {{'role', 'content'}} objects")
     if not any(m["role"] == "assistant" for m in messages):
-        raise UserError(f"{where}: 'messages' has no assistant turn to learn from")
+        raise InputError(f"{where}: 'messages' has no assistant turn to learn from")
+    _require_chat_template(tokenizer, where)
 
     def render(turns, add_generation_prompt=False) -> list[int]:
         text = tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=add_generation_prompt)
@@ -109,15 +159,24 @@ def _chat_example(messages, tokenizer, where: str) -> tuple[list[int], list[int]
     return ids, labels
 
 
+def _require_chat_template(tokenizer, where: str) -> None:
+    if getattr(tokenizer, "chat_template", None) is None:
+        raise InputError(
+            f"{where}: chat messages need the tokenizer's chat template, and the tokenizer of "
+            "model.name_or_path has none; give plain strings (prompt/completion, or prompt/chosen/rejected) "
+            "or a chat model"
+        )
+
+
 def tokenize_sft(path: Path, tokenizer, max_length: int, key: str) -> TokenizedSplit:
     input_ids, labels = [], []
-    for number, record in read_jsonl(path, key):
+    for number, record in read_records(path, key):
         ids, target = sft_example(record, tokenizer, max_length, where=f"{key}: {path} line {number}")
         if any(t != IGNORE_INDEX for t in target):  # truncated past the answer: nothing to learn
             input_ids.append(ids)
             labels.append(target)
     if not input_ids:
-        raise UserError(f"{key}: no example of {path} keeps a target token within data.max_length={max_length}")
+        raise InputError(f"{key}: no example of {path} keeps a target token within data.max_length={max_length}")
     return TokenizedSplit(input_ids, labels)
 
 
@@ -132,7 +191,7 @@ def preference_example(
     are cut so that prompt + answer fits `max_length`."""
     missing = [key for key in ("prompt", "chosen", "rejected") if key not in record]
     if missing:
-        raise UserError(
+        raise InputError(
             f"{where}: missing {', '.join(repr(k) for k in missing)}; a preference line needs "
             f"'prompt', 'chosen' and 'rejected', got keys {sorted(record)}"
         )
@@ -144,9 +203,10 @@ def preference_example(
             for answer in (chosen, rejected)
         ]
     elif all(_is_messages(part) for part in (prompt, chosen, rejected)):
+        _require_chat_template(tokenizer, where)
         prompt_ids, answers = _chat_preference(prompt, [chosen, rejected], tokenizer)
     else:
-        raise UserError(
+        raise InputError(
             f"{where}: 'prompt', 'chosen' and 'rejected' must all be strings or all lists of "
             "{'role', 'content'} messages"
         )
@@ -184,7 +244,7 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
 
 def tokenize_preference(path: Path, tokenizer, max_length: int, max_prompt_length: int, key: str) -> PreferenceSplit:
     chosen, rejected = TokenizedSplit([], []), TokenizedSplit([], [])
-    for number, record in read_jsonl(path, key):
+    for number, record in read_records(path, key):
         where = f"{key}: {path} line {number}"
         prompt, chosen_ids, rejected_ids = preference_example(record, tokenizer, max_length, max_prompt_length, where)
         for split, answer in ((chosen, chosen_ids), (rejected, rejected_ids)):
@@ -193,9 +253,9 @@ def tokenize_preference(path: Path, tokenizer, max_length: int, max_prompt_lengt
     return PreferenceSplit(chosen, rejected)
 
 
-def tokenize_split(spec, split: str, tokenizer) -> TokenizedSplit | PreferenceSplit:
-    """data.<split> tokenized for the spec's task: SFT examples or DPO preference pairs."""
-    path, key = getattr(spec.data, split), f"data.{split}"
-    if spec.task == "dpo":
-        return tokenize_preference(path, tokenizer, spec.data.max_length, spec.dpo.max_prompt_length, key)
-    return tokenize_sft(path, tokenizer, spec.data.max_length, key)
+def tokenize_split(config: TrialConfig, split: str, tokenizer) -> TokenizedSplit | PreferenceSplit:
+    """data.<split> tokenized for the trial's task: SFT examples or DPO preference pairs."""
+    path, key = getattr(config.data, split), f"data.{split}"
+    if config.task == "dpo":
+        return tokenize_preference(path, tokenizer, config.data.max_length, config.dpo.max_prompt_length, key)
+    return tokenize_sft(path, tokenizer, config.data.max_length, key)

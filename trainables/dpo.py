@@ -29,41 +29,42 @@ import torch.nn.functional as F
 from trainables.common import (
     Reporter,
     Throughput,
-    adapted_model,
     autocast,
     check_finite,
     current_workers,
     endless_batches,
     inject_fault,
-    optimizer_step,
     pad_batch,
     pad_token_id,
-    report_with_adapter,
+    report_with_checkpoint,
     seed_everything,
     shard_batches,
-    start_optimization,
     sum_across_workers,
     unwrap,
 )
+from trainables.config import TrialConfig
+from trainables.strategies import prepare
 from trainables.data import IGNORE_INDEX, PreferenceSplit
 
 
 def train(
-    spec,
+    config: TrialConfig,
     data: dict[str, PreferenceSplit],
     model_source: str,
     report: Reporter,
     started_at: float,
     resume_from: str | None = None,
 ) -> None:
-    """DPO-train fresh LoRA adapters on `model_source` as `spec` says, calling `report` at
+    """DPO-train fresh LoRA adapters on `model_source` as `config` says, calling `report` at
     each evaluation. Arguments as in trainables/sft.py::train; `data` holds preference pairs."""
-    training, dpo = spec.training, spec.dpo
+    training, dpo = config.training, config.dpo
     workers = current_workers()
     seed_everything(training.seed)
 
-    # With the adapters disabled the same module is the reference.
-    model = adapted_model(spec, model_source, workers)
+    # The model spread over the workers as resources.strategy says (DDP, ZeRO, FSDP);
+    # with the adapters disabled the same module is the reference.
+    strategy = prepare(config, model_source, workers)
+    model, peft_model = strategy.model, strategy.peft_model
     pad_id = pad_token_id(model)
 
     # The reference never changes, so the eval pairs are scored under it once, here
@@ -71,7 +72,7 @@ def train(
     train_split, eval_split = data["train"], data["eval"]
     eval_reference = reference_logps(model, eval_split, training, workers, pad_id)
 
-    optimizer, schedule, scaler, done_steps = start_optimization(model, training, resume_from)
+    done_steps = strategy.restore(resume_from) if resume_from else 0
 
     # Data: this worker's shard of the train pairs, reshuffled each epoch by seed.
     micro_batches = training.gradient_accumulation_steps
@@ -87,27 +88,27 @@ def train(
         throughput.start()
         step_tokens = 0
         step_loss = 0.0
-        fault = inject_fault(spec.chaos, step)
+        fault = inject_fault(config.chaos, step)
         for _ in range(micro_batches):
             indices = next(batches)
             input_ids, labels = pair_batch(train_split, indices, pad_id, workers)
             with autocast(workers, training.precision):
-                with torch.no_grad(), unwrap(model).disable_adapter():
-                    reference = sequence_logps(unwrap(model), input_ids, labels, pad_id)
+                with torch.no_grad(), peft_model.disable_adapter():
+                    reference = sequence_logps(peft_model, input_ids, labels, pad_id)
                 policy = sequence_logps(model, input_ids, labels, pad_id)
                 loss = dpo_loss(policy, reference, _answer_lengths(labels), dpo).losses.mean() * fault
             check_finite(loss, step)
-            scaler.scale(loss / micro_batches).backward()
+            strategy.backward(loss)
             step_loss += loss.item() / micro_batches
             step_tokens += int((input_ids != pad_id).sum())
-        learning_rate = optimizer_step(model, optimizer, schedule, scaler, training.max_grad_norm)
+        learning_rate = strategy.step()
         throughput.stop(step_tokens)
         losses_since_report.append(step_loss)
         if setup_seconds is None:
             setup_seconds = time.time() - started_at
 
         if step % training.eval_every == 0 or step == training.max_steps:
-            eval_metrics = evaluate(model, eval_split, eval_reference, spec, workers, pad_id)
+            eval_metrics = evaluate(model, eval_split, eval_reference, config, workers, pad_id)
             tokens, seconds, cpu_seconds = throughput.take()
             train_loss_sum, count, tokens, seconds, cpu_seconds = sum_across_workers(
                 sum(losses_since_report), len(losses_since_report), tokens, seconds, cpu_seconds
@@ -124,7 +125,7 @@ def train(
                 "train_cpu_share": cpu_seconds / seconds,
                 "setup_seconds": setup_seconds,
             }
-            report_with_adapter(report, metrics, model, workers, optimizer, schedule)
+            report_with_checkpoint(report, metrics, strategy, workers)
 
 
 def pair_batch(split: PreferenceSplit, indices: list[int], pad_id: int, workers) -> tuple[torch.Tensor, torch.Tensor]:
@@ -183,18 +184,18 @@ def reference_logps(model, split: PreferenceSplit, training, workers, pad_id: in
 
 
 @torch.no_grad()
-def evaluate(model, split: PreferenceSplit, reference: list[torch.Tensor], spec, workers, pad_id: int) -> dict:
+def evaluate(model, split: PreferenceSplit, reference: list[torch.Tensor], config: TrialConfig, workers, pad_id: int) -> dict:
     """Mean DPO loss and rewards over the whole eval split (all workers together).
     Reward accuracy is the share of pairs whose chosen reward is strictly higher, as trl
     counts it: before any training policy equals reference, every reward is 0 and it is 0."""
     model.eval()
     loss_sum = chosen_sum = rejected_sum = correct = count = 0.0
-    batches = shard_batches(len(split), spec.training.per_device_batch_size, workers)
+    batches = shard_batches(len(split), config.training.per_device_batch_size, workers)
     for indices, reference_scores in zip(batches, reference, strict=True):
         input_ids, labels = pair_batch(split, indices, pad_id, workers)
-        with autocast(workers, spec.training.precision):
+        with autocast(workers, config.training.precision):
             policy = sequence_logps(model, input_ids, labels, pad_id)
-        scores = dpo_loss(policy, reference_scores, _answer_lengths(labels), spec.dpo)
+        scores = dpo_loss(policy, reference_scores, _answer_lengths(labels), config.dpo)
         loss_sum += scores.losses.sum().item()
         chosen_sum += scores.chosen_rewards.sum().item()
         rejected_sum += scores.rejected_rewards.sum().item()

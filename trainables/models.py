@@ -11,8 +11,14 @@ import torch
 from filelock import FileLock
 
 from trainables import tiny
+from trainables.config import BUILTIN_TINY_MODEL
+from trainables.errors import InputError
 
-BUILTIN_TINY_MODEL = "builtin:tiny-llama"
+__all__ = [
+    "BUILTIN_TINY_MODEL", "DEFAULT_CACHE_ROOT", "resolve_model_source", "adapter_base", "check_model_config",
+    "check_target_modules",
+    "load_tokenizer", "load_base_model", "prepare_for_training", "add_lora",
+]
 DEFAULT_CACHE_ROOT = Path.home() / ".cache" / "sweeper"
 
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -38,23 +44,81 @@ def adapter_base(source: str) -> str | None:
     return json.loads(config_file.read_text())["base_model_name_or_path"]
 
 
+def check_model_config(source: str) -> None:
+    """Raise InputError (keyed model.name_or_path) unless transformers can read the model
+    config of `source`: an unknown model_type, a hub id that cannot be reached, ..."""
+    from transformers import AutoConfig
+
+    try:
+        AutoConfig.from_pretrained(source)
+    except Exception as exc:  # transformers raises OSError, ValueError, KeyError, ... for bad input
+        raise InputError(f"model.name_or_path: cannot load the model config of {source}: {_first_line(exc)}") from exc
+
+
+def check_target_modules(source: str, target_modules: list[str]) -> None:
+    """Raise InputError (keyed lora.target_modules) when none of `target_modules` names a
+    module of the model at `source`: peft would refuse it in every trial. As peft, one
+    match is enough (the default list names MLP layers some models do not have)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    try:
+        with torch.device("meta"):  # the module tree without allocating any weights
+            model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(source))
+    except Exception:  # a model this check cannot build; the trial reports what fails
+        return
+    names = [name for name, _ in model.named_modules()]
+    if any(name == target or name.endswith(f".{target}") for target in target_modules for name in names):
+        return
+    linear = sorted({name.rsplit(".", 1)[-1] for name, module in model.named_modules() if isinstance(module, torch.nn.Linear)})
+    raise InputError(
+        f"lora.target_modules: none of {', '.join(target_modules)} is a module of {source}; "
+        f"its linear layers: {', '.join(linear)}"
+    )
+
+
 def load_tokenizer(source: str):
+    """The tokenizer of `source`, with a pad token; InputError (keyed model.name_or_path)
+    when it cannot be loaded."""
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(source)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source)
+    except Exception as exc:  # transformers raises OSError, ValueError, TypeError, ... for bad input
+        raise InputError(
+            f"model.name_or_path: cannot load a tokenizer from {source}: {_first_line(exc)}; "
+            "save the tokenizer into the model folder (tokenizer.save_pretrained)"
+        ) from exc
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
 
 
-def load_base_model(source: str, precision: str = "fp32"):
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def load_base_model(
+    source: str,
+    precision: str = "fp32",
+    *,
+    quantization: str = "none",
+    attn_implementation: str = "sdpa",
+    device: torch.device | None = None,
+):
     """A causal LM ready for new adapters. An adapter directory is loaded on its base and
-    merged, so a DPO sweep can start from an SFT result."""
+    merged, so a DPO sweep can start from an SFT result. `quantization` (nf4, int8) loads
+    the weights through bitsandbytes straight onto `device` (a quantized model cannot be
+    moved afterwards); otherwise the model is on the CPU and the caller places it."""
     from transformers import AutoModelForCausalLM
 
     dtype = TORCH_DTYPES[precision] if precision == "bf16" else torch.float32
+    kwargs = {"dtype": dtype, "attn_implementation": attn_implementation}
+    if quantization != "none":
+        kwargs["quantization_config"] = quantization_config(quantization, precision)
+        kwargs["device_map"] = {"": device or torch.device("cpu")}
     base = adapter_base(source)
-    model = AutoModelForCausalLM.from_pretrained(base or source, dtype=dtype)
+    model = AutoModelForCausalLM.from_pretrained(base or source, **kwargs)
     if base:
         from peft import PeftModel
 
@@ -62,8 +126,48 @@ def load_base_model(source: str, precision: str = "fp32"):
     return model
 
 
+def quantization_config(quantization: str, precision: str):
+    """bitsandbytes settings of QLoRA: 4-bit NormalFloat with double quantization (the
+    quantization constants quantized too), computing in the training precision; or int8."""
+    from transformers import BitsAndBytesConfig
+
+    if quantization == "int8":
+        return BitsAndBytesConfig(load_in_8bit=True)
+    return BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_quant_type="nf4",
+        bnb_4bit_use_double_quant=True,
+        bnb_4bit_compute_dtype=TORCH_DTYPES[precision],
+    )
+
+
+def prepare_for_training(model, quantization: str, gradient_checkpointing: bool):
+    """The base model made ready for adapters: peft's k-bit preparation for a quantized
+    one (norms and embeddings in fp32, input gradients for checkpointing), and
+    non-reentrant gradient checkpointing when asked (the reentrant kind needs inputs that
+    require grad and breaks under DDP with frozen weights)."""
+    checkpointing_kwargs = {"use_reentrant": False}
+    if quantization != "none":
+        from peft import prepare_model_for_kbit_training
+
+        model = prepare_model_for_kbit_training(
+            model, use_gradient_checkpointing=gradient_checkpointing, gradient_checkpointing_kwargs=checkpointing_kwargs
+        )
+        for module in model.modules():
+            # bitsandbytes' CPU inference path repacks 4-bit weights in place at the first
+            # no-grad forward (an evaluation), which fails for widths not divisible by its
+            # block and leaves weights the training forward cannot read.
+            if hasattr(module, "support_avx512bf16_for_cpu"):
+                module.support_avx512bf16_for_cpu = False
+    elif gradient_checkpointing:
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=checkpointing_kwargs)
+    if gradient_checkpointing:
+        model.config.use_cache = False  # a cache is only for generation, and checkpointing refuses it
+    return model
+
+
 def add_lora(model, lora):
-    """Wrap `model` with fresh LoRA adapters from the `lora` section of the spec."""
+    """Wrap `model` with fresh LoRA adapters from a trial config's `lora` section."""
     from peft import LoraConfig, get_peft_model
 
     config = LoraConfig(

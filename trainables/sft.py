@@ -16,47 +16,48 @@ import torch
 from trainables.common import (
     Reporter,
     Throughput,
-    adapted_model,
     autocast,
     check_finite,
     count_targets,
     current_workers,
     endless_batches,
     inject_fault,
-    optimizer_step,
     pad_batch,
     pad_token_id,
-    report_with_adapter,
+    report_with_checkpoint,
     seed_everything,
     shard_batches,
-    start_optimization,
     sum_across_workers,
 )
+from trainables.config import TrialConfig
+from trainables.strategies import prepare
 from trainables.data import IGNORE_INDEX, TokenizedSplit
 
 
 def train(
-    spec,
+    config: TrialConfig,
     data: dict[str, TokenizedSplit],
     model_source: str,
     report: Reporter,
     started_at: float,
     resume_from: str | None = None,
 ) -> None:
-    """Fine-tune `model_source` with LoRA as `spec` says, calling `report` at each evaluation.
+    """Fine-tune `model_source` with LoRA as `config` says, calling `report` at each evaluation.
 
-    `spec` is a SweepSpec with this trial's sampled values applied; `data` holds the
+    `config` is the trial's config, its sampled values applied; `data` holds the
     tokenized "train" and "eval" splits; `started_at` is when the trial started (time.time()),
     for the setup-seconds metric; `resume_from` is a checkpoint directory to continue from
     (a retried or resumed trial).
     """
-    training = spec.training
+    training = config.training
     workers = current_workers()
     seed_everything(training.seed)
 
-    model = adapted_model(spec, model_source, workers)
+    # The model spread over the workers as resources.strategy says (DDP, ZeRO, FSDP).
+    strategy = prepare(config, model_source, workers)
+    model = strategy.model
     pad_id = pad_token_id(model)
-    optimizer, schedule, scaler, done_steps = start_optimization(model, training, resume_from)
+    done_steps = strategy.restore(resume_from) if resume_from else 0
 
     # Data: this worker's shard of the train split, reshuffled each epoch by seed.
     train_split, eval_split = data["train"], data["eval"]
@@ -73,7 +74,7 @@ def train(
         throughput.start()
         step_tokens = 0
         step_loss = 0.0
-        fault = inject_fault(spec.chaos, step)
+        fault = inject_fault(config.chaos, step)
         for _ in range(micro_batches):
             indices = next(batches)
             input_ids = pad_batch([train_split.input_ids[i] for i in indices], pad_id).to(workers.device)
@@ -81,10 +82,10 @@ def train(
             with autocast(workers, training.precision):
                 loss = model(input_ids=input_ids, attention_mask=input_ids != pad_id, labels=labels).loss * fault
             check_finite(loss, step)
-            scaler.scale(loss / micro_batches).backward()
+            strategy.backward(loss)
             step_loss += loss.item() / micro_batches
             step_tokens += int((input_ids != pad_id).sum())
-        learning_rate = optimizer_step(model, optimizer, schedule, scaler, training.max_grad_norm)
+        learning_rate = strategy.step()
         throughput.stop(step_tokens)
         losses_since_report.append(step_loss)
         if setup_seconds is None:
@@ -109,7 +110,7 @@ def train(
                 "train_cpu_share": cpu_seconds / seconds,
                 "setup_seconds": setup_seconds,
             }
-            report_with_adapter(report, metrics, model, workers, optimizer, schedule)
+            report_with_checkpoint(report, metrics, strategy, workers)
 
 
 @torch.no_grad()

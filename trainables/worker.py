@@ -10,15 +10,19 @@ import time
 import psutil
 import ray
 import ray.train
+import ray.train.torch
 import torch
 
-from sweeper.spec import SweepSpec
-from sweeper.warm_start import WARM_STARTED_ENV
 from trainables.common import final_report_of
+from trainables.config import TrialConfig
+from trainables.environment import WARM_STARTED_ENV
 from trainables.models import resolve_model_source
 
 
 def train_loop_per_worker(config: dict) -> None:
+    """Ray Train's loop of one worker. `config`: "trial", the TrialConfig with this trial's
+    sampled values applied; "data", {"ref": object ref of the tokenized splits};
+    "cache_root", where built-in models are built; "started_at", when the trial started."""
     started_at = config["started_at"]
     # Where a trial's setup time goes, in seconds since the trial started, and whether
     # this process was forked from the warm server (1) or started cold (0); the first
@@ -28,26 +32,31 @@ def train_loop_per_worker(config: dict) -> None:
         "train_loop_entered": time.time() - started_at,
         "worker_warm_started": float(os.environ.get(WARM_STARTED_ENV) == "1"),
     }
-    spec = SweepSpec.model_validate(config["spec"], context={"check_files": False})
+    trial: TrialConfig = config["trial"]
     # One intra-op thread per reserved CPU: two trials on two cores must not fight.
-    torch.set_num_threads(max(1, int(spec.resources.cpus_per_worker)))
+    torch.set_num_threads(max(1, int(trial.resources.cpus_per_worker)))
+    if trial.resources.use_gpu:
+        # The GPU Ray assigned this worker (not LOCAL_RANK: workers of several trials
+        # sharing one GPU through a fractional gpus_per_worker all have local rank 0,
+        # and Ray's visible-device list is not ordered by local rank).
+        torch.cuda.set_device(ray.train.torch.get_device())
     data = ray.get(config["data"]["ref"])
-    model_source = resolve_model_source(spec.model.name_or_path, config["cache_root"])
-    task = importlib.import_module(f"trainables.{spec.task}")
+    model_source = resolve_model_source(trial.model.name_or_path, config["cache_root"])
+    task = importlib.import_module(f"trainables.{trial.task}")
     setup_phases["data_and_task_ready"] = time.time() - started_at
     report = _RayReport(setup_phases)
     # Set when Ray Train retries this trial after a failure, or when a resumed sweep
     # restarts it: the run's latest checkpoint.
     checkpoint = ray.train.get_checkpoint()
     if checkpoint is None:
-        task.train(spec, data, model_source, report=report, started_at=started_at)
+        task.train(trial, data, model_source, report=report, started_at=started_at)
         return
     with checkpoint.as_directory() as resume_from:
-        final = final_report_of(resume_from, spec.training.max_steps)
+        final = final_report_of(resume_from, trial.training.max_steps)
         if final is not None:  # nothing left to train: tell the driver how it ended
             report(final, resume_from if ray.train.get_context().get_world_rank() == 0 else None)
             return
-        task.train(spec, data, model_source, report=report, started_at=started_at, resume_from=resume_from)
+        task.train(trial, data, model_source, report=report, started_at=started_at, resume_from=resume_from)
 
 
 class _RayReport:

@@ -37,8 +37,9 @@ def test_overhead_benchmark_reports_setup_and_its_phases(tmp_path):
 
 def test_pruning_benchmark_counts_steps_against_the_rung_arithmetic(tmp_path):
     figures = run_benchmark("pruning", tmp_path, "--trials", "3", "--max-steps", "18", "--grace-period", "2")
-    # rungs at 2 and 6 with eta 3: 3 x 2 + 1 x 4 + 1/3 x 12
-    assert figures["rung_arithmetic"] == pytest.approx(14)
+    # rungs at 2 and 6 with eta 3: 3 trials to step 2, max(1, floor(3/3)) = 1 on to 6,
+    # max(1, floor(1/3)) = 1 on to 18: 3 x 2 + 1 x 4 + 1 x 12
+    assert figures["rung_arithmetic"] == 22
     # ASHA by promotion: 1 of the 3 trials ranked at step 2 goes on, alone at step 6 it
     # goes on too (a closed rung lets one through); the other two stop at step 2.
     assert (figures["trials"], figures["completed"], figures["pruned"]) == (3, 1, 2)
@@ -53,3 +54,29 @@ def test_throughput_benchmark_compares_a_trial_with_the_plain_loop(tmp_path):
     # The thread's CPU time never exceeds its wall time.
     assert 0 < round_["trial_cpu_share"] <= 1.01 and 0 < round_["plain_cpu_share"] <= 1.01
     assert figures["ratio_median"] == pytest.approx(round_["trial_tokens_per_s"] / round_["plain_tokens_per_s"])
+
+
+def test_readonly_benchmark_times_the_commands_on_a_written_sweep(tmp_path):
+    figures = run_benchmark("readonly", tmp_path, "--trials", "12", "--repeats", "1", "--keep", str(tmp_path / "sweep"))
+    assert set(figures) >= {"list", "status", "report"}
+    assert all(len(figures[name]["runs_s"]) == 1 for name in ("list", "status", "report"))
+    # The sweep is as ASHA by promotion leaves 12 trials (rungs 10 and 30 of 90, eta 3).
+    from sweeper.store import SweepStore
+
+    trials = SweepStore(f"sqlite:///{tmp_path / 'sweep' / 'mlflow.db'}").trials("readonly")
+    assert trials.height == 12
+    assert sorted(trials["steps"].drop_nulls().to_list())[-1] == 90
+    assert set(trials["state"]) == {"completed", "pruned", "failed"}
+
+
+def test_search_quality_benchmark_compares_methods_on_steps_and_best_loss(tmp_path):
+    figures = run_benchmark(
+        "search_quality", tmp_path, "--seeds", "0", "--trials", "4", "--max-steps", "18", "--eval-every", "9",
+        "--methods", "random,optuna,asha", "--results", str(tmp_path / "runs"),
+    )
+    methods = figures["methods"]
+    assert set(methods) == {"random", "optuna", "asha"}
+    assert methods["random"]["steps"] == [4 * 18]  # every trial to max_steps
+    # ASHA by promotion: 4 trials to step 9, max(1, floor(4/3)) = 1 on to 18
+    assert methods["asha"]["steps"] == [4 * 9 + 9]
+    assert all(0 < best < 20 for runs in methods.values() for best in runs["best"])

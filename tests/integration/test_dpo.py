@@ -10,7 +10,7 @@ import time
 import pytest
 import torch
 
-from sweeper.spec import validate_spec, with_overrides
+from sweeper.spec import validate_spec
 from tests.conftest import REPO, small_dpo_sweep, small_sweep, write_yaml
 from tests.integration.conftest import run_cli
 from trainables import dpo, sft
@@ -54,7 +54,7 @@ def test_loss_and_rewards_match_trl(tiny):
     source, tokenizer = tiny
     spec = validate_spec(small_dpo_sweep("parity", training={"per_device_batch_size": 16}), base_dir=REPO)
     records = [record for _, record in read_jsonl(spec.data.eval, "data.eval")][:16]
-    full = tokenize_split(spec, "eval", tokenizer)
+    full = tokenize_split(spec.trial_config(), "eval", tokenizer)
     pairs = PreferenceSplit(*(TokenizedSplit(s.input_ids[:16], s.labels[:16]) for s in (full.chosen, full.rejected)))
 
     def model_with_adapters():
@@ -67,7 +67,7 @@ def test_loss_and_rewards_match_trl(tiny):
 
     workers = current_workers()
     for loss_type in ("sigmoid", "ipo", "hinge"):
-        trial = with_overrides(spec, {"dpo.loss_type": loss_type, "dpo.beta": 0.2})
+        trial = spec.trial_config().with_values({"dpo.loss_type": loss_type, "dpo.beta": 0.2})
         model = model_with_adapters()
         reference = dpo.reference_logps(model, pairs, trial.training, workers, tokenizer.pad_token_id)
         ours = dpo.evaluate(model, pairs, reference, trial, workers, tokenizer.pad_token_id)
@@ -102,20 +102,20 @@ def test_dpo_starts_from_an_sft_adapter(tiny, tmp_path):
         small_sweep("sft", training={"max_steps": 40, "eval_every": 40}, early_stopping={"scheduler": "none"}),
         base_dir=REPO,
     )
-    sft_data = {split: tokenize_split(sft_spec, split, tokenizer) for split in ("train", "eval")}
+    sft_data = {split: tokenize_split(sft_spec.trial_config(), split, tokenizer) for split in ("train", "eval")}
     adapter_dir = tmp_path / "sft-adapter"
 
     def keep_adapter(metrics, checkpoint_dir):
         shutil.copytree(checkpoint_dir, adapter_dir, dirs_exist_ok=True)
 
-    sft.train(sft_spec, sft_data, source, keep_adapter, time.time())
+    sft.train(sft_spec.trial_config(), sft_data, source, keep_adapter, time.time())
     assert adapter_base(str(adapter_dir)) == source
 
     # DPO from it, configured the way a user would: the adapter directory as the model.
     raw = small_dpo_sweep("from-sft", model={"name_or_path": str(adapter_dir)}, early_stopping={"scheduler": "none"})
     spec = validate_spec(raw, base_dir=REPO)
     tokenizer = load_tokenizer(adapter_base(spec.model.name_or_path))
-    data = {split: tokenize_split(spec, split, tokenizer) for split in ("train", "eval")}
+    data = {split: tokenize_split(spec.trial_config(), split, tokenizer) for split in ("train", "eval")}
 
     from peft import PeftModel
 
@@ -134,7 +134,7 @@ def test_dpo_starts_from_an_sft_adapter(tiny, tmp_path):
     assert not torch.allclose(reference, scores(load_base_model(source).eval()), atol=1e-2)
 
     reports = []
-    dpo.train(spec, data, spec.model.name_or_path, lambda metrics, checkpoint: reports.append(metrics), time.time())
+    dpo.train(spec.trial_config(), data, spec.model.name_or_path, lambda metrics, checkpoint: reports.append(metrics), time.time())
     assert [m["step"] for m in reports] == [10, 20, 30]
     assert reports[-1]["eval_rewards_accuracy"] > 0.5, reports[-1]
 
@@ -158,7 +158,7 @@ def test_dpo_sweep_over_beta_and_learning_rate(tmp_path, tiny):
 
     spec = validate_spec(raw, base_dir=REPO)
     source, tokenizer = tiny
-    data = {split: tokenize_split(spec, split, tokenizer) for split in ("train", "eval")}
+    data = {split: tokenize_split(spec.trial_config(), split, tokenizer) for split in ("train", "eval")}
     before = accuracy_before_training(spec, source, data)
     print(f"{best_line}; accuracy before training: {before}")
     assert best > 0.5 and best > before, (best, before, best_line)

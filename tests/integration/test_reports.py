@@ -10,7 +10,6 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -215,16 +214,17 @@ def test_bad_input_is_one_clear_line_and_exit_2(finished_sweep, tmp_path):
     assert unwritable.stderr.startswith(f"error: --out: cannot write the report to {blocker / 'r'} (")
 
 
-def test_sweep_without_a_completed_trial_is_reported_and_exits_2(tmp_path):
+def test_sweep_without_a_completed_trial_is_reported_and_exits_2(tmp_path, monkeypatch):
     """A sweep whose trials were all pruned or failed, written by the real MLflow writer."""
+    from sweeper.book import SweepBook, TrialRecord
     from sweeper.plan import TrialResources
-    from sweeper.progress import SweepBook, TrialRecord
     from sweeper.spec import validate_spec
     from sweeper.tracking import MlflowTracker
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     spec = validate_spec(small_sweep("stalled", output_dir=str(tmp_path / "sweeps")), base_dir=tmp_path)
     book = SweepBook(metric="eval_loss", goal="minimize", max_steps=30)
+    monkeypatch.chdir(tmp_path)  # the tracker puts a SQLite store's artifacts in ./mlartifacts
     tracker = MlflowTracker(spec, book, uri, hardware="test", trial_resources=TrialResources(1, 1, 0))
     tracker.start_sweep(tmp_path)
     now = time.time()
@@ -232,15 +232,14 @@ def test_sweep_without_a_completed_trial_is_reported_and_exits_2(tmp_path):
         ("a", 1, "pruned", [{"step": 10, "eval_loss": 5.5, "setup_seconds": 1.0, "train_tokens": 100}]),
         ("b", 2, "failed", []),
     ):
-        trial = SimpleNamespace(trial_id=trial_id)
-        book.trials[trial_id] = TrialRecord(trial_id, number, {"training.learning_rate": 1e-3 * number}, started_at=now - 30)
-        tracker.on_trial_start(0, [], trial)
+        record = book.trials[trial_id] = TrialRecord(trial_id, number, {"training.learning_rate": 1e-3 * number}, started_at=now - 30)
+        tracker.trial_started(record)
         for report in history:
-            book.trials[trial_id].history.append(report)
-            tracker.on_trial_result(0, [], trial, report)
-        book.trials[trial_id].status, book.trials[trial_id].ended_at = status, now
-        book.trials[trial_id].error = "RuntimeError: boom" if status == "failed" else None
-        tracker.on_trial_complete(0, [], trial)
+            record.history.append(report)
+            tracker.trial_result(record)
+        record.state, record.ended_at = status, now
+        record.error = "RuntimeError: boom" if status == "failed" else None
+        tracker.trial_finished(record)
     tracker.finish_sweep()
 
     out = tmp_path / "report"

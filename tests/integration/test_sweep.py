@@ -1,8 +1,13 @@
 """Real sweeps on a real local Ray cluster (with its dashboard), through the CLI a user runs."""
 
+import json
+
+import polars as pl
 import pytest
 import yaml
 
+from sweeper.plan import milestone_counts, steps_trained
+from sweeper.store import SweepStore
 from tests.integration.conftest import run_cli as sweep
 
 pytestmark = pytest.mark.integration
@@ -12,20 +17,28 @@ def test_more_trials_than_slots_finishes_with_pruning(finished_sweep):
     """5 trials on 2 slots: finished and pruned trials must give their resources back
     (the placement-group hazard) or this hangs until the timeout."""
     result = finished_sweep.result
-    out = result.stdout
-    assert result.returncode == 0, out + result.stderr
-    assert "Ray dashboard: http://127.0.0.1:" in out
-    assert "5 trials, 2 at a time" in out
-    assert "Median setup per trial" in out
-    assert "Best trial" in out
-    summary = next(line for line in out.splitlines() if "finished in" in line)
-    pruned = int(summary.split(" pruned")[0].rsplit(" ", 1)[1])
-    completed = int(summary.split(" completed")[0].rsplit(" ", 1)[1])
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Ray dashboard: http://127.0.0.1:" in result.stdout
+    assert "Best trial" in result.stdout  # the end-of-sweep summary printed
+    trials = SweepStore(finished_sweep.tracking_uri).trials("shared")
     # ASHA by promotion: of 5 trials ranked at step 10, max(1, floor(5/3)) = 1 goes on.
-    assert "Budget: at most 70 training steps (5 to step 10, 1 to step 30); 150 without early stopping" in out
-    assert (completed, pruned) == (1, 4), summary
+    assert sorted(zip(trials["state"], trials["steps"])) == [("completed", 30)] + [("pruned", 10)] * 4
+    assert trials["steps"].sum() == steps_trained(milestone_counts(5, [10], 30, 3)) == 70
+    assert trials["status"].to_list().count("pruned at step 10") == 4
+    assert trials["setup_seconds"].min() > 0
     assert (finished_sweep.workdir / "sweeps" / "shared" / "optuna.db").is_file()
     assert (finished_sweep.workdir / "sweeps" / "shared" / "tokenizer" / "tokenizer.json").is_file()
+
+
+def most_at_once(trials) -> int:
+    """The most trials whose MLflow runs were open at the same moment (a trial paused at a
+    rung keeps its run open: use it on sweeps without ASHA by promotion)."""
+    events = sorted([(t, 1) for t in trials["started_ms"]] + [(t, -1) for t in trials["ended_ms"]], key=lambda e: (e[0], e[1]))
+    running = most = 0
+    for _, change in events:
+        running += change
+        most = max(most, running)
+    return most
 
 
 def test_trials_with_two_ddp_workers(sweep_yaml, tmp_path):
@@ -38,8 +51,10 @@ def test_trials_with_two_ddp_workers(sweep_yaml, tmp_path):
     )
     result = sweep("start", str(path), cwd=tmp_path, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "2 trials, 1 at a time (2 worker(s) per trial)" in result.stdout
-    assert "2 completed, 0 pruned, 0 failed" in result.stdout
+    trials = SweepStore(f"sqlite:///{tmp_path / 'mlflow.db'}").trials("ddp")
+    assert trials["state"].to_list() == ["completed", "completed"]
+    assert trials["steps"].to_list() == [20, 20]
+    assert most_at_once(trials) == 1  # 2 workers of 1 CPU each: one trial fills the 2-CPU cluster
 
 
 def test_existing_sweep_is_not_overwritten(sweep_yaml, tmp_path):
@@ -68,10 +83,6 @@ def test_a_paused_trial_continues_from_its_checkpoint(sweep_yaml, tmp_path):
     alone and is paused; trial 2 (lr 1e-5) arrives, the rung closes, trial 1 is the
     better and goes on from its step-10 checkpoint in a new Train run, trial 2 stops.
     Without dropout the resumed trial's losses are those of an uninterrupted run."""
-    from mlflow.tracking import MlflowClient
-
-    from tests.integration.test_tracking import runs_of
-
     common = dict(lora={"dropout": 0.0}, training={"max_steps": 30, "eval_every": 10, "per_device_batch_size": 8})
     promoted = sweep_yaml(
         "promoted",
@@ -85,7 +96,6 @@ def test_a_paused_trial_continues_from_its_checkpoint(sweep_yaml, tmp_path):
     )
     result = sweep("start", str(promoted), cwd=tmp_path, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "1 completed, 1 pruned, 0 failed" in result.stdout
 
     uninterrupted = sweep_yaml(
         "uninterrupted",
@@ -96,19 +106,21 @@ def test_a_paused_trial_continues_from_its_checkpoint(sweep_yaml, tmp_path):
     result = sweep("start", str(uninterrupted), cwd=tmp_path, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
 
-    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
-    _, trials = runs_of(client, "promoted")
-    by_lr = {float(t.data.params["training.learning_rate"]): t for t in trials}
+    store = SweepStore(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    trials = store.trials("promoted")
+    by_lr = {float(json.loads(row["params"])["training.learning_rate"]): row for row in trials.to_dicts()}
     winner, loser = by_lr[1e-2], by_lr[1e-5]
-    assert (winner.data.tags["sweeper.state"], winner.data.metrics["pauses"]) == ("completed", 1)
-    assert (loser.data.tags["sweeper.status"], loser.data.metrics["pauses"]) == ("pruned at step 10", 0)
-    (reference,) = runs_of(client, "uninterrupted")[1]
+    assert (winner["state"], winner["steps"], winner["pauses"]) == ("completed", 30, 1)
+    assert (loser["state"], loser["status"], loser["pauses"]) == ("pruned", "pruned at step 10", 0)
+    references = store.trials("uninterrupted")
+    (reference,) = references.to_dicts()
 
-    def losses(run):
-        return [(p.step, p.value) for p in client.get_metric_history(run.info.run_id, "eval_loss")]
+    def losses(frame: pl.DataFrame, row: dict) -> list[tuple[int, float]]:
+        history = store.history(trials=frame.filter(pl.col("run_id") == row["run_id"])).sort("step")
+        return list(zip(history["step"], history["value"]))
 
-    resumed, straight = losses(winner), losses(reference)
+    resumed, straight = losses(trials, winner), losses(references, reference)
     assert [step for step, _ in resumed] == [step for step, _ in straight] == [10, 20, 30]
     assert [loss for _, loss in resumed] == pytest.approx([loss for _, loss in straight], rel=1e-4)
     # Its cost counts the time it trained, not the time it waited.
-    assert winner.data.metrics["wall_seconds"] < reference.data.metrics["wall_seconds"] * 2 + 10
+    assert winner["wall_seconds"] < reference["wall_seconds"] * 2 + 10

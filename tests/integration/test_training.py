@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from sweeper.spec import validate_spec, with_overrides
+from sweeper.spec import validate_spec
 from trainables import sft
 from trainables.common import current_workers
 from trainables.data import tokenize_sft
@@ -32,7 +32,7 @@ def setup():
 def run(setup, **overrides) -> list[dict]:
     spec, source, data = setup
     reports = []
-    sft.train(with_overrides(spec, overrides), data, source, lambda m, c: reports.append((m, c)), time.time())
+    sft.train(spec.trial_config().with_values(overrides), data, source, lambda m, c: reports.append((m, c)), time.time())
     assert all(checkpoint is not None for _, checkpoint in reports)
     return [m for m, _ in reports]
 
@@ -66,7 +66,7 @@ def test_same_seed_same_run(setup):
 
 def test_resuming_from_a_checkpoint_continues_the_same_run(setup, tmp_path):
     spec, source, data = setup
-    trial = with_overrides(spec, {"training.max_steps": 20, "training.eval_every": 10, "lora.dropout": 0.0})
+    trial = spec.trial_config().with_values({"training.max_steps": 20, "training.eval_every": 10, "lora.dropout": 0.0})
     saved = {}
 
     def keep_checkpoints(metrics, checkpoint_dir):
@@ -85,7 +85,7 @@ def test_non_finite_loss_stops_the_trial_before_the_step(setup):
     from trainables.common import NonFiniteLossError
 
     spec, source, data = setup
-    trial = with_overrides(spec, {"chaos.fault": "nan_loss", "chaos.at_step": 3})
+    trial = spec.trial_config().with_values({"chaos.fault": "nan_loss", "chaos.at_step": 3})
     reports = []
     with pytest.raises(NonFiniteLossError, match="loss is nan at step 3"):
         sft.train(trial, data, source, lambda m, c: reports.append(m), time.time())

@@ -1,8 +1,9 @@
+import copy
 import json
 
 import pytest
 
-from sweeper.errors import UserError
+from trainables.errors import InputError
 from trainables.data import IGNORE_INDEX, read_jsonl, sft_example, tokenize_sft
 from trainables.tiny import build_tokenizer
 
@@ -43,18 +44,18 @@ def test_truncation_keeps_length(tokenizer):
 def test_malformed_jsonl_names_key_file_and_line(tmp_path):
     path = tmp_path / "d.jsonl"
     path.write_text(json.dumps({"prompt": "a", "completion": "b"}) + "\n\n{not json\n")
-    with pytest.raises(UserError, match=r"^data.train: .*d.jsonl line 3: invalid JSON"):
+    with pytest.raises(InputError, match=r"^data.train: .*d.jsonl line 3: invalid JSON"):
         read_jsonl(path, "data.train")
 
 
 def test_empty_file_and_wrong_fields(tmp_path, tokenizer):
     empty = tmp_path / "e.jsonl"
     empty.write_text("\n")
-    with pytest.raises(UserError, match=r"^data.eval: .*e.jsonl is empty"):
+    with pytest.raises(InputError, match=r"^data.eval: .*e.jsonl is empty"):
         read_jsonl(empty, "data.eval")
     wrong = tmp_path / "w.jsonl"
     wrong.write_text(json.dumps({"text": "a"}) + "\n")
-    with pytest.raises(UserError, match=r"^data.train: .*w.jsonl line 1: expected 'messages' or 'prompt' and 'completion'"):
+    with pytest.raises(InputError, match=r"^data.train: .*w.jsonl line 1: expected 'messages' or 'prompt' and 'completion'"):
         tokenize_sft(wrong, tokenizer, 64, "data.train")
 
 
@@ -151,5 +152,60 @@ def test_bad_preference_line_names_key_file_and_line(tmp_path, tokenizer, record
     path = tmp_path / "prefs.jsonl"
     path.write_text(json.dumps({"prompt": "p", "chosen": "c", "rejected": "r"}) + "\n" + json.dumps(record) + "\n")
     spec = validate_spec(small_dpo_sweep("x", data={"train": str(path)}), base_dir=REPO)
-    with pytest.raises(UserError, match=r"^data.train: .*prefs.jsonl " + message):
+    with pytest.raises(InputError, match=r"^data.train: .*prefs.jsonl " + message):
         tokenize_split(spec, "train", tokenizer)
+
+
+# ---------------------------------------------------------------- models and tokenizers
+
+
+def test_tokenizer_that_cannot_load_is_a_keyed_input_error(tmp_path):
+    from trainables.models import load_tokenizer
+
+    (tmp_path / "config.json").write_text('{"model_type": "llama"}')
+    with pytest.raises(InputError, match=rf"^model.name_or_path: cannot load a tokenizer from {tmp_path}: "):
+        load_tokenizer(str(tmp_path))
+
+
+def test_model_config_transformers_cannot_read_is_a_keyed_input_error(tmp_path):
+    from trainables.models import check_model_config
+
+    (tmp_path / "config.json").write_text('{"model_type": "no-such-architecture"}')
+    with pytest.raises(InputError, match=rf"^model.name_or_path: cannot load the model config of {tmp_path}: "):
+        check_model_config(str(tmp_path))
+
+
+def test_prepare_data_refuses_a_tokenizer_that_cannot_load(tmp_path):
+    from sweeper.launch import prepare_data
+    from sweeper.spec import validate_spec
+    from tests.conftest import REPO, small_sweep
+
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"model_type": "llama"}')
+    (folder / "model.safetensors").write_bytes(b"")
+    (folder / "tokenizer.json").write_text('{"not": "a tokenizer"}')
+    spec = validate_spec(small_sweep("x", model={"name_or_path": str(folder)}), base_dir=REPO)
+    with pytest.raises(InputError, match=r"^model.name_or_path: cannot load a tokenizer from "):
+        prepare_data(spec, tmp_path / "cache")
+
+
+def test_chat_messages_with_a_tokenizer_without_chat_template_are_a_keyed_error(tokenizer):
+    plain = copy.copy(tokenizer)
+    plain.chat_template = None
+    record = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}
+    with pytest.raises(InputError, match=r"^data.train: f line 2: chat messages need the tokenizer's chat template"):
+        sft_example(record, plain, 64, "data.train: f line 2")
+
+
+def test_lora_target_modules_the_model_lacks_are_a_keyed_error(tmp_path):
+    from transformers import LlamaConfig
+
+    from trainables.models import check_target_modules
+
+    LlamaConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                num_key_value_heads=2, vocab_size=64).save_pretrained(tmp_path)
+    source = str(tmp_path)
+    check_target_modules(source, ["q_proj", "no_such_layer"])  # one match is enough, as for peft
+    with pytest.raises(InputError, match=r"^lora.target_modules: none of c_attn, c_proj is a module of .*; its linear layers: .*q_proj"):
+        check_target_modules(source, ["c_attn", "c_proj"])

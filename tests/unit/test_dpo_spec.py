@@ -3,7 +3,8 @@
 import pytest
 
 from sweeper.errors import UserError
-from sweeper.spec import TASK_METRICS, validate_spec, with_overrides
+from sweeper.spec import validate_spec, with_overrides
+from trainables.metrics import TASK_METRICS
 from tests.conftest import REPO, small_dpo_sweep, small_sweep
 
 

@@ -1,10 +1,12 @@
-from sweeper.progress import AdapterJanitor, SweepBook, TrialRecord, error_reason
+from sweeper.book import SweepBook, TrialRecord
+from sweeper.names import TrialState
+from sweeper.progress import AdapterJanitor, error_reason
 
 
-def record(tmp_path, number, status, loss, step=30):
+def record(tmp_path, number, state, loss, step=30):
     checkpoint = tmp_path / f"trial{number}" / "checkpoint"
     checkpoint.mkdir(parents=True)
-    return TrialRecord(f"t{number}", number, {}, status=status, history=[{"step": step, "eval_loss": loss}],
+    return TrialRecord(f"t{number}", number, {}, state=state, history=[{"step": step, "eval_loss": loss}],
                        checkpoint_path=str(checkpoint))
 
 
@@ -26,45 +28,76 @@ def test_janitor_keeps_the_best_k_finished_adapters(tmp_path):
 def test_book_best_and_unfinished():
     book = SweepBook(metric="eval_accuracy", goal="maximize", max_steps=30)
     book.trials = {
-        "a": TrialRecord("a", 1, {}, status="completed", history=[{"step": 30, "eval_accuracy": 0.6}]),
-        "b": TrialRecord("b", 2, {}, status="completed", history=[{"step": 30, "eval_accuracy": 0.8}]),
-        "c": TrialRecord("c", 3, {}, status="pruned", history=[{"step": 10, "eval_accuracy": 0.9}]),
+        "a": TrialRecord("a", 1, {}, state="completed", history=[{"step": 30, "eval_accuracy": 0.6}]),
+        "b": TrialRecord("b", 2, {}, state="completed", history=[{"step": 30, "eval_accuracy": 0.8}]),
+        "c": TrialRecord("c", 3, {}, state="pruned", history=[{"step": 10, "eval_accuracy": 0.9}]),
     }
     assert book.best().trial_id == "b"
     assert not book.unfinished(3) and book.unfinished(4)
-    book.trials["b"].status = "running"
+    book.trials["b"].state = "running"
     assert book.unfinished(3)
 
 
-def test_error_reason_is_the_last_error_line():
-    trace = "Traceback (most recent call last):\n  File x\nRuntimeError: chaos.fault: injected exception at step 15\n"
-    assert error_reason(trace) == "RuntimeError: chaos.fault: injected exception at step 15"
+def ray_wrapped(error):
+    """`error` as Tune pickles a trial's failure: a RayTaskError (an instance of the cause's
+    class too) around what the trial's fit() raised, through cloudpickle."""
+    import ray.cloudpickle
+    from ray.exceptions import RayTaskError
+
+    wrapped = RayTaskError("run_trial", "Traceback ...", error).as_instanceof_cause()
+    return ray.cloudpickle.loads(ray.cloudpickle.dumps(wrapped))
+
+
+def test_error_reason_is_the_training_loops_own_error():
+    from ray.train import WorkerGroupError
+
+    from trainables.common import NonFiniteLossError
+
+    raised = RuntimeError("chaos.fault: injected exception at step 15")
+    assert error_reason(ray_wrapped(WorkerGroupError("Training failed", {0: raised}))) == (
+        "RuntimeError: chaos.fault: injected exception at step 15"
+    )
+    nan = NonFiniteLossError("loss is nan at step 15; not training on it")
+    failures = {1: ValueError("rank 1"), 0: nan}
+    assert error_reason(ray_wrapped(WorkerGroupError("Training failed", failures))) == (
+        "NonFiniteLossError: loss is nan at step 15; not training on it"
+    )
+    assert error_reason(ValueError("bad config\nmore")) == "ValueError: bad config"
     assert error_reason(None).startswith("unknown error")
 
 
-def test_error_reason_sees_through_ray_wrappers():
-    trace = (
-        "ray.train.WorkerGroupError: Training failed due to worker errors:\n[Rank 0 Error Snippet]:\n"
-        "trainables.common.NonFiniteLossError: loss is nan at step 15; not training on it\n"
-    )
-    assert error_reason(trace).startswith("trainables.common.NonFiniteLossError: loss is nan at step 15")
-    died = "ray.train.WorkerGroupError: Training failed:\nThe actor is dead because its worker process has died.\n"
-    assert error_reason(died).startswith("a worker process died")
+def test_error_reason_of_a_worker_that_died():
+    from ray.exceptions import ActorDiedError
+    from ray.train import WorkerGroupError
+
+    class HealthCheckFailed(Exception):  # Train's own wrapper keeps the actor's error here
+        def __init__(self, failure):
+            self.health_check_failure = failure
+
+    died = WorkerGroupError("Training failed", {0: HealthCheckFailed(ActorDiedError())})
+    assert error_reason(ray_wrapped(died)) == "a worker process died (killed, out of memory, or crashed)"
 
 
-def test_unfinished_trials_that_tune_does_not_know_are_lost():
-    from types import SimpleNamespace
+def test_a_state_is_the_enum_and_status_text_its_words():
+    record = TrialRecord("t", 1, {}, history=[{"step": 10, "eval_loss": 4.0}])
+    assert record.state is TrialState.RUNNING and not record.finished
+    record.state = "pruned"  # as Tune's callbacks and MLflow's tags spell it
+    assert record.state is TrialState.PRUNED and record.finished
+    assert record.status_text == "pruned at step 10"
+    record.state, record.error = TrialState.FAILED, "RuntimeError: boom"
+    assert record.status_text == "failed: RuntimeError: boom"
+    record.state = TrialState.STOPPED
+    assert record.status_text == "stopped" and not record.finished
 
-    from sweeper.progress import BookKeeper
 
+def test_best_skips_trials_without_a_finite_value_and_counts_by_state():
     book = SweepBook(metric="eval_loss", goal="minimize", max_steps=30)
     book.trials = {
-        "done": TrialRecord("done", 1, {}, status="completed", history=[{"step": 30, "eval_loss": 3.0}]),
-        "resumed": TrialRecord("resumed", 2, {}, status="stopped"),
-        # started by a driver that died before Tune saved its state
-        "orphan": TrialRecord("orphan", 3, {}, status="stopped"),
+        "nan": TrialRecord("nan", 1, {}, state="completed", history=[{"step": 30, "eval_loss": float("nan")}]),
+        "none": TrialRecord("none", 2, {}, state="completed", history=[{"step": 30}]),
+        "good": TrialRecord("good", 3, {}, state="completed", history=[{"step": 30, "eval_loss": 3.0}]),
+        "early": TrialRecord("early", 4, {}, state="running", history=[{"step": 10, "eval_loss": 1.0}]),
     }
-    keeper = BookKeeper(book)
-    assert keeper.lost_trials() == []  # Tune has not stepped yet: nothing is known
-    keeper.on_step_begin(0, [SimpleNamespace(trial_id="done", status="TERMINATED"), SimpleNamespace(trial_id="resumed", status="RUNNING")])
-    assert [t.trial_id for t in keeper.lost_trials()] == ["orphan"]
+    assert book.best().trial_id == "good"
+    assert book.best(states=(TrialState.COMPLETED, TrialState.RUNNING)).trial_id == "early"
+    assert book.count(TrialState.COMPLETED) == 3 and book.count("running") == 1

@@ -3,7 +3,6 @@ SQLite MLflow store written by the real tracker (driven by hand, no Tune), and t
 helpers. The full path (a real sweep, the registry, loading the model) is in
 tests/integration/test_promote.py."""
 
-from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -12,7 +11,7 @@ from mlflow.tracking import MlflowClient
 from sweeper.plan import TrialResources
 from sweeper.errors import UserError
 from sweeper.export import export_trial
-from sweeper.progress import SweepBook, TrialRecord
+from sweeper.book import SweepBook, TrialRecord
 from sweeper.promote import check_registry, pinned_requirements, promote_trial, state_refusal
 from sweeper.spec import single_run_spec, validate_spec, with_overrides
 from sweeper.store import SweepStore
@@ -95,16 +94,15 @@ def store(tmp_path_factory):
         "t1_00003": ("failed", []),
     }
     for number, (trial_id, (status, reports)) in enumerate(results.items(), start=1):
-        book.trials[trial_id] = TrialRecord(trial_id, number, {"training.learning_rate": 10.0 ** -number})
-        handle = SimpleNamespace(trial_id=trial_id)
-        tracker.on_trial_start(0, [], handle)
+        record = book.trials[trial_id] = TrialRecord(trial_id, number, {"training.learning_rate": 10.0 ** -number})
+        tracker.trial_started(record)
         for step, loss in reports:
-            book.trials[trial_id].history.append({"step": step, "eval_loss": loss, "train_tokens": 100})
-            book.trials[trial_id].checkpoint_path = str(folder / "gone" / trial_id)
-            tracker.on_trial_result(0, [], handle, {})
-        book.trials[trial_id].status = status
-        book.trials[trial_id].error = "RuntimeError: boom" if status == "failed" else None
-        tracker.on_trial_complete(0, [], handle)
+            record.history.append({"step": step, "eval_loss": loss, "train_tokens": 100})
+            record.checkpoint_path = str(folder / "gone" / trial_id)
+            tracker.trial_result(record)
+        record.state = status
+        record.error = "RuntimeError: boom" if status == "failed" else None
+        tracker.trial_finished(record)
     tracker.finish_sweep()
     return SweepStore(uri)
 

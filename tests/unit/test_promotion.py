@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 from ray.tune.schedulers import TrialScheduler
 
-from benchmarks.pruning import rung_arithmetic
+from sweeper.plan import promotion_steps
 from sweeper.promotion import PromotionASHA, RungLadder
 
 
@@ -168,7 +168,7 @@ def test_a_sweep_trains_the_rung_arithmetic_and_finishes(num_trials):
     completed = [t for t in tune.trials if t.step == 90]
     assert len(completed) >= 1
     assert tune.most_running <= 2
-    assert tune.steps_trained <= 1.3 * max(rung_arithmetic(num_trials, 10, 3, 90), 90)
+    assert tune.steps_trained <= 1.3 * max(promotion_steps(num_trials, grace_period=10, max_steps=90, reduction_factor=3), 90)
     # The best trial (the last one) is the one that trains to the end.
     assert tune.trials[-1].step == 90 or any(t.trial_id == f"t{num_trials - 1}" for t in completed)
 
@@ -177,7 +177,7 @@ def test_nine_trials_train_exactly_the_rung_arithmetic():
     sched = scheduler(9, slots=2)
     tune = FakeTune(sched, 9, eval_every=10, max_steps=90, score=lambda t: 10 - int(t.trial_id[1:]) * 0.1)
     tune.run()
-    assert tune.steps_trained == rung_arithmetic(9, 10, 3, 90) == 210
+    assert tune.steps_trained == promotion_steps(9, grace_period=10, max_steps=90, reduction_factor=3) == 210
     assert sorted(t.step for t in tune.trials) == [10] * 6 + [30] * 2 + [90]
 
 
@@ -205,7 +205,7 @@ def test_noisy_scores_and_slow_pauses_always_finish_within_the_budget(num_trials
 
 
 def test_for_resume_pauses_restored_trials_until_a_slot_is_free():
-    from sweeper.progress import SweepBook, TrialRecord
+    from sweeper.book import SweepBook, TrialRecord
 
     book = SweepBook(metric="eval_loss", goal="minimize", max_steps=90)
     histories = {
@@ -314,10 +314,10 @@ def test_the_limiters_saved_state_leaves_the_live_scheduler_in_place():
 def test_for_resume_stops_a_trial_the_last_driver_ended_after_tune_saved():
     """A driver killed after pruning a paused trial, before Tune saved its state: Tune
     brings the trial back unfinished, the book (MLflow) has it pruned."""
-    from sweeper.progress import SweepBook, TrialRecord
+    from sweeper.book import SweepBook, TrialRecord
 
     book = SweepBook(metric="eval_loss", goal="minimize", max_steps=90)
-    book.trials["pruned"] = TrialRecord("pruned", 1, {}, status="pruned", history=[{"step": 10, "eval_loss": 5.0}])
+    book.trials["pruned"] = TrialRecord("pruned", 1, {}, state="pruned", history=[{"step": 10, "eval_loss": 5.0}])
     sched = scheduler(num_trials=3, slots=2)
     sched.for_resume(book)
     tune = FakeTune(sched, 3, eval_every=10, max_steps=90, score=lambda t: 1.0)

@@ -1,71 +1,120 @@
-"""The searcher tells Optuna the truth: stopped trials are PRUNED, failures FAIL."""
+"""The searcher tells Optuna the truth: every evaluation is an intermediate value at its
+training step, stopped trials are PRUNED, failures FAIL; read back with optuna.load_study."""
+
+import pickle
 
 import optuna
 from optuna.trial import TrialState
 
-from sweeper.search import StepAwareOptunaSearch
+from sweeper.search import TUNE_TRIAL_ID_ATTR, StepAwareOptunaSearch
 from sweeper.space import to_optuna_distributions
 from sweeper.spec import validate_spec
 from tests.conftest import REPO, small_sweep
 
 
-def make_search():
+def make_search(tmp_path):
     spec = validate_spec(small_sweep("x"), base_dir=REPO)
     return StepAwareOptunaSearch(
         space=to_optuna_distributions(spec), metric="eval_loss", mode="min",
         sampler=optuna.samplers.RandomSampler(seed=0), max_steps=30,
+        study_name="x", storage_url=f"sqlite:///{tmp_path / 'optuna.db'}",
     )
 
 
-def test_stopped_trial_is_pruned_with_values_at_training_steps():
-    search = make_search()
+def study_trials(tmp_path):
+    return optuna.load_study(study_name="x", storage=f"sqlite:///{tmp_path / 'optuna.db'}").get_trials()
+
+
+def test_stopped_trial_is_pruned_with_values_at_training_steps(tmp_path):
+    search = make_search(tmp_path)
     search.suggest("a")
     search.on_trial_result("a", {"step": 10, "eval_loss": 3.0, "training_iteration": 1})
-    search.on_trial_complete("a", {"step": 10, "eval_loss": 3.0})
-    (trial,) = search._ot_study.get_trials()
+    search.on_trial_complete("a", {"step": 20, "eval_loss": 2.8, "training_iteration": 2})
+    (trial,) = study_trials(tmp_path)
     assert trial.state == TrialState.PRUNED
-    assert trial.intermediate_values == {10: 3.0}
+    assert trial.intermediate_values == {10: 3.0, 20: 2.8}
+    assert trial.user_attrs[TUNE_TRIAL_ID_ATTR] == "a"
 
 
-def test_full_length_trial_is_complete_and_failure_is_fail():
-    search = make_search()
+def test_a_trial_stopped_on_its_first_evaluation_keeps_that_value(tmp_path):
+    """Tune hands the result a trial is stopped on only to on_trial_complete."""
+    search = make_search(tmp_path)
     search.suggest("a")
+    search.on_trial_complete("a", {"step": 10, "eval_loss": 6.5})
+    (trial,) = study_trials(tmp_path)
+    assert (trial.state, trial.intermediate_values) == (TrialState.PRUNED, {10: 6.5})
+
+
+def test_full_length_trial_is_complete_and_failure_is_fail(tmp_path):
+    search = make_search(tmp_path)
+    config = search.suggest("a")
     search.suggest("b")
     for step in (10, 20, 30):
         search.on_trial_result("a", {"step": step, "eval_loss": 4.0 - step / 10})
     search.on_trial_complete("a", {"step": 30, "eval_loss": 1.0})
     search.on_trial_complete("b", None, error=True)
-    a, b = search._ot_study.get_trials()
-    assert (a.state, a.value) == (TrialState.COMPLETE, 1.0)
+    a, b = study_trials(tmp_path)
+    assert (a.state, a.value, a.params) == (TrialState.COMPLETE, 1.0, config)
+    assert a.intermediate_values == {10: 3.0, 20: 2.0, 30: 1.0}
     assert b.state == TrialState.FAIL
 
 
-def test_nan_metric_fails_the_trial():
-    search = make_search()
+def test_nan_metric_fails_the_trial(tmp_path):
+    search = make_search(tmp_path)
     search.suggest("a")
     search.on_trial_result("a", {"step": 10, "eval_loss": float("nan")})
     search.on_trial_complete("a", {"step": 30, "eval_loss": float("nan")})
-    assert search._ot_study.get_trials()[0].state == TrialState.FAIL
+    assert study_trials(tmp_path)[0].state == TrialState.FAIL
 
 
-def test_a_trial_told_before_is_not_told_again():
-    """Tune reports trials it stops at a sweep stop; resumed, they finish later."""
-    search = make_search()
+def test_a_restored_searcher_maps_tune_trials_to_the_study(tmp_path):
+    """Resumed, Tune restores the searcher pickled with the tuner plus its saved state:
+    trials asked before go on reporting to their Optuna trials."""
+    search = make_search(tmp_path)
     search.suggest("a")
     search.on_trial_result("a", {"step": 10, "eval_loss": 3.0})
-    search.on_trial_complete("a", {"step": 10, "eval_loss": 3.0})
-    search._completed_trials.clear()  # as after a resume: a restored searcher, same study
-    search.on_trial_complete("a", {"step": 30, "eval_loss": 2.0})
-    assert search._ot_study.get_trials()[0].state == TrialState.PRUNED
+    restored = pickle.loads(pickle.dumps(search))
+    search.save(str(tmp_path / "searcher.pkl"))
+    restored.restore(str(tmp_path / "searcher.pkl"))
+    restored.on_trial_result("a", {"step": 10, "eval_loss": 3.0})  # continued from its checkpoint
+    restored.on_trial_result("a", {"step": 20, "eval_loss": 2.5})
+    restored.on_trial_complete("a", {"step": 30, "eval_loss": 2.0})
+    restored.suggest("b")
+    a, b = study_trials(tmp_path)
+    assert (a.state, a.intermediate_values) == (TrialState.COMPLETE, {10: 3.0, 20: 2.5, 30: 2.0})
+    assert b.user_attrs[TUNE_TRIAL_ID_ATTR] == "b"
 
 
-def test_a_trial_optuna_has_finished_is_not_reported_to_again():
-    """A driver killed after telling Optuna and before Tune saved the searcher: resumed,
-    the trial reports again, which Optuna refuses for a finished trial."""
-    search = make_search()
+def test_a_trial_optuna_has_finished_is_not_reported_to_or_told_again(tmp_path):
+    """A driver killed after telling Optuna and before Tune saved its state: resumed, the
+    trial reports and ends again, which Optuna would refuse for a finished trial."""
+    search = make_search(tmp_path)
     search.suggest("a")
-    search.on_trial_result("a", {"step": 10, "eval_loss": 3.0})
     search.on_trial_complete("a", {"step": 10, "eval_loss": 3.0})
-    search._completed_trials.clear()  # the searcher's state as saved before the tell
-    search.on_trial_result("a", {"step": 20, "eval_loss": 2.5})
-    assert search._ot_study.get_trials()[0].intermediate_values == {10: 3.0}
+    restored = pickle.loads(pickle.dumps(search))
+    restored.on_trial_result("a", {"step": 20, "eval_loss": 2.5})
+    restored.on_trial_complete("a", {"step": 30, "eval_loss": 2.0})
+    (trial,) = study_trials(tmp_path)
+    assert (trial.state, trial.intermediate_values) == (TrialState.PRUNED, {10: 3.0})
+
+
+def test_resume_tells_optuna_what_mlflow_recorded_after_the_last_tell(tmp_path):
+    """The last driver died after MLflow recorded a trial's end and before Optuna heard of
+    it: reconciled against the book, the study gets its reports and its end."""
+    from sweeper.progress import SweepBook, TrialRecord
+
+    search = make_search(tmp_path)
+    for trial_id in ("a", "b", "c"):
+        search.suggest(trial_id)
+    search.on_trial_result("a", {"step": 10, "eval_loss": 3.0})
+    book = SweepBook(metric="eval_loss", goal="minimize", max_steps=30)
+    history = [{"step": 10, "eval_loss": 3.0}, {"step": 20, "eval_loss": 2.9}]
+    book.trials = {
+        "a": TrialRecord("a", 1, {}, state="pruned", history=history),
+        "b": TrialRecord("b", 2, {}, state="stopped", history=history[:1]),  # continues
+        "c": TrialRecord("c", 3, {}, state="failed"),
+    }
+    pickle.loads(pickle.dumps(search)).reconcile(book)
+    a, b, c = study_trials(tmp_path)
+    assert (a.state, a.intermediate_values) == (TrialState.PRUNED, {10: 3.0, 20: 2.9})
+    assert (b.state, c.state) == (TrialState.RUNNING, TrialState.FAIL)

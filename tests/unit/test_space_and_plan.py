@@ -1,3 +1,4 @@
+import math
 import optuna
 import pytest
 
@@ -99,3 +100,38 @@ def test_asha_by_promotion_knows_its_step_budget_before_launch():
     )
     assert plan(scheduler="asha_stopping").trials_per_milestone() is None
     assert plan(scheduler="none").step_budget() == "810 training steps without early stopping (9 trials x 90)"
+
+
+def test_the_rung_arithmetic_counts_whole_trials_and_lets_one_through_a_closed_rung():
+    from sweeper.plan import milestone_counts, promotion_steps, steps_trained
+
+    # 10 trials: floor(10/3) = 3 go on from step 10, max(1, floor(3/3)) = 1 from step 30.
+    assert milestone_counts(10, [10, 30], 90, 3) == [(10, 10), (30, 3), (90, 1)]
+    assert promotion_steps(10, grace_period=10, max_steps=90, reduction_factor=3) == 10 * 10 + 3 * 20 + 1 * 60
+    # 2 trials: floor(2/3) = 0, but a closed rung lets one through.
+    assert milestone_counts(2, [10], 30, 3) == [(10, 2), (30, 1)]
+    assert steps_trained([(10, 2), (30, 1)]) == 40
+    # No rungs: every trial to the end.
+    assert promotion_steps(4, grace_period=50, max_steps=30, reduction_factor=3) == 120
+
+
+def test_tpe_ignores_trials_still_running_such_as_those_paused_at_a_rung():
+    """Trials waiting, paused, at an ASHA rung are RUNNING in the study: they must not
+    count as bad trials (Optuna 5's constant liar, which then steered TPE away from the
+    best region), so TPE suggests the same next config with them as without them."""
+    spec = spec_with({"training.learning_rate": {"distribution": "log_uniform", "low": 1e-5, "high": 1e-1}}, num_trials=8)
+    space = to_optuna_distributions(spec)
+
+    def next_rate(paused: bool) -> float:
+        study = optuna.create_study(sampler=make_sampler(spec))
+        for i in range(20):  # finished trials across the range, best near 3e-3
+            rate = 10 ** (-5 + 4 * i / 19)
+            study.add_trial(optuna.trial.create_trial(params={"training.learning_rate": rate}, distributions=space,
+                                                      value=abs(math.log10(rate) + 2.5)))
+        for rate in [2e-3, 2.5e-3, 3e-3, 3.5e-3, 4e-3] * 3 if paused else []:
+            study.add_trial(optuna.trial.create_trial(params={"training.learning_rate": rate}, distributions=space,
+                                                      state=optuna.trial.TrialState.RUNNING))
+        return study.ask(space).params["training.learning_rate"]
+
+    assert next_rate(paused=True) == next_rate(paused=False)
+    assert 1e-3 < next_rate(paused=True) < 1e-2

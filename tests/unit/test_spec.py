@@ -166,3 +166,183 @@ def test_readme_reference_matches_the_schema():
     from sweeper.reference import markdown_reference
 
     assert markdown_reference() in (REPO / "README.md").read_text(), "run: python scripts/update_readme.py"
+
+
+# ---------------------------------------------------------------- input that used to escape
+
+
+def model_folder(
+    tmp_path, config: str | None = '{"model_type": "llama"}', weights: bool = True, tokenizer: bool = True
+) -> Path:
+    folder = tmp_path / "my-model"
+    folder.mkdir()
+    if config is not None:
+        (folder / "config.json").write_text(config)
+    if weights:
+        (folder / "model.safetensors").write_bytes(b"")
+    if tokenizer:
+        (folder / "tokenizer.json").write_text("{}")
+    return folder
+
+
+def test_model_folder_without_config_json_is_refused_at_validate(tmp_path):
+    folder = model_folder(tmp_path, config=None)
+    lines = errors_of(small_sweep("x", model={"name_or_path": str(folder)}))
+    assert any(line.startswith(f"model.name_or_path: model directory {folder}: no config.json;") for line in lines)
+
+
+@pytest.mark.parametrize("config, problem", [
+    ('{"model_type": "llama",', "config.json is not valid JSON (line 1"),
+    ("[1, 2]", "config.json is not a JSON object"),
+    ('{"hidden_size": 8}', "config.json has no 'model_type'"),
+])
+def test_model_folder_with_broken_config_json_is_refused(tmp_path, config, problem):
+    folder = model_folder(tmp_path, config=config)
+    lines = errors_of(small_sweep("x", model={"name_or_path": str(folder)}))
+    assert any(line.startswith(f"model.name_or_path: model directory {folder}: {problem}") for line in lines), lines
+
+
+def test_model_folder_without_weights_is_refused(tmp_path):
+    folder = model_folder(tmp_path, weights=False)
+    lines = errors_of(small_sweep("x", model={"name_or_path": str(folder)}))
+    assert any(line.startswith(f"model.name_or_path: model directory {folder} has no weights") for line in lines)
+
+
+def test_model_folder_without_tokenizer_is_refused(tmp_path):
+    folder = model_folder(tmp_path, tokenizer=False)
+    lines = errors_of(small_sweep("x", model={"name_or_path": str(folder)}))
+    assert any(line.startswith(f"model.name_or_path: model directory {folder} has no tokenizer") for line in lines)
+
+
+def test_model_folder_that_loads_is_accepted(tmp_path):
+    folder = model_folder(tmp_path)
+    spec = validate_spec(small_sweep("x", model={"name_or_path": str(folder)}), base_dir=REPO)
+    assert spec.model.name_or_path == str(folder)
+
+
+def test_adapter_folder_with_a_missing_local_base_is_refused(tmp_path):
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(f'{{"base_model_name_or_path": "{tmp_path / "gone"}"}}')
+    lines = errors_of(small_sweep("x", model={"name_or_path": str(adapter)}))
+    assert any(line.startswith(f"model.name_or_path: the base model of adapter {adapter}: model directory")
+               for line in lines), lines
+
+
+def test_unknown_builtin_model_lists_the_valid_ones():
+    lines = errors_of(small_sweep("x", model={"name_or_path": "builtin:tiny-gpt"}))
+    assert any(line.startswith("model.name_or_path: no built-in model 'builtin:tiny-gpt'; valid: builtin:tiny-llama")
+               for line in lines), lines
+
+
+def test_output_dir_under_a_file_is_refused(tmp_path):
+    (tmp_path / "a-file").write_text("x")
+    lines = errors_of(small_sweep("x", output_dir=str(tmp_path / "a-file" / "sweeps")))
+    assert any(line.startswith(f"output_dir: cannot create {tmp_path / 'a-file' / 'sweeps'}: {tmp_path / 'a-file'} is a file")
+               for line in lines), lines
+
+
+def test_output_dir_in_a_read_only_folder_is_refused(tmp_path, monkeypatch):
+    import os
+
+    read_only = tmp_path / "ro"
+    read_only.mkdir()
+    read_only.chmod(0o555)
+    real_access = os.access
+    # Root may write anywhere: answer as the file system answers an ordinary user.
+    monkeypatch.setattr(os, "access", lambda path, mode: Path(path) != read_only and real_access(path, mode))
+    lines = errors_of(small_sweep("x", output_dir=str(read_only / "sweeps" / "x")))
+    assert any(line.startswith(f"output_dir: cannot create {read_only / 'sweeps' / 'x'}: {read_only} is read-only")
+               for line in lines), lines
+
+
+def test_yaml_with_a_key_given_twice_is_refused(tmp_path):
+    text = (REPO / "search_spaces" / "quickstart.yaml").read_text()
+    bad = tmp_path / "twice.yaml"
+    bad.write_text(text.replace("training:\n", "training:\n  learning_rate: 0.1\n  learning_rate: 0.2\n", 1)
+                   + "name: again\n")
+    with pytest.raises(UserError) as caught:
+        load_spec(bad)
+    first_name = 1 + next(i for i, line in enumerate(bad.read_text().splitlines()) if line.startswith("name:"))
+    last_line = len(bad.read_text().splitlines())
+    lr_line = 1 + next(i for i, line in enumerate(bad.read_text().splitlines()) if "learning_rate: 0.1" in line)
+    assert sorted(caught.value.lines) == [
+        f"name: given twice in twice.yaml, at line {first_name} and line {last_line}; keep one",
+        f"training.learning_rate: given twice in twice.yaml, at line {lr_line} and line {lr_line + 1}; keep one",
+    ]
+
+
+def test_data_path_that_is_a_folder_is_refused(tmp_path):
+    lines = errors_of(small_sweep("x", data={"train": str(tmp_path)}))
+    expected = f"data.train: {tmp_path} is a folder but not a dataset written by datasets' save_to_disk"
+    assert any(line.startswith(expected) for line in lines), lines
+
+
+@pytest.mark.parametrize("path, why", [
+    ("training.max_steps", "every trial trains the same step budget"),
+    ("training.eval_every", "every trial reports at the same steps"),
+])
+def test_fields_a_trial_cannot_apply_are_refused_as_search_parameters(path, why):
+    parameters = {path: {"distribution": "int_uniform", "low": 10, "high": 20}}
+    lines = errors_of(small_sweep("x", search={"parameters": parameters}))
+    assert any(line.startswith(f"search.parameters.{path}: cannot be searched: {why}") for line in lines), lines
+
+
+def test_dpo_max_prompt_length_is_refused_as_a_search_parameter():
+    from tests.conftest import PREFERENCE_EVAL, PREFERENCE_TRAIN
+
+    raw = small_sweep(
+        "x", task="dpo", data={"train": str(PREFERENCE_TRAIN), "eval": str(PREFERENCE_EVAL)},
+        search={"parameters": {"dpo.max_prompt_length": {"distribution": "categorical", "values": [32, 64]}}},
+    )
+    lines = errors_of(raw)
+    assert any(line.startswith("search.parameters.dpo.max_prompt_length: cannot be searched: the data is tokenized once")
+               for line in lines), lines
+
+
+def test_fields_a_trial_applies_stay_searchable():
+    parameters = {
+        "training.per_device_batch_size": {"distribution": "categorical", "values": [4, 8]},
+        "training.gradient_accumulation_steps": {"distribution": "int_uniform", "low": 1, "high": 4},
+        "training.precision": {"distribution": "categorical", "values": ["fp32", "bf16"]},
+        "training.seed": {"distribution": "int_uniform", "low": 0, "high": 9},
+    }
+    spec = validate_spec(small_sweep("x", search={"parameters": parameters}), base_dir=REPO)
+    assert set(spec.search.parameters) == set(parameters)
+
+
+def test_cross_field_problems_are_each_their_own_keyed_line():
+    raw = small_sweep("x", search={"metric": "accuracy"}, early_stopping={"grace_period": 99},
+                      cost={"accelerator": "tpu"})
+    lines = errors_of(raw)
+    assert [line.split(":")[0] for line in lines] == ["search.metric", "early_stopping.grace_period", "cost.accelerator"]
+
+
+def test_cli_start_refuses_bad_input_before_anything_starts(tmp_path):
+    folder = model_folder(tmp_path, config=None)
+    raw = small_sweep("x", model={"name_or_path": str(folder)}, output_dir=str(tmp_path / "sweeps" / "x"))
+    result = runner.invoke(app, ["start", str(write_yaml(tmp_path / "s.yaml", raw))])
+    assert result.exit_code == 2, result.output
+    assert "error: model.name_or_path: model directory" in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "sweeps").exists()
+
+
+def test_model_folder_beside_the_yaml_is_local_not_a_hub_id(tmp_path):
+    (tmp_path / "models").mkdir()
+    folder = tmp_path / "models" / "mine"
+    folder.mkdir()
+    raw = small_sweep("x", model={"name_or_path": "models/mine"})
+    lines = errors_of_file(tmp_path, raw)
+    assert any(line.startswith(f"model.name_or_path: model directory {folder}: no config.json") for line in lines)
+
+
+def errors_of_file(folder: Path, raw: dict) -> list[str]:
+    with pytest.raises(UserError) as caught:
+        load_spec(write_yaml(folder / "s.yaml", raw))
+    return caught.value.lines
+
+
+def test_output_dir_that_is_a_file_is_refused(tmp_path):
+    (tmp_path / "a-file").write_text("x")
+    lines = errors_of(small_sweep("x", output_dir=str(tmp_path / "a-file")))
+    assert any(line.startswith(f"output_dir: {tmp_path / 'a-file'} is a file, not a folder") for line in lines), lines

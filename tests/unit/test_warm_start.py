@@ -31,7 +31,7 @@ WORKER = textwrap.dedent(
 def server(tmp_path_factory):
     folder = tmp_path_factory.mktemp("warm")
     socket_path = folder / "socket"
-    server = Server(str(socket_path))
+    server = Server(str(socket_path), folder / "sweep" / "warm_start.log")
     process = server.process
     deadline = time.time() + 120
     while not socket_path.exists():
@@ -40,6 +40,11 @@ def server(tmp_path_factory):
         time.sleep(0.2)
     yield process, socket_path
     server.stop()
+
+
+def test_the_servers_output_goes_to_its_log_file(server):
+    process, socket_path = server
+    assert (socket_path.parent / "sweep" / "warm_start.log").is_file()
 
 
 def run_client(socket_path, tmp_path, *args, **popen):

@@ -1,0 +1,106 @@
+"""Benchmark: the forecast that `sweep start` prints (and logs to the parent run) against
+what the sweep then spends. Each run is a whole sweep in a fresh process (its own Ray, its
+own MLflow store in a temporary folder), as `sweep start` runs it.
+
+    python -m benchmarks.forecast --sweep quickstart --runs 3
+    python -m benchmarks.forecast --sweep dpo-quickstart --runs 3
+    python -m benchmarks.forecast --sweep two-workers --runs 3   # quickstart, 2 workers per trial
+
+Wall time compared is the sweep's trial phase (MLflow `wall_seconds` of the parent run:
+from the sweep's book to its end, after Ray start and data preparation); dollars are
+`cost_usd_total` (trials' wall time x accelerators x price).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from rich.console import Console
+
+from sweeper.spec import read_yaml, validate_spec
+
+REPO = Path(__file__).resolve().parent.parent
+SWEEPS = {
+    "quickstart": (REPO / "search_spaces" / "quickstart.yaml", {}),
+    "dpo-quickstart": (REPO / "search_spaces" / "dpo-quickstart.yaml", {}),
+    "two-workers": (REPO / "search_spaces" / "quickstart.yaml", {"resources": {"workers_per_trial": 2}}),
+}
+
+
+def one_run(sweep: str) -> dict:
+    """Run the sweep once here; forecast and actual from its parent run."""
+    import mlflow
+
+    from sweeper.launch import run_sweep
+
+    path, sections = SWEEPS[sweep]
+    raw = read_yaml(path)
+    for key, value in sections.items():
+        raw[key] = {**raw.get(key, {}), **value}
+    folder = Path(tempfile.mkdtemp(prefix=f"sweeper-forecast-{sweep}-"))
+    raw["name"], raw["output_dir"] = f"forecast-{sweep}", str(folder)
+    raw.setdefault("tracking", {})["uri"] = f"sqlite:///{folder}/mlflow.db"
+    spec = validate_spec(raw, base_dir=path.parent)
+    run = run_sweep(spec, yaml_folder=path.parent, console=Console(quiet=True))
+    client = mlflow.MlflowClient(spec.tracking.uri)
+    experiment = client.get_experiment_by_name(spec.tracking.experiment)
+    parent = client.search_runs([experiment.experiment_id], "tags.`sweeper.kind` = 'sweep'")[0]
+    metrics, params = parent.data.metrics, parent.data.params
+    return {
+        "sweep": sweep,
+        "forecast_wall_seconds": metrics["forecast_expected_wall_seconds"],
+        "actual_wall_seconds": metrics["wall_seconds"],
+        "forecast_usd": metrics["forecast_expected_usd"],
+        "actual_usd": metrics["cost_usd_total"],
+        "step_seconds": float(params["forecast_step_seconds"]),
+        "eval_seconds": float(params["forecast_eval_seconds"]),
+        "setup_seconds": float(params["forecast_setup_seconds"]),
+        "trials": len(run.book.trials),
+        "completed": run.book.count("completed"),
+        "median_trial_setup_seconds": run.book.median_setup_seconds(),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sweep", choices=sorted(SWEEPS), default="quickstart")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--one", action="store_true", help="Run once in this process and print one JSON line.")
+    args = parser.parse_args()
+    if args.one:
+        print("FORECAST-RESULT " + json.dumps(one_run(args.sweep)), flush=True)
+        return
+    rows = []
+    for index in range(args.runs):
+        done = subprocess.run(
+            [sys.executable, "-m", "benchmarks.forecast", "--sweep", args.sweep, "--one"],
+            capture_output=True, text=True, cwd=REPO,
+        )
+        lines = [line for line in done.stdout.splitlines() if line.startswith("FORECAST-RESULT ")]
+        if not lines:
+            print(f"run {index + 1} failed:\n{done.stderr[-3000:]}", file=sys.stderr)
+            continue
+        row = json.loads(lines[-1].removeprefix("FORECAST-RESULT "))
+        rows.append(row)
+        print(
+            f"{row['sweep']} run {index + 1}: wall {row['forecast_wall_seconds']:.1f} s forecast, "
+            f"{row['actual_wall_seconds']:.1f} s actual ({_error(row, 'wall_seconds')}); USD "
+            f"{row['forecast_usd']:.6f} forecast, {row['actual_usd']:.6f} actual ({_error(row, 'usd')}); "
+            f"step {row['step_seconds'] * 1000:.0f} ms, eval {row['eval_seconds'] * 1000:.0f} ms, "
+            f"start {row['setup_seconds']:.1f} s; trial setup median {row['median_trial_setup_seconds'] or 0:.1f} s",
+            flush=True,
+        )
+
+
+def _error(row: dict, key: str) -> str:
+    forecast, actual = row[f"forecast_{key}"], row[f"actual_{key}"]
+    return f"{(forecast - actual) / actual:+.0%}"
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,450 @@
+"""Benchmark 5, search quality: the config a method finds for the steps it spends, on a
+task whose early ranks mislead, over several seeds.
+
+The task is built at run time, deterministically: the built-in tiny Llama (pretrained
+on the shipped task families' plain Q/A text) fine-tuned with LoRA on four chat task
+families it has not seen (sort letters, reverse long words, add three-digit numbers,
+count a letter), so how fast a config starts says little about where it ends. The space
+is the issue's: learning rate log [1e-5, 1e-1], `lora.r`, `lora.alpha_per_rank` and
+`training.warmup_ratio` up to 0.2 (more warmup steps than the first rung).
+
+Methods, on the same space and seeds:
+- random: random search, every trial to max_steps (in this process, no Ray); its
+  evaluations give the rank correlation between the first rung and the end;
+- optuna: the loop a user writes by hand, in this process, one trial at a time:
+  Optuna TPE (seeded) + MedianPruner, `trial.report` at every evaluation;
+- the sweeper's schedulers through `sweeper.launch.run_sweep` (as `sweep start` runs
+  them), and candidate settings (see METHODS).
+
+Per method: median and spread (min-max) of the best eval loss seen at any evaluation,
+total steps relative to random search, steps until the best-so-far first reaches
+random search's median best, wall time.
+
+    python -m benchmarks.search_quality                       # everything, 3 seeds
+    python -m benchmarks.search_quality --methods random,asha --seeds 0
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import tempfile
+import time
+from collections import defaultdict
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ray.tune import Callback
+
+from benchmarks.common import bench_spec, machine, run_bench_sweep, save_json
+from trainables.metrics import STEP
+
+SPACE = {
+    "training.learning_rate": {"distribution": "log_uniform", "low": 1.0e-5, "high": 1.0e-1},
+    "lora.r": {"distribution": "categorical", "values": [2, 4, 8, 16, 32]},
+    "lora.alpha_per_rank": {"distribution": "categorical", "values": [0.5, 1, 2, 4]},
+    "training.warmup_ratio": {"distribution": "uniform", "low": 0.0, "high": 0.2},
+}
+METRIC = "eval_loss"
+
+# name -> (early_stopping section, search section overrides, sampler override for the
+# candidate settings that are not spec fields). None: a method run in this process.
+METHODS: dict[str, dict | None] = {
+    "random": None,
+    "optuna": None,
+    "asha": {},  # the sweeper's defaults
+    "asha_stopping": {"early_stopping": {"scheduler": "asha_stopping"}},
+    "median": {"early_stopping": {"scheduler": "median"}},
+    # candidates
+    # Optuna 5's default, the sweeper's before benchmarks/README.md's "after" table
+    "asha_constant_liar": {"sampler": {"constant_liar": True}},
+    "asha_grace_warmup": {"grace": "after_warmup"},
+    "asha_startup10": {"sampler": {"n_startup_trials": 10}},
+    "asha_eta2": {"early_stopping": {"reduction_factor": 2}},
+    "asha_eta2_no_liar": {"early_stopping": {"reduction_factor": 2}, "sampler": {"constant_liar": False}},
+    "asha_no_liar": {"sampler": {"constant_liar": False}},  # the default since; kept for the "before" runs
+}
+DEFAULT_METHODS = ["random", "optuna", "asha", "asha_stopping", "median"]
+
+
+# --- the task ---------------------------------------------------------------------------
+
+def _example(rng: random.Random) -> dict:
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    word = "".join(rng.choice(letters) for _ in range(rng.randint(5, 9)))
+    family = rng.randrange(4)
+    if family == 0:
+        prompt, answer = f"Sort: {word}", "".join(sorted(word))
+    elif family == 1:
+        prompt, answer = f"Mirror: {word}", word[::-1]
+    elif family == 2:
+        a, b = rng.randint(100, 999), rng.randint(100, 999)
+        prompt, answer = f"Sum: {a}+{b}", str(a + b)
+    else:
+        letter = rng.choice(word)
+        prompt, answer = f"Count {letter} in: {word}", str(word.count(letter))
+    return {"messages": [{"role": "user", "content": prompt}, {"role": "assistant", "content": answer}]}
+
+
+def write_task(folder: Path, train: int = 2000, eval_: int = 160) -> tuple[Path, Path]:
+    """The benchmark's chat data, the same on every run (seeded)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(1234)
+    paths = []
+    for name, count in (("train", train), ("eval", eval_)):
+        path = folder / f"{name}.jsonl"
+        path.write_text("".join(json.dumps(_example(rng)) + "\n" for _ in range(count)))
+        paths.append(path)
+    return paths[0], paths[1]
+
+
+@dataclass
+class Settings:
+    trials: int
+    max_steps: int
+    eval_every: int
+    reduction_factor: float
+    data: tuple[Path, Path]
+
+    def sections(self, seed: int, method: str = "tpe") -> dict:
+        return dict(
+            data={"train": str(self.data[0]), "eval": str(self.data[1]), "max_length": 64},
+            training={"max_steps": self.max_steps, "eval_every": self.eval_every, "per_device_batch_size": 8},
+            lora={"r": 8, "alpha_per_rank": 2},
+            search={"num_trials": self.trials, "method": method, "seed": seed, "parameters": SPACE},
+            early_stopping={"grace_period": self.eval_every, "reduction_factor": self.reduction_factor},
+        )
+
+
+# --- what a method's run leaves: every evaluation, in the order it happened ------------
+
+@dataclass
+class Outcome:
+    method: str
+    seed: int
+    # (arrival order, trial, step, value)
+    evaluations: list[tuple[float, str, int, float]] = field(default_factory=list)
+    wall_s: float = 0.0
+
+    @property
+    def best(self) -> float:
+        return min(v for _, _, _, v in self.evaluations)
+
+    @property
+    def steps(self) -> int:
+        reached: dict[str, int] = defaultdict(int)
+        for _, trial, step, _ in self.evaluations:
+            reached[trial] = max(reached[trial], step)
+        return sum(reached.values())
+
+    def steps_to_reach(self, target: float) -> int | None:
+        """Total steps trained (all trials, as far as each had reported) when the
+        best-so-far first reached `target`; None if it never did."""
+        reached: dict[str, int] = defaultdict(int)
+        for _, trial, step, value in sorted(self.evaluations):
+            reached[trial] = max(reached[trial], step)
+            if value <= target:
+                return sum(reached.values())
+        return None
+
+
+def _plain_trial(args) -> list[tuple[int, float]]:
+    """One trial of the random search, to max_steps, in a worker process."""
+    spec_sections, values, seed = args
+    return _train_in_process(spec_sections, values, seed, prune=None)
+
+
+def _train_in_process(spec_sections: dict, values: dict, seed: int, prune) -> list[tuple[int, float]]:
+    import torch
+
+    from trainables.data import tokenize_sft
+    from trainables.models import DEFAULT_CACHE_ROOT, load_tokenizer, resolve_model_source
+    from trainables.sft import train
+
+    torch.set_num_threads(1)
+    spec = bench_spec(f"bench-sq-plain-{seed}", Path(tempfile.mkdtemp(prefix="sweeper-bench-sq-")), **spec_sections)
+    config = spec.trial_config().with_values(values)
+    source = resolve_model_source(spec.model.name_or_path, DEFAULT_CACHE_ROOT)
+    tokenizer = _tokenizer(source, load_tokenizer)
+    data = {
+        "train": tokenize_sft(spec.data.train, tokenizer, spec.data.max_length, "data.train"),
+        "eval": tokenize_sft(spec.data.eval, tokenizer, spec.data.max_length, "data.eval"),
+    }
+    history: list[tuple[int, float]] = []
+
+    def report(metrics, checkpoint):
+        history.append((metrics[STEP], metrics[METRIC]))
+        if prune is not None:
+            prune(metrics[STEP], metrics[METRIC])
+
+    try:
+        train(config, data, source, report=report, started_at=time.time())
+    except Exception as error:  # noqa: BLE001 - a pruned trial ends by an exception from report
+        if type(error).__name__ != "TrialPruned":
+            raise
+    return history
+
+
+_TOKENIZERS: dict = {}
+
+
+def _tokenizer(source, load):
+    if str(source) not in _TOKENIZERS:
+        _TOKENIZERS[str(source)] = load(source)
+    return _TOKENIZERS[str(source)]
+
+
+def run_random(settings: Settings, seed: int) -> tuple[Outcome, list[list[tuple[int, float]]]]:
+    """Random search with every trial to max_steps, two trials at a time (as the sweeps
+    run them), each in its own process."""
+    import optuna
+
+    from sweeper.space import parameters_to_optuna
+
+    space = parameters_to_optuna(SPACE)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed))
+    configs = []
+    for _ in range(settings.trials):
+        trial = study.ask(space)
+        configs.append(dict(trial.params))
+        study.tell(trial, 0.0)
+    started = time.time()
+    outcome = Outcome("random", seed)
+    import multiprocessing
+
+    with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
+        histories = list(pool.map(_plain_trial, [(settings.sections(seed), c, seed) for c in configs]))
+    outcome.wall_s = time.time() - started
+    # Arrival order as two slots would see it: trial i's evaluations in the i-th pair.
+    for index, history in enumerate(histories):
+        for step, value in history:
+            outcome.evaluations.append((index // 2 * settings.max_steps + step, str(index), step, value))
+    return outcome, histories
+
+
+def run_optuna_loop(settings: Settings, seed: int) -> Outcome:
+    """What users write by hand: TPE + MedianPruner, one trial at a time."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=seed), pruner=optuna.pruners.MedianPruner())
+    outcome = Outcome("optuna", seed)
+    started = time.time()
+    clock = 0
+
+    def objective(trial):
+        nonlocal clock
+        values = {path: suggest(trial, path, dist) for path, dist in SPACE.items()}
+
+        def prune(step, value):
+            nonlocal clock
+            clock += 1
+            outcome.evaluations.append((clock, str(trial.number), step, value))
+            trial.report(value, step)
+            if trial.should_prune():
+                raise optuna.TrialPruned()
+
+        history = _train_in_process(settings.sections(seed), values, seed, prune)
+        if len(history) and history[-1][0] < settings.max_steps:
+            raise optuna.TrialPruned()
+        return history[-1][1]
+
+    study.optimize(objective, n_trials=settings.trials)
+    outcome.wall_s = time.time() - started
+    return outcome
+
+
+def suggest(trial, path: str, dist: dict):
+    """One value of a SPACE entry, as a hand-written objective asks for it."""
+    if dist["distribution"] == "categorical":
+        return trial.suggest_categorical(path, dist["values"])
+    return trial.suggest_float(path, dist["low"], dist["high"], log=dist["distribution"] == "log_uniform")
+
+
+class EvaluationClock(Callback):
+    """Every result as the driver receives it: (arrival time, trial, step, value)."""
+
+    def __init__(self, outcome: Outcome):
+        self.outcome = outcome
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        if result.get(METRIC) is not None:
+            self.outcome.evaluations.append((time.time(), trial.trial_id, result[STEP], result[METRIC]))
+
+
+def run_sweeper(settings: Settings, seed: int, name: str) -> Outcome:
+    """One sweep through `run_sweep`, with the method's settings over the defaults."""
+    import sweeper.search
+
+    overrides = METHODS[name]
+    sections = settings.sections(seed)
+    for key in ("early_stopping", "search"):
+        sections[key] = {**sections[key], **overrides.get(key, {})}
+    if overrides.get("grace") == "after_warmup":
+        warmup = SPACE["training.warmup_ratio"]["high"] * settings.max_steps
+        grace = -(-int(warmup) // settings.eval_every) * settings.eval_every
+        sections["early_stopping"]["grace_period"] = max(settings.eval_every, grace)
+    spec = bench_spec(f"bench-sq-{name}-{seed}", **sections)
+    make_sampler = sweeper.search.make_sampler
+    if "sampler" in overrides:
+        import optuna
+
+        from sweeper.space import startup_trials
+
+        def make_sampler_with(spec):
+            settings = {"n_startup_trials": startup_trials(spec.search.num_trials), **overrides["sampler"]}
+            return optuna.samplers.TPESampler(seed=spec.search.seed, **settings)
+
+        sweeper.search.make_sampler = make_sampler_with
+    outcome = Outcome(name, seed)
+    try:
+        run = run_bench_sweep(spec, extra_callbacks=[EvaluationClock(outcome)])
+    finally:
+        sweeper.search.make_sampler = make_sampler
+    outcome.wall_s = run.wall_seconds
+    return outcome
+
+
+# --- figures ------------------------------------------------------------------------------
+
+def spearman(xs: list[float], ys: list[float]) -> float:
+    import polars as pl
+
+    return float(pl.DataFrame({"x": xs, "y": ys}).select(pl.corr("x", "y", method="spearman")).item())
+
+
+def rank_correlations(histories: list[list[tuple[int, float]]], steps: list[int], best_share: float = 1.0) -> dict[int, float]:
+    """Spearman between the eval loss at each step in `steps` and the trial's best eval
+    loss over its whole run, across the best `best_share` of the trials (by that best):
+    1.0 for all; 1/3 for those among which ASHA's rungs pick what goes on."""
+    ranked = sorted(histories, key=lambda h: min(v for _, v in h))
+    chosen = ranked[: max(3, round(len(ranked) * best_share))]
+    found = {}
+    for step in steps:
+        pairs = [(dict(h)[step], min(v for _, v in h)) for h in chosen if step in dict(h)]
+        found[step] = spearman([a for a, _ in pairs], [b for _, b in pairs])
+    return found
+
+
+def save_outcome(folder: Path, outcome: Outcome, histories=None) -> None:
+    data = {"method": outcome.method, "seed": outcome.seed, "wall_s": outcome.wall_s,
+            "evaluations": outcome.evaluations, "histories": histories}
+    (folder / f"{outcome.method}-{outcome.seed}.json").write_text(json.dumps(data))
+
+
+def load_outcome(folder: Path, method: str, seed: int) -> tuple[Outcome, list] | None:
+    path = folder / f"{method}-{seed}.json"
+    if not path.exists():
+        return None
+    data = json.loads(path.read_text())
+    outcome = Outcome(method, seed, [tuple(e) for e in data["evaluations"]], data["wall_s"])
+    return outcome, [[tuple(r) for r in h] for h in data["histories"] or []]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--methods", default=",".join(DEFAULT_METHODS), help=f"comma-separated, of {', '.join(METHODS)}")
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--trials", type=int, default=27)
+    parser.add_argument("--max-steps", type=int, default=81)
+    parser.add_argument("--eval-every", type=int, default=9, help="also the grace period (ASHA's first rung)")
+    parser.add_argument("--reduction-factor", type=float, default=3)
+    parser.add_argument(
+        "--results", type=Path,
+        help="folder keeping each method's run per seed: runs found there are not run again, so a long "
+        "benchmark can be split over several commands (one seed each) and its table printed from all",
+    )
+    parser.add_argument("--json", type=Path, help="also write the figures to this file")
+    args = parser.parse_args()
+
+    seeds = [int(s) for s in args.seeds.split(",")]
+    methods = args.methods.split(",")
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        parser.error(f"--methods: unknown {', '.join(unknown)}; valid: {', '.join(METHODS)}")
+    if "random" not in methods:
+        methods.insert(0, "random")  # the reference for steps and the target loss
+    results = args.results or Path(tempfile.mkdtemp(prefix="sweeper-bench-sq-results-"))
+    results.mkdir(parents=True, exist_ok=True)
+    settings = Settings(args.trials, args.max_steps, args.eval_every, args.reduction_factor, write_task(results / "task"))
+
+    outcomes: dict[str, list[Outcome]] = defaultdict(list)
+    histories: list[list[tuple[int, float]]] = []
+    for seed in seeds:
+        for method in methods:
+            saved = load_outcome(results, method, seed)
+            if saved is None:
+                print(f"[{time.strftime('%H:%M:%S')}] {method} seed {seed}", flush=True)
+                found = None
+                if method == "random":
+                    outcome, found = run_random(settings, seed)
+                elif method == "optuna":
+                    outcome = run_optuna_loop(settings, seed)
+                else:
+                    outcome = run_sweeper(settings, seed, method)
+                save_outcome(results, outcome, found)
+                saved = outcome, found or []
+                print(f"    best {outcome.best:.4f}, steps {outcome.steps}, wall {outcome.wall_s:.0f} s", flush=True)
+            outcomes[method].append(saved[0])
+            histories.extend(saved[1])
+    print_table(args, settings, methods, outcomes, histories)
+
+
+def print_table(args, settings: Settings, methods: list[str], outcomes: dict, histories: list) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    random_steps = statistics.median(o.steps for o in outcomes["random"])
+    target = statistics.median(o.best for o in outcomes["random"])
+    steps = [s for s in (args.eval_every, 3 * args.eval_every, 5 * args.eval_every) if s < args.max_steps]
+    correlations = rank_correlations(histories, steps)
+    among_best = rank_correlations(histories, steps, 1 / args.reduction_factor)
+    rows, figures = [], {"methods": {}, "rank_correlation": correlations, "rank_correlation_best_third": among_best,
+                         "target_loss": target, "seeds": args.seeds}
+    for method in methods:
+        runs = outcomes[method]
+        bests = [o.best for o in runs]
+        reach = [o.steps_to_reach(target) for o in runs]
+        figures["methods"][method] = {
+            "best": bests,
+            "steps": [o.steps for o in runs],
+            "steps_to_target": reach,
+            "wall_s": [o.wall_s for o in runs],
+        }
+        rows.append((
+            method,
+            f"{statistics.median(bests):.3f}",
+            f"{min(bests):.3f}-{max(bests):.3f}",
+            " ".join(f"{b:.3f}" for b in bests),
+            f"{statistics.median(o.steps for o in runs) / random_steps:.2f}",
+            " ".join("-" if r is None else f"{r / random_steps:.2f}" for r in reach),
+            f"{statistics.median(o.wall_s for o in runs):.0f}",
+        ))
+    table = Table(
+        title=f"search quality: {args.trials} trials, max {args.max_steps} steps, eval every {args.eval_every}, "
+        f"eta {args.reduction_factor:g}, seeds {args.seeds}",
+        title_justify="left",
+    )
+    for column in ("method", "best eval loss, median", "spread", "per seed", "steps / random's",
+                   "steps to reach random's median best / random's steps, per seed", "wall s, median"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*row)
+    console = Console(width=200)
+    console.print(table)
+    console.print(
+        "rank correlation (Spearman, eval loss at a step vs the trial's best, random search's trials): "
+        + ", ".join(f"step {s}: {c:.2f}" for s, c in correlations.items())
+        + f"; among the best 1/eta of them ({len(histories) // int(args.reduction_factor)}): "
+        + ", ".join(f"step {s}: {c:.2f}" for s, c in among_best.items())
+    )
+    console.print(f"random search's median best (the target): {target:.4f}")
+    console.print(f"machine: {machine()}")
+    save_json(args.json, figures)
+
+
+if __name__ == "__main__":
+    main()

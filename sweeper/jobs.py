@@ -1,0 +1,159 @@
+"""Sweeps that run on the cluster as Ray Jobs (the Jobs SDK): `sweep submit` sends the
+sweep's YAML and its data in the job's working_dir and runs `sweep start` there, so the
+driver lives on the cluster, not on the machine that submitted it; `sweep logs`,
+`sweep stop` and `sweep resume` find the sweep's latest job by its metadata."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from sweeper.errors import UserError
+from sweeper.launch import auth_refused, auth_token_source, client_auth_settings
+
+SWEEP_METADATA = "sweeper_sweep"
+SWEEP_DIR_METADATA = "sweeper_sweep_dir"
+# What never travels in a job's working_dir: environments, results, stores.
+WORKING_DIR_EXCLUDES = [".git", ".venv", "sweeps", "sweep-reports", "mlruns", "mlartifacts", "mlflow.db", "*.pyc", "__pycache__"]
+
+
+@dataclass(frozen=True)
+class SubmittedSweep:
+    job_id: str
+    dashboard_url: str
+
+
+def job_entrypoint(command: str, *args: str) -> str:
+    """The shell command the job runs on the head: this package's CLI with the cluster's
+    own Ray (RAY_ADDRESS is set for a job's driver)."""
+    return " ".join(["python", "-m", "sweeper.cli", command, *map(shlex.quote, args)])
+
+
+def working_dir_path(file: Path, working_dir: Path) -> str:
+    """FILE as the job sees it: relative to the working_dir that travels with the job.
+
+    Raises:
+        UserError: FILE lies outside the working_dir (it would not travel).
+    """
+    try:
+        return Path(file).resolve().relative_to(working_dir.resolve()).as_posix()
+    except ValueError:
+        raise UserError(
+            f"FILE: {file} is outside the folder sent to the cluster ({working_dir}); "
+            "run sweep submit from a folder that holds the YAML and its data"
+        ) from None
+
+
+def client(address: str | None):
+    """A Jobs SDK client for the dashboard at `address` (else RAY_ADDRESS), in token mode
+    when a token is where Ray looks."""
+    address = address or os.environ.get("RAY_ADDRESS")
+    if not address or not address.startswith(("http://", "https://")):
+        raise UserError(f"--address: give the cluster's dashboard, http://HEAD:8265, got {address!r}")
+    os.environ.update(client_auth_settings(os.environ, Path.home()))
+    from ray.job_submission import JobSubmissionClient
+
+    try:
+        return JobSubmissionClient(address)
+    except Exception as exc:  # the SDK raises ConnectionError or RuntimeError texts
+        raise UserError(_connection_problem(address, exc)) from None
+
+
+def _connection_problem(address: str, exc: Exception) -> str:
+    if auth_refused(exc):
+        if auth_token_source(os.environ, Path.home()) is None:
+            return (
+                f"--address: the Ray cluster at {address} requires an authentication token and none was found; "
+                "run `ray get-auth-token` on its head and put the token in ~/.ray/auth_token here"
+            )
+        return f"--address: the Ray cluster at {address} refused the token; run `ray get-auth-token` on its head"
+    return f"--address: no Ray dashboard answers at {address} ({type(exc).__name__}); check the head's address and port (8265)"
+
+
+def submitted_sweep(file: Path) -> tuple[str, str]:
+    """The sweep's name and its folder on the cluster, from FILE (validated in full on
+    the cluster, where its paths exist).
+
+    Raises:
+        UserError: no name, or no absolute output_dir: a job's working_dir is unpacked
+        anew for every job, so a sweep folder inside it would be lost to `sweep resume`.
+    """
+    import yaml
+
+    try:
+        raw = yaml.safe_load(Path(file).read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise UserError(f"FILE: cannot read {file}: {exc}") from None
+    name, output_dir = raw.get("name"), raw.get("output_dir")
+    if not isinstance(name, str) or not name:
+        raise UserError(f"name: a submitted sweep needs a name, got {name!r}")
+    if not isinstance(output_dir, str) or not output_dir.startswith("/"):
+        raise UserError(
+            f"output_dir: a submitted sweep needs an absolute folder on the cluster that outlives the job "
+            f"(a shared file system, e.g. /mnt/sweeps/{name}), got {output_dir!r}"
+        )
+    return name, output_dir
+
+
+def submit(name: str, sweep_dir: str, command: str, args: list[str], address: str | None, working_dir: Path) -> SubmittedSweep:
+    """Run `sweep COMMAND ARGS` on the cluster as a Ray Job tagged with the sweep's name
+    and folder."""
+    jobs = client(address)
+    job_id = jobs.submit_job(
+        entrypoint=job_entrypoint(command, *args),
+        submission_id=f"sweep-{name}-{time.strftime('%Y%m%d-%H%M%S')}",
+        runtime_env={"working_dir": str(working_dir), "excludes": WORKING_DIR_EXCLUDES},
+        metadata={SWEEP_METADATA: name, SWEEP_DIR_METADATA: sweep_dir},
+    )
+    return SubmittedSweep(job_id, f"{jobs.get_address().rstrip('/')}/#/jobs/{job_id}")
+
+
+def resume(name: str, address: str | None, working_dir: Path) -> SubmittedSweep:
+    """Submit `sweep resume` for the sweep's folder on the cluster (from its latest job)."""
+    jobs = client(address)
+    job = _latest(jobs, name)
+    sweep_dir = job.metadata[SWEEP_DIR_METADATA]
+    return submit(name, sweep_dir, "resume", [name, "--sweep-dir", sweep_dir], address, working_dir)
+
+
+def latest_job(jobs, name: str) -> str:
+    """The submission id of the sweep's latest job.
+
+    Raises:
+        UserError: the cluster has no job for this sweep.
+    """
+    return _latest(jobs, name).submission_id
+
+
+def _latest(jobs, name: str):
+    mine = [job for job in jobs.list_jobs() if (job.metadata or {}).get(SWEEP_METADATA) == name]
+    if not mine:
+        raise UserError(f"NAME: the cluster has no submitted sweep {name!r}; submit it with sweep submit FILE")
+    return max(mine, key=lambda job: job.start_time or 0)
+
+
+def follow_logs(name: str, address: str | None, write) -> str:
+    """Print the sweep's latest job's logs as they come, until it ends; its final status."""
+    import asyncio
+
+    jobs = client(address)
+    job_id = latest_job(jobs, name)
+
+    async def tail():
+        async for lines in jobs.tail_job_logs(job_id):
+            write(lines)
+
+    asyncio.run(tail())
+    return str(jobs.get_job_status(job_id))
+
+
+def stop(name: str, address: str | None) -> str:
+    """Stop the sweep's latest job (its driver stops the trials; `sweep resume --address`
+    continues it). Returns the job id."""
+    jobs = client(address)
+    job_id = latest_job(jobs, name)
+    jobs.stop_job(job_id)
+    return job_id

@@ -1,0 +1,361 @@
+"""Memory forecast of one trial, per GPU, before anything starts: the frozen weights by
+quantization, the adapters with their gradients and AdamW states, the activations of one
+micro-batch with and without gradient checkpointing, the logits, and what ZeRO or FSDP
+partitions over the trial's workers. `sweep validate` and `sweep start` print it; a trial
+that fits no GPU it could run on is refused with one keyed line naming what would fit.
+
+The architecture comes from the model's config only (never its weights): a local folder's
+config.json, the built-in tiny model's, a table of common hub models (so the forecast
+works offline), else the hub config through transformers. Pure arithmetic after that.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from sweeper.errors import UserError
+from trainables.config import BUILTIN_TINY_MODEL
+
+__all__ = [
+    "Architecture", "MemoryForecast", "forecast_trial_memory", "forecast", "GPU_MEMORY_GIB",
+    "gpu_memory_gib", "refuse_if_unfit", "cluster_gpu_memory_gib", "check_before_launch",
+]
+
+GIB = 1024**3
+
+# Memory of the cards the price table knows (cost.accelerator), and Ray's names for them.
+GPU_MEMORY_GIB = {
+    "rtx4090": 24, "a10g": 24, "l4": 24, "l40s": 48, "a100-40gb": 40, "a100-80gb": 80, "h100": 80, "h200": 141,
+    "a10": 24, "a100": 40, "a100-40g": 40, "a100-80g": 80, "h100-80g": 80,
+}
+
+# What a CUDA process holds beyond its tensors (context, cuBLAS/NCCL workspaces) and the
+# caching allocator's slack: a forecast fits a card when forecast * SLACK + CONTEXT fits.
+CUDA_CONTEXT_GIB = 1.0
+ALLOCATOR_SLACK = 1.1
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """The numbers of a decoder-only transformer that memory depends on."""
+
+    hidden: int
+    layers: int
+    intermediate: int
+    heads: int
+    kv_heads: int
+    vocab: int
+    tied_embeddings: bool
+
+    @classmethod
+    def from_config(cls, config: dict) -> "Architecture":
+        heads = config["num_attention_heads"]
+        return cls(
+            hidden=config["hidden_size"],
+            layers=config["num_hidden_layers"],
+            intermediate=config["intermediate_size"],
+            heads=heads,
+            kv_heads=config.get("num_key_value_heads") or heads,
+            vocab=config["vocab_size"],
+            tied_embeddings=bool(config.get("tie_word_embeddings", False)),
+        )
+
+    @property
+    def kv_width(self) -> int:
+        return self.hidden // self.heads * self.kv_heads
+
+    def linear_shapes(self) -> dict[str, tuple[int, int]]:
+        """(in, out) of each projection of one layer, by the module name LoRA targets."""
+        h, i, kv = self.hidden, self.intermediate, self.kv_width
+        return {
+            "q_proj": (h, h), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (h, h),
+            "gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h),
+        }
+
+    @property
+    def layer_linear_params(self) -> int:
+        return sum(a * b for a, b in self.linear_shapes().values())
+
+    @property
+    def embedding_params(self) -> int:
+        return self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
+
+    @property
+    def params(self) -> int:
+        norms = (2 * self.layers + 1) * self.hidden
+        return self.layers * self.layer_linear_params + self.embedding_params + norms
+
+
+def _config(hidden, layers, intermediate, heads, kv_heads, vocab, tied) -> dict:
+    return {
+        "hidden_size": hidden, "num_hidden_layers": layers, "intermediate_size": intermediate,
+        "num_attention_heads": heads, "num_key_value_heads": kv_heads, "vocab_size": vocab,
+        "tie_word_embeddings": tied,
+    }
+
+
+# The published config.json numbers of common base models, so that a forecast needs no
+# download (hub ids not listed are read from the hub's config.json).
+KNOWN_CONFIGS = {
+    "meta-llama/Llama-3.1-8B": _config(4096, 32, 14336, 32, 8, 128256, False),
+    "meta-llama/Llama-3.1-70B": _config(8192, 80, 28672, 64, 8, 128256, False),
+    "meta-llama/Llama-3.2-1B": _config(2048, 16, 8192, 32, 8, 128256, True),
+    "meta-llama/Llama-3.2-3B": _config(3072, 28, 8192, 24, 8, 128256, True),
+    "Qwen/Qwen2.5-0.5B": _config(896, 24, 4864, 14, 2, 151936, True),
+    "Qwen/Qwen2.5-1.5B": _config(1536, 28, 8960, 12, 2, 151936, True),
+    "Qwen/Qwen2.5-7B": _config(3584, 28, 18944, 28, 4, 152064, False),
+    "mistralai/Mistral-7B-v0.3": _config(4096, 32, 14336, 32, 8, 32768, False),
+}
+for _name in list(KNOWN_CONFIGS):
+    KNOWN_CONFIGS[_name + "-Instruct"] = KNOWN_CONFIGS[_name]
+KNOWN_CONFIGS["meta-llama/Llama-3.1-8B-Instruct"] = KNOWN_CONFIGS["meta-llama/Llama-3.1-8B"]
+# trainables/tiny.py builds this one (its vocabulary: 256 bytes + 5 special tokens).
+KNOWN_CONFIGS[BUILTIN_TINY_MODEL] = _config(64, 2, 176, 4, 4, 261, False)
+
+
+def architecture_of(name_or_path: str) -> Architecture | None:
+    """The model's architecture from its config alone, or None when it cannot be read
+    (the forecast then says so and refuses nothing)."""
+    if name_or_path in KNOWN_CONFIGS:
+        return Architecture.from_config(KNOWN_CONFIGS[name_or_path])
+    folder = Path(name_or_path)
+    try:
+        if (folder / "adapter_config.json").is_file():
+            base = json.loads((folder / "adapter_config.json").read_text())["base_model_name_or_path"]
+            return architecture_of(base)
+        if (folder / "config.json").is_file():
+            return Architecture.from_config(_text_config(json.loads((folder / "config.json").read_text())))
+        from transformers import AutoConfig  # a hub id: its config.json only, no weights
+
+        return Architecture.from_config(_text_config(AutoConfig.from_pretrained(name_or_path).to_dict()))
+    except Exception:  # no network, no such model, an architecture without these fields
+        return None
+
+
+def _text_config(config: dict) -> dict:
+    return config.get("text_config") or config
+
+
+@dataclass(frozen=True)
+class MemoryForecast:
+    """Bytes per GPU of one trial's worker at its peak (what torch.cuda.max_memory_allocated
+    would show), by part."""
+
+    weights: float
+    adapter: float  # adapter weights, gradients and AdamW states
+    activations: float
+    logits: float
+    what: str  # the trial in words: "8B in bf16, LoRA r=64, micro-batch 4 x 2048 ..."
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.adapter + self.activations + self.logits
+
+    @property
+    def gib(self) -> float:
+        return self.total / GIB
+
+    def needs_gib(self) -> float:
+        """What a card must have: the tensors plus CUDA context and allocator slack."""
+        return self.gib * ALLOCATOR_SLACK + CUDA_CONTEXT_GIB
+
+    def fits(self, card_gib: float) -> bool:
+        return self.needs_gib() <= card_gib
+
+    def describe(self) -> str:
+        parts = ", ".join(
+            f"{name} {value / GIB:.1f}"
+            for name, value in (("weights", self.weights), ("adapter+optimizer", self.adapter),
+                                ("activations", self.activations), ("logits", self.logits))
+        )
+        return f"Memory: about {self.gib:.1f} GiB per GPU ({self.what}; {parts} GiB)"
+
+
+# Activation elements kept per token and layer for the backward pass, in units of the
+# hidden width h, the MLP width i and the key/value width kv (bf16 or fp32 each): the two
+# RMSNorms (input, fp32 upcast, output), q/k/v and their rotary copies, attention output,
+# the SwiGLU MLP's gate, up, activation and product; LoRA dropout keeps a copy of each
+# adapted layer's input.
+_PER_LAYER_H, _PER_LAYER_KV, _PER_LAYER_I = 11, 3, 4
+# The logits of one token: in the compute dtype, upcast to fp32 for the loss, and the
+# loss's fp32 gradient (bytes per vocabulary entry).
+_LOGIT_BYTES = 10
+
+
+def forecast(
+    arch: Architecture, *, precision: str, quantization: str, lora_r: int, target_modules: list[str],
+    lora_dropout: float, micro_batch: int, sequence: int, checkpointing: bool, strategy: str,
+    zero_stage: int, offload_optimizer: bool, workers: int, task: str = "sft",
+) -> MemoryForecast:
+    """The per-GPU forecast of one worker (see MemoryForecast)."""
+    compute_bytes = 2 if precision == "bf16" else 4  # fp16 keeps fp32 weights under autocast
+    shards = workers if strategy == "fsdp" or (strategy == "deepspeed" and zero_stage == 3) else 1
+
+    # Frozen weights: quantized linear layers (nf4 0.5 byte plus double-quantized block
+    # constants; int8 1 byte); embeddings, head and norms stay unquantized, in fp32 after
+    # peft's k-bit preparation.
+    linear = arch.layers * arch.layer_linear_params
+    rest = arch.params - linear
+    if quantization == "nf4":
+        weights = linear * (0.5 + 0.127 / 8 + 4 / 64 / 8) + rest * 4
+    elif quantization == "int8":
+        weights = linear * (1 + 4 / 4096) + rest * 4
+    else:
+        weights = arch.params * compute_bytes / shards
+
+    # Adapters: fp32 weights 4 + gradients 4 + AdamW moments 8 bytes a parameter (under
+    # DeepSpeed bf16: bf16 weights and gradients, fp32 master copy and moments, the same
+    # 16). ZeRO-1 partitions the 12 optimizer bytes, ZeRO-2 the gradients too, ZeRO-3 and
+    # FSDP everything; offloading takes the optimizer bytes off the GPU.
+    shapes = arch.linear_shapes()
+    adapter_params = arch.layers * sum(lora_r * (a + b) for name, (a, b) in shapes.items() if name in target_modules)
+    weight_b, grad_b, optimizer_b = 4.0, 4.0, 8.0
+    if strategy == "deepspeed":
+        optimizer_b = 0.0 if offload_optimizer else 12.0 / workers
+        weight_b, grad_b = (2.0, 2.0) if precision == "bf16" else (4.0, 4.0)
+        if zero_stage >= 2:
+            grad_b /= workers
+        if zero_stage == 3:
+            weight_b /= workers
+    elif strategy == "fsdp":
+        weight_b, grad_b, optimizer_b = 4.0 / workers, 4.0 / workers, 8.0 / workers
+    adapter = adapter_params * (weight_b + grad_b + optimizer_b)
+
+    # Activations: DPO runs chosen and rejected answers in one batch.
+    rows = micro_batch * (2 if task == "dpo" else 1)
+    tokens = rows * sequence
+    act_bytes = 2 if precision in ("bf16", "fp16") or quantization != "none" else 4
+    per_layer = _PER_LAYER_H * arch.hidden + _PER_LAYER_KV * arch.kv_width + _PER_LAYER_I * arch.intermediate
+    if lora_dropout > 0:
+        per_layer += 6 * arch.hidden + arch.intermediate
+    if checkpointing:  # each layer's input kept, one layer's activations recomputed at a time
+        activations = tokens * act_bytes * (arch.layers * arch.hidden + per_layer)
+    else:
+        activations = tokens * act_bytes * arch.layers * per_layer
+    logits = tokens * arch.vocab * _LOGIT_BYTES
+
+    size = f"{arch.params / 1e9:.1f}B" if arch.params >= 1e8 else f"{arch.params / 1e6:.1f}M"
+    dtype = {"nf4": "nf4", "int8": "int8"}.get(quantization, precision)
+    how = {"ddp": "", "fsdp": f", FSDP over {workers}"}.get(
+        strategy, f", ZeRO-{zero_stage} over {workers}{' with optimizer offload' if offload_optimizer else ''}"
+    )
+    what = (
+        f"{size} in {dtype}, LoRA r={lora_r}, micro-batch {rows} x {sequence} "
+        f"{'with' if checkpointing else 'without'} gradient checkpointing{how}"
+    )
+    return MemoryForecast(weights, adapter, activations, logits, what)
+
+
+def forecast_trial_memory(spec, lora_r: int | None = None) -> MemoryForecast | None:
+    """The forecast of a sweep's trial (its largest searched LoRA rank unless `lora_r`
+    is given), or None when the model's config cannot be read."""
+    arch = architecture_of(spec.model.name_or_path)
+    if arch is None:
+        return None
+    return forecast(arch, **_settings(spec, lora_r if lora_r is not None else largest_rank(spec)))
+
+
+def largest_rank(spec) -> int:
+    """The largest lora.r a trial of the sweep can sample (its fixed rank if not searched)."""
+    dist = spec.search.parameters.get("lora.r")
+    if dist is None:
+        return spec.lora.r
+    values = getattr(dist, "values", None)
+    return int(max(values)) if values else int(dist.high)
+
+
+def _settings(spec, lora_r: int) -> dict:
+    resources, training = spec.resources, spec.training
+    return {
+        "precision": training.precision,
+        "quantization": spec.model.quantization,
+        "lora_r": lora_r,
+        "target_modules": list(spec.lora.target_modules),
+        "lora_dropout": spec.lora.dropout,
+        "micro_batch": training.per_device_batch_size,
+        "sequence": spec.data.max_length,
+        "checkpointing": training.gradient_checkpointing,
+        "strategy": resources.strategy,
+        "zero_stage": resources.deepspeed.effective_stage,
+        "offload_optimizer": resources.deepspeed.effective_offload,
+        "workers": resources.workers_per_trial,
+        "task": spec.task,
+    }
+
+
+def gpu_memory_gib(accelerator: str | None) -> float | None:
+    """Memory of a card by its price-table or Ray name (a10g, A100-80G, ...), or None."""
+    return GPU_MEMORY_GIB.get((accelerator or "").lower())
+
+
+def cluster_gpu_memory_gib() -> float | None:
+    """The memory of the largest GPU of the running Ray cluster, from the accelerator
+    types Ray detected on its nodes; None when no node says."""
+    import ray
+
+    sizes = [
+        gpu_memory_gib(key.removeprefix("accelerator_type:"))
+        for node in ray.nodes() if node.get("Alive")
+        for key in node["Resources"] if key.startswith("accelerator_type:")
+    ]
+    sizes = [size for size in sizes if size]
+    return max(sizes) if sizes else None
+
+
+def refuse_if_unfit(spec, card_gib: float | None) -> MemoryForecast | None:
+    """The trial's forecast; raises UserError (keyed `resources`) when it does not fit a
+    GPU of `card_gib`, naming what would make it fit. Nothing is checked for CPU trials
+    or when the card or the model's config is unknown."""
+    estimate = forecast_trial_memory(spec)
+    if estimate is None or card_gib is None or not spec.resources.use_gpu or estimate.fits(card_gib):
+        return estimate
+    raise UserError(
+        f"resources: a trial needs about {math.ceil(estimate.needs_gib())} GiB per GPU ({estimate.what}); "
+        f"the largest GPU has {card_gib:g} GiB; {_what_would_fit(spec, card_gib)}"
+    )
+
+
+def _what_would_fit(spec, card_gib: float) -> str:
+    """The first single change (in this order) whose forecast fits, with its size."""
+    arch = architecture_of(spec.model.name_or_path)
+    settings = _settings(spec, largest_rank(spec))
+    workers = max(2, spec.resources.workers_per_trial)
+    # Each a set of settings together, cheapest in speed first.
+    candidates = [
+        ("training.gradient_checkpointing: true", {"checkpointing": True}),
+        ("model.quantization: nf4 with training.gradient_checkpointing: true",
+         {"quantization": "nf4", "checkpointing": True, "strategy": "ddp"}),
+        (f"resources.strategy: deepspeed with zero_stage 3 over {workers} workers and gradient checkpointing",
+         {"strategy": "deepspeed", "zero_stage": 3, "workers": workers, "checkpointing": True}),
+        ("model.quantization: nf4, gradient checkpointing and training.per_device_batch_size: 1 "
+         "(raise gradient_accumulation_steps to keep the batch)",
+         {"quantization": "nf4", "checkpointing": True, "strategy": "ddp", "micro_batch": 1}),
+    ]
+    fixes = []
+    for text, change in candidates:
+        if all(settings[key] == value for key, value in change.items()):
+            continue
+        estimate = forecast(arch, **{**settings, **change})
+        if estimate.fits(card_gib):
+            fixes.append(f"set {text} (about {math.ceil(estimate.needs_gib())} GiB)")
+            if len(fixes) == 2:
+                break
+    if not fixes:
+        return "no single setting fits it; use larger GPUs, or combine nf4, checkpointing and a smaller micro-batch"
+    return " or ".join(fixes)
+
+
+def check_before_launch(spec, console) -> None:
+    """At `sweep start`/`resume`, with Ray up: print the forecast of a GPU sweep and refuse
+    it (UserError) when it fits no GPU of the cluster (the accelerator types Ray detected,
+    else cost.accelerator's card)."""
+    if not spec.resources.use_gpu:
+        return
+    card = cluster_gpu_memory_gib() or gpu_memory_gib(spec.cost.accelerator)
+    estimate = refuse_if_unfit(spec, card)
+    if estimate is not None:
+        fits = f"; fits the {card:g} GiB GPUs" if card else ""
+        console.print(estimate.describe() + fits, highlight=False)

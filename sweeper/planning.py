@@ -1,0 +1,194 @@
+"""`sweep plan`: validate a sweep and forecast its cost without running it, and the same
+forecast printed (and logged to the parent run) by `sweep start`."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from rich.console import Console
+
+from sweeper.forecast import Forecast, accelerators_per_trial, forecast_lines, forecast_sweep, modelled_timing
+from sweeper.plan import ClusterResources, SweepPlan, make_plan
+from sweeper.spec import SweepSpec
+
+__all__ = ["plan_sweep", "sweep_forecast", "local_cluster", "print_forecast"]
+
+
+def local_cluster() -> ClusterResources:
+    """What `ray.init()` would start on this machine (all cores, all GPUs), without Ray."""
+    cpus = float(os.cpu_count() or 1)
+    try:
+        import torch
+
+        gpus = float(torch.cuda.device_count())
+    except ImportError:
+        gpus = 0.0
+    return ClusterResources(cpus=cpus, gpus=gpus, max_node_cpus=cpus, max_node_gpus=gpus)
+
+
+def sweep_forecast(plan: SweepPlan, data: dict | None, model_source: str | None, *, calibrate: bool, on_cluster: bool) -> Forecast:
+    """The plan's forecast: calibrated (`data` tokenized, `model_source` resolved; on the
+    cluster as a Ray task when `on_cluster`), or from the throughput model. Raises
+    UserError when the model's size is unknown and calibration is off."""
+    spec = plan.spec
+    if calibrate:
+        from sweeper.calibrate import calibrate as run_calibration
+
+        calibration = run_calibration(spec, data, model_source, on_cluster=on_cluster)
+        forecast = forecast_sweep(plan, calibration.first, calibration.costliest)
+        forecast.notes.append(f"Calibration took {calibration.seconds:.1f} s")
+        return forecast
+    accelerator = spec.cost.resolved_accelerator(spec.resources.use_gpu)
+    timing = modelled_timing(spec, accelerator, accelerators_per_trial(plan))
+    if timing is None:
+        from sweeper.errors import UserError
+
+        raise UserError(
+            f"model.name_or_path: the size of {spec.model.name_or_path!r} is unknown (no config.json here or in "
+            "the Hugging Face cache, no size in the name); run sweep plan without --no-calibrate"
+        )
+    return forecast_sweep(plan, timing)
+
+
+def print_forecast(forecast: Forecast, spec: SweepSpec, console: Console) -> None:
+    unit = "GPU-hours" if spec.resources.use_gpu else "CPU core-hours"
+    for line in forecast_lines(forecast, unit):
+        console.print(line, highlight=False, soft_wrap=True)
+
+
+def plan_sweep(file: Path, *, address: str | None, calibrate: bool, console: Console) -> Forecast:
+    """`sweep plan FILE`: validate, size the plan against the cluster (ADDR, else this
+    machine as a local cluster would use it), calibrate unless told not to, print."""
+    from sweeper.launch import prepare_data
+    from sweeper.spec import load_spec
+    from trainables.models import DEFAULT_CACHE_ROOT, resolve_model_source
+
+    started = time.time()
+    spec = load_spec(file)
+    on_cluster = bool(address)
+    if address:
+        import ray
+
+        ray.init(address=address, logging_level="WARNING", log_to_driver=False)
+        cluster = ClusterResources.from_ray()
+    else:
+        cluster = local_cluster()  # calibrated in this process: the same hardware
+    plan = make_plan(spec, cluster)
+    data = model_source = None
+    if calibrate:
+        data, _ = prepare_data(spec, DEFAULT_CACHE_ROOT)
+        model_source = resolve_model_source(spec.model.name_or_path, DEFAULT_CACHE_ROOT)
+    console.print(
+        f"Sweep {spec.name!r} ({file}): {spec.search.num_trials} trials, {plan.concurrent_trials} at a time on "
+        f"{cluster.cpus:g} CPUs, {cluster.gpus:g} GPUs ({plan.trial_resources.workers} worker(s) per trial)",
+        highlight=False,
+        soft_wrap=True,
+    )
+    forecast = sweep_forecast(plan, data, model_source, calibrate=calibrate, on_cluster=on_cluster)
+    print_forecast(forecast, spec, console)
+    if spec.resources.use_gpu:
+        from sweeper.memory import forecast_trial_memory
+
+        memory = forecast_trial_memory(spec)
+        console.print(memory.describe() if memory else "Memory: no forecast (the model's config cannot be read)",
+                      highlight=False, soft_wrap=True)
+    if spec.budget is not None:
+        from sweeper.budget import budget_lines
+
+        for line in budget_lines(spec.budget, forecast):
+            console.print(line, highlight=False, soft_wrap=True)
+    console.print(f"Planned in {time.time() - started:.1f} s; nothing was started.", highlight=False)
+    return forecast
+
+
+class SweepBudget:
+    """What `sweep start` adds for the forecast and the budget (sweeper/launch.py calls it
+    at marked hook points): the forecast printed and logged to the parent run, the caps
+    enforced through a searcher wrapper and a stopper, and what they cut reported."""
+
+    def __init__(self, spec: SweepSpec, plan: SweepPlan, forecast: Forecast, guard):
+        self.spec, self.plan, self.forecast, self.guard = spec, plan, forecast, guard
+
+    @classmethod
+    def forecast_sweep(cls, spec, plan, data, cache_root, console: Console, on_cluster: bool) -> "SweepBudget":
+        """Calibrate and print the forecast (before the sweep's clock starts)."""
+        from trainables.models import resolve_model_source
+
+        model_source = resolve_model_source(spec.model.name_or_path, cache_root)
+        forecast = sweep_forecast(plan, data, model_source, calibrate=True, on_cluster=on_cluster)
+        print_forecast(forecast, spec, console)
+        if spec.budget is not None:
+            from sweeper.budget import budget_lines
+
+            for line in budget_lines(spec.budget, forecast):
+                console.print(line, highlight=False, soft_wrap=True)
+        return cls(spec, plan, forecast, None)
+
+    def attach(self, book, tracker) -> None:
+        """Log the forecast to the parent run (`forecast_*` params); caps measured on `book`."""
+        from sweeper.budget_guard import make_guard
+
+        _log_params(tracker, self.forecast.as_params())
+        self.guard = make_guard(self.spec, self.plan, book, self.forecast)
+
+    def searcher(self, search_alg):
+        """The search algorithm, wrapped so that no trial starts past a cap."""
+        if self.guard is None or search_alg is None:
+            return search_alg
+        from sweeper.budget_guard import BudgetSearcher
+
+        return BudgetSearcher(search_alg, self.guard)
+
+    def stopper(self):
+        """The RunConfig stopper that ends the sweep at a cap (None without a budget)."""
+        if self.guard is None:
+            return None
+        from sweeper.budget_guard import BudgetStopper
+
+        return BudgetStopper(self.guard)
+
+    def cut(self) -> bool:
+        """True when a cap ended the sweep early (it is not an interrupted sweep)."""
+        return self.guard is not None and self.guard.cut()
+
+    def finish(self, tracker, run) -> None:
+        """Forecast against actual, and what the caps cut, on the parent run and in the summary."""
+        expected = self.forecast.expected
+        metrics = {
+            "forecast_expected_usd": expected.usd,
+            "forecast_expected_wall_seconds": expected.wall_seconds,
+            "forecast_expected_accelerator_hours": expected.accelerator_hours,
+            "forecast_worst_usd": self.forecast.worst.usd,
+            "forecast_worst_wall_seconds": self.forecast.worst.wall_seconds,
+        }
+        tags = {}
+        if self.guard is not None:
+            tags, budget_metrics = self.guard.as_tags_and_metrics()
+            metrics.update(budget_metrics)
+        _log_metrics(tracker, metrics, tags)
+        actual_wall = time.time() - run.book.started_at
+        run.notes.append(
+            f"Forecast: {expected.wall_seconds:.0f} s, ${expected.usd:.6f} expected; actual: {actual_wall:.0f} s "
+            f"(trials' phase), ${run.cost.usd:.6f}"
+        )
+        if self.guard is not None and self.guard.summary():
+            run.notes.append(f"Budget: {self.guard.summary()}")
+
+
+def _log_params(tracker, params: dict[str, str]) -> None:
+    from mlflow.entities import Param
+
+    tracker.client.log_batch(tracker.parent_run_id, params=[Param(k, v) for k, v in params.items()])
+
+
+def _log_metrics(tracker, metrics: dict[str, float], tags: dict[str, str]) -> None:
+    from mlflow.entities import Metric, RunTag
+
+    now = int(time.time() * 1000)
+    tracker.client.log_batch(
+        tracker.parent_run_id,
+        metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()],
+        tags=[RunTag(k, v) for k, v in tags.items()],
+    )

@@ -1,0 +1,249 @@
+"""Joining a cluster that `ray start --head --block` runs in its own process, with
+token authentication on as Ray 2.60 starts it: a sweep's Ray start joins it with the
+token where Ray looks and no other setting, refuses it without one in one keyed line
+that names `ray get-auth-token`, and never prints the token; a sweep joining a cluster
+of two nodes with its folder on one machine's disk, or an address where nothing
+answers, is refused in one keyed line."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+RAY = str(Path(sys.executable).with_name("ray"))
+
+JOIN = textwrap.dedent(
+    """
+    import sys
+    from sweeper.errors import UserError
+    from sweeper.launch import start_ray
+    try:
+        start_ray(sys.argv[1])  # before Ray is loaded, as in `sweep start`
+    except UserError as exc:
+        print("USER ERROR", exc)
+        sys.exit(2)
+    import ray
+    print("JOINED", int(ray.cluster_resources().get("CPU", 0)), ray.cluster_resources().get("head_marker"))
+    ray.shutdown()
+    """
+)
+
+
+HEAD_DASHBOARDS: dict[str, str] = {}  # head address -> its dashboard URL
+RAY_TEMP: dict[str, str] = {}  # head address -> its Ray temp folder
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def wait_for_port(port: int, process: subprocess.Popen, timeout_s: float = 120) -> None:
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        assert process.poll() is None, "the head node exited"
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.5)
+    raise AssertionError(f"the head node did not listen on {port}")
+
+
+@pytest.fixture
+def head(tmp_path):
+    """A token-authenticated head node in its own process (its own HOME, so its token is
+    its own), ended by its pid whatever the test did."""
+    home = tmp_path / "head-home"
+    home.mkdir()
+    port, dashboard = free_port(), free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_AUTH", "RAY_ADDRESS"))}
+    # A job's entrypoint runs `python` from the head's PATH, as on a cluster.yaml head.
+    env.update(HOME=str(home), PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}")
+    # As on a machine where Ray ran before (or after `ray get-auth-token --generate`): with
+    # a token in ~/.ray, `ray start --head` turns token authentication on.
+    subprocess.run([RAY, "get-auth-token", "--generate"], env=env, capture_output=True, check=True, timeout=120)
+    log = open(tmp_path / "head.log", "wb")
+    # Ray's Unix sockets live under its temp folder; pytest's tmp_path is too long a path.
+    ray_temp = tempfile.mkdtemp(prefix="h8ray-", dir="/tmp")
+    RAY_TEMP[f"127.0.0.1:{port}"] = ray_temp
+    process = subprocess.Popen(
+        [RAY, "start", "--head", "--block", "--port", str(port), "--dashboard-port", str(dashboard),
+         "--num-cpus", "1", "--resources", '{"head_marker": 1}', "--temp-dir", ray_temp,
+         "--ray-client-server-port", str(free_port()), "--min-worker-port", "0", "--max-worker-port", "0"],
+        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    try:
+        wait_for_port(port, process)
+        token_file = home / ".ray" / "auth_token"
+        HEAD_DASHBOARDS[f"127.0.0.1:{port}"] = f"http://127.0.0.1:{dashboard}"
+        yield f"127.0.0.1:{port}", token_file
+    finally:
+        # The whole session: the head's GCS, raylet and dashboard processes too.
+        end_session(process)
+        log.close()
+        shutil.rmtree(ray_temp, ignore_errors=True)
+
+
+def start_worker_node(address: str, head_home: Path, tmp_path: Path) -> subprocess.Popen:
+    """A second node joining the head as cluster.yaml's workers do: token mode, the head's token."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_AUTH", "RAY_ADDRESS"))}
+    env.update(HOME=str(head_home), RAY_AUTH_MODE="token")
+    log = open(tmp_path / "worker.log", "wb")
+    return subprocess.Popen(
+        [RAY, "start", "--block", "--address", address, "--num-cpus", "1", "--resources", '{"worker_marker": 1}',
+         "--temp-dir", RAY_TEMP[address],
+         "--min-worker-port", "0", "--max-worker-port", "0"],
+        env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+
+
+def end_session(process: subprocess.Popen) -> None:
+    """End a `ray start --block` node and every process of its session, by its pid."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+def join(address: str, tmp_path: Path, **env_extra) -> subprocess.CompletedProcess:
+    home = tmp_path / "client-home"
+    home.mkdir(exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_AUTH", "RAY_ADDRESS"))}
+    env.update(HOME=str(home), **env_extra)
+    return subprocess.run([sys.executable, "-c", JOIN, address], env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_a_sweep_joins_a_token_cluster_with_the_token_where_ray_looks(head, tmp_path):
+    address, token_file = head
+    assert token_file.is_file(), "the head wrote no token"
+    token = token_file.read_text().strip()
+    joined = join(address, tmp_path, RAY_AUTH_TOKEN_PATH=str(token_file))
+    assert "JOINED 1 1.0" in joined.stdout, joined.stdout + joined.stderr
+    assert token not in joined.stdout + joined.stderr
+
+
+def test_without_a_token_the_refusal_is_one_keyed_line_naming_ray_get_auth_token(head, tmp_path):
+    address, token_file = head
+    started = time.time()
+    refused = join(address, tmp_path)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert f"USER ERROR --address: the Ray cluster at {address} requires an authentication token" in refused.stdout
+    assert "ray get-auth-token" in refused.stdout
+    assert time.time() - started < 60
+
+
+def sweep_cli(*args, cwd: Path, env: dict, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "sweeper.cli", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def test_a_sweep_joining_two_nodes_with_its_folder_on_one_disk_is_refused(head, tmp_path):
+    address, token_file = head
+    worker = start_worker_node(address, token_file.parent.parent, tmp_path)
+    try:
+        join_env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_AUTH", "RAY_ADDRESS"))}
+        join_env.update(RAY_AUTH_TOKEN_PATH=str(token_file), COLUMNS="200")
+        deadline = time.time() + 90
+        while "worker_marker" not in _resources(address, tmp_path, token_file):
+            assert worker.poll() is None, (tmp_path / "worker.log").read_text()
+            assert time.time() < deadline, "the worker node did not join"
+            time.sleep(1)
+        quickstart = Path(__file__).resolve().parents[2] / "search_spaces" / "quickstart.yaml"
+        refused = sweep_cli("start", str(quickstart), "--address", address, cwd=tmp_path, env=join_env)
+        assert refused.returncode == 2, refused.stdout + refused.stderr
+        assert "error: output_dir: the sweep's checkpoints would go to" in refused.stderr
+        assert "2 node" not in refused.stderr and "1 node(s)" in refused.stderr
+        assert token_file.read_text().strip() not in refused.stdout + refused.stderr
+    finally:
+        end_session(worker)
+
+
+def _resources(address: str, tmp_path: Path, token_file: Path) -> str:
+    script = "import ray; ray.init(address=%r, log_to_driver=False); print(sorted(ray.cluster_resources()))" % address
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_AUTH", "RAY_ADDRESS"))}
+    env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token_file), HOME=str(tmp_path))
+    return subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120).stdout
+
+
+def test_an_address_where_nothing_answers_is_one_keyed_line_within_seconds(tmp_path):
+    port = free_port()
+    quickstart = Path(__file__).resolve().parents[2] / "search_spaces" / "quickstart.yaml"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_ADDRESS")}
+    started = time.time()
+    refused = sweep_cli("start", str(quickstart), "--address", f"127.0.0.1:{port}", cwd=tmp_path, env=env, timeout=120)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert f"error: --address: no Ray cluster answers at 127.0.0.1:{port}" in refused.stderr
+    assert time.time() - started < 60
+
+
+def test_a_submitted_sweep_runs_as_a_job_that_logs_stop_and_resume_reach(head, tmp_path):
+    address, token_file = head
+    dashboard = HEAD_DASHBOARDS[address]
+    root = Path(__file__).resolve().parents[2]
+    workdir = tmp_path / "project"
+    shutil.copytree(root / "data", workdir / "data")
+    (workdir / "spaces").mkdir()
+    text = (root / "search_spaces" / "quickstart.yaml").read_text().replace("name: quickstart", "name: submitted")
+    (workdir / "spaces" / "submitted.yaml").write_text(text + f"\noutput_dir: {tmp_path / 'cluster-sweeps' / 'submitted'}\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_AUTH", "RAY_ADDRESS"))}
+    env.update(RAY_AUTH_TOKEN_PATH=str(token_file), COLUMNS="200", HOME=str(tmp_path))
+
+    # The head's GCS answers before its dashboard does.
+    deadline = time.time() + 120
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", int(dashboard.rsplit(":", 1)[1])), timeout=1).close()
+            break
+        except OSError:
+            assert time.time() < deadline, "the head's dashboard did not start"
+            time.sleep(1)
+    submitted = sweep_cli("submit", "spaces/submitted.yaml", "--address", dashboard, cwd=workdir, env=env, timeout=120)
+    assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+    assert "Submitted sweep 'submitted' as job sweep-submitted-" in submitted.stdout
+    assert f"Dashboard: {dashboard}/#/jobs/sweep-submitted-" in submitted.stdout
+    stopped = sweep_cli("stop", "submitted", "--address", dashboard, cwd=workdir, env=env, timeout=120)
+    assert stopped.returncode == 0 and "Stopped job sweep-submitted-" in stopped.stdout, stopped.stdout + stopped.stderr
+    logs = sweep_cli("logs", "submitted", "--address", dashboard, cwd=workdir, env=env, timeout=180)
+    assert logs.returncode == 0 and "Job of sweep 'submitted': STOPPED" in logs.stdout, logs.stdout + logs.stderr
+    resumed = sweep_cli("resume", "submitted", "--address", dashboard, cwd=workdir, env=env, timeout=120)
+    assert resumed.returncode == 0 and "Submitted the resume of sweep 'submitted' as job" in resumed.stdout, resumed.stdout + resumed.stderr
+    stopped = sweep_cli("stop", "submitted", "--address", dashboard, cwd=workdir, env=env, timeout=120)
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    assert token_file.read_text().strip() not in "".join(r.stdout + r.stderr for r in (submitted, stopped, logs, resumed))
+
+
+def test_auto_with_an_address_file_naming_a_dead_head_is_one_keyed_line_within_seconds(tmp_path):
+    # What `ray start --head` leaves behind when its head is ended without `ray stop`.
+    ray_tmp = Path(tempfile.mkdtemp(prefix="h8stale-", dir="/tmp"))
+    try:
+        (ray_tmp / "ray").mkdir()
+        port = free_port()
+        (ray_tmp / "ray" / "ray_current_cluster").write_text(f"127.0.0.1:{port}\n")
+        quickstart = Path(__file__).resolve().parents[2] / "search_spaces" / "quickstart.yaml"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_ADDRESS")}
+        env["RAY_TMPDIR"] = str(ray_tmp)
+        started = time.time()
+        refused = sweep_cli("start", str(quickstart), "--address", "auto", cwd=tmp_path, env=env, timeout=120)
+        assert refused.returncode == 2, refused.stdout + refused.stderr
+        assert f"error: --address: no Ray cluster answers at 127.0.0.1:{port}" in refused.stderr
+        assert time.time() - started < 60
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)

@@ -1,0 +1,125 @@
+import time
+
+import pytest
+from ray.tune.search import Searcher
+
+from sweeper.budget_guard import BudgetGuard, BudgetSearcher, BudgetStopper
+from sweeper.budget import BudgetSpec
+from sweeper.errors import UserError
+from sweeper.forecast import TrialTiming
+from sweeper.progress import SweepBook, TrialRecord
+from sweeper.spec import validate_spec
+from tests.conftest import REPO, small_sweep
+
+# 1 core-hour costs $3.6, so one core-second costs $0.001.
+PRICE = {"usd_per_hour": 3.6}
+TIMING = TrialTiming(step_seconds=0.1, eval_seconds=0.5, setup_seconds=1.0, source="test")
+
+
+def validate(**sections):
+    return validate_spec(small_sweep("b", **sections), base_dir=REPO)
+
+
+def test_a_cap_below_one_trials_cost_is_a_keyed_error_at_validate_time():
+    with pytest.raises(UserError) as raised:
+        validate(cost=PRICE, budget={"max_usd": 1e-6, "max_hours": 1e-7, "max_accelerator_hours": 1e-9})
+    lines = raised.value.lines
+    assert [line.split(":")[0] for line in lines] == ["budget.max_usd", "budget.max_hours", "budget.max_accelerator_hours"]
+    assert "got 1e-06" in lines[0] and "raise it or leave it out" in lines[0]
+
+
+def test_caps_that_fit_a_trial_validate_and_unknown_keys_are_named():
+    spec = validate(cost=PRICE, budget={"max_usd": 5, "max_hours": 1})
+    assert spec.budget.max_usd == 5 and spec.budget.max_accelerator_hours is None
+    with pytest.raises(UserError) as raised:
+        validate(budget={"max_usdollars": 5})
+    assert raised.value.lines[0].startswith("budget.max_usdollars: unknown key; did you mean 'max_usd'?")
+    with pytest.raises(UserError, match="budget.max_usd"):
+        validate(budget={"max_usd": -1})
+
+
+def guard_with(book: SweepBook, **caps) -> BudgetGuard:
+    return BudgetGuard(
+        budget=BudgetSpec(**caps),
+        book=book,
+        accelerators_per_trial=1,
+        usd_per_hour=3.6,
+        timing=TIMING,
+        milestones=[10, 30, 90],
+        eval_every=10,
+        num_trials=10,
+    )
+
+
+def running_trial(number: int, seconds: float, step: int) -> TrialRecord:
+    record = TrialRecord(trial_id=f"t{number}", number=number, params={}, started_at=time.time() - seconds)
+    record.history.append({"step": step})
+    return record
+
+
+def book_with(*records: TrialRecord) -> SweepBook:
+    book = SweepBook(metric="eval_loss", goal="minimize", max_steps=90)
+    book.trials = {r.trial_id: r for r in records}
+    return book
+
+
+def test_a_cap_reached_stops_all_trials_and_names_what_it_cut():
+    book = book_with(running_trial(1, 30, 20), running_trial(2, 25, 10))
+    guard = guard_with(book, max_usd=0.05)  # $0.055 spent
+    stopper = BudgetStopper(guard)
+    assert stopper.stop_all()
+    assert guard.reached_cap == "max_usd" and guard.stopped_trials == [1, 2]
+    assert "budget.max_usd (0.05 USD) reached" in guard.summary() and "(1, 2)" in guard.summary()
+    tags, metrics = guard.as_tags_and_metrics()
+    assert tags["sweeper.budget_stop"] == "max_usd"
+    assert metrics["budget_trials_stopped"] == 2 and metrics["budget_trials_not_started"] == 8
+
+
+def test_below_the_cap_nothing_stops():
+    guard = guard_with(book_with(running_trial(1, 5, 10)), max_usd=1.0, max_hours=1.0)
+    assert not BudgetStopper(guard).stop_all()
+    assert guard.summary() is None
+    assert guard.as_tags_and_metrics()[0] == {"sweeper.budget_stop": "none"}
+
+
+class Counting(Searcher):
+    def __init__(self):
+        super().__init__(metric="eval_loss", mode="min")
+        self.asked = 0
+
+    def suggest(self, trial_id):
+        self.asked += 1
+        return {"x": self.asked}
+
+    def on_trial_complete(self, trial_id, result=None, error=False):
+        pass
+
+
+def test_no_trial_starts_once_committed_work_would_cross_a_cap():
+    # Spent: 10 s ($0.010). Committed: the running trial to step 30 (2 s + 2 evals = 3 s)
+    # and a new trial's first rung (1 + 1 + 0.5 = 2.5 s): $0.0155 in all.
+    book = book_with(running_trial(1, 10, 10))
+    inner = Counting()
+    roomy = BudgetSearcher(inner, guard_with(book, max_usd=0.016))
+    assert roomy.suggest("a") == {"x": 1}
+    tight_guard = guard_with(book, max_usd=0.015)
+    tight = BudgetSearcher(inner, tight_guard)
+    assert tight.suggest("b") == Searcher.FINISHED
+    assert inner.asked == 1  # the wrapped searcher was not asked
+    assert tight_guard.held_back_by == "max_usd" and "8 of 10 trials not started" not in (tight_guard.summary() or "")
+    assert "9 of 10 trials not started" in tight_guard.summary()
+
+
+def test_searcher_wrapper_exposes_the_wrapped_one_for_tune():
+    from ray.tune.search import ConcurrencyLimiter
+
+    limiter = ConcurrencyLimiter(Counting(), max_concurrent=2)
+    wrapped = BudgetSearcher(limiter, guard_with(book_with(), max_usd=1.0))
+    assert wrapped.searcher is limiter and wrapped.metric == "eval_loss"
+
+
+def test_a_restored_guard_without_its_book_cuts_nothing():
+    import pickle
+
+    guard = pickle.loads(pickle.dumps(guard_with(book_with(running_trial(1, 100, 10)), max_usd=0.001)))
+    assert guard.book is None and guard.reached() is None and guard.new_trial_would_cross() is None

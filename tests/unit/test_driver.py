@@ -1,0 +1,95 @@
+"""The driver callback keeps the book first and then tells its listeners, in order, about
+the record it updated; driven here as Tune drives it, with stand-ins for Tune's trials."""
+
+from types import SimpleNamespace
+
+from sweeper.driver import SweepDriver
+from sweeper.book import SweepBook, TrialRecord
+
+
+class Recorder:
+    """A listener that notes each event with what the book held when it was told."""
+
+    def __init__(self, name, log):
+        self.name, self.log = name, log
+
+    def trial_started(self, record):
+        self.log.append((self.name, "started", record.trial_id, record.state))
+
+    def trial_result(self, record):
+        self.log.append((self.name, "result", record.trial_id, record.history[-1]["eval_loss"]))
+
+    def trial_paused(self, record):
+        self.log.append((self.name, "paused", record.trial_id, record.pauses))
+
+    def trial_finished(self, record):
+        self.log.append((self.name, "finished", record.trial_id, record.state))
+
+
+class OnlyFinished:
+    def __init__(self, log):
+        self.log = log
+
+    def trial_finished(self, record):
+        self.log.append(("janitor", "finished", record.trial_id, record.state))
+
+
+def trial(trial_id, status="RUNNING"):
+    return SimpleNamespace(trial_id=trial_id, status=status, config={"training.learning_rate": 1e-3})
+
+
+def test_the_book_is_updated_before_listeners_are_told_in_order():
+    book = SweepBook(metric="eval_loss", goal="minimize", max_steps=30)
+    log = []
+    driver = SweepDriver(book, [Recorder("tracker", log), OnlyFinished(log), Recorder("table", log)])
+    a = trial("a")
+    driver.on_trial_start(0, [a], a)
+    driver.on_trial_result(0, [a], a, {"step": 10, "eval_loss": 3.0, "training_iteration": 1, "checkpoint_path": "/c/1"})
+    a.status = "PAUSED"
+    driver.on_step_begin(1, [a])
+    driver.on_step_begin(2, [a])  # still paused: told once
+    a.status = "RUNNING"
+    driver.on_trial_start(3, [a], a)
+    driver.on_trial_result(3, [a], a, {"step": 20, "eval_loss": 2.5})
+    driver.on_trial_complete(4, [a], a)
+    assert log == [
+        ("tracker", "started", "a", "running"),
+        ("table", "started", "a", "running"),
+        ("tracker", "result", "a", 3.0),
+        ("table", "result", "a", 3.0),
+        ("tracker", "paused", "a", 1),
+        ("table", "paused", "a", 1),
+        ("tracker", "started", "a", "running"),
+        ("table", "started", "a", "running"),
+        ("tracker", "result", "a", 2.5),
+        ("table", "result", "a", 2.5),
+        ("tracker", "finished", "a", "pruned"),
+        ("janitor", "finished", "a", "pruned"),
+        ("table", "finished", "a", "pruned"),
+    ]
+    record = book.trials["a"]
+    assert (record.number, record.step, record.checkpoint_path, record.pauses) == (1, 20, "/c/1", 1)
+    assert record.history[0] == {"step": 10, "eval_loss": 3.0}  # Tune's own keys left out
+
+
+def test_a_trial_restored_as_finished_is_not_started_again():
+    book = SweepBook(metric="eval_loss", goal="minimize", max_steps=30)
+    book.trials["a"] = TrialRecord("a", 1, {}, state="completed", history=[{"step": 30, "eval_loss": 1.0}])
+    log = []
+    driver = SweepDriver(book, [Recorder("tracker", log)])
+    driver.on_trial_start(0, [trial("a")], trial("a"))
+    assert log == [] and book.trials["a"].state == "completed"
+
+
+def test_unfinished_trials_that_tune_does_not_know_are_lost():
+    book = SweepBook(metric="eval_loss", goal="minimize", max_steps=30)
+    book.trials = {
+        "done": TrialRecord("done", 1, {}, state="completed", history=[{"step": 30, "eval_loss": 3.0}]),
+        "resumed": TrialRecord("resumed", 2, {}, state="stopped"),
+        # started by a driver that died before Tune saved its state
+        "orphan": TrialRecord("orphan", 3, {}, state="stopped"),
+    }
+    driver = SweepDriver(book, [])
+    assert driver.lost_trials() == []  # Tune has not stepped yet: nothing is known
+    driver.on_step_begin(0, [trial("done", "TERMINATED"), trial("resumed")])
+    assert [t.trial_id for t in driver.lost_trials()] == ["orphan"]

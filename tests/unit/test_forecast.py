@@ -1,0 +1,175 @@
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from sweeper.calibrate import costliest_overrides
+from sweeper.cli import app
+from sweeper.forecast import (
+    PEAK_TFLOPS,
+    UTILISATION,
+    TrialTiming,
+    evaluations_between,
+    forecast_sweep,
+    model_parameters,
+    modelled_timing,
+)
+from sweeper.plan import ClusterResources, make_plan
+from sweeper.spec import validate_spec
+from tests.conftest import REPO, small_sweep
+
+CPU_BOX = ClusterResources(cpus=2, gpus=0, max_node_cpus=2, max_node_gpus=0)
+GPU_BOX = ClusterResources(cpus=32, gpus=8, max_node_cpus=32, max_node_gpus=8)
+# 1 s per trial start, 0.1 s per step, 0.5 s per evaluation; no stop or turnaround time.
+TIMING = TrialTiming(
+    step_seconds=0.1, eval_seconds=0.5, setup_seconds=1.0, source="test", stop_seconds=0.0, turnaround_seconds=0.0,
+    cold_start_seconds=0.0,
+)
+
+
+def spec_of(**sections):
+    return validate_spec(small_sweep("f", **sections), base_dir=REPO)
+
+
+def quickstart_like(**sections):
+    """10 trials, max 90 steps, eval every 10, ASHA rungs 10 and 30 (eta 3), 2 slots."""
+    base = {
+        "training": {"max_steps": 90, "eval_every": 10},
+        "search": {"num_trials": 10},
+        "early_stopping": {"grace_period": 10, "reduction_factor": 3},
+    }
+    for key, value in sections.items():
+        base[key] = {**base.get(key, {}), **value}
+    return spec_of(**base)
+
+
+def test_expected_case_trains_the_asha_ladder_and_worst_case_every_trial_to_max_steps():
+    plan = make_plan(quickstart_like(), CPU_BOX)
+    forecast = forecast_sweep(plan, TIMING)
+    assert forecast.ladder == [(10, 10), (30, 3), (90, 1)]
+    assert forecast.expected.steps == 10 * 10 + 3 * 20 + 1 * 60
+    assert forecast.worst.steps == 10 * 90
+    # Each segment is a Train run: start + steps + evaluations.
+    segments = [1.0 + 10 * 0.1 + 1 * 0.5, 1.0 + 20 * 0.1 + 2 * 0.5, 1.0 + 60 * 0.1 + 6 * 0.5]
+    assert forecast.expected.trial_seconds == pytest.approx(10 * segments[0] + 3 * segments[1] + segments[2])
+    # Waves of 2 slots: 5 of the first rung, 2 of the second, 1 to the end.
+    assert forecast.expected.wall_seconds == pytest.approx(5 * segments[0] + 2 * segments[1] + segments[2])
+    full = 1.0 + 90 * 0.1 + 9 * 0.5
+    assert forecast.worst.trial_seconds == pytest.approx(10 * full)
+    assert forecast.worst.wall_seconds == pytest.approx(5 * full)
+
+
+def test_cost_is_trial_seconds_times_accelerators_times_price():
+    spec = quickstart_like(resources={"workers_per_trial": 2, "cpus_per_worker": 1}, cost={"usd_per_hour": 3.6})
+    forecast = forecast_sweep(make_plan(spec, CPU_BOX), TIMING)
+    assert forecast.slots == 1 and forecast.accelerators_per_trial == 2
+    assert forecast.expected.accelerator_hours == pytest.approx(forecast.expected.trial_seconds / 3600 * 2)
+    assert forecast.expected.usd == pytest.approx(forecast.expected.accelerator_hours * 3.6)
+    # One slot: the wall time is every trial one after the other.
+    assert forecast.worst.wall_seconds == pytest.approx(forecast.worst.trial_seconds)
+
+
+def test_the_first_wave_starts_cold():
+    plan = make_plan(quickstart_like(), CPU_BOX)
+    cold = TrialTiming(0.1, 0.5, 1.0, "test", stop_seconds=0.0, turnaround_seconds=0.0, cold_start_seconds=3.0)
+    plain, slow = forecast_sweep(plan, TIMING), forecast_sweep(plan, cold)
+    assert slow.expected.trial_seconds == pytest.approx(plain.expected.trial_seconds + 2 * 3.0)  # 2 slots
+    assert slow.expected.wall_seconds == pytest.approx(plain.expected.wall_seconds + 3.0)
+
+
+def test_a_slot_turnaround_lengthens_the_wall_time_but_costs_nothing():
+    plan = make_plan(quickstart_like(), CPU_BOX)
+    with_turnaround = TrialTiming(0.1, 0.5, 1.0, "test", stop_seconds=0.0, turnaround_seconds=2.0, cold_start_seconds=0.0)
+    plain, slow = forecast_sweep(plan, TIMING), forecast_sweep(plan, with_turnaround)
+    assert slow.expected.usd == pytest.approx(plain.expected.usd)
+    assert slow.expected.wall_seconds == pytest.approx(plain.expected.wall_seconds + (5 + 2 + 1) * 2.0)
+
+
+@pytest.mark.parametrize("scheduler", ["none", "median"])
+def test_without_a_known_ladder_the_expected_case_is_the_worst_case(scheduler):
+    spec = quickstart_like(early_stopping={"scheduler": scheduler})
+    forecast = forecast_sweep(make_plan(spec, CPU_BOX), TIMING)
+    assert forecast.expected == forecast.worst
+    assert "prune nothing" in forecast.assumption or "no early stopping" in forecast.assumption
+
+
+def test_rays_asha_is_assumed_to_follow_the_ladder_with_one_start_per_trial():
+    spec = quickstart_like(early_stopping={"scheduler": "asha_stopping"})
+    forecast = forecast_sweep(make_plan(spec, CPU_BOX), TIMING)
+    assert forecast.ladder == [(10, 10), (30, 3), (90, 1)]
+    promotion = forecast_sweep(make_plan(quickstart_like(), CPU_BOX), TIMING)
+    # Same steps; the promoted trials do not start again.
+    assert forecast.expected.steps == promotion.expected.steps
+    assert forecast.expected.trial_seconds == pytest.approx(promotion.expected.trial_seconds - (3 + 1) * 1.0)
+
+
+def test_worst_case_uses_the_costliest_config_and_expected_the_mean():
+    plan = make_plan(quickstart_like(), CPU_BOX)
+    costly = TrialTiming(0.3, 0.5, 1.0, "test", stop_seconds=0.0, turnaround_seconds=0.0, cold_start_seconds=0.0)
+    forecast = forecast_sweep(plan, TIMING, costly)
+    assert forecast.timing.step_seconds == pytest.approx(0.2)
+    assert forecast.worst.trial_seconds == pytest.approx(10 * (1.0 + 90 * 0.3 + 9 * 0.5))
+
+
+def test_evaluations_count_the_last_step_when_it_is_not_a_multiple():
+    assert evaluations_between(0, 10, 10, 95) == 1
+    assert evaluations_between(30, 95, 10, 95) == 7  # 40..90, and 95
+    assert evaluations_between(10, 30, 10, 95) == 2
+
+
+def test_throughput_model_is_six_times_parameters_times_tokens_over_peak():
+    spec = spec_of(resources={"use_gpu": True, "gpus_per_worker": 1}, training={"precision": "bf16"}, cost={"accelerator": "h100"})
+    parameters = model_parameters(spec)
+    timing = modelled_timing(spec, "h100", 1)
+    tokens_per_step = 8 * 96  # batch 8 x data.max_length 96
+    flops = PEAK_TFLOPS["h100"][0] * 1e12 * UTILISATION["gpu"]
+    assert timing.step_seconds == pytest.approx(6 * parameters * tokens_per_step / flops)
+    assert "6 x" in timing.source and "h100" in timing.source
+    # fp32 on the same GPU uses its fp32 peak: slower.
+    fp32 = modelled_timing(spec_of(resources={"use_gpu": True, "gpus_per_worker": 1}), "h100", 1)
+    assert fp32.step_seconds > timing.step_seconds
+
+
+def test_model_size_from_config_or_from_the_hub_name(tmp_path):
+    config = {"vocab_size": 1000, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "tie_word_embeddings": True, "model_type": "llama"}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    for name in ("model.safetensors", "tokenizer.json"):  # a complete model folder, as validation asks
+        (tmp_path / name).write_text("")
+    local = spec_of(model={"name_or_path": str(tmp_path)})
+    attention = 64 * 64 * 2 + 64 * 32 * 2  # q, o full; k, v with 2 of 4 heads
+    assert model_parameters(local) == 1000 * 64 + 2 * (attention + 3 * 64 * 128 + 2 * 64) + 64
+    assert model_parameters(spec_of(model={"name_or_path": "Qwen/Qwen2.5-0.5B-Instruct"})) == 500_000_000
+    assert model_parameters(spec_of(model={"name_or_path": "someone/mystery-model"})) is None
+
+
+def test_costliest_config_takes_the_highest_cost_parameters():
+    spec = spec_of(search={"parameters": {
+        "lora.r": {"distribution": "categorical", "values": [4, 16, 8]},
+        "training.per_device_batch_size": {"distribution": "int_uniform", "low": 2, "high": 9, "step": 2},
+        "training.learning_rate": {"distribution": "log_uniform", "low": 1e-4, "high": 1e-2},
+    }})
+    assert costliest_overrides(spec) == {"lora.r": 16, "training.per_device_batch_size": 8}
+
+
+def test_sweep_plan_without_calibration_prints_the_forecast(tmp_path):
+    result = CliRunner().invoke(app, ["plan", str(REPO / "search_spaces" / "quickstart.yaml"), "--no-calibrate"])
+    assert result.exit_code == 0, result.output
+    assert "10 to step 10, 3 to step 30, 1 to step 90" in result.output
+    assert "Worst case (no pruning)" in result.output and "throughput model" in result.output
+
+
+def test_sweep_plan_of_a_gpu_sweep_sizes_against_the_cluster_address_free():
+    spec = validate_spec(small_sweep("g", resources={"use_gpu": True, "gpus_per_worker": 1}), base_dir=REPO)
+    forecast = forecast_sweep(make_plan(spec, GPU_BOX), TIMING)
+    assert forecast.accelerator == "a100-80gb" and forecast.slots == 4  # 4 trials, 8 GPUs
+
+
+def test_report_shows_the_forecast_beside_the_actual_and_the_budget_cut():
+    from reports.build import forecast_rows
+
+    rows = dict(forecast_rows({"forecast_expected_usd": 0.5, "forecast_worst_usd": 2.0, "forecast_expected_wall_seconds": 30.0,
+                               "forecast_worst_wall_seconds": 90.0, "budget_trials_stopped": 2.0, "budget_trials_not_started": 3.0}))
+    assert rows["forecast cost (expected / worst case)"] == "$0.500000 / $2.00"
+    assert rows["cut by the budget"] == "2 running trials stopped, 3 not started"
+    assert forecast_rows({"cost_usd_total": 1.0}) == []

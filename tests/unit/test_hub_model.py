@@ -1,0 +1,61 @@
+"""`model.name_or_path: org/name` resolves through the Hugging Face Hub cache exactly as
+transformers does: a local Hub cache made from the tiny model, read with HF_HUB_OFFLINE=1
+(no network); offline without the model in the cache is a keyed error naming the id.
+Each case runs in a fresh process: huggingface_hub reads its settings at import."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from trainables.models import resolve_model_source
+
+HUB_ID = "sweeper-test/tiny-llama"
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+LOAD = """
+import json, sys
+from trainables.errors import InputError
+from trainables.models import check_model_config, load_base_model, load_tokenizer, resolve_model_source
+source = resolve_model_source(sys.argv[1])
+try:
+    check_model_config(source)
+    tokenizer = load_tokenizer(source)
+    model = load_base_model(source)
+except InputError as exc:
+    print(json.dumps({"error": str(exc)}))
+else:
+    print(json.dumps({"layers": model.config.num_hidden_layers, "vocab": len(tokenizer)}))
+"""
+
+
+@pytest.fixture(scope="module")
+def hub_cache(tmp_path_factory):
+    """A Hub cache (models--org--name/snapshots/<commit>, refs/main) holding the tiny model."""
+    root = tmp_path_factory.mktemp("hub")
+    tiny = resolve_model_source("builtin:tiny-llama", root / "built")
+    repo = root / "cache" / f"models--{HUB_ID.replace('/', '--')}"
+    shutil.copytree(tiny, repo / "snapshots" / COMMIT)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(COMMIT)
+    return root / "cache"
+
+
+def load(hub_id: str, cache) -> dict:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(cache), "HF_HOME": str(cache.parent / "home")}
+    result = subprocess.run([sys.executable, "-c", LOAD, hub_id], capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_a_hub_id_loads_from_the_hub_cache_offline(hub_cache):
+    loaded = load(HUB_ID, hub_cache)
+    assert loaded["layers"] == 2 and loaded["vocab"] > 0
+
+
+def test_offline_without_the_model_in_the_cache_is_a_keyed_error_naming_the_id(hub_cache):
+    error = load("sweeper-test/not-cached", hub_cache)["error"]
+    assert error.startswith("model.name_or_path: cannot load the model config of sweeper-test/not-cached")
+    assert "Traceback" not in error

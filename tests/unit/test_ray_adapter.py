@@ -1,0 +1,140 @@
+"""The parts of sweeper/ray_adapter.py that can be checked without a Ray cluster: the
+stop logic of a trial's TorchTrainer (with a stand-in for Train's controller), Ray's ID
+generator in forks, and MLflow's name checks. tests/integration/test_ray_adapter.py
+checks the rest against a real cluster."""
+
+import asyncio
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from sweeper import ray_adapter
+
+
+class FakeWorkerGroup:
+    def __init__(self):
+        self.aborted = False
+
+    def has_started(self):
+        return True
+
+    def abort(self):
+        self.aborted = True
+
+
+class FakeController:
+    """Stands in for Train's controller: a run that never ends, or fails."""
+
+    def __init__(self, error: Exception | None = None):
+        self.error = error
+        self.worker_group = FakeWorkerGroup()
+        self.state = None
+        self.hooks = []
+        outer = self
+
+        class Hooks:
+            def invoke_best_effort(self, name):
+                outer.hooks.append(name)
+
+        self._controller_callback_manager = Hooks()
+
+    async def run(self):
+        if self.error:
+            raise self.error
+        await asyncio.sleep(3600)
+
+    def get_state(self):
+        class State:
+            def is_terminal(inner):
+                return self.state is not None
+
+        return State()
+
+    def get_worker_group(self):
+        return self.worker_group
+
+    def _set_state(self, state):
+        self.state = state
+
+
+def stoppable_trainer(stop):
+    trainer = ray_adapter.StoppableTorchTrainer.__new__(ray_adapter.StoppableTorchTrainer)
+    trainer._stop = stop
+    return trainer
+
+
+def test_a_stopped_run_is_aborted_and_returns():
+    stop = threading.Event()
+    controller = FakeController()
+    threading.Timer(0.2, stop.set).start()
+    asyncio.run(asyncio.wait_for(stoppable_trainer(stop)._run_until_stopped(controller), timeout=10))
+    assert controller.worker_group.aborted
+    assert controller.hooks == ["before_controller_abort"]
+    assert type(controller.state).__name__ == "AbortedState"
+
+
+def test_an_error_that_is_not_a_stop_is_raised():
+    with pytest.raises(ValueError, match="bad config"):
+        asyncio.run(stoppable_trainer(threading.Event())._run_until_stopped(FakeController(ValueError("bad config"))))
+
+
+def test_the_trainer_is_a_torch_trainer_and_pickles_by_reference():
+    import pickle
+
+    from ray.train.torch import TorchTrainer
+
+    assert issubclass(ray_adapter.StoppableTorchTrainer, TorchTrainer)
+    assert pickle.loads(pickle.dumps(ray_adapter.StoppableTorchTrainer)) is ray_adapter.StoppableTorchTrainer
+
+
+def test_importing_the_adapter_loads_neither_ray_nor_torch():
+    code = "import sys, sweeper.ray_adapter; print(sorted({'ray', 'torch', 'mlflow'} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=os.environ)
+    assert out.stdout.strip() == "[]"
+
+
+def test_forks_draw_their_own_ray_ids_after_classes_are_defined_under_the_guard():
+    """What the warm server relies on: classes defined while the guard is entered leave
+    Ray's generator unseeded, so each fork seeds its own; a draw before forking seeds it,
+    and forks then repeat each other's IDs (the probe must notice)."""
+    code = """
+import ray
+from sweeper import ray_adapter
+with ray_adapter.actor_class_ids_from_urandom():
+    @ray.remote
+    class A:
+        pass
+print(ray_adapter.ids_differ_in_forks())
+from ray._raylet import JobID, PlacementGroupID
+PlacementGroupID.of(JobID.from_int(1))
+print(ray_adapter.ids_differ_in_forks())
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=os.environ)
+    assert out.stdout.split() == ["True", "False"]
+
+
+@pytest.mark.parametrize("name", ["", " ", "a/b", "a:b", "../x"])
+def test_mlflow_refuses_bad_model_names(name):
+    assert ray_adapter.model_name_problem(name)
+
+
+@pytest.mark.parametrize("alias", ["latest", "v3", "a/b"])
+def test_mlflow_refuses_reserved_and_bad_aliases(alias):
+    assert ray_adapter.alias_problem(alias)
+
+
+def test_good_names_pass():
+    assert ray_adapter.model_name_problem("qa-lora") is None
+    assert ray_adapter.alias_problem("champion") is None
+
+
+def test_the_address_file_is_where_ray_start_records_its_head(tmp_path, monkeypatch):
+    """`--address auto` probes the head named in this file; Ray keeps it in its temp folder
+    (RAY_TMPDIR moves that folder), under the name `ray start` writes."""
+    from sweeper.ray_adapter import ray_address_file
+
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))
+    assert ray_address_file() == tmp_path / "ray" / "ray_current_cluster"

@@ -1,0 +1,34 @@
+"""The read-only commands (`sweep list/status/report/promote/export`) start without Ray or
+torch: their modules import neither until a command needs it."""
+
+import json
+import os
+import subprocess
+import sys
+
+HEAVY = ("ray", "torch")
+
+
+def imported_after(statement: str) -> list[str]:
+    code = f"import sys, json; {statement}; print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=os.environ, check=True)
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_store_views_promote_and_reports_import_neither_ray_nor_torch():
+    assert imported_after("import sweeper.store, sweeper.views, sweeper.promote, sweeper.export, reports") == []
+
+
+def test_sweep_dashboard_validate_and_the_python_api_import_neither_ray_nor_torch():
+    """`sweep dashboard`, the warm-start check of `sweep validate`, and `import sweeper`."""
+    assert imported_after("import sweeper, sweeper.api, sweeper.study_dashboard, sweeper.earlier_sweeps") == []
+
+
+def test_the_cli_and_a_store_client_import_neither_ray_nor_torch():
+    statement = "import sweeper.cli; from sweeper.mlflow_store import client_for; client_for('sqlite:///:memory:')"
+    assert imported_after(statement) == []
+
+
+def test_the_tune_callback_does_import_ray():
+    """The check above can fail: the driver's Tune callback module does import Ray."""
+    assert "ray" in imported_after("import sweeper.driver")

@@ -1,0 +1,64 @@
+"""The names of what a trial reports at each evaluation: one spelling for the training
+loops that report them and for the driver, tracking and reports that read them.
+
+Pure Python: the driver and the read-only commands import it without torch or Ray.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "STEP", "EVAL_LOSS", "EVAL_PERPLEXITY", "TRAIN_LOSS", "LEARNING_RATE", "TOKENS_PER_SECOND",
+    "TRAIN_TOKENS", "TRAIN_CPU_SHARE", "SETUP_SECONDS", "SETUP_PHASES", "EVAL_REWARDS_CHOSEN",
+    "EVAL_REWARDS_REJECTED", "EVAL_REWARDS_MARGIN", "EVAL_REWARDS_ACCURACY", "TASK_METRICS", "REPORTED_KEYS",
+]
+
+STEP = "step"  # the optimizer step a report was taken at (Tune's time attribute)
+EVAL_LOSS = "eval_loss"
+EVAL_PERPLEXITY = "eval_perplexity"
+TRAIN_LOSS = "train_loss"
+LEARNING_RATE = "learning_rate"
+TOKENS_PER_SECOND = "tokens_per_second"
+TRAIN_TOKENS = "train_tokens"
+TRAIN_CPU_SHARE = "train_cpu_share"
+SETUP_SECONDS = "setup_seconds"
+SETUP_PHASES = "setup_phases"  # first report only: where the setup time went
+EVAL_REWARDS_CHOSEN = "eval_rewards_chosen"
+EVAL_REWARDS_REJECTED = "eval_rewards_rejected"
+EVAL_REWARDS_MARGIN = "eval_rewards_margin"
+EVAL_REWARDS_ACCURACY = "eval_rewards_accuracy"
+
+# Metrics each task reports at every evaluation, with the goal that makes sense for each
+# (what `search.metric` may name).
+TASK_METRICS: dict[str, dict[str, str]] = {
+    "sft": {
+        EVAL_LOSS: "minimize",
+        EVAL_PERPLEXITY: "minimize",
+        TRAIN_LOSS: "minimize",
+    },
+    "dpo": {
+        EVAL_LOSS: "minimize",
+        EVAL_REWARDS_ACCURACY: "maximize",
+        EVAL_REWARDS_MARGIN: "maximize",
+        EVAL_REWARDS_CHOSEN: "maximize",
+        EVAL_REWARDS_REJECTED: "minimize",
+        TRAIN_LOSS: "minimize",
+    },
+}
+
+# Every key a trial's report may carry; everything else in a Tune result is Tune's.
+REPORTED_KEYS: tuple[str, ...] = (
+    STEP,
+    EVAL_LOSS,
+    EVAL_PERPLEXITY,
+    EVAL_REWARDS_CHOSEN,
+    EVAL_REWARDS_REJECTED,
+    EVAL_REWARDS_MARGIN,
+    EVAL_REWARDS_ACCURACY,
+    TRAIN_LOSS,
+    LEARNING_RATE,
+    TOKENS_PER_SECOND,
+    TRAIN_TOKENS,
+    TRAIN_CPU_SHARE,
+    SETUP_SECONDS,
+    SETUP_PHASES,
+)

@@ -1,0 +1,297 @@
+"""How a trial's workers share its model and step it (`resources.strategy`): DDP (every
+worker holds the whole model), DeepSpeed ZeRO (optimizer states, gradients and, at stage
+3, weights partitioned over the workers) or FSDP2 (everything sharded). The training
+loops (sft, dpo) see one small interface, `Strategy`, so each loop reads the same under
+every strategy:
+
+    strategy = prepare(config, model_source, workers)
+    done_steps = strategy.restore(resume_from) if resume_from else 0
+    ... strategy.model(...) ...; strategy.backward(loss)   # per micro-batch
+    learning_rate = strategy.step()                        # per optimizer step
+    wrote = strategy.save(checkpoint_dir, step)            # collective: every worker calls it
+
+A checkpoint folder always holds the LoRA adapter as peft saves it (gathered from the
+shards under ZeRO-3 and FSDP: what promotion registers) and `report.json`; beside them
+each strategy keeps what it resumes from (its optimizer state, schedule and step). Under
+DeepSpeed every worker writes its own optimizer partition into the folder it reports, and
+Ray Train merges the folders of one report into one checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Protocol
+
+import torch
+
+from trainables.common import make_optimizer, make_schedule
+from trainables.config import TrialConfig
+from trainables.models import add_lora, load_base_model, prepare_for_training
+
+__all__ = ["Strategy", "prepare", "deepspeed_config", "TRAINING_STATE_FILE", "DEEPSPEED_TAG"]
+
+TRAINING_STATE_FILE = "training_state.pt"
+# The folder DeepSpeed writes its checkpoint into, inside a trial's checkpoint folder.
+DEEPSPEED_TAG = "deepspeed"
+
+
+class Strategy(Protocol):
+    model: torch.nn.Module  # what the loop calls forward on (wrapped for the strategy)
+    peft_model: torch.nn.Module  # the PeftModel inside (disable_adapter for DPO's reference)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """Backward of one micro-batch's mean loss (scaled for accumulation here)."""
+
+    def step(self) -> float:
+        """Clip, optimizer step, clear gradients, advance the schedule; the learning rate used."""
+
+    def save(self, checkpoint_dir: str, step: int) -> bool:
+        """Write this worker's part of a checkpoint at `step` into `checkpoint_dir` (every
+        worker calls it: gathering is collective); True if this worker wrote files."""
+
+    def restore(self, checkpoint_dir: str) -> int:
+        """Load adapter, optimizer and schedule from a checkpoint folder; its step."""
+
+
+def prepare(config: TrialConfig, model_source: str, workers) -> Strategy:
+    """The trial's model (base frozen, quantized if asked, fresh seeded adapters) wrapped
+    for `config.resources.strategy`, with its optimizer and schedule."""
+    model = adapted_base(config, model_source, workers.device)
+    strategy = config.resources.strategy
+    if strategy == "deepspeed":
+        return DeepSpeedStrategy(config, model, workers)
+    if strategy == "fsdp":
+        return FsdpStrategy(config, model, workers)
+    return DdpStrategy(config, model, workers)
+
+
+def adapted_base(config: TrialConfig, model_source: str, device: torch.device) -> torch.nn.Module:
+    """The base weights frozen (and quantized, and checkpointed, as configured) with fresh
+    LoRA adapters; on the CPU unless quantized (bitsandbytes loads onto `device`)."""
+    model = load_base_model(
+        model_source,
+        config.training.precision,
+        quantization=config.model.quantization,
+        attn_implementation=config.model.attn_implementation,
+        device=device,
+    )
+    model = prepare_for_training(model, config.model.quantization, config.training.gradient_checkpointing)
+    return add_lora(model, config.lora)
+
+
+# ---------------------------------------------------------------- DDP
+
+
+class DdpStrategy:
+    """Every worker holds the whole model; gradients are averaged by DDP's all-reduce."""
+
+    def __init__(self, config: TrialConfig, model: torch.nn.Module, workers):
+        training = config.training
+        self.workers = workers
+        self.training = training
+        if config.model.quantization == "none":
+            model = model.to(workers.device)
+        self.peft_model = model
+        self.model = torch.nn.parallel.DistributedDataParallel(model) if workers.world_size > 1 else model
+        self.optimizer = make_optimizer(model, training)
+        self.schedule = make_schedule(self.optimizer, training)
+        # fp16 needs a loss scaler; bf16 and fp32 do not.
+        self.scaler = torch.amp.GradScaler(enabled=training.precision == "fp16")
+        self.micro_batches = training.gradient_accumulation_steps
+
+    def backward(self, loss: torch.Tensor) -> None:
+        self.scaler.scale(loss / self.micro_batches).backward()
+
+    def step(self) -> float:
+        self.scaler.unscale_(self.optimizer)
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.training.max_grad_norm)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        learning_rate = self.schedule.get_last_lr()[0]
+        self.schedule.step()
+        return learning_rate
+
+    def save(self, checkpoint_dir: str, step: int) -> bool:
+        if not self.workers.is_main:
+            return False
+        self.peft_model.save_pretrained(checkpoint_dir)
+        state = {"step": step, "optimizer": self.optimizer.state_dict(), "schedule": self.schedule.state_dict()}
+        torch.save(state, os.path.join(checkpoint_dir, TRAINING_STATE_FILE))
+        return True
+
+    def restore(self, checkpoint_dir: str) -> int:
+        from peft import set_peft_model_state_dict
+        from safetensors.torch import load_file
+
+        adapter = load_file(os.path.join(checkpoint_dir, "adapter_model.safetensors"))
+        set_peft_model_state_dict(self.peft_model, adapter)
+        state = torch.load(os.path.join(checkpoint_dir, TRAINING_STATE_FILE), weights_only=False)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.schedule.load_state_dict(state["schedule"])
+        return int(state["step"])
+
+
+# ---------------------------------------------------------------- DeepSpeed
+
+
+def deepspeed_config(config: TrialConfig) -> dict:
+    """The DeepSpeed config of a trial: the user's own (resources.deepspeed.config) or
+    ours from zero_stage and offload_optimizer, with batch size, accumulation, clipping
+    and precision from training.* filled in where it leaves them out or says 'auto'."""
+    training, settings = config.training, config.resources.deepspeed
+    zero = {"stage": settings.zero_stage}
+    if settings.offload_optimizer:
+        zero["offload_optimizer"] = {"device": "cpu"}
+    ours = {
+        "train_micro_batch_size_per_gpu": training.per_device_batch_size,
+        "gradient_accumulation_steps": training.gradient_accumulation_steps,
+        "gradient_clipping": training.max_grad_norm,
+        "bf16": {"enabled": training.precision == "bf16"},
+        "fp16": {"enabled": training.precision == "fp16"},
+        "zero_optimization": zero,
+        # Our AdamW over the adapters, also with the optimizer offloaded (DeepSpeed's
+        # CPUAdam would need its C++ op built on every node).
+        "zero_allow_untested_optimizer": True,
+        "zero_force_ds_cpu_optimizer": False,
+        "steps_per_print": 2**31 - 1,
+    }
+    merged = dict(settings.config or {})
+    for key, value in ours.items():
+        if merged.get(key, "auto") == "auto":
+            merged[key] = value
+    # DeepSpeed checks that these three agree; the trial's world size decides it.
+    merged.pop("train_batch_size", None)
+    return merged
+
+
+class DeepSpeedStrategy:
+    """DeepSpeed's engine over the trial's process group (NCCL on GPUs, gloo on CPUs)."""
+
+    def __init__(self, config: TrialConfig, model: torch.nn.Module, workers):
+        import deepspeed
+
+        self.workers = workers
+        self.peft_model = model
+        if workers.device.type == "cuda":
+            # DeepSpeed picks its GPU by LOCAL_RANK; make that the one Ray assigned.
+            os.environ["LOCAL_RANK"] = str(workers.device.index)
+        self.stage = config.resources.deepspeed.effective_stage
+        training = config.training
+        self.model, self.optimizer, _, self.schedule = deepspeed.initialize(
+            model=model,
+            optimizer=make_optimizer(model, training),
+            lr_scheduler=lambda optimizer: make_schedule(optimizer, training),
+            config=deepspeed_config(config),
+            dist_init_required=False,
+        )
+
+    def backward(self, loss: torch.Tensor) -> None:
+        # The engine scales by 1/accumulation itself and steps only at the boundary, so
+        # every micro-batch but the last is stepped here.
+        self.model.backward(loss)
+        if not self.model.is_gradient_accumulation_boundary():
+            self.model.step()
+
+    def step(self) -> float:
+        learning_rate = self.model.get_lr()[0]
+        self.model.step()
+        return learning_rate
+
+    def save(self, checkpoint_dir: str, step: int) -> bool:
+        self._save_adapter(checkpoint_dir)
+        self.model.save_checkpoint(
+            checkpoint_dir, tag=DEEPSPEED_TAG, client_state={"step": step}, exclude_frozen_parameters=True
+        )
+        return True
+
+    def _save_adapter(self, checkpoint_dir: str) -> None:
+        """The adapter as peft saves it, gathered from all workers under ZeRO-3."""
+        import deepspeed
+
+        trainable = [p for p in self.peft_model.parameters() if p.requires_grad]
+        if self.stage == 3:
+            with deepspeed.zero.GatheredParameters(trainable, modifier_rank=None):
+                if self.workers.is_main:
+                    self.peft_model.save_pretrained(checkpoint_dir)
+        elif self.workers.is_main:
+            self.peft_model.save_pretrained(checkpoint_dir)
+
+    def restore(self, checkpoint_dir: str) -> int:
+        _, client_state = self.model.load_checkpoint(
+            checkpoint_dir, tag=DEEPSPEED_TAG, load_module_strict=False,
+            load_optimizer_states=True, load_lr_scheduler_states=True,
+        )
+        if client_state is None:
+            raise RuntimeError(f"no DeepSpeed checkpoint in {checkpoint_dir}/{DEEPSPEED_TAG}")
+        return int(client_state["step"])
+
+
+# ---------------------------------------------------------------- FSDP
+
+
+class FsdpStrategy:
+    """PyTorch FSDP2 (`fully_shard`): each decoder layer is one shard group, the rest of
+    the model another; parameters, gradients and optimizer states are sharded over the
+    trial's workers (it runs over gloo on CPUs too)."""
+
+    def __init__(self, config: TrialConfig, model: torch.nn.Module, workers):
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+        training = config.training
+        self.workers = workers
+        self.training = training
+        model = model.to(workers.device)
+        policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if training.precision == "bf16" else MixedPrecisionPolicy()
+        layer_classes = tuple(getattr(model.base_model.model, "_no_split_modules", None) or ())
+        for module in model.modules():
+            if type(module).__name__ in layer_classes:
+                fully_shard(module, mp_policy=policy)
+        fully_shard(model, mp_policy=policy)
+        self.peft_model = self.model = model
+        self.optimizer = make_optimizer(model, training)
+        self.schedule = make_schedule(self.optimizer, training)
+        self.micro_batches = training.gradient_accumulation_steps
+
+    def backward(self, loss: torch.Tensor) -> None:
+        (loss / self.micro_batches).backward()
+
+    def step(self) -> float:
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.training.max_grad_norm)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        learning_rate = self.schedule.get_last_lr()[0]
+        self.schedule.step()
+        return learning_rate
+
+    def save(self, checkpoint_dir: str, step: int) -> bool:
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            get_model_state_dict,
+            get_optimizer_state_dict,
+        )
+
+        # Full (unsharded) tensors of the adapters only, on rank 0; collective.
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True, ignore_frozen_params=True)
+        model_state = get_model_state_dict(self.model, options=options)
+        optimizer_state = get_optimizer_state_dict(self.model, self.optimizer, options=options)
+        if not self.workers.is_main:
+            return False
+        self.peft_model.save_pretrained(checkpoint_dir, state_dict=model_state)
+        state = {"step": step, "model": model_state, "optimizer": optimizer_state, "schedule": self.schedule.state_dict()}
+        torch.save(state, os.path.join(checkpoint_dir, TRAINING_STATE_FILE))
+        return True
+
+    def restore(self, checkpoint_dir: str) -> int:
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            set_model_state_dict,
+            set_optimizer_state_dict,
+        )
+
+        state = torch.load(os.path.join(checkpoint_dir, TRAINING_STATE_FILE), weights_only=False)
+        options = StateDictOptions(full_state_dict=True, strict=False)
+        set_model_state_dict(self.model, state["model"], options=options)
+        set_optimizer_state_dict(self.model, self.optimizer, state["optimizer"], options=options)
+        self.schedule.load_state_dict(state["schedule"])
+        return int(state["step"])
