@@ -415,15 +415,23 @@ def resume_sweep(
     book = SweepBook(metric=spec.search.metric, goal=spec.search.goal, max_steps=spec.training.max_steps)
     tracker = MlflowTracker(spec, book, session.tracking_uri, session.hardware, session.plan.trial_resources)
 
+    from sweeper.planning import SweepBudget
+
+    budget = SweepBudget(spec, session.plan, forecast=None, guard=None)
+
     def restored_tuner(trainable, callbacks):
         from sweeper.driver import rebuild_for_resume
         from sweeper.ray_adapter import restore_tuner
 
-        tuner, scheduler, searcher = restore_tuner(str(sweep_dir / "tune"), trainable, callbacks)
+        tuner, scheduler, searcher, stopper = restore_tuner(str(sweep_dir / "tune"), trainable, callbacks)
+        # The caps keep counting what the killed driver's trials spent (the book is rebuilt from MLflow).
+        searcher = budget.reattach(searcher, stopper, book)
         rebuild_for_resume(tracker, scheduler, searcher)
         return tuner
 
-    return _drive(spec, session, book, tracker, restored_tuner, console, started, cache_root, [])
+    run = _drive(spec, session, book, tracker, restored_tuner, console, started, cache_root, [], budget)
+    budget.finish(tracker, run)
+    return run
 
 
 def _refuse_if_read_only(sweep_dir: Path) -> None:

@@ -108,7 +108,7 @@ class SweepBudget:
     at marked hook points): the forecast printed and logged to the parent run, the caps
     enforced through a searcher wrapper and a stopper, and what they cut reported."""
 
-    def __init__(self, spec: SweepSpec, plan: SweepPlan, forecast: Forecast, guard):
+    def __init__(self, spec: SweepSpec, plan: SweepPlan, forecast: Forecast | None, guard):
         self.spec, self.plan, self.forecast, self.guard = spec, plan, forecast, guard
 
     @classmethod
@@ -133,6 +133,22 @@ class SweepBudget:
         _log_params(tracker, self.forecast.as_params())
         self.guard = make_guard(self.spec, self.plan, book, self.forecast)
 
+    def reattach(self, search_alg, stopper, book):
+        """For `sweep resume`: the guard that Tune restored with the searcher and stopper
+        (pickled without a book) now measures on the resumed `book`. Returns the searcher
+        inside the budget's wrapper (the sweep's own, whose state the caller rebuilds)."""
+        from sweeper.budget_guard import BudgetSearcher, BudgetStopper
+
+        if isinstance(stopper, BudgetStopper):
+            self.guard = stopper.guard
+        if isinstance(search_alg, BudgetSearcher):
+            self.guard = self.guard or search_alg.guard
+            search_alg.guard = self.guard  # one guard, as when the sweep started
+            search_alg = search_alg.searcher
+        if self.guard is not None:
+            self.guard.book = book
+        return search_alg
+
     def searcher(self, search_alg):
         """The search algorithm, wrapped so that no trial starts past a cap."""
         if self.guard is None or search_alg is None:
@@ -154,25 +170,29 @@ class SweepBudget:
         return self.guard is not None and self.guard.cut()
 
     def finish(self, tracker, run) -> None:
-        """Forecast against actual, and what the caps cut, on the parent run and in the summary."""
-        expected = self.forecast.expected
-        metrics = {
-            "forecast_expected_usd": expected.usd,
-            "forecast_expected_wall_seconds": expected.wall_seconds,
-            "forecast_expected_accelerator_hours": expected.accelerator_hours,
-            "forecast_worst_usd": self.forecast.worst.usd,
-            "forecast_worst_wall_seconds": self.forecast.worst.wall_seconds,
-        }
-        tags = {}
+        """Forecast against actual (a resumed sweep has no forecast of its own: the first
+        driver logged it), and what the caps cut, on the parent run and in the summary."""
+        metrics, tags = {}, {}
+        if self.forecast is not None:
+            expected = self.forecast.expected
+            metrics = {
+                "forecast_expected_usd": expected.usd,
+                "forecast_expected_wall_seconds": expected.wall_seconds,
+                "forecast_expected_accelerator_hours": expected.accelerator_hours,
+                "forecast_worst_usd": self.forecast.worst.usd,
+                "forecast_worst_wall_seconds": self.forecast.worst.wall_seconds,
+            }
         if self.guard is not None:
             tags, budget_metrics = self.guard.as_tags_and_metrics()
             metrics.update(budget_metrics)
-        _log_metrics(tracker, metrics, tags)
-        actual_wall = time.time() - run.book.started_at
-        run.notes.append(
-            f"Forecast: {expected.wall_seconds:.0f} s, ${expected.usd:.6f} expected; actual: {actual_wall:.0f} s "
-            f"(trials' phase), ${run.cost.usd:.6f}"
-        )
+        if metrics or tags:
+            _log_metrics(tracker, metrics, tags)
+        if self.forecast is not None:
+            actual_wall = time.time() - run.book.started_at
+            run.notes.append(
+                f"Forecast: {expected.wall_seconds:.0f} s, ${expected.usd:.6f} expected; actual: {actual_wall:.0f} s "
+                f"(trials' phase), ${run.cost.usd:.6f}"
+            )
         if self.guard is not None and self.guard.summary():
             run.notes.append(f"Budget: {self.guard.summary()}")
 

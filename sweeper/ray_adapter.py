@@ -22,9 +22,10 @@ Ray core (the warm-start fork server, sweeper/warm_start.py):
   ActorClassIDs drawn at import, which forks of one process must not share.
 Ray Tune (`sweep resume`, sweeper/launch.py and sweeper/promotion.py):
 - `restore_tuner`: `Tuner.restore` takes no callbacks and does not hand out the
-  scheduler and searcher it restores; it brings back the first driver's callbacks,
-  pickled at the start, which this driver's live ones replace, and the scheduler as
-  pickled at the start, whose state the caller rebuilds.
+  scheduler, searcher and stopper it restores; it brings back the first driver's
+  callbacks, pickled at the start, which this driver's live ones replace, and the
+  scheduler, searcher and stopper as pickled at the start, whose state the caller
+  rebuilds (the budget's stopper and searcher share one guard, which needs the new book).
 - `hold_restored_trial`: Tune starts every PENDING trial and a restored unfinished trial
   comes back PENDING; `pause_trial` ignores a trial with no actor, so a scheduler that
   keeps restored trials waiting at their rungs sets their status itself.
@@ -237,14 +238,15 @@ def ids_differ_in_forks() -> bool:
 
 def restore_tuner(path: str, trainable, callbacks: list):
     """`Tuner.restore(path, trainable, resume_unfinished=True)` with `callbacks` in place
-    of the ones pickled by the first driver. Returns (tuner, scheduler, search_alg): the
-    restored objects Tune will use, for the caller to rebuild their state."""
+    of the ones pickled by the first driver. Returns (tuner, scheduler, search_alg,
+    stopper): the restored objects Tune will use, for the caller to rebuild their state."""
     from ray import tune
 
     tuner = tune.Tuner.restore(path, trainable=trainable, resume_unfinished=True)
-    tuner._local_tuner.get_run_config().callbacks = callbacks
+    run_config = tuner._local_tuner.get_run_config()
+    run_config.callbacks = callbacks
     tune_config = tuner._local_tuner._tune_config
-    return tuner, tune_config.scheduler, tune_config.search_alg
+    return tuner, tune_config.scheduler, tune_config.search_alg, run_config.stop
 
 
 def hold_restored_trial(trial) -> None:

@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,3 +60,27 @@ def chromium() -> str:
     if path is None:
         pytest.skip("Debian's chromium is missing and could not be installed (apt-get install chromium needs root)")
     return path
+
+
+def sweep_runs(uri: str, name: str):
+    """(parent runs, trial runs) of sweep `name` in the MLflow store at `uri`."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("sweeper")
+    if experiment is None:
+        return [], []
+    runs = client.search_runs([experiment.experiment_id], filter_string=f"tags.`sweeper.sweep_name` = '{name}'")
+    return ([r for r in runs if r.data.tags["sweeper.kind"] == "sweep"],
+            [r for r in runs if r.data.tags["sweeper.kind"] == "trial"])
+
+
+def wait_for(condition, timeout: float, what: str):
+    """The first truthy value of `condition()`, polled every 2 s for `timeout` s."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(2)
+    raise AssertionError(f"timed out waiting for {what}")

@@ -6,26 +6,14 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from mlflow.tracking import MlflowClient
 
 from tests.conftest import small_sweep, write_yaml
-from tests.integration.conftest import run_cli
+from tests.integration.conftest import run_cli, sweep_runs, wait_for
 
 pytestmark = pytest.mark.integration
-
-
-def sweep_runs(uri: str, name: str):
-    client = MlflowClient(uri)
-    experiment = client.get_experiment_by_name("sweeper")
-    if experiment is None:
-        return [], []
-    runs = client.search_runs([experiment.experiment_id], filter_string=f"tags.`sweeper.sweep_name` = '{name}'")
-    return ([r for r in runs if r.data.tags["sweeper.kind"] == "sweep"],
-            [r for r in runs if r.data.tags["sweeper.kind"] == "trial"])
 
 
 def test_failing_trials_are_retried_then_failed_while_the_sweep_completes(tmp_path):
@@ -60,16 +48,6 @@ def test_failing_trials_are_retried_then_failed_while_the_sweep_completes(tmp_pa
     # Ray Train's failure policy retried each faulty trial once (max_failures: 1), then raised.
     logs = "".join(p.read_text() for p in Path("/tmp/ray/session_latest/logs/train").glob("ray-train-sys-controller-*.log"))
     assert logs.count("[FailurePolicy] RETRY") == 3 and logs.count("[FailurePolicy] RAISE") == 3
-
-
-def wait_for(condition, timeout: float, what: str):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_stop_kill_and_resume_keep_every_finished_trial(tmp_path):
