@@ -69,9 +69,11 @@ def plan_sweep(file: Path, *, address: str | None, calibrate: bool, console: Con
     spec = load_spec(file)
     on_cluster = bool(address)
     if address:
-        import ray
+        from sweeper.launch import start_ray
 
-        ray.init(address=address, logging_level="WARNING", log_to_driver=False)
+        # As `sweep start --address` joins: probed first, in token mode where a token is,
+        # a keyed line when the address does not answer or refuses the token.
+        start_ray(address, metadata={"job_name": f"{spec.name} (sweep plan)"})
         cluster = ClusterResources.from_ray()
     else:
         cluster = local_cluster()  # calibrated in this process: the same hardware
