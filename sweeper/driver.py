@@ -24,6 +24,7 @@ from ray.tune import Callback
 from sweeper.book import SweepBook, TrialRecord
 from sweeper.names import TrialState
 from sweeper.progress import error_reason, trial_error
+from sweeper.ray_adapter import tune_trial_number
 from trainables.metrics import REPORTED_KEYS
 
 __all__ = ["SweepDriver", "TrialListener", "rebuild_for_resume"]
@@ -79,7 +80,7 @@ class SweepDriver(Callback):
     def on_trial_start(self, iteration, trials, trial, **info):
         record = self.book.trials.get(trial.trial_id)
         if record is None:
-            record = TrialRecord(trial_id=trial.trial_id, number=len(self.book.trials) + 1, params=dict(trial.config))
+            record = TrialRecord(trial_id=trial.trial_id, number=tune_trial_number(trial), params=dict(trial.config))
             self.book.trials[trial.trial_id] = record
         elif record.finished:  # restored as finished: nothing starts
             return

@@ -34,8 +34,11 @@ class OnlyFinished:
         self.log.append(("janitor", "finished", record.trial_id, record.state))
 
 
-def trial(trial_id, status="RUNNING"):
-    return SimpleNamespace(trial_id=trial_id, status=status, config={"training.learning_rate": 1e-3})
+def trial(trial_id, status="RUNNING", number=1):
+    # Tune's experiment tag starts with the trial's number in the search.
+    return SimpleNamespace(
+        trial_id=trial_id, status=status, config={"training.learning_rate": 1e-3}, experiment_tag=f"{number}_lr=0.001"
+    )
 
 
 def test_the_book_is_updated_before_listeners_are_told_in_order():
