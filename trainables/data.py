@@ -117,7 +117,7 @@ def hub_dataset_folder(source: HubSplit, key: str) -> Path:
     except Exception as exc:  # huggingface_hub raises LocalEntryNotFoundError, HTTP and network errors, ...
         raise InputError(
             f"{key}: cannot get the Hub dataset {source.repo_id} (from the Hub cache or the Hub): "
-            f"{_first_line(exc)}; download it once with network access (or copy the Hub cache here), "
+            f"{_first_line(exc).rstrip('.')}; download it once with network access (or copy the Hub cache here), "
             "or give a local file"
         ) from None
 
