@@ -120,9 +120,10 @@ def rebuild_for_resume(tracker, scheduler, searcher) -> None:
     from sweeper.promotion import PromotionASHA, SlotLimiter
 
     tracker.reattach()
-    if isinstance(scheduler, PromotionASHA):
-        scheduler.for_resume(tracker.book)
     if isinstance(searcher, SlotLimiter):
         searcher = searcher.searcher
+    if isinstance(scheduler, PromotionASHA):
+        scheduler.for_resume(tracker.book)
+        scheduler.mark_repeats(getattr(searcher, "repeats", ()))  # warm start's, from the study
     if searcher is not None:
         searcher.reconcile(tracker.book)
