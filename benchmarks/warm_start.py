@@ -16,6 +16,7 @@ which trials the report (`sweeper.report`'s leaderboard) marks as warm-started.
 
     python -m benchmarks.warm_start                 # 10 trials, search seed 0
     python -m benchmarks.warm_start --trials 6 --seed 1 --json warm.json
+    python -m benchmarks.warm_start --trials 3 --max-steps 18 --eval-every 6   # its test
 """
 
 from __future__ import annotations
@@ -32,11 +33,15 @@ from benchmarks.common import bench_spec, print_figures, run_bench_sweep, save_j
 TOLERANCE = 1e-4
 
 
-def run(name: str, root: Path, trials: int, seed: int, warm_start: dict | None = None) -> dict:
-    search = {"num_trials": trials, "seed": seed}
+def run(name: str, root: Path, args, warm_start: dict | None = None) -> dict:
+    search = {"num_trials": args.trials, "seed": args.seed}
     if warm_start is not None:
         search["warm_start"] = warm_start
-    spec = bench_spec(name, root / name, search=search)
+    shorter = {}
+    if args.max_steps:  # a shorter sweep (the benchmark's test): evaluations are ASHA's rungs
+        shorter = {"training": {"max_steps": args.max_steps, "eval_every": args.eval_every},
+                   "early_stopping": {"grace_period": args.eval_every}}
+    spec = bench_spec(name, root / name, search=search, **shorter)
     started = time.time()
     sweep = run_bench_sweep(spec)
     wall = time.time() - started
@@ -79,17 +84,19 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=10)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-steps", type=int, help="default: the quickstart's (90)")
+    parser.add_argument("--eval-every", type=int, default=10, help="with --max-steps: also ASHA's grace period")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     root = Path(tempfile.mkdtemp(prefix="sweeper-bench-warm-"))
     earlier_dir = str(root / "earlier")
-    earlier = run("earlier", root, args.trials, args.seed)
+    earlier = run("earlier", root, args)
     target = best(earlier)
     results = [
         earlier,
-        run("cold", root, args.trials, args.seed),
-        run("warm", root, args.trials, args.seed, {"sweep": "earlier", "top_k": 1, "sweep_dir": earlier_dir}),
-        run("warm_history", root, args.trials, args.seed, {"sweep": "earlier", "top_k": 0, "sweep_dir": earlier_dir}),
+        run("cold", root, args),
+        run("warm", root, args, {"sweep": "earlier", "top_k": 1, "sweep_dir": earlier_dir}),
+        run("warm_history", root, args, {"sweep": "earlier", "top_k": 0, "sweep_dir": earlier_dir}),
     ]
     rows = [("target: earlier sweep's best eval loss", f"{target:.4f}", f"{args.trials} trials, search seed {args.seed}, ASHA")]
     for result in results:
@@ -102,7 +109,7 @@ def main(argv: list[str] | None = None) -> dict:
             (f"{result['name']}: trials the report marks warm-started", str(len(result["warm_marks"])), marks),
         ]
     print_figures("Warm start under ASHA: trials to reach the earlier best", rows)
-    figures = {"target": target, "results": results}
+    figures = {"target": target, "first_reaching": {r["name"]: first_reaching(r, target) for r in results}, "results": results}
     save_json(args.json, figures)
     return figures
 

@@ -80,3 +80,15 @@ def test_search_quality_benchmark_compares_methods_on_steps_and_best_loss(tmp_pa
     # ASHA by promotion: 4 trials to step 9, max(1, floor(4/3)) = 1 on to 18
     assert methods["asha"]["steps"] == [4 * 9 + 9]
     assert all(0 < best < 20 for runs in methods.values() for best in runs["best"])
+
+
+def test_warm_start_benchmark_counts_trials_to_the_earlier_best(tmp_path):
+    figures = run_benchmark("warm_start", tmp_path, "--trials", "3", "--max-steps", "18", "--eval-every", "6")
+    reached = figures["first_reaching"]
+    assert reached["earlier"] is not None  # its own best
+    # The earlier best config runs first, goes on past every rung, and retrains to the
+    # same eval loss.
+    assert reached["warm"] == 1
+    warm = {r["name"]: r for r in figures["results"]}
+    assert list(warm["warm"]["warm_marks"]) == ["1"]  # trial numbers as JSON keys
+    assert warm["warm_history"]["warm_marks"] == {} and warm["cold"]["warm_marks"] == {}
