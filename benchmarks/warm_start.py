@@ -41,6 +41,7 @@ def run(name: str, root: Path, args, warm_start: dict | None = None) -> dict:
     if args.max_steps:  # a shorter sweep (the benchmark's test): evaluations are ASHA's rungs
         shorter = {"training": {"max_steps": args.max_steps, "eval_every": args.eval_every},
                    "early_stopping": {"grace_period": args.eval_every}}
+    (root / name).mkdir(parents=True)
     spec = bench_spec(name, root / name, search=search, **shorter)
     started = time.time()
     sweep = run_bench_sweep(spec)
