@@ -17,7 +17,9 @@ Ray Train (a trial's TorchTrainer, sweeper/trial.py):
   Train workers: they show `worker_repr` as their Repr in the dashboard (the Actors page,
   `repr_name` in /api/v0/actors). Ray takes an actor's Repr from its class's `__repr__`
   when it is created, and Train creates its workers from a private class with no
-  option for one, so the run's worker group creates them from a subclass that has it.
+  option for one, so the run's worker group creates them from a subclass that has it
+  (tests/integration/test_dashboards.py reads the names back from the dashboard's REST
+  API during a sweep).
 - `tune_trial_number`: a trial's number in its sweep, from Tune's experiment tag
   ("<n>_<params>", n counting the trials the search created); Tune has no public field
   for it. It names trials (`TuneConfig(trial_name_creator=...)`) and numbers them in the
