@@ -84,11 +84,12 @@ def test_search_quality_benchmark_compares_methods_on_steps_and_best_loss(tmp_pa
 
 def test_warm_start_benchmark_counts_trials_to_the_earlier_best(tmp_path):
     figures = run_benchmark("warm_start", tmp_path, "--trials", "3", "--max-steps", "18", "--eval-every", "6")
-    reached = figures["first_reaching"]
-    assert reached["earlier"] is not None  # its own best
-    # The earlier best config runs first, goes on past every rung, and retrains to the
-    # same eval loss.
-    assert reached["warm"] == 1
-    warm = {r["name"]: r for r in figures["results"]}
-    assert list(warm["warm"]["warm_marks"]) == ["1"]  # trial numbers as JSON keys
-    assert warm["warm_history"]["warm_marks"] == {} and warm["cold"]["warm_marks"] == {}
+    assert figures["first_reaching"]["earlier"] is not None  # its own best
+    results = {r["name"]: r for r in figures["results"]}
+    # The earlier best config runs first and trains to max_steps, whatever its early
+    # evaluations (a rerun need not match the earlier loss exactly: see README); only it
+    # is marked warm-started.
+    first = results["warm"]["trials"][0]
+    assert (first["number"], first["state"], first["steps"]) == (1, "completed", 18)
+    assert list(results["warm"]["warm_marks"]) == ["1"]  # trial numbers as JSON keys
+    assert results["warm_history"]["warm_marks"] == {} and results["cold"]["warm_marks"] == {}
