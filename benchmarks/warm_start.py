@@ -51,7 +51,7 @@ def run(name: str, root: Path, args, warm_start: dict | None = None) -> dict:
         "name": name,
         "trials": [
             {"number": r.number, "loss": r.last("eval_loss"), "state": str(r.state), "steps": r.step,
-             "params": r.params}
+             "pauses": r.pauses, "params": r.params}
             for r in records
         ],
         "steps": sum(r.step for r in records),
