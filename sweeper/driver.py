@@ -80,7 +80,7 @@ class SweepDriver(Callback):
     def on_trial_start(self, iteration, trials, trial, **info):
         record = self.book.trials.get(trial.trial_id)
         if record is None:
-            record = TrialRecord(trial_id=trial.trial_id, number=tune_trial_number(trial), params=dict(trial.config))
+            record = TrialRecord(trial_id=trial.trial_id, number=self._number_of(trial), params=dict(trial.config))
             self.book.trials[trial.trial_id] = record
         elif record.finished:  # restored as finished: nothing starts
             return
@@ -88,6 +88,14 @@ class SweepDriver(Callback):
             record.prior_wall_seconds = record.wall_seconds if record.ended_at else record.prior_wall_seconds
             record.state, record.started_at, record.ended_at = TrialState.RUNNING, time.time(), None
         self._tell("trial_started", record)
+
+    def _number_of(self, trial) -> int:
+        """Tune's number for the trial (its name says it too), unless the book holds that
+        number already: a trial a killed driver ran after Tune last saved its state is in
+        MLflow but not in Tune, whose count then restarts below it. The next free one then."""
+        number = tune_trial_number(trial)
+        taken = {record.number for record in self.book.trials.values()}
+        return number if number not in taken else max(taken) + 1
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
         record = self.book.trials[trial.trial_id]

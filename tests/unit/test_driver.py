@@ -96,3 +96,15 @@ def test_unfinished_trials_that_tune_does_not_know_are_lost():
     assert driver.lost_trials() == []  # Tune has not stepped yet: nothing is known
     driver.on_step_begin(0, [trial("done", "TERMINATED"), trial("resumed")])
     assert [t.trial_id for t in driver.lost_trials()] == ["orphan"]
+
+
+def test_trials_are_numbered_as_tune_counts_them_and_a_number_in_use_is_not_given_again():
+    book = SweepBook(metric="eval_loss", goal="minimize", max_steps=30)
+    driver = SweepDriver(book, [])
+    driver.on_trial_start(0, [], trial("b", number=2))
+    driver.on_trial_start(0, [], trial("a", number=1))
+    assert (book.trials["a"].number, book.trials["b"].number) == (1, 2)
+    # Resumed after a driver was killed before Tune saved its state: Tune counts from 2
+    # again, and MLflow has a trial 2 already.
+    driver.on_trial_start(0, [], trial("c", number=2))
+    assert book.trials["c"].number == 3
