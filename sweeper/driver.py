@@ -90,11 +90,14 @@ class SweepDriver(Callback):
         self._tell("trial_started", record)
 
     def _number_of(self, trial) -> int:
-        """Tune's number for the trial (its name says it too), unless the book holds that
-        number already: a trial a killed driver ran after Tune last saved its state is in
-        MLflow but not in Tune, whose count then restarts below it. The next free one then."""
+        """Tune's number for the trial (its name says it too). A killed driver may have run
+        trials after Tune last saved its state, and Tune's count restarts below them: an
+        unfinished one is lost (discarded at the end) and its number goes to the trial
+        that takes its place; a finished one stays in MLflow with its number, and the
+        new trial gets the next free one."""
         number = tune_trial_number(trial)
-        taken = {record.number for record in self.book.trials.values()}
+        lost = {record.trial_id for record in self.lost_trials()}
+        taken = {record.number for record in self.book.trials.values() if record.trial_id not in lost}
         return number if number not in taken else max(taken) + 1
 
     def on_trial_result(self, iteration, trials, trial, result, **info):

@@ -5,6 +5,7 @@ from types import SimpleNamespace
 
 from sweeper.driver import SweepDriver
 from sweeper.book import SweepBook, TrialRecord
+from sweeper.names import TrialState
 
 
 class Recorder:
@@ -104,7 +105,14 @@ def test_trials_are_numbered_as_tune_counts_them_and_a_number_in_use_is_not_give
     driver.on_trial_start(0, [], trial("b", number=2))
     driver.on_trial_start(0, [], trial("a", number=1))
     assert (book.trials["a"].number, book.trials["b"].number) == (1, 2)
-    # Resumed after a driver was killed before Tune saved its state: Tune counts from 2
-    # again, and MLflow has a trial 2 already.
-    driver.on_trial_start(0, [], trial("c", number=2))
+    # Resumed after a driver was killed before Tune saved its state (Tune knows only a):
+    # Tune counts from 2 again. b, unfinished, is lost and c takes its number; once b has
+    # finished, MLflow keeps it as trial 2 and c gets the next number.
+    resumed = SweepDriver(book, [])
+    resumed.on_step_begin(0, [trial("a")])
+    resumed.on_trial_start(0, [], trial("c", number=2))
+    assert book.trials["c"].number == 2
+    book.trials.pop("c")
+    book.trials["b"].state = TrialState.COMPLETED
+    resumed.on_trial_start(0, [], trial("c", number=2))
     assert book.trials["c"].number == 3
