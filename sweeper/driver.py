@@ -24,6 +24,7 @@ from ray.tune import Callback
 from sweeper.book import SweepBook, TrialRecord
 from sweeper.names import TrialState
 from sweeper.progress import error_reason, trial_error
+from sweeper.ray_adapter import tune_trial_number
 from trainables.metrics import REPORTED_KEYS
 
 __all__ = ["SweepDriver", "TrialListener", "rebuild_for_resume"]
@@ -79,7 +80,7 @@ class SweepDriver(Callback):
     def on_trial_start(self, iteration, trials, trial, **info):
         record = self.book.trials.get(trial.trial_id)
         if record is None:
-            record = TrialRecord(trial_id=trial.trial_id, number=len(self.book.trials) + 1, params=dict(trial.config))
+            record = TrialRecord(trial_id=trial.trial_id, number=self._number_of(trial), params=dict(trial.config))
             self.book.trials[trial.trial_id] = record
         elif record.finished:  # restored as finished: nothing starts
             return
@@ -87,6 +88,17 @@ class SweepDriver(Callback):
             record.prior_wall_seconds = record.wall_seconds if record.ended_at else record.prior_wall_seconds
             record.state, record.started_at, record.ended_at = TrialState.RUNNING, time.time(), None
         self._tell("trial_started", record)
+
+    def _number_of(self, trial) -> int:
+        """Tune's number for the trial (its name says it too). A killed driver may have run
+        trials after Tune last saved its state, and Tune's count restarts below them: an
+        unfinished one is lost (discarded at the end) and its number goes to the trial
+        that takes its place; a finished one stays in MLflow with its number, and the
+        new trial gets the next free one."""
+        number = tune_trial_number(trial)
+        lost = {record.trial_id for record in self.lost_trials()}
+        taken = {record.number for record in self.book.trials.values() if record.trial_id not in lost}
+        return number if number not in taken else max(taken) + 1
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
         record = self.book.trials[trial.trial_id]
@@ -119,9 +131,10 @@ def rebuild_for_resume(tracker, scheduler, searcher) -> None:
     from sweeper.promotion import PromotionASHA, SlotLimiter
 
     tracker.reattach()
-    if isinstance(scheduler, PromotionASHA):
-        scheduler.for_resume(tracker.book)
     if isinstance(searcher, SlotLimiter):
         searcher = searcher.searcher
+    if isinstance(scheduler, PromotionASHA):
+        scheduler.for_resume(tracker.book)
+        scheduler.mark_repeats(getattr(searcher, "repeats", ()))  # warm start's, from the study
     if searcher is not None:
         searcher.reconcile(tracker.book)

@@ -3,7 +3,11 @@ studies give a new search, read before anything starts.
 
 Their finished trials (completed and pruned, with their evaluations by training step) are
 added to the new study as history, so that the sampler models them from its first trial;
-the best `top_k` configs of each are enqueued to run first. Only what fits the new search
+the best `top_k` configs of each are enqueued to run first. A first config that trains
+the very run that completed in the earlier sweep (every searched value given, the rest of
+the trial's config the same) is a repeat: under ASHA by promotion it goes on from every
+rung without taking a place there (sweeper/promotion.py), so the new sweep keeps the
+earlier best instead of pruning it on an early evaluation. Only what fits the new search
 space goes in: a parameter the new space does not search, or a value outside its range,
 is left out of the trial it belongs to, with one note per sweep and parameter. The
 seeding itself (Optuna's `add_trials` and `enqueue_trial`) is the searcher's, once, when
@@ -25,12 +29,17 @@ from sweeper.errors import UserError
 from sweeper.space import to_optuna_distributions
 from sweeper.spec import SweepSpec, WarmStartSpec
 
-__all__ = ["WarmStart", "read_warm_start", "warm_start_source", "WARM_START_ATTR", "TUNE_TRIAL_ID_ATTR", "STUDY_FILE"]
+__all__ = [
+    "WarmStart", "read_warm_start", "warm_start_source", "WARM_START_ATTR", "REPEAT_ATTR", "TUNE_TRIAL_ID_ATTR",
+    "STUDY_FILE",
+]
 
 STUDY_FILE = "optuna.db"
 # The Optuna user attribute of a seeded trial (added or enqueued): where it came from,
 # "<earlier sweep>/<its Tune trial id>".
 WARM_START_ATTR = "warm_start_source"
+# The Optuna user attribute of an enqueued config that repeats a completed earlier run.
+REPEAT_ATTR = "warm_start_repeat"
 # The Optuna trial's user attribute naming the Tune trial it was asked for (set by the
 # searcher, sweeper/search.py): with the study in its RDB, it maps Tune trials to Optuna
 # trials again after `sweep resume`, and a seeded trial to the run it became.
@@ -40,10 +49,12 @@ TUNE_TRIAL_ID_ATTR = "tune_trial_id"
 @dataclass
 class WarmStart:
     """What seeds a new study: `trials` to add as history, `first_configs` (params,
-    source) to enqueue, best first, and `notes` on what was left out."""
+    source) to enqueue, best first, `repeats` (the sources of first configs that repeat
+    a completed earlier run), and `notes` on what was left out."""
 
     trials: list[FrozenTrial] = field(default_factory=list)
     first_configs: list[tuple[dict, str]] = field(default_factory=list)
+    repeats: set[str] = field(default_factory=set)
     notes: list[str] = field(default_factory=list)
 
     def __bool__(self) -> bool:
@@ -69,6 +80,11 @@ def read_warm_start(spec: SweepSpec) -> WarmStart:
         completed = [t for t in fitting if t.state == TrialState.COMPLETE and t.params]
         completed.sort(key=lambda t: t.value if minimize else -t.value)
         candidates += [(t.value, t.params, t.user_attrs[WARM_START_ATTR]) for t in completed[: source.top_k]]
+        earlier_trial = _earlier_trial_config(_earlier_folder(spec, source))
+        seed.repeats |= {
+            t.user_attrs[WARM_START_ATTR] for t in completed[: source.top_k]
+            if set(t.params) == set(space) and _same_run(earlier_trial, spec, t.params)
+        }
     candidates.sort(key=lambda c: c[0] if minimize else -c[0])
     seen: list[dict] = []
     for _, params, label in candidates:
@@ -78,8 +94,38 @@ def read_warm_start(spec: SweepSpec) -> WarmStart:
     return seed
 
 
+def _earlier_folder(spec: SweepSpec, source: WarmStartSpec) -> Path:
+    return (source.sweep_dir or spec.sweep_dir.parent / source.sweep).resolve()
+
+
+def _earlier_trial_config(folder: Path):
+    """The trial config of the earlier sweep in `folder` (its sweep.yaml), or None when it
+    cannot be read (then none of its configs counts as a repeat)."""
+    from pydantic import ValidationError
+
+    from sweeper.spec import read_yaml
+
+    try:
+        raw = read_yaml(folder / "sweep.yaml")
+        # Its data files need not be there any more: only the config is compared.
+        earlier = SweepSpec.model_validate(raw, context={"base_dir": folder, "check_files": False})
+    except (UserError, ValidationError):
+        return None
+    return earlier.trial_config()
+
+
+def _same_run(earlier_trial, spec: SweepSpec, params: dict) -> bool:
+    """Whether `params` train the same run in this sweep as in the earlier one."""
+    if earlier_trial is None:
+        return False
+    try:
+        return earlier_trial.with_values(params) == spec.trial_config().with_values(params)
+    except (ValueError, KeyError):
+        return False
+
+
 def _earlier_study(spec: SweepSpec, source: WarmStartSpec, key: str) -> optuna.Study:
-    folder = (source.sweep_dir or spec.sweep_dir.parent / source.sweep).resolve()
+    folder = _earlier_folder(spec, source)
     if source.sweep == spec.name and folder == spec.sweep_dir:
         raise UserError(f"{key}.sweep: a sweep cannot warm-start from itself ({source.sweep!r}); name an earlier sweep")
     study_file = folder / STUDY_FILE

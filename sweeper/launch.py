@@ -3,6 +3,7 @@ in which every trial is a Ray Train TorchTrainer."""
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import signal
@@ -214,10 +215,19 @@ def job_metadata(spec: SweepSpec, tracking_uri: str) -> dict[str, str]:
 
 
 def trainable_name(spec: SweepSpec) -> str:
-    """Tune's name for the sweep's trainable: its trials are named `<this>_<trial id>`
-    and the dashboard shows it as each trial actor's Repr (Tune gives its function
-    trainables no actor name, and reuses an actor for several trials)."""
+    """Tune's name for the sweep's trainable: the dashboard shows it as each trial
+    actor's Repr (Tune gives its function trainables no actor name; a trial actor runs
+    several trials, and Ray reads a Repr once, so it names the sweep, not the trial)."""
     return f"sweep-{spec.name}"
+
+
+def trial_name(sweep_name: str, trial) -> str:
+    """Tune's name for a trial (TuneConfig's trial_name_creator), `sweep-<name>-trial-<N>`
+    with N its number in the live table, MLflow and `sweep status`: the Repr of its Ray
+    Train workers in the dashboard (sweeper/trial.py)."""
+    from sweeper.ray_adapter import tune_trial_number
+
+    return f"sweep-{sweep_name}-trial-{tune_trial_number(trial)}"
 
 
 def start_ray(address: str, warm_server=None, metadata: dict[str, str] | None = None):
@@ -380,6 +390,7 @@ def run_sweep(
                 # A trial's actor runs the next trial (run_trial aborts its Train run
                 # when Tune stops it), instead of a new process importing torch per trial.
                 reuse_actors=True,
+                trial_name_creator=functools.partial(trial_name, spec.name),
             ),
             run_config=tune.RunConfig(
                 name="tune", storage_path=str(sweep_dir), callbacks=callbacks, verbose=0, stop=budget.stopper()

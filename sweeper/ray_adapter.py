@@ -13,7 +13,17 @@ Ray Train (a trial's TorchTrainer, sweeper/trial.py):
   Ray Datasets, and shares Train's placement-group cleaner among the runs of one trial
   actor instead of starting one per run. Its `fit_until(stop)` aborts the run when
   `stop` is set: Train's own `TrainController.abort` ends the process it runs in, here
-  the trial actor Tune reuses.
+  the trial actor Tune reuses. `fit_until(stop, worker_repr=...)` also names the run's
+  Train workers: they show `worker_repr` as their Repr in the dashboard (the Actors page,
+  `repr_name` in /api/v0/actors). Ray takes an actor's Repr from its class's `__repr__`
+  when it is created, and Train creates its workers from a private class with no
+  option for one, so the run's worker group creates them from a subclass that has it
+  (tests/integration/test_dashboards.py reads the names back from the dashboard's REST
+  API during a sweep).
+- `tune_trial_number`: a trial's number in its sweep, from Tune's experiment tag
+  ("<n>_<params>", n counting the trials the search created); Tune has no public field
+  for it. It names trials (`TuneConfig(trial_name_creator=...)`) and numbers them in the
+  live table, MLflow and `sweep status`.
 - `tune_stop_event` is the event Tune sets when it stops a function trial; Tune offers
   no public handle to it.
 Ray core (the warm-start fork server, sweeper/warm_start.py):
@@ -48,6 +58,7 @@ import threading
 __all__ = [
     "StoppableTorchTrainer",
     "tune_stop_event",
+    "tune_trial_number",
     "RAY_TRAIN_WORKER_MODULES",
     "actor_class_ids_from_urandom",
     "ids_differ_in_forks",
@@ -112,11 +123,13 @@ def _stoppable_torch_trainer() -> type:
         its run (workers killed, placement group removed) when `stop` is set."""
 
         _stop: threading.Event | None = None
+        _worker_repr: str | None = None
 
-        def fit_until(self, stop: threading.Event):
+        def fit_until(self, stop: threading.Event, worker_repr: str | None = None):
             """`fit()`, unless `stop` is set first: then the run is aborted and this
-            returns None."""
-            self._stop = stop
+            returns None. `worker_repr`: what the dashboard shows as the Repr of the
+            run's Train workers."""
+            self._stop, self._worker_repr = stop, worker_repr
             return self.fit()
 
         def _create_default_callbacks(self):
@@ -131,6 +144,8 @@ def _stoppable_torch_trainer() -> type:
 
         def _initialize_and_run_controller(self, **controller_init_kwargs):
             controller = TrainController(**controller_init_kwargs)
+            if self._worker_repr:
+                controller.worker_group_cls = worker_group_with_repr(self._worker_repr)
             try:
                 asyncio.run(self._run_until_stopped(controller))
             except BaseException:
@@ -159,6 +174,21 @@ def _stoppable_torch_trainer() -> type:
     return StoppableTorchTrainer
 
 
+def worker_group_with_repr(worker_repr: str) -> type:
+    """Train's WorkerGroup, creating its workers from a RayTrainWorker subclass whose
+    `__repr__` is `worker_repr`: Ray reads an actor's Repr once, when it is created. A
+    class per run; Ray gives every class it exports an id of its own, so classes of one
+    name do not collide, and the Class column still says RayTrainWorker."""
+    from ray.train.v2._internal.execution.worker_group import WorkerGroup
+    from ray.train.v2._internal.execution.worker_group.worker import RayTrainWorker
+
+    def __repr__(self) -> str:
+        return worker_repr
+
+    worker_class = type("RayTrainWorker", (RayTrainWorker,), {"__repr__": __repr__})
+    return type("WorkerGroup", (WorkerGroup,), {"_worker_cls": worker_class})
+
+
 def abort_controller(controller) -> None:
     """Train's `TrainController.abort` without its last step, which ends the process it
     runs in: abort callbacks, the worker group aborted (its placement group removed),
@@ -180,6 +210,17 @@ def tune_stop_event() -> threading.Event:
     from ray.train._internal.session import get_session
 
     return get_session().stop_event
+
+
+def tune_trial_number(trial) -> int:
+    """The number of a Tune trial in its sweep: 1 for the first trial the search
+    created, counting on through `sweep resume` (Tune saves its generator's counter).
+    Tune's experiment tag starts with the counter: its search generator (a searched
+    sweep) counts from 1 and appends the suggested values ("3_training.learning_rate=
+    0.0003"); its basic variant generator (a sweep that searches nothing) counts from 0
+    and appends nothing ("2")."""
+    counter, _, values = trial.experiment_tag.partition("_")
+    return int(counter) + (0 if values else 1)
 
 
 # ---------------------------------------------------------------- Ray core

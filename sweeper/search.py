@@ -14,7 +14,7 @@ from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule
 from ray.tune.search import Searcher
 
 from sweeper import names
-from sweeper.earlier_sweeps import TUNE_TRIAL_ID_ATTR, WARM_START_ATTR
+from sweeper.earlier_sweeps import REPEAT_ATTR, TUNE_TRIAL_ID_ATTR, WARM_START_ATTR
 from sweeper.plan import SweepPlan
 from sweeper.promotion import PromotionASHA, SlotLimiter
 from sweeper.space import make_sampler, to_optuna_distributions
@@ -74,12 +74,15 @@ class StepAwareOptunaSearch(Searcher):
         if self.warm_start and not self.study.get_trials(deepcopy=False):
             self.study.add_trials(self.warm_start.trials)
             for params, source in self.warm_start.first_configs:
-                self.study.enqueue_trial(params, user_attrs={WARM_START_ATTR: source})
+                repeat = {REPEAT_ATTR: True} if source in self.warm_start.repeats else {}
+                self.study.enqueue_trial(params, user_attrs={WARM_START_ATTR: source, **repeat})
         self.warm_start = None
         # Tune trial id -> (Optuna trial number, its storage id); steps reported per trial.
         self.trials: dict[str, tuple[int, int]] = {}
         self.reported: dict[str, set[int]] = {}
         self.finished: set[str] = set()
+        # Tune trials that repeat a run completed in an earlier sweep (warm start).
+        self.repeats: set[str] = set()
         for frozen in self.study.get_trials(deepcopy=False):
             tune_id = frozen.user_attrs.get(TUNE_TRIAL_ID_ATTR)
             if tune_id is None:
@@ -88,10 +91,14 @@ class StepAwareOptunaSearch(Searcher):
             self.reported[tune_id] = set(frozen.intermediate_values)
             if frozen.state.is_finished():
                 self.finished.add(tune_id)
+            if frozen.user_attrs.get(REPEAT_ATTR):
+                self.repeats.add(tune_id)
 
     def __getstate__(self) -> dict:
         # Tune pickles the searcher with the tuner: the study lives in its storage.
-        return {k: v for k, v in self.__dict__.items() if k not in ("storage", "study", "trials", "reported", "finished")}
+        return {
+            k: v for k, v in self.__dict__.items() if k not in ("storage", "study", "trials", "reported", "finished", "repeats")
+        }
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
@@ -115,6 +122,8 @@ class StepAwareOptunaSearch(Searcher):
         ot_trial.set_user_attr(TUNE_TRIAL_ID_ATTR, trial_id)
         self.trials[trial_id] = (ot_trial.number, self._storage_id(ot_trial.number))
         self.reported[trial_id] = set()
+        if ot_trial.user_attrs.get(REPEAT_ATTR):  # an enqueued config (warm start)
+            self.repeats.add(trial_id)
         return dict(ot_trial.params)
 
     def _storage_id(self, number: int) -> int:

@@ -63,7 +63,8 @@ def run_trial(
             failure_config=FailureConfig(max_failures=max_failures),
         ),
     )
-    trainer.fit_until(tune_stop_event())
+    # The dashboard shows the trial's name (sweep and trial number) as its workers' Repr.
+    trainer.fit_until(tune_stop_event(), worker_repr=tune.get_context().get_trial_name())
 
 
 class ReportToTune(UserCallback):

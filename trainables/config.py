@@ -14,16 +14,18 @@ Pure pydantic: importable without torch, Ray or anything from `sweeper`.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, ValidationInfo, field_validator, model_validator
 
 from trainables.errors import FieldProblems
 
 __all__ = [
-    "BUILTIN_MODELS", "BUILTIN_TINY_MODEL", "Task", "StrictModel", "ModelSpec", "DataSpec", "TrainingSpec",
+    "BUILTIN_MODELS", "BUILTIN_TINY_MODEL", "Task", "StrictModel", "ModelSpec", "DataSpec", "HubSplit", "TrainingSpec",
     "LoraSpec", "DpoSpec", "ResourcesSpec", "DeepSpeedSpec", "ChaosSpec", "TrialConfig", "TRIAL_SECTIONS",
     "resolve_relative_path", "checks_files", "model_folder_problem", "trial_problems",
 ]
@@ -162,14 +164,40 @@ class ModelSpec(StrictModel):
     )
 
 
+@dataclass(frozen=True)
+class HubSplit:
+    """One split of a dataset on the Hugging Face Hub, written `org/name:split` in YAML."""
+
+    repo_id: str
+    split: str
+
+    def __str__(self) -> str:
+        return f"{self.repo_id}:{self.split}"
+
+    @classmethod
+    def parse(cls, value: Any) -> "HubSplit | None":
+        """`org/name:split` as a HubSplit; None for anything else (a path)."""
+        match = _HUB_SPLIT.fullmatch(value) if isinstance(value, str) else None
+        return cls(match["repo"], match["split"]) if match else None
+
+
+# A Hub repo id (owner/name: letters, digits, '-', '_', '.') and a split name.
+_HUB_SPLIT = re.compile(r"(?P<repo>[\w.-]+/[\w.-]+):(?P<split>[\w.-]+)")
+
+# A data split: a local file or folder, or a Hub dataset's split (written back as text).
+DataSource = Annotated[Path | HubSplit, PlainSerializer(str, return_type=str)]
+
+
 class DataSpec(StrictModel):
-    train: Path = Field(
-        description="Training split: a JSONL file (one example a line), a Parquet file, or a folder written "
-        "by datasets' save_to_disk (one row an example). task sft: chat "
+    train: DataSource = Field(
+        description="Training split: a JSONL file (one example a line), a Parquet file, a folder written "
+        "by datasets' save_to_disk (one row an example), or a Hugging Face Hub dataset's split as "
+        "org/name:split (e.g. trl-lib/tldr:train), read through the Hub cache (HF_HUB_CACHE, HF_HOME; "
+        "HF_HUB_OFFLINE=1 once cached) as datasets.load_dataset reads its files. task sft: chat "
         "{'messages': [{'role', 'content'}, ...]} or {'prompt', 'completion'}; task dpo: "
         "{'prompt', 'chosen', 'rejected'}, all plain strings or all lists of chat messages."
     )
-    eval: Path = Field(description="Evaluation split, same format as `train`.")
+    eval: DataSource = Field(description="Evaluation split, same format as `train`.")
     max_length: int = Field(
         256, ge=16, le=131072, description="Examples are truncated to this many tokens."
     )
@@ -177,19 +205,28 @@ class DataSpec(StrictModel):
     @field_validator("train", "eval", mode="before")
     @classmethod
     def _relative_to_yaml(cls, value: Any, info: ValidationInfo) -> Any:
-        return resolve_relative_path(value, info)
+        """A local path relative to the YAML file; `org/name:split` is a Hub split
+        unless a file or folder of that name exists there."""
+        hub_split, path = HubSplit.parse(value), resolve_relative_path(value, info)
+        if hub_split is not None and not Path(path).exists():
+            return hub_split
+        return path
 
     @field_validator("train", "eval")
     @classmethod
-    def _file_exists(cls, value: Path, info: ValidationInfo) -> Path:
-        if not checks_files(info) or value.is_file() or is_saved_dataset(value):
+    def _file_exists(cls, value: Path | HubSplit, info: ValidationInfo) -> Path | HubSplit:
+        # A Hub split is looked up (cache, then Hub) when the sweep's data is read.
+        if isinstance(value, HubSplit) or not checks_files(info) or value.is_file() or is_saved_dataset(value):
             return value
         if value.is_dir():
             raise ValueError(
                 f"{value} is a folder but not a dataset written by datasets' save_to_disk (no state.json); "
                 "give a JSONL or Parquet file, or such a folder"
             )
-        raise ValueError(f"file {value} does not exist; give a JSONL or Parquet file, or a save_to_disk folder")
+        raise ValueError(
+            f"file {value} does not exist; give a JSONL or Parquet file, a save_to_disk folder, "
+            "or a Hub dataset's split as org/name:split"
+        )
 
 
 def is_saved_dataset(folder: Path) -> bool:

@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainables.config import TrialConfig
+from trainables.config import HubSplit, TrialConfig
 from trainables.errors import InputError
 
 IGNORE_INDEX = -100
@@ -63,9 +63,15 @@ def read_jsonl(path: Path, key: str) -> list[tuple[int, dict]]:
     return records
 
 
-def read_records(path: Path, key: str) -> list[tuple[int, dict]]:
+def read_records(path: Path | HubSplit, key: str) -> list[tuple[int, dict]]:
     """(line or row number, record) of a data split: a JSONL file, a Parquet file
-    (`.parquet`), or a folder written by `datasets` save_to_disk. Errors name the YAML key."""
+    (`.parquet`), a folder written by `datasets` save_to_disk, or a Hub dataset's split.
+    Errors name the YAML key."""
+    if isinstance(path, HubSplit):
+        rows = _hub_split_rows(path, key)
+        if not rows:
+            raise InputError(f"{key}: split {path.split!r} of the Hub dataset {path.repo_id} is empty; give at least one example")
+        return list(enumerate(rows, start=1))
     path = Path(path)
     if path.is_dir():
         rows = _saved_dataset_rows(path, key)
@@ -99,14 +105,47 @@ def _saved_dataset_rows(folder: Path, key: str) -> list[dict]:
     return dataset.to_list()
 
 
+def hub_dataset_folder(source: HubSplit, key: str) -> Path:
+    """The Hub cache's snapshot of the dataset repo `source` names, fetched into the cache
+    first when it is not there and the Hub can be reached: huggingface_hub's rules, the
+    ones transformers follows for a model id (HF_HUB_CACHE, HF_HOME, HF_HUB_OFFLINE,
+    HF_TOKEN). InputError, naming the id, when it is neither cached nor reachable."""
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(snapshot_download(source.repo_id, repo_type="dataset"))
+    except Exception as exc:  # huggingface_hub raises LocalEntryNotFoundError, HTTP and network errors, ...
+        raise InputError(
+            f"{key}: cannot get the Hub dataset {source.repo_id} (from the Hub cache or the Hub): "
+            f"{_first_line(exc).rstrip('.')}; download it once with network access (or copy the Hub cache here), "
+            "or give a local file"
+        ) from None
+
+
+def _hub_split_rows(source: HubSplit, key: str) -> list[dict]:
+    """The rows of one split of a Hub dataset, read from its cached files by
+    `datasets.load_dataset`, which finds the split's files as for a Hub id (file names
+    such as data/train-*.parquet, or the configs in its README)."""
+    import datasets
+
+    folder = hub_dataset_folder(source, key)
+    try:
+        dataset = datasets.load_dataset(str(folder), split=source.split)
+    except (ValueError, FileNotFoundError, OSError) as exc:  # unknown split, no data files, unreadable files
+        raise InputError(f"{key}: cannot read split {source.split!r} of the Hub dataset {source.repo_id}: {_first_line(exc)}") from None
+    return dataset.to_list()
+
+
 def _first_line(exc: Exception) -> str:
     lines = str(exc).strip().splitlines()
     return lines[0] if lines else type(exc).__name__
 
 
-def file_sha256(path: Path) -> str:
-    """The hash of a data file, or of every file of a dataset folder (names and bytes)."""
-    path = Path(path)
+def file_sha256(path: Path | HubSplit) -> str:
+    """The hash of a data file, or of every file of a dataset folder (names and bytes);
+    of a Hub dataset, its cached snapshot's files."""
+    if isinstance(path, HubSplit):
+        path = hub_dataset_folder(path, "data")
     if not path.is_dir():
         return hashlib.sha256(path.read_bytes()).hexdigest()
     digest = hashlib.sha256()

@@ -80,3 +80,16 @@ def test_search_quality_benchmark_compares_methods_on_steps_and_best_loss(tmp_pa
     # ASHA by promotion: 4 trials to step 9, max(1, floor(4/3)) = 1 on to 18
     assert methods["asha"]["steps"] == [4 * 9 + 9]
     assert all(0 < best < 20 for runs in methods.values() for best in runs["best"])
+
+
+def test_warm_start_benchmark_counts_trials_to_the_earlier_best(tmp_path):
+    figures = run_benchmark("warm_start", tmp_path, "--trials", "3", "--max-steps", "18", "--eval-every", "6")
+    assert figures["first_reaching"]["earlier"] is not None  # its own best
+    results = {r["name"]: r for r in figures["results"]}
+    # The earlier best config runs first and trains to max_steps, whatever its early
+    # evaluations (a rerun need not match the earlier loss exactly: see README); only it
+    # is marked warm-started.
+    first = results["warm"]["trials"][0]
+    assert (first["number"], first["state"], first["steps"]) == (1, "completed", 18)
+    assert list(results["warm"]["warm_marks"]) == ["1"]  # trial numbers as JSON keys
+    assert results["warm_history"]["warm_marks"] == {} and results["cold"]["warm_marks"] == {}

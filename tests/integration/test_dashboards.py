@@ -94,12 +94,14 @@ def live_sweep(tmp_path_factory, chromium):
 
         seen["job"] = wait_for(sweep_job, 120, "the sweep's job")
 
-        def trial_actors():
-            actors = get_json(f"{base}/api/v0/actors?detail=1&limit=1000", token)["data"]["result"]["result"]
-            alive = [a for a in actors if a["state"] == "ALIVE" and a["class_name"] == "ImplicitFunc"]
-            return alive or None
+        def alive(class_name):
+            def check():
+                actors = get_json(f"{base}/api/v0/actors?detail=1&limit=1000", token)["data"]["result"]["result"]
+                return [a for a in actors if a["state"] == "ALIVE" and a["class_name"] == class_name] or None
+            return check
 
-        seen["trial_actors"] = wait_for(trial_actors, 180, "a trial actor")
+        seen["trial_actors"] = wait_for(alive("ImplicitFunc"), 180, "a trial actor")
+        seen["train_workers"] = wait_for(alive("RayTrainWorker"), 180, "a Ray Train worker")
         cookie = [{"name": "ray-authentication-token", "value": token, "url": base}]
         for page, expect in (("jobs", ("Name", NAME)), ("actors", ("ImplicitFunc", f"sweep-{NAME}"))):
             seen[page] = visit(chromium, f"{base}/#/{page}", workdir / f"ray-{page}.png", workdir / f"profile-{page}",
@@ -123,6 +125,17 @@ def test_ray_dashboard_names_the_sweep(live_sweep):
     metadata = live_sweep["job"]["metadata"]
     assert metadata["sweeper.sweep"] == NAME and metadata["sweeper.num_trials"] == "6"
     assert {a["repr_name"] for a in live_sweep["trial_actors"]} == {f"sweep-{NAME}"}
+    # Each Train worker is named with its sweep and its trial's number, numbered as in
+    # MLflow (and the live table, and `sweep status`): 1 to 6.
+    client = MlflowClient(f"sqlite:///{live_sweep['workdir'] / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("sweeper")
+    numbers = {
+        int(run.data.tags["sweeper.trial_number"])
+        for run in client.search_runs([experiment.experiment_id], "tags.`sweeper.trial_number` != ''")
+    }
+    assert numbers == set(range(1, 7))
+    worker_names = {a["repr_name"] for a in live_sweep["train_workers"]}
+    assert worker_names and all(re.fullmatch(rf"sweep-{NAME}-trial-[1-6]", name) for name in worker_names), worker_names
     assert f"sweep-{NAME}" in live_sweep["actors"].text and NAME in live_sweep["jobs"].text
     for page in ("jobs", "actors"):
         keep_screenshot(live_sweep[page].screenshot, f"ray-dashboard-{page}.png")

@@ -90,6 +90,8 @@ def test_stop_kill_and_resume_keep_every_finished_trial(tmp_path):
     (parent,), children = sweep_runs(uri, "resumable")
     trial_ids = [c.data.tags["sweeper.trial_id"] for c in children]
     assert len(trial_ids) == len(set(trial_ids)) == 5, trial_ids
+    # Numbered 1 to 5 across the resumes (Tune's search generator keeps its count).
+    assert sorted(int(c.data.tags["sweeper.trial_number"]) for c in children) == [1, 2, 3, 4, 5]
     assert all(c.info.status != "RUNNING" for c in [parent, *children])
     assert parent.info.status == "FINISHED" and parent.data.metrics["trials_total"] == 5
     final = {c.data.tags["sweeper.trial_id"]: c for c in children}

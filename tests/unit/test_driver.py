@@ -5,6 +5,7 @@ from types import SimpleNamespace
 
 from sweeper.driver import SweepDriver
 from sweeper.book import SweepBook, TrialRecord
+from sweeper.names import TrialState
 
 
 class Recorder:
@@ -34,8 +35,11 @@ class OnlyFinished:
         self.log.append(("janitor", "finished", record.trial_id, record.state))
 
 
-def trial(trial_id, status="RUNNING"):
-    return SimpleNamespace(trial_id=trial_id, status=status, config={"training.learning_rate": 1e-3})
+def trial(trial_id, status="RUNNING", number=1):
+    # Tune's experiment tag starts with the trial's number in the search.
+    return SimpleNamespace(
+        trial_id=trial_id, status=status, config={"training.learning_rate": 1e-3}, experiment_tag=f"{number}_lr=0.001"
+    )
 
 
 def test_the_book_is_updated_before_listeners_are_told_in_order():
@@ -93,3 +97,22 @@ def test_unfinished_trials_that_tune_does_not_know_are_lost():
     assert driver.lost_trials() == []  # Tune has not stepped yet: nothing is known
     driver.on_step_begin(0, [trial("done", "TERMINATED"), trial("resumed")])
     assert [t.trial_id for t in driver.lost_trials()] == ["orphan"]
+
+
+def test_trials_are_numbered_as_tune_counts_them_and_a_number_in_use_is_not_given_again():
+    book = SweepBook(metric="eval_loss", goal="minimize", max_steps=30)
+    driver = SweepDriver(book, [])
+    driver.on_trial_start(0, [], trial("b", number=2))
+    driver.on_trial_start(0, [], trial("a", number=1))
+    assert (book.trials["a"].number, book.trials["b"].number) == (1, 2)
+    # Resumed after a driver was killed before Tune saved its state (Tune knows only a):
+    # Tune counts from 2 again. b, unfinished, is lost and c takes its number; once b has
+    # finished, MLflow keeps it as trial 2 and c gets the next number.
+    resumed = SweepDriver(book, [])
+    resumed.on_step_begin(0, [trial("a")])
+    resumed.on_trial_start(0, [], trial("c", number=2))
+    assert book.trials["c"].number == 2
+    book.trials.pop("c")
+    book.trials["b"].state = TrialState.COMPLETED
+    resumed.on_trial_start(0, [], trial("c", number=2))
+    assert book.trials["c"].number == 3

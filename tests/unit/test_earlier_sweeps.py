@@ -13,7 +13,7 @@ from optuna.trial import TrialState
 from sweeper.earlier_sweeps import read_warm_start, warm_start_source
 from sweeper.errors import UserError
 from sweeper.search import make_searcher
-from sweeper.spec import validate_spec
+from sweeper.spec import spec_to_yaml, validate_spec
 from tests.conftest import small_sweep, write_yaml
 
 EARLIER_SPACE = {
@@ -89,3 +89,38 @@ def test_validate_names_a_missing_earlier_sweep(tmp_path):
     )
     assert result.returncode == 2
     assert result.stderr.startswith("error: search.warm_start.0.sweep: no earlier sweep 'nowhere'")
+
+
+def write_earlier_yaml(tmp_path, **training):
+    """The sweep.yaml `sweep start` leaves in the earlier sweep's folder."""
+    raw = small_sweep("earlier", output_dir=str(tmp_path / "sweeps" / "earlier"))
+    raw["search"] = {**raw["search"], "parameters": EARLIER_SPACE}
+    raw["training"] = {**raw.get("training", {}), **training}
+    spec = validate_spec(raw, base_dir=tmp_path)
+    (spec.sweep_dir / "sweep.yaml").write_text(spec_to_yaml(spec))
+
+
+def test_a_first_config_that_trains_the_earlier_run_again_is_a_repeat(tmp_path):
+    """Same space, same fixed config: the enqueued best config repeats its earlier run,
+    and the searcher says which Tune trial got it (ASHA lets it go on unranked)."""
+    configs = run_earlier(tmp_path, [2.0, 1.2])
+    write_earlier_yaml(tmp_path)
+    spec = spec_of(tmp_path, "later", parameters=EARLIER_SPACE, warm_start={"sweep": "earlier", "top_k": 2})
+    seed = read_warm_start(spec)
+    assert seed.repeats == {"earlier/e1", "earlier/e0"}
+    search = make_searcher(spec, spec.sweep_dir, seed)
+    assert search.suggest("l0") == configs["e1"] and search.suggest("l1") == configs["e0"]
+    search.suggest("l2")  # sampled
+    assert search.repeats == {"l0", "l1"}
+    assert make_searcher(spec, spec.sweep_dir).repeats == {"l0", "l1"}  # from the study, after a restore
+
+
+def test_a_first_config_is_no_repeat_when_the_run_would_differ(tmp_path):
+    run_earlier(tmp_path, [2.0, 1.2])
+    write_earlier_yaml(tmp_path, max_steps=60)  # the earlier run trained longer
+    spec = spec_of(tmp_path, "later", parameters=EARLIER_SPACE, warm_start={"sweep": "earlier", "top_k": 1})
+    assert read_warm_start(spec).first_configs and read_warm_start(spec).repeats == set()
+    write_earlier_yaml(tmp_path)
+    wider = {**EARLIER_SPACE, "training.warmup_ratio": {"distribution": "uniform", "low": 0.0, "high": 0.1}}
+    spec = spec_of(tmp_path, "wider", parameters=wider, warm_start={"sweep": "earlier", "top_k": 1})
+    assert read_warm_start(spec).repeats == set()  # warmup_ratio would be sampled anew

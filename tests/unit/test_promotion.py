@@ -328,3 +328,24 @@ def test_for_resume_stops_a_trial_the_last_driver_ended_after_tune_saved():
     assert trial.status == "PAUSED" and "pruned" in sched.ladder.ended
     assert sched.choose_trial_to_run(tune) is None
     assert trial.status == "TERMINATED"  # stopped, not resumed
+
+
+def test_a_repeat_goes_on_unranked_and_the_others_rungs_are_those_of_a_sweep_without_it():
+    """10 trials, eta 3, one of them a repeat of a completed earlier run (warm start): it
+    never waits, even behind better trials, and the 9 others are promoted as 9 trials
+    are (3 from the first rung), the rung closing once they have all arrived."""
+    ladder = RungLadder([10, 30], reduction_factor=3)
+    ladder.repeats.add("repeat")
+    for trial in ["repeat", *"abcdefghi"]:
+        ladder.add(trial)
+    ladder.record("repeat", 10, 9.0)  # worst at step 10
+    for trial, score in zip("abcdefghi", range(1, 10)):
+        ladder.record(trial, 10, float(score))
+    promoted, stopped = ladder.settle(num_trials=10)
+    assert sorted(promoted) == ["a", "b", "c"] and sorted(stopped) == list("defghi")
+    assert ladder.waiting_at("repeat") is None and "repeat" not in ladder.rungs[0].scores
+    ladder.record("repeat", 30, 5.0)  # still running: rung 30 closes without it
+    for trial, score in zip("abc", (3.0, 2.0, 1.0)):
+        ladder.record(trial, 30, score)
+    assert ladder.settle(num_trials=10) == (["c"], ["b", "a"])
+    assert ladder.waiting_at("repeat") is None and "repeat" not in ladder.ended

@@ -138,3 +138,43 @@ def test_the_address_file_is_where_ray_start_records_its_head(tmp_path, monkeypa
 
     monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))
     assert ray_address_file() == tmp_path / "ray" / "ray_current_cluster"
+
+
+def _trials_of(generator, tmp_path) -> list:
+    from ray.tune.experiment import Experiment
+
+    def trainable(config):
+        pass
+
+    generator.add_configurations([Experiment("numbered", trainable, num_samples=3, storage_path=str(tmp_path))])
+    trials = []
+    while (trial := generator.next_trial()) is not None:
+        trials.append(trial)
+    return trials
+
+
+@pytest.mark.parametrize("searched", [True, False])
+def test_tune_trial_number_counts_the_trials_from_1_with_and_without_a_searcher(searched, tmp_path):
+    """Tune's own generators: its search generator (a searched sweep) and its basic
+    variant generator (nothing searched) number their experiment tags differently."""
+    from ray.tune.search import BasicVariantGenerator, SearchGenerator, Searcher
+
+    class OneConfig(Searcher):
+        def suggest(self, trial_id):
+            return {"training.learning_rate": 3e-4}
+
+        def on_trial_complete(self, trial_id, result=None, error=False):
+            pass
+
+    generator = SearchGenerator(OneConfig()) if searched else BasicVariantGenerator()
+    assert [ray_adapter.tune_trial_number(t) for t in _trials_of(generator, tmp_path)] == [1, 2, 3]
+
+
+def test_a_labelled_worker_group_creates_train_workers_whose_repr_is_the_label():
+    from ray.train.v2._internal.execution.worker_group import WorkerGroup
+    from ray.train.v2._internal.execution.worker_group.worker import RayTrainWorker
+
+    group = ray_adapter.worker_group_with_repr("sweep-demo-trial-4")
+    assert issubclass(group, WorkerGroup) and issubclass(group._worker_cls, RayTrainWorker)
+    assert group._worker_cls.__name__ == "RayTrainWorker"  # the dashboard's Class column
+    assert repr(group._worker_cls()) == "sweep-demo-trial-4"
