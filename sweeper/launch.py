@@ -58,6 +58,20 @@ def prepare_sweep_dir(spec: SweepSpec, overwrite: bool) -> Path:
     return sweep_dir
 
 
+# What `sweep promote` and `sweep resume` need from a sweep besides its Tune state and
+# checkpoints, copied beside them when storage.uri is not the sweep folder.
+PUBLISHED_FILES = ("sweep.yaml", "tokenizer")
+
+
+def publish_sweep_files(spec: SweepSpec) -> None:
+    from sweeper import storage
+
+    if spec.storage_uri == str(spec.sweep_dir):
+        return
+    for name in PUBLISHED_FILES:
+        storage.upload(spec.sweep_dir / name, storage.join(spec.storage_uri, name))
+
+
 # The warm-start server's log (sweeper/warm_start.py), in the sweep folder: the server
 # starts, and may write it, before the folder is prepared, so preparing keeps it.
 WARM_START_LOG = "warm_start.log"
@@ -341,6 +355,7 @@ def run_sweep(
     more Tune callbacks for the driver (the benchmarks time results with one)."""
     from rich.markup import escape
 
+    from sweeper import storage
     from sweeper.earlier_sweeps import read_warm_start
     from sweeper.tracking import MlflowTracker
 
@@ -368,6 +383,7 @@ def run_sweep(
         raise
     sweep_dir = prepare_sweep_dir(spec, overwrite)
     session.tokenizer.save_pretrained(sweep_dir / "tokenizer")
+    publish_sweep_files(spec)
     book = SweepBook(metric=spec.search.metric, goal=spec.search.goal, max_steps=spec.training.max_steps)
     tracker = MlflowTracker(spec, book, session.tracking_uri, session.hardware, session.plan.trial_resources)
     tracker.start_sweep(yaml_folder)
@@ -380,6 +396,7 @@ def run_sweep(
 
         search_alg, scheduler, max_concurrent_trials = make_search(session.plan, sweep_dir, warm_start)
         search_alg = budget.searcher(search_alg)
+        storage_filesystem, storage_path = storage.filesystem(spec.storage_uri)
         return tune.Tuner(
             trainable,
             tune_config=tune.TuneConfig(
@@ -393,7 +410,12 @@ def run_sweep(
                 trial_name_creator=functools.partial(trial_name, spec.name),
             ),
             run_config=tune.RunConfig(
-                name="tune", storage_path=str(sweep_dir), callbacks=callbacks, verbose=0, stop=budget.stopper()
+                name="tune",
+                storage_path=storage_path,
+                storage_filesystem=storage_filesystem,
+                callbacks=callbacks,
+                verbose=0,
+                stop=budget.stopper(),
             ),
         )
 
@@ -412,6 +434,7 @@ def resume_sweep(
     """Continue a sweep whose driver died or was stopped: finished trials stay as they
     are, unfinished ones continue from their latest checkpoint, the search continues
     with its history, and the same MLflow runs are reused."""
+    from sweeper import storage
     from sweeper.spec import load_spec
     from sweeper.tracking import MlflowTracker
 
@@ -420,8 +443,11 @@ def resume_sweep(
     spec = load_spec(sweep_dir / "sweep.yaml")
     _refuse_if_read_only(sweep_dir)
     _refuse_if_running(spec)
-    if not (sweep_dir / "tune" / "tuner.pkl").is_file():
-        raise UserError(f"NAME: {sweep_dir} has no Tune experiment to resume; start it again with sweep start --overwrite")
+    experiment = storage.join(spec.storage_uri, "tune")
+    if not storage.exists(storage.join(experiment, "tuner.pkl")):
+        raise UserError(
+            f"NAME: {experiment} has no Tune experiment to resume; start it again with sweep start --overwrite"
+        )
     session = _open_session(spec, address, console, cache_root)
     book = SweepBook(metric=spec.search.metric, goal=spec.search.goal, max_steps=spec.training.max_steps)
     tracker = MlflowTracker(spec, book, session.tracking_uri, session.hardware, session.plan.trial_resources)
@@ -434,7 +460,8 @@ def resume_sweep(
         from sweeper.driver import rebuild_for_resume
         from sweeper.ray_adapter import restore_tuner
 
-        tuner, scheduler, searcher, stopper = restore_tuner(str(sweep_dir / "tune"), trainable, callbacks)
+        storage_filesystem, _ = storage.filesystem(experiment)
+        tuner, scheduler, searcher, stopper = restore_tuner(experiment, trainable, callbacks, storage_filesystem)
         # The caps keep counting what the killed driver's trials spent (the book is rebuilt from MLflow).
         searcher = budget.reattach(searcher, stopper, book)
         rebuild_for_resume(tracker, scheduler, searcher)
@@ -471,8 +498,12 @@ def _open_session(spec: SweepSpec, address: str | None, console: Console, cache_
     the cluster, data tokenized. Nothing is written yet."""
     from sweeper.mlflow_store import check_tracking_uri, hardware_description, resolve_tracking_uri
 
+    from sweeper import storage
+
     tracking_uri = resolve_tracking_uri(spec.tracking.uri)
     check_tracking_uri(tracking_uri)
+    if storage.is_remote(spec.storage_uri):
+        storage.check_writable(spec.storage_uri)
     address = cluster_address(address, os.environ)
     warm_server = start_warm_server(address, spec.sweep_dir / WARM_START_LOG, spec.resources.use_gpu)
     try:
@@ -485,10 +516,8 @@ def _open_session(spec: SweepSpec, address: str | None, console: Console, cache_
     if not starts_own_cluster(address):
         import ray
 
-        from sweeper import storage
-
         nodes = sum(1 for node in ray.nodes() if node.get("Alive"))
-        storage.check_reachable_by_every_node(spec.sweep_dir, nodes, storage.read_mounts())
+        storage.check_reachable_by_every_node(spec.storage_uri, nodes, storage.read_mounts())
     cluster = ClusterResources.from_ray()
     plan = make_plan(spec, cluster)
     from sweeper.memory import check_before_launch
@@ -516,6 +545,7 @@ def _drive(
     import ray
     from ray import tune
 
+    from sweeper import storage
     from sweeper.console import LiveTable
     from sweeper.driver import SweepDriver
     from sweeper.trial import run_trial
@@ -534,7 +564,7 @@ def _drive(
         # Wrapped in a dict so that Ray passes the reference through configs un-fetched.
         data={"ref": ray.put(session.data)},
         cache_root=str(cache_root),
-        trials_dir=str(sweep_dir / "trials"),
+        trials_dir=storage.join(spec.storage_uri, "trials"),
     )
     # The trial's own process only waits on its TorchTrainer; the workers hold the CPUs
     # and GPUs. A token memory request keeps its bundle non-empty.

@@ -64,6 +64,8 @@ class Tag:
     MAX_STEPS = "sweeper.max_steps"
     SEARCH_SPACE = "sweeper.search_space"
     SWEEP_DIR = "sweeper.sweep_dir"
+    # storage.uri: the Tune state, the checkpoints, and copies of sweep.yaml and the tokenizer.
+    STORAGE_URI = "sweeper.storage_uri"
     BEST_TRIAL_ID = "sweeper.best_trial_id"
     BEST_RUN_ID = "sweeper.best_run_id"
     CONFIG_HASH = "sweeper.config_hash"

@@ -5,9 +5,9 @@ trial failed."""
 from __future__ import annotations
 
 import math
-import shutil
 from pathlib import Path
 
+from sweeper import storage
 from sweeper.book import SweepBook, TrialRecord
 from sweeper.names import TrialState
 
@@ -38,7 +38,7 @@ class AdapterJanitor:
             ),
         )
         for record in ranked[self.keep_best :]:
-            shutil.rmtree(record.checkpoint_path, ignore_errors=True)
+            storage.delete(record.checkpoint_path)  # a folder, or s3://... (storage.uri)
 
 
 # Where Ray keeps the exception it wraps: Train's WorkerGroupError (per worker rank),

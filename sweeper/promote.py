@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shutil
 import tempfile
 import warnings
 from dataclasses import dataclass
@@ -34,6 +33,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import trainables
+from sweeper import storage
 from sweeper.errors import UserError
 from sweeper.names import RunKind, RunMetric, Tag, TrialState, VersionTag
 from sweeper.spec import SweepSpec, spec_to_yaml
@@ -58,8 +58,8 @@ class Candidate:
     parent: object  # the sweep's parent run, as SweepStore returns it (sweeper.run_reader)
     trial: dict  # a SweepStore.trials() row
     spec: SweepSpec  # the trial's values as one full run (best_config.yaml)
-    adapter_dir: Path
-    tokenizer_dir: Path
+    adapter_dir: str  # a folder, or s3://... (the sweep's storage.uri)
+    tokenizer_dir: str
 
     @property
     def metric(self) -> str:
@@ -130,32 +130,44 @@ def state_refusal(trial: dict, max_steps: int) -> str | None:
     return f"trial {number} is {state} (status {trial['status']!r}), not completed"
 
 
-def adapter_dir(trial: dict) -> Path:
-    """The trial's latest adapter checkpoint (written by Ray Train in the sweep folder)."""
+def adapter_dir(trial: dict) -> str:
+    """The trial's latest adapter checkpoint, as Ray Train wrote it in the sweep's storage
+    (a folder, or s3://... read from here)."""
     path = trial.get("checkpoint_path")
     number = trial["trial_number"]
     if not path:
         raise UserError(
             f"--trial: trial {number} has no adapter checkpoint (it ended before its first evaluation)"
         )
-    folder = Path(path)
-    if not (folder / "adapter_config.json").is_file():
+    if not _readable(storage.join(path, "adapter_config.json")):
         raise UserError(
-            f"--trial: the adapter checkpoint of trial {number} is not at {folder} (sweep folder moved, "
-            "deleted, or on another machine); promote where the sweep folder is"
+            f"--trial: the adapter checkpoint of trial {number} is not at {path} (sweep storage moved, "
+            "deleted, or on another machine's disk); promote where it is, or give the sweep storage.uri: s3://..."
+        )
+    return path
+
+
+def tokenizer_dir(parent) -> str:
+    """The sweep's tokenizer: beside its checkpoints in storage.uri (copied there at the
+    start), else in the sweep folder."""
+    tags = parent.data.tags
+    root = tags.get(Tag.STORAGE_URI) or tags.get(Tag.SWEEP_DIR, "")
+    folder = storage.join(root, "tokenizer")
+    if not _readable(storage.join(folder, "tokenizer_config.json")):
+        raise UserError(
+            f"NAME: the sweep's tokenizer is not at {folder} (sweep storage moved, deleted, or on another "
+            "machine's disk); promote where it is"
         )
     return folder
 
 
-def tokenizer_dir(parent) -> Path:
-    sweep_dir = Path(parent.data.tags.get(Tag.SWEEP_DIR, ""))
-    folder = sweep_dir / "tokenizer"
-    if not (folder / "tokenizer_config.json").is_file():
-        raise UserError(
-            f"NAME: the sweep's tokenizer is not at {folder} (sweep folder moved, deleted, or on another "
-            "machine); promote where the sweep folder is"
-        )
-    return folder
+def _readable(uri: str) -> bool:
+    """Whether the file at `uri` is there; storage that cannot be reached (no
+    credentials, no endpoint) counts as not there, and the caller says where it looked."""
+    try:
+        return storage.exists(uri)
+    except OSError:
+        return False
 
 
 def check_registry(client, model_name: str, alias: str) -> None:
@@ -187,15 +199,15 @@ def check_registry(client, model_name: str, alias: str) -> None:
 def build_artifacts(store: SweepStore, candidate: Candidate, folder: Path, merge: bool) -> dict[str, str]:
     """The model's artifacts in `folder`, keyed as the served model reads them."""
     artifacts = {
-        "adapter": shutil.copytree(candidate.adapter_dir, folder / "adapter"),
-        "tokenizer": shutil.copytree(candidate.tokenizer_dir, folder / "tokenizer"),
+        "adapter": storage.download(candidate.adapter_dir, folder / "adapter"),
+        "tokenizer": storage.download(candidate.tokenizer_dir, folder / "tokenizer"),
         "config": folder / "best_config.yaml",
         "metrics": folder / "metrics.json",
     }
     artifacts["config"].write_text(spec_to_yaml(candidate.spec))
     artifacts["metrics"].write_text(json.dumps(trial_metrics(store, candidate), indent=1))
     if merge:
-        artifacts["merged"] = merge_adapter(candidate, folder / "merged")
+        artifacts["merged"] = merge_adapter(candidate, artifacts["adapter"], artifacts["tokenizer"], folder / "merged")
     return {key: str(path) for key, path in artifacts.items()}
 
 
@@ -210,7 +222,7 @@ def trial_metrics(store: SweepStore, candidate: Candidate) -> dict:
     return {"final": dict(run.data.metrics), "history": history}
 
 
-def merge_adapter(candidate: Candidate, target: Path) -> Path:
+def merge_adapter(candidate: Candidate, adapter: Path, tokenizer: Path, target: Path) -> Path:
     """The adapter folded into its base (peft merge_and_unload): a standalone model folder."""
     from peft import PeftModel
 
@@ -218,9 +230,9 @@ def merge_adapter(candidate: Candidate, target: Path) -> Path:
 
     model_spec, precision = candidate.spec.model, candidate.spec.training.precision
     base = load_base_model(resolve_model_source(model_spec.name_or_path), precision)
-    merged = PeftModel.from_pretrained(base, str(candidate.adapter_dir)).merge_and_unload()
+    merged = PeftModel.from_pretrained(base, str(adapter)).merge_and_unload()
     merged.save_pretrained(target)
-    load_tokenizer(str(candidate.tokenizer_dir)).save_pretrained(target)
+    load_tokenizer(str(tokenizer)).save_pretrained(target)
     return target
 
 
@@ -244,7 +256,10 @@ def promote_trial(
     with tempfile.TemporaryDirectory(prefix="sweeper-promote-") as folder:
         artifacts = build_artifacts(store, candidate, Path(folder), merge)
         run_id, model_uri, model_id = log_model(store, candidate, artifacts)
-    return register(store, candidate, run_id, model_uri, model_id, model_name, alias, merge, force)
+    # The registry looks the logged model up through MLflow's global tracking URI, which
+    # is this folder's default store unless set: from another folder it found no model.
+    with _tracking_uri(store.uri):
+        return register(store, candidate, run_id, model_uri, model_id, model_name, alias, merge, force)
 
 
 def log_model(store: SweepStore, candidate: Candidate, artifacts: dict[str, str]) -> tuple[str, str, str]:

@@ -173,6 +173,29 @@ class TrackingSpec(StrictModel):
     experiment: str = Field("sweeper", min_length=1, description="MLflow experiment that holds the sweep's runs.")
 
 
+class StorageSpec(StrictModel):
+    uri: str | None = Field(
+        None,
+        description="Where Tune's experiment state and every trial's Train checkpoints go: a folder "
+        "(default: the sweep folder, ./sweeps/<name>), a shared file-system path mounted on every node, "
+        "or s3://bucket/prefix (endpoint and credentials from AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, "
+        "AWS_SECRET_ACCESS_KEY or AWS_PROFILE). A multi-node cluster needs s3:// or a shared path; "
+        "resume, promote and report read the checkpoints from here.",
+    )
+
+    @field_validator("uri", mode="before")
+    @classmethod
+    def _folder_relative_to_yaml(cls, value: Any, info: ValidationInfo) -> Any:
+        from sweeper.storage import is_remote, uri_problem
+
+        if value is None or not isinstance(value, str):
+            return value
+        problem = uri_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value.rstrip("/") if is_remote(value) else str(resolve_relative_path(value, info))
+
+
 class CostSpec(StrictModel):
     accelerator: str | None = Field(
         None,
@@ -212,6 +235,7 @@ class SweepSpec(StrictModel):
     tracking: TrackingSpec = Field(default_factory=TrackingSpec)
     cost: CostSpec = Field(default_factory=CostSpec)
     budget: BudgetSpec | None = Field(None, description="Caps on what the sweep may spend (none by default).")
+    storage: StorageSpec = Field(default_factory=StorageSpec)
     output_dir: Path | None = Field(
         None, description="Where the sweep's files go (Tune results, checkpoints, Optuna study); default ./sweeps/<name>."
     )
@@ -231,6 +255,11 @@ class SweepSpec(StrictModel):
     @property
     def sweep_dir(self) -> Path:
         return (self.output_dir or Path("sweeps") / self.name).resolve()
+
+    @property
+    def storage_uri(self) -> str:
+        """Where Tune's state and the Train checkpoints go: storage.uri, else the sweep folder."""
+        return self.storage.uri or str(self.sweep_dir)
 
     def trial_config(self) -> TrialConfig:
         """The sections every trial trains with, before its sampled values are applied

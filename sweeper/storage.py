@@ -1,7 +1,8 @@
-"""Sweep storage: where a sweep's Tune state and Train checkpoints go, and whether every
-node of the cluster can reach it. On one machine any folder does; on several nodes,
-Train workers on other nodes write checkpoints there, so it must be a shared file
-system mounted at the same path on every node."""
+"""Sweep storage (`storage.uri`): where a sweep's Tune state and Train checkpoints go, how
+they are read back, and whether every node of the cluster can reach them. On one machine
+any folder does; on several nodes, Train workers on other nodes write checkpoints there,
+so it must be object storage (s3://bucket/prefix) or a shared file system mounted at the
+same path on every node."""
 
 from __future__ import annotations
 
@@ -36,18 +37,22 @@ def is_shared(path: Path, mounts_text: str) -> bool:
     return kind is not None and (kind in SHARED_FILESYSTEMS or kind.startswith("fuse."))
 
 
-def check_reachable_by_every_node(sweep_dir: Path, node_count: int, mounts_text: str) -> None:
-    """Refuse a sweep folder on this machine's own disk when the cluster has other nodes.
+def check_reachable_by_every_node(storage_uri: str, node_count: int, mounts_text: str) -> None:
+    """Refuse sweep storage on this machine's own disk when the cluster has other nodes
+    (object storage, s3://..., every node reaches).
 
     Raises:
-        UserError: keyed `output_dir`, naming the folder and what to set instead.
+        UserError: keyed `storage.uri`, naming the folder and what to set instead.
     """
-    if node_count > 1 and not is_shared(sweep_dir, mounts_text):
+    if node_count <= 1 or is_remote(storage_uri):
+        return
+    folder = Path(storage_uri)
+    if not is_shared(folder, mounts_text):
         raise UserError(
-            f"output_dir: the sweep's checkpoints would go to {sweep_dir} on this machine's own disk "
-            f"({filesystem_type(sweep_dir, mounts_text) or 'unknown'} file system), which the other "
-            f"{node_count - 1} node(s) of the cluster cannot reach; set output_dir to a folder on a shared "
-            "file system (NFS, EFS, Lustre) mounted at the same path on every node"
+            f"storage.uri: the sweep's checkpoints would go to {folder} on this machine's own disk "
+            f"({filesystem_type(folder, mounts_text) or 'unknown'} file system), which the other "
+            f"{node_count - 1} node(s) of the cluster cannot reach; set storage.uri to s3://bucket/prefix "
+            "(or a folder on a shared file system, NFS, EFS, Lustre, mounted at the same path on every node)"
         )
 
 
@@ -56,3 +61,117 @@ def read_mounts() -> str:
         return Path("/proc/self/mounts").read_text()
     except OSError:  # not Linux: nothing known, every folder counts as local
         return ""
+
+
+# ---------------------------------------------------------------- storage.uri
+# Tune's experiment state and Train's checkpoints go through pyarrow file systems, as Ray
+# itself writes them: a local or shared folder, or a bucket (s3://bucket/prefix, with the
+# endpoint and credentials of the usual AWS variables, read by pyarrow on each node).
+
+REMOTE_SCHEMES = ("s3", "gs", "gcs", "hdfs")
+
+
+def is_remote(uri: str) -> bool:
+    """Whether `uri` names object storage (s3://...) rather than a folder."""
+    scheme, sep, _ = str(uri).partition("://")
+    return bool(sep) and scheme in REMOTE_SCHEMES
+
+
+def uri_problem(uri: str) -> str | None:
+    """Why `uri` cannot be a sweep's storage (an unknown scheme), or None."""
+    scheme, sep, rest = str(uri).partition("://")
+    if sep and scheme not in REMOTE_SCHEMES:
+        return f"unsupported scheme {scheme}://, expected a folder or one of " + ", ".join(f"{s}://" for s in REMOTE_SCHEMES)
+    if sep and not rest.strip("/"):
+        return f"{uri} names no bucket; expected {scheme}://bucket/prefix"
+    return None
+
+
+def filesystem(uri: str):
+    """The pyarrow file system and the path within it that `uri` names (Ray's
+    `storage_filesystem` and `storage_path`)."""
+    import pyarrow.fs
+
+    if is_remote(uri):
+        fs, path = pyarrow.fs.FileSystem.from_uri(str(uri))
+        return fs, path.rstrip("/")
+    return pyarrow.fs.LocalFileSystem(), str(Path(uri).resolve())
+
+
+def uri_of(fs, path: str) -> str:
+    """One string for a (file system, path) pair, such as a Train checkpoint's: a URI
+    for object storage, the plain path for a folder."""
+    kind = getattr(fs, "type_name", "local")
+    return f"{kind}://{path}" if kind in REMOTE_SCHEMES else path
+
+
+def join(uri: str, *parts: str) -> str:
+    return "/".join([str(uri).rstrip("/"), *parts])
+
+
+def exists(uri: str) -> bool:
+    import pyarrow.fs
+
+    fs, path = filesystem(uri)
+    return fs.get_file_info(path).type != pyarrow.fs.FileType.NotFound
+
+
+def download(uri: str, local_dir: Path) -> Path:
+    """Copy the folder or file at `uri` to `local_dir` (a file keeps its name)."""
+    import pyarrow.fs
+
+    fs, path = filesystem(uri)
+    local_dir = Path(local_dir)
+    if fs.get_file_info(path).type == pyarrow.fs.FileType.File:
+        local_dir.mkdir(parents=True, exist_ok=True)
+        target = local_dir / Path(path).name
+        pyarrow.fs.copy_files(path, str(target), source_filesystem=fs, destination_filesystem=pyarrow.fs.LocalFileSystem())
+        return target
+    local_dir.mkdir(parents=True, exist_ok=True)
+    pyarrow.fs.copy_files(path, str(local_dir), source_filesystem=fs, destination_filesystem=pyarrow.fs.LocalFileSystem())
+    return local_dir
+
+
+def upload(local: Path, uri: str) -> None:
+    """Copy a local file or folder to `uri` (nothing to do when they are the same place)."""
+    import pyarrow.fs
+
+    fs, path = filesystem(uri)
+    if isinstance(fs, pyarrow.fs.LocalFileSystem) and Path(path) == Path(local).resolve():
+        return
+    if Path(local).is_dir():
+        fs.create_dir(path, recursive=True)
+    pyarrow.fs.copy_files(str(local), path, source_filesystem=pyarrow.fs.LocalFileSystem(), destination_filesystem=fs)
+
+
+def delete(uri: str) -> None:
+    """Remove the folder at `uri`, if it is there."""
+    import pyarrow.fs
+
+    fs, path = filesystem(uri)
+    try:
+        if fs.get_file_info(path).type != pyarrow.fs.FileType.NotFound:
+            fs.delete_dir(path)
+    except OSError:
+        pass  # already gone (another janitor pass), or not ours to remove
+
+
+def check_writable(uri: str) -> None:
+    """Refuse storage that cannot be written (a bucket that does not exist, wrong
+    credentials, no endpoint answering), before anything starts.
+
+    Raises:
+        UserError: keyed `storage.uri`, with the file system's own reason (never a secret).
+    """
+    try:
+        fs, path = filesystem(uri)
+        probe = join(path, ".sweeper-write-check")
+        with fs.open_output_stream(probe) as stream:
+            stream.write(b"ok")
+        fs.delete_file(probe)
+    except Exception as exc:  # pyarrow raises OSError or ArrowInvalid with the SDK's text
+        reason = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+        raise UserError(
+            f"storage.uri: cannot write to {uri} ({reason}); check the bucket and, for s3://, "
+            "AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE)"
+        ) from None

@@ -136,6 +136,7 @@ class MlflowTracker:
             Tag.GOAL: spec.search.goal,
             Tag.MAX_STEPS: str(spec.training.max_steps),
             Tag.SWEEP_DIR: str(spec.sweep_dir),
+            Tag.STORAGE_URI: spec.storage_uri,
             Tag.HARDWARE: self.hardware,
             Tag.ACCELERATOR: spec.cost.resolved_accelerator(spec.resources.use_gpu),
             Tag.USD_PER_HOUR: str(self.usd_per_hour),

@@ -22,6 +22,7 @@ from ray import tune
 from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 from ray.train.v2.api.callback import UserCallback
 
+from sweeper import storage
 from sweeper.ray_adapter import StoppableTorchTrainer, tune_stop_event
 from trainables.config import TrialConfig
 from trainables.worker import train_loop_per_worker
@@ -34,12 +35,14 @@ def run_trial(
     Tune stops the trial. `config` holds the trial's sampled values (dotted path -> value),
     applied to the sweep's `trial_config`; the Train workers receive the result.
     `max_failures`: retries of the Train run from its latest checkpoint. Checkpoints go to
-    `trials_dir`, an absolute path from the driver: the trial runs in Tune's working
-    directory, where a relative sweep folder would resolve somewhere else (Ray's session
-    folder)."""
+    `trials_dir`, from the driver: s3://bucket/prefix/trials or an absolute folder (the
+    trial runs in Tune's working directory, where a relative sweep folder would resolve
+    somewhere else, Ray's session folder). Its file system is resolved here, on the
+    trial's node, from that node's AWS variables."""
     started_at = time.time()
     trial = trial_config.with_values(config)
     resources = trial.resources
+    storage_filesystem, storage_path = storage.filesystem(trials_dir)
     per_worker = {"CPU": resources.cpus_per_worker}
     if resources.gpus_per_worker:
         per_worker["GPU"] = resources.gpus_per_worker
@@ -56,7 +59,8 @@ def run_trial(
         ),
         run_config=RunConfig(
             name=tune.get_context().get_trial_id(),
-            storage_path=trials_dir,
+            storage_path=storage_path,
+            storage_filesystem=storage_filesystem,
             callbacks=[ReportToTune()],
             checkpoint_config=CheckpointConfig(num_to_keep=1),
             # Ray Train restarts the worker group from the latest checkpoint.
@@ -69,12 +73,12 @@ def run_trial(
 
 class ReportToTune(UserCallback):
     """Each report of the Train run becomes a Tune report of this trial, with the path of
-    its checkpoint. The controller runs in the trial's own thread (StoppableTorchTrainer), so
+    its checkpoint (a URI for object storage). The controller runs in the trial's own thread (StoppableTorchTrainer), so
     this is a plain `tune.report`; Ray's TuneReportCallback instead passes reports through
     a queue actor, a process per trial."""
 
     def after_report(self, run_context, metrics, checkpoint) -> None:
         result = dict(metrics[0])
         if checkpoint is not None:
-            result["checkpoint_path"] = checkpoint.path
+            result["checkpoint_path"] = storage.uri_of(checkpoint.filesystem, checkpoint.path)
         tune.report(result)

@@ -169,7 +169,7 @@ def test_a_sweep_joining_two_nodes_with_its_folder_on_one_disk_is_refused(head, 
         quickstart = Path(__file__).resolve().parents[2] / "search_spaces" / "quickstart.yaml"
         refused = sweep_cli("start", str(quickstart), "--address", address, cwd=tmp_path, env=join_env)
         assert refused.returncode == 2, refused.stdout + refused.stderr
-        assert "error: output_dir: the sweep's checkpoints would go to" in refused.stderr
+        assert "error: storage.uri: the sweep's checkpoints would go to" in refused.stderr
         assert "2 node" not in refused.stderr and "1 node(s)" in refused.stderr
         assert token_file.read_text().strip() not in refused.stdout + refused.stderr
     finally:

@@ -133,18 +133,19 @@ fs-1234.efs.us-west-2.amazonaws.com:/ /mnt/shared nfs4 rw,vers=4.1 0 0
 def test_a_local_sweep_folder_is_refused_only_on_a_multi_node_cluster():
     from sweeper import storage
 
-    storage.check_reachable_by_every_node(Path("/home/me/sweeps/a"), 1, MOUNTS)
-    with pytest.raises(UserError, match=r"^output_dir: the sweep's checkpoints would go to /home/me/sweeps/a .*\(ext4 .*2 node\(s\).*shared file system"):
-        storage.check_reachable_by_every_node(Path("/home/me/sweeps/a"), 3, MOUNTS)
+    storage.check_reachable_by_every_node("/home/me/sweeps/a", 1, MOUNTS)
+    with pytest.raises(UserError, match=r"^storage.uri: the sweep's checkpoints would go to /home/me/sweeps/a .*\(ext4 .*2 node\(s\).*s3://bucket/prefix.*shared file system"):
+        storage.check_reachable_by_every_node("/home/me/sweeps/a", 3, MOUNTS)
+    storage.check_reachable_by_every_node("s3://team-sweeps/a", 3, MOUNTS)
 
 
 def test_a_folder_on_a_shared_file_system_is_accepted_by_its_innermost_mount():
     from sweeper import storage
 
-    storage.check_reachable_by_every_node(Path("/mnt/shared/sweeps/a"), 3, MOUNTS)
+    storage.check_reachable_by_every_node("/mnt/shared/sweeps/a", 3, MOUNTS)
     assert storage.filesystem_type(Path("/mnt/shared/local-cache/x"), MOUNTS) == "xfs"
-    with pytest.raises(UserError, match=r"^output_dir:"):
-        storage.check_reachable_by_every_node(Path("/mnt/shared/local-cache/x"), 2, MOUNTS)
+    with pytest.raises(UserError, match=r"^storage.uri:"):
+        storage.check_reachable_by_every_node("/mnt/shared/local-cache/x", 2, MOUNTS)
 
 
 def test_a_submitted_sweep_needs_an_absolute_folder_that_outlives_its_job(tmp_path):

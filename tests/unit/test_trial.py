@@ -8,18 +8,29 @@ from sweeper.trial import ReportToTune
 
 
 def test_reports_reach_tune_with_the_checkpoint_path(monkeypatch):
+    import pyarrow.fs
+    from ray.train import Checkpoint
+
     reported = []
     monkeypatch.setattr(sweeper.trial.tune, "report", reported.append)
-
-    class Checkpoint:
-        path = "/sweeps/x/trials/t1/checkpoint_000001"
-
-    ReportToTune().after_report(None, [{"step": 10, "eval_loss": 4.2}, {"step": 10}], Checkpoint())
+    local = Checkpoint("/sweeps/x/trials/t1/checkpoint_000001", filesystem=pyarrow.fs.LocalFileSystem())
+    ReportToTune().after_report(None, [{"step": 10, "eval_loss": 4.2}, {"step": 10}], local)
     ReportToTune().after_report(None, [{"step": 20, "eval_loss": 4.0}], None)
     assert reported == [
-        {"step": 10, "eval_loss": 4.2, "checkpoint_path": Checkpoint.path},
+        {"step": 10, "eval_loss": 4.2, "checkpoint_path": "/sweeps/x/trials/t1/checkpoint_000001"},
         {"step": 20, "eval_loss": 4.0},
     ]
+
+
+def test_a_checkpoint_in_object_storage_reaches_tune_as_its_uri(monkeypatch):
+    import pyarrow.fs
+    from ray.train import Checkpoint
+
+    reported = []
+    monkeypatch.setattr(sweeper.trial.tune, "report", reported.append)
+    s3 = pyarrow.fs.S3FileSystem(region="us-east-1", endpoint_override="http://127.0.0.1:9", anonymous=True)
+    ReportToTune().after_report(None, [{"step": 10}], Checkpoint("team/x/trials/t1/checkpoint_000001", filesystem=s3))
+    assert reported == [{"step": 10, "checkpoint_path": "s3://team/x/trials/t1/checkpoint_000001"}]
 
 
 def test_trial_settings_are_strings_for_the_environment():

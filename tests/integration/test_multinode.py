@@ -1,0 +1,218 @@
+"""A sweep on a real multi-node Ray cluster on one machine: a head (no CPUs, so no trial
+worker can run there) and two worker nodes, each `ray start --block` in its own process
+with token authentication on as Ray 2.60 starts it; an S3 server on loopback (moto) for
+`storage.uri`; an `mlflow server` over HTTP whose artifacts go to that S3. Every process
+is ended by its pid (its whole session) when the module ends, even when a test failed.
+
+The scenarios of issue 17: 2-worker trials spread over both worker nodes with their
+checkpoints in S3; the driver killed with -9 and `sweep resume` finishing the sweep
+without retraining a completed trial or leaving a run RUNNING; promote and report from
+another folder; a worker node's raylet killed mid-trial, the trial retrying from its last
+checkpoint on the other node."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import small_sweep, write_yaml
+from tests.integration.s3_server import S3Server, free_port, s3_server
+from tests.integration.test_cluster import RAY, end_session, wait_for_port
+
+pytestmark = pytest.mark.integration
+
+BUCKET = "sweeps"
+MLFLOW = str(Path(sys.executable).with_name("mlflow"))
+
+
+@dataclass
+class MultiNodeCluster:
+    address: str
+    dashboard: str
+    token_file: Path
+    s3: S3Server
+    tracking_uri: str
+    root: Path
+    workers: dict[str, subprocess.Popen] = field(default_factory=dict)  # node name -> its `ray start`
+
+    def env(self, **extra) -> dict:
+        """A client's environment: the token where Ray looks, the S3 variables, nothing else of Ray's."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_AUTH", "RAY_ADDRESS", "AWS_", "MLFLOW_"))}
+        env.update(self.s3.env, RAY_AUTH_TOKEN_PATH=str(self.token_file), COLUMNS="200", **extra)
+        return env
+
+    def query(self, script: str) -> object:
+        """Run `script` joined to the cluster (a separate process: the test's own stays
+        out of Ray); what it prints as JSON."""
+        code = f"import json, ray\nray.init(address={self.address!r}, log_to_driver=False, logging_level='ERROR')\n" + script
+        done = subprocess.run(
+            [sys.executable, "-c", code], env=self.env(RAY_AUTH_MODE="token"), capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    def node_ids(self) -> dict[str, str]:
+        """Node id -> "head" or the worker node's name (by its custom resource), live nodes only."""
+        nodes = self.query("print(json.dumps([(n['NodeID'], sorted(n['Resources'])) for n in ray.nodes() if n['Alive']]))")
+        named = {}
+        for node_id, resources in nodes:
+            names = [r.removeprefix("node_") for r in resources if r.startswith("node_")]
+            named[node_id] = names[0] if names else "head"
+        return named
+
+    def train_worker_nodes(self) -> list[str]:
+        """The node ids of every Ray Train worker actor the cluster has seen (dead ones too)."""
+        return self.query(textwrap.dedent("""
+            from ray.util.state import list_actors
+            actors = list_actors(filters=[("class_name", "=", "RayTrainWorker")], detail=True, limit=10000)
+            print(json.dumps([a.node_id for a in actors]))
+        """))
+
+
+def start_node(args: list[str], env: dict, log_path: Path) -> subprocess.Popen:
+    log = open(log_path, "ab")
+    try:
+        return subprocess.Popen([RAY, "start", "--block", *args], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    finally:
+        log.close()  # the child keeps its own descriptor
+
+
+@contextlib.contextmanager
+def ended_at_exit(process: subprocess.Popen):
+    try:
+        yield process
+    finally:
+        end_session(process)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    root = tmp_path_factory.mktemp("multinode")
+    home = root / "home"
+    home.mkdir()
+    ray_temp = tempfile.mkdtemp(prefix="h17ray-", dir="/tmp")  # Ray's Unix sockets need a short path
+    with contextlib.ExitStack() as stack:
+        stack.callback(shutil.rmtree, ray_temp, True)
+        s3 = stack.enter_context(s3_server(root / "moto.log"))
+        s3.client().create_bucket(Bucket=BUCKET)
+        base = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_AUTH", "RAY_ADDRESS", "AWS_", "MLFLOW_"))}
+        base.update(s3.env, HOME=str(home), PATH=f"{Path(sys.executable).parent}{os.pathsep}{base.get('PATH', '')}")
+        subprocess.run([RAY, "get-auth-token", "--generate"], env=base, capture_output=True, check=True, timeout=120)
+        token_file = home / ".ray" / "auth_token"
+
+        mlflow_port = free_port()
+        mlflow_log = open(root / "mlflow.log", "wb")
+        stack.callback(mlflow_log.close)
+        mlflow_server = stack.enter_context(ended_at_exit(subprocess.Popen(
+            [MLFLOW, "server", "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}",
+             "--artifacts-destination", f"s3://{BUCKET}/mlartifacts", "--host", "127.0.0.1",
+             "--port", str(mlflow_port), "--workers", "1"],
+            env=base, cwd=root, stdout=mlflow_log, stderr=subprocess.STDOUT, start_new_session=True,
+        )))
+
+        port, dashboard = free_port(), free_port()
+        common = ["--temp-dir", ray_temp, "--min-worker-port", "0", "--max-worker-port", "0",
+                  "--object-store-memory", str(200 * 1024**2)]
+        head = stack.enter_context(ended_at_exit(start_node(
+            ["--head", "--port", str(port), "--dashboard-port", str(dashboard), "--num-cpus", "0",
+             "--ray-client-server-port", str(free_port()), *common],
+            base, root / "head.log",
+        )))
+        wait_for_port(port, head)
+        address = f"127.0.0.1:{port}"
+        joined = {**base, "RAY_AUTH_MODE": "token"}
+        result = MultiNodeCluster(address, f"http://127.0.0.1:{dashboard}", token_file, s3,
+                                  f"http://127.0.0.1:{mlflow_port}", root)
+        for name in ("a", "b"):
+            worker = stack.enter_context(ended_at_exit(start_node(
+                ["--address", address, "--num-cpus", "1", "--resources", json.dumps({f"node_{name}": 1}), *common],
+                joined, root / f"worker-{name}.log",
+            )))
+            result.workers[name] = worker
+        deadline = time.time() + 120
+        while sorted(result.node_ids().values()) != ["a", "b", "head"]:
+            assert all(w.poll() is None for w in result.workers.values()), "a worker node exited"
+            assert time.time() < deadline, "the worker nodes did not join"
+            time.sleep(1)
+        wait_for_port(mlflow_port, mlflow_server)
+        yield result
+
+
+def multinode_sweep(cluster: MultiNodeCluster, workdir: Path, name: str, **sections) -> Path:
+    """A tiny sweep with its checkpoints in S3 and its runs in the mlflow server."""
+    raw = small_sweep(
+        name,
+        training={"max_steps": 20, "eval_every": 10},
+        early_stopping={"scheduler": "none"},
+        storage={"uri": f"s3://{BUCKET}/cluster/{name}"},
+        tracking={"uri": cluster.tracking_uri, "experiment": "multinode"},
+    )
+    for key, value in sections.items():
+        raw[key] = {**raw.get(key, {}), **value}
+    workdir.mkdir(parents=True, exist_ok=True)
+    return write_yaml(workdir / f"{name}.yaml", raw)
+
+
+def sweep_cli(cluster: MultiNodeCluster, *args, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "sweeper.cli", *args], cwd=cwd, env=cluster.env(), capture_output=True, text=True, timeout=timeout
+    )
+
+
+def trial_runs(cluster: MultiNodeCluster, sweep: str) -> list:
+    import mlflow
+
+    client = mlflow.MlflowClient(cluster.tracking_uri)
+    experiment = client.get_experiment_by_name("multinode")
+    runs = client.search_runs([experiment.experiment_id], max_results=1000)
+    return [run for run in runs if run.data.tags.get("sweeper.sweep") == sweep or run.data.tags.get("mlflow.runName", "").startswith(sweep)]
+
+
+def test_two_worker_trials_spread_over_both_worker_nodes_with_checkpoints_in_s3(cluster, tmp_path):
+    workdir = tmp_path / "spread"
+    path = multinode_sweep(
+        cluster, workdir, "spread",
+        search={"num_trials": 2, "seed": 2}, resources={"workers_per_trial": 2, "cpus_per_worker": 1},
+    )
+    seen_before = len(cluster.train_worker_nodes())
+    started = sweep_cli(cluster, "start", str(path), "--address", cluster.address, cwd=workdir)
+    assert started.returncode == 0, started.stdout + started.stderr
+    assert "2 trials, 1 at a time (2 worker(s) per trial)" in started.stdout, started.stdout
+
+    names = cluster.node_ids()
+    used = [names.get(node, "gone") for node in cluster.train_worker_nodes()[seen_before:]]
+    assert sorted(used) == ["a", "a", "b", "b"], used  # each trial: one worker on each worker node
+    keys = cluster.s3.keys(BUCKET, "cluster/spread/")
+    adapters = [k for k in keys if k.startswith("cluster/spread/trials/") and k.endswith("adapter_config.json")]
+    assert len(adapters) == 2, keys
+    assert not (workdir / "sweeps" / "spread" / "trials").exists()
+    secrets = (cluster.s3.env["AWS_SECRET_ACCESS_KEY"], cluster.token_file.read_text().strip())
+    assert not any(secret in started.stdout + started.stderr for secret in secrets)
+
+
+def test_promote_and_report_from_another_folder_read_the_checkpoint_from_s3(cluster, tmp_path):
+    # The sweep of the test above; its folder was on that test's disk and is not used.
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    if not trial_runs(cluster, "spread"):
+        pytest.skip("needs the sweep of test_two_worker_trials_spread_over_both_worker_nodes_with_checkpoints_in_s3")
+    promoted = sweep_cli(cluster, "promote", "spread", "--tracking-uri", cluster.tracking_uri, cwd=elsewhere)
+    assert promoted.returncode == 0, promoted.stdout + promoted.stderr
+    assert "registered spread version 1" in promoted.stdout
+    mlartifacts = cluster.s3.keys(BUCKET, "mlartifacts/")
+    assert any(k.endswith("artifacts/adapter/adapter_config.json") for k in mlartifacts), mlartifacts
+    reported = sweep_cli(cluster, "report", "spread", "--tracking-uri", cluster.tracking_uri, "--out", "r", cwd=elsewhere)
+    assert reported.returncode == 0, reported.stdout + reported.stderr
+    assert (elsewhere / "r" / "index.html").is_file() and (elsewhere / "r" / "report.md").is_file()
