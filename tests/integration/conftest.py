@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +22,37 @@ def run_cli(*args, cwd, timeout=900) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "sweeper.cli", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
     )
+
+
+def start_driver(*args, cwd) -> subprocess.Popen:
+    """`sweep ARGS` as a child process to signal (kill -9, SIGINT) while it drives."""
+    env = {**os.environ, "COLUMNS": "200"}
+    return subprocess.Popen([sys.executable, "-m", "sweeper.cli", *args], cwd=cwd, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def sweep_runs(uri: str, name: str):
+    """(parent runs, child runs) of sweep `name` in the MLflow store at `uri`."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("sweeper")
+    if experiment is None:
+        return [], []
+    runs = client.search_runs([experiment.experiment_id], filter_string=f"tags.`sweeper.sweep_name` = '{name}'")
+    return ([r for r in runs if r.data.tags["sweeper.kind"] == "sweep"],
+            [r for r in runs if r.data.tags["sweeper.kind"] == "trial"])
+
+
+def wait_for(condition, timeout: float, what: str):
+    """The first truthy value of `condition()`, polled every 2 s for `timeout` seconds."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(2)
+    raise AssertionError(f"timed out waiting for {what}")
 
 
 @dataclass

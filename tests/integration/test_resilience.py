@@ -2,30 +2,15 @@
 driver, and bad input at start."""
 
 import json
-import os
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
-from mlflow.tracking import MlflowClient
 
 from tests.conftest import small_sweep, write_yaml
-from tests.integration.conftest import run_cli
+from tests.integration.conftest import run_cli, start_driver, sweep_runs, wait_for
 
 pytestmark = pytest.mark.integration
-
-
-def sweep_runs(uri: str, name: str):
-    client = MlflowClient(uri)
-    experiment = client.get_experiment_by_name("sweeper")
-    if experiment is None:
-        return [], []
-    runs = client.search_runs([experiment.experiment_id], filter_string=f"tags.`sweeper.sweep_name` = '{name}'")
-    return ([r for r in runs if r.data.tags["sweeper.kind"] == "sweep"],
-            [r for r in runs if r.data.tags["sweeper.kind"] == "trial"])
 
 
 def test_failing_trials_are_retried_then_failed_while_the_sweep_completes(tmp_path):
@@ -62,25 +47,10 @@ def test_failing_trials_are_retried_then_failed_while_the_sweep_completes(tmp_pa
     assert logs.count("[FailurePolicy] RETRY") == 3 and logs.count("[FailurePolicy] RAISE") == 3
 
 
-def wait_for(condition, timeout: float, what: str):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(2)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def test_stop_kill_and_resume_keep_every_finished_trial(tmp_path):
     raw = small_sweep("resumable", search={"num_trials": 5, "seed": 5}, training={"max_steps": 30, "eval_every": 10})
     path = write_yaml(tmp_path / "resumable.yaml", raw)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    env = {**os.environ, "COLUMNS": "200"}
-
-    def start_driver(*args):
-        return subprocess.Popen([sys.executable, "-m", "sweeper.cli", *args], cwd=tmp_path, env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
     def finished_children():
         try:
@@ -90,7 +60,7 @@ def test_stop_kill_and_resume_keep_every_finished_trial(tmp_path):
         return [c for c in children if c.data.tags.get("sweeper.state") in ("completed", "pruned")]
 
     # 1. Stop from another terminal once a trial has finished.
-    driver = start_driver("start", str(path))
+    driver = start_driver("start", str(path), cwd=tmp_path)
     wait_for(lambda: len(finished_children()) >= 1, 600, "a finished trial")
     stop = run_cli("stop", "resumable", cwd=tmp_path, timeout=400)
     assert stop.returncode == 0, stop.stdout + stop.stderr
@@ -101,7 +71,7 @@ def test_stop_kill_and_resume_keep_every_finished_trial(tmp_path):
     kept = {c.data.tags["sweeper.trial_id"]: c.data.metrics["eval_loss"] for c in finished_children()}
 
     # 2. Resume, then kill -9 the driver once one more trial has finished.
-    driver = start_driver("resume", "resumable")
+    driver = start_driver("resume", "resumable", cwd=tmp_path)
     wait_for(lambda: len(finished_children()) > len(kept), 600, "a trial finished after resume")
     driver.send_signal(signal.SIGKILL)
     driver.wait(timeout=60)

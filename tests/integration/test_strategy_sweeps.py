@@ -1,0 +1,86 @@
+"""2-trial sweeps through `sweep start` under each real-size strategy on CPUs (DeepSpeed
+ZeRO-2 and ZeRO-3 with 2 workers per trial, FSDP with 2 workers, QLoRA nf4 with gradient
+checkpointing): each trains, checkpoints, and survives kill -9 of its driver plus `sweep
+resume`, the killed trial continuing from its checkpoint."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from tests.conftest import small_sweep, write_yaml
+from tests.integration.conftest import run_cli, start_driver, sweep_runs, wait_for
+
+pytestmark = pytest.mark.integration
+
+STRATEGIES = {
+    "zero2": {"resources": {"workers_per_trial": 2, "strategy": "deepspeed", "deepspeed": {"zero_stage": 2}}},
+    "zero3": {"resources": {"workers_per_trial": 2, "strategy": "deepspeed", "deepspeed": {"zero_stage": 3}}},
+    "fsdp": {"resources": {"workers_per_trial": 2, "strategy": "fsdp"}},
+    "qlora": {"model": {"quantization": "nf4"}, "training": {"max_steps": 20, "eval_every": 5, "gradient_checkpointing": True}},
+}
+# What a strategy's checkpoint holds besides the adapter, to continue training from.
+RESUME_STATE = {"zero2": "deepspeed", "zero3": "deepspeed", "fsdp": "training_state.pt", "qlora": "training_state.pt"}
+
+
+def eval_losses(client: MlflowClient, run_id: str) -> list[tuple[int, float]]:
+    """(step, eval loss) of every evaluation MLflow recorded for a trial, in order."""
+    return [(m.step, m.value) for m in sorted(client.get_metric_history(run_id, "eval_loss"), key=lambda m: (m.timestamp, m.step))]
+
+
+@pytest.mark.timeout(1200)
+@pytest.mark.parametrize("strategy", list(STRATEGIES))
+def test_a_two_trial_sweep_trains_checkpoints_and_survives_kill_9_and_resume(tmp_path, strategy):
+    name = f"strategy-{strategy}"
+    sections = {
+        "search": {"num_trials": 2, "seed": 7,
+                   "parameters": {"training.learning_rate": {"distribution": "log_uniform", "low": 3e-3, "high": 1e-2}}},
+        "training": {"max_steps": 20, "eval_every": 5},
+        "early_stopping": {"scheduler": "none"},
+        **STRATEGIES[strategy],
+    }
+    path = write_yaml(tmp_path / f"{name}.yaml", small_sweep(name, **sections))
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+
+    def checkpointed_running_trial():
+        if driver.poll() is not None:
+            raise AssertionError(f"sweep start ended (exit {driver.returncode}) before a checkpoint:\n{driver.stdout.read()}")
+        try:
+            _, children = sweep_runs(uri, name)
+        except Exception:  # the store is being created
+            return None
+        running = [c for c in children if c.data.tags.get("sweeper.state") == "running" and "eval_loss" in c.data.metrics]
+        return running[0] if running else None
+
+    # 1. kill -9 the driver once a trial has reported (and checkpointed) mid-way.
+    driver = start_driver("start", str(path), cwd=tmp_path)
+    try:
+        interrupted = wait_for(checkpointed_running_trial, 600, "a trial's first checkpoint")
+    finally:
+        driver.send_signal(signal.SIGKILL)
+        driver.wait(timeout=60)
+    interrupted_id = interrupted.data.tags["sweeper.trial_id"]
+    steps_before_kill = [step for step, _ in eval_losses(client, interrupted.info.run_id)]
+    assert steps_before_kill and max(steps_before_kill) < 20, steps_before_kill
+
+    # 2. Resume to the end.
+    result = run_cli("resume", name, cwd=tmp_path, timeout=900)
+    assert result.returncode == 0, result.stdout + result.stderr
+    (parent,), children = sweep_runs(uri, name)
+    assert parent.info.status == "FINISHED" and parent.data.metrics["trials_total"] == 2
+    assert sorted(c.data.tags["sweeper.state"] for c in children) == ["completed", "completed"], [c.data.tags for c in children]
+    for child in children:
+        history = eval_losses(client, child.info.run_id)
+        steps = [step for step, _ in history]
+        # Every evaluation once, up to the last step: the killed trial went on from its
+        # checkpoint instead of training its first steps again.
+        assert steps == [5, 10, 15, 20], (child.data.tags["sweeper.trial_id"], history)
+        assert history[-1][1] < history[0][1], history  # it learned
+        checkpoint = Path(child.data.tags["sweeper.checkpoint_path"])
+        assert (checkpoint / "adapter_model.safetensors").is_file(), sorted(p.name for p in checkpoint.iterdir())
+        assert (checkpoint / RESUME_STATE[strategy]).exists(), sorted(p.name for p in checkpoint.iterdir())
+    assert interrupted_id in {c.data.tags["sweeper.trial_id"] for c in children}
