@@ -91,3 +91,21 @@ def test_dpo_under_zero2_zero3_and_fsdp_matches_ddp(tmp_path):
         for name in DPO_METRICS:
             ours, theirs = [r[name] for r in run], [r[name] for r in ddp]
             assert max(abs(a - b) for a, b in zip(ours, theirs, strict=True)) < 1e-3, (strategy, stage, name, ours, theirs)
+
+
+def test_calibration_steps_deepspeed_and_fsdp_in_this_process():
+    """`sweep start` calibrates in its own process, which no launcher made part of a
+    process group; DeepSpeed's engine and FSDP step only inside one (a group of one here)."""
+    from sweeper.calibrate import calibrate
+    from sweeper.launch import prepare_data
+    from sweeper.spec import validate_spec
+    from trainables.models import BUILTIN_TINY_MODEL, DEFAULT_CACHE_ROOT, resolve_model_source
+
+    source = resolve_model_source(BUILTIN_TINY_MODEL)
+    for resources in ({"strategy": "deepspeed", "deepspeed": {"zero_stage": 3}}, {"strategy": "fsdp"}):
+        search = {"num_trials": 2, "parameters": {"lora.r": {"distribution": "categorical", "values": [4, 8]}}}
+        spec = validate_spec(small_sweep("c", resources={"workers_per_trial": 2, **resources}, search=search), base_dir=REPO)
+        data, _ = prepare_data(spec, DEFAULT_CACHE_ROOT)
+        calibration = calibrate(spec, data, source, on_cluster=False)
+        assert calibration.first.step_seconds > 0 and calibration.costliest.step_seconds > 0, resources
+        assert "one worker of 2" in calibration.first.source
