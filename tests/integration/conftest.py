@@ -44,14 +44,14 @@ def sweep_runs(uri: str, name: str):
             [r for r in runs if r.data.tags["sweeper.kind"] == "trial"])
 
 
-def wait_for(condition, timeout: float, what: str):
-    """The first truthy value of `condition()`, polled every 2 s for `timeout` seconds."""
+def wait_for(condition, timeout: float, what: str, every: float = 2):
+    """The first truthy value of `condition()`, polled `every` seconds for `timeout` seconds."""
     deadline = time.time() + timeout
     while time.time() < deadline:
         value = condition()
         if value:
             return value
-        time.sleep(2)
+        time.sleep(every)
     raise AssertionError(f"timed out waiting for {what}")
 
 
