@@ -53,7 +53,7 @@ def run_training(spec: SweepSpec, data: dict, model_source: str, report, started
 
 @contextlib.contextmanager
 def process_group_of_one(strategy: str):
-    """This process as a gloo process group of one while the block runs, for the
+    """This process as a process group of one while the block runs, for the
     strategies that only step inside a group (DeepSpeed's engine, FSDP's fully_shard; a
     trial's workers get theirs from Ray Train). Nothing for ddp.
 
@@ -61,13 +61,16 @@ def process_group_of_one(strategy: str):
     it derives from the first one, and a second engine over a re-made group fails."""
     import os
 
+    import torch
     import torch.distributed as dist
 
     if strategy == "ddp":
         yield
         return
     if not dist.is_initialized():
-        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+        # As a trial's workers: NCCL where the calibration has a GPU (a Ray task on a GPU node).
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
     # DeepSpeed's engine insists on LOCAL_RANK, which a launcher (Ray Train) sets.
     local_rank = os.environ.get("LOCAL_RANK")
     os.environ["LOCAL_RANK"] = "0"
