@@ -18,6 +18,7 @@ The training loop is called through `run_training` alone.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import statistics
 import time
@@ -44,9 +45,42 @@ class Calibration:
 
 def run_training(spec: SweepSpec, data: dict, model_source: str, report, started_at: float) -> None:
     """The one call into a task's training loop (trainables/<task>.py::train), with the
-    trial's config as a trial gets it."""
+    trial's config as a trial gets it (in a process group of one under deepspeed and fsdp)."""
     task = importlib.import_module(f"trainables.{spec.task}")
-    task.train(spec.trial_config(), data, model_source, report=report, started_at=started_at)
+    with process_group_of_one(spec.resources.strategy):
+        task.train(spec.trial_config(), data, model_source, report=report, started_at=started_at)
+
+
+@contextlib.contextmanager
+def process_group_of_one(strategy: str):
+    """This process as a process group of one while the block runs, for the
+    strategies that only step inside a group (DeepSpeed's engine, FSDP's fully_shard; a
+    trial's workers get theirs from Ray Train). Nothing for ddp.
+
+    The group is made once and kept for the process's life: DeepSpeed caches the groups
+    it derives from the first one, and a second engine over a re-made group fails."""
+    import os
+
+    import torch
+    import torch.distributed as dist
+
+    if strategy == "ddp":
+        yield
+        return
+    if not dist.is_initialized():
+        # As a trial's workers: NCCL where the calibration has a GPU (a Ray task on a GPU node).
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+    # DeepSpeed's engine insists on LOCAL_RANK, which a launcher (Ray Train) sets.
+    local_rank = os.environ.get("LOCAL_RANK")
+    os.environ["LOCAL_RANK"] = "0"
+    try:
+        yield
+    finally:
+        if local_rank is None:
+            os.environ.pop("LOCAL_RANK", None)
+        else:
+            os.environ["LOCAL_RANK"] = local_rank
 
 
 def costliest_overrides(spec: SweepSpec) -> dict:
@@ -149,7 +183,7 @@ def calibrate(spec: SweepSpec, data: dict, model_source: str, on_cluster: bool) 
         where = f"this process, {max(1, int(spec.resources.cpus_per_worker))} thread(s)"
     what = f"measured: {MEASURED_STEPS} steps after {WARMUP_STEPS} warm-up in {where}"
     if spec.resources.workers_per_trial > 1:
-        what += f"; one worker of {spec.resources.workers_per_trial} (DDP's gradient all-reduce not included)"
+        what += f"; one worker of {spec.resources.workers_per_trial} (the workers' communication not included)"
     costly = ", ".join(f"{k}={v}" for k, v in overrides.items()) or "the first config"
     return Calibration(
         replace(first, source=f"{what}; first config"),

@@ -24,6 +24,37 @@ def run_cli(*args, cwd, timeout=900) -> subprocess.CompletedProcess:
     )
 
 
+def start_driver(*args, cwd) -> subprocess.Popen:
+    """`sweep ARGS` as a child process to signal (kill -9, SIGINT) while it drives."""
+    env = {**os.environ, "COLUMNS": "200"}
+    return subprocess.Popen([sys.executable, "-m", "sweeper.cli", *args], cwd=cwd, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def sweep_runs(uri: str, name: str):
+    """(parent runs, child runs) of sweep `name` in the MLflow store at `uri`."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("sweeper")
+    if experiment is None:
+        return [], []
+    runs = client.search_runs([experiment.experiment_id], filter_string=f"tags.`sweeper.sweep_name` = '{name}'")
+    return ([r for r in runs if r.data.tags["sweeper.kind"] == "sweep"],
+            [r for r in runs if r.data.tags["sweeper.kind"] == "trial"])
+
+
+def wait_for(condition, timeout: float, what: str, every: float = 2):
+    """The first truthy value of `condition()`, polled `every` seconds for `timeout` seconds."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
 @dataclass
 class FinishedSweep:
     workdir: Path
@@ -60,27 +91,3 @@ def chromium() -> str:
     if path is None:
         pytest.skip("Debian's chromium is missing and could not be installed (apt-get install chromium needs root)")
     return path
-
-
-def sweep_runs(uri: str, name: str):
-    """(parent runs, trial runs) of sweep `name` in the MLflow store at `uri`."""
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(uri)
-    experiment = client.get_experiment_by_name("sweeper")
-    if experiment is None:
-        return [], []
-    runs = client.search_runs([experiment.experiment_id], filter_string=f"tags.`sweeper.sweep_name` = '{name}'")
-    return ([r for r in runs if r.data.tags["sweeper.kind"] == "sweep"],
-            [r for r in runs if r.data.tags["sweeper.kind"] == "trial"])
-
-
-def wait_for(condition, timeout: float, what: str):
-    """The first truthy value of `condition()`, polled every 2 s for `timeout` s."""
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(2)
-    raise AssertionError(f"timed out waiting for {what}")

@@ -2,17 +2,14 @@
 most one evaluation interval of the trials running when the cap is hit, and says so in
 the summary and on the parent run."""
 
-import os
 import signal
-import subprocess
-import sys
 
 import mlflow
 import pytest
 
 from tests.conftest import small_sweep, write_yaml
 from tests.integration.conftest import run_cli as sweep
-from tests.integration.conftest import sweep_runs, wait_for
+from tests.integration.conftest import start_driver, sweep_runs, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -92,9 +89,7 @@ def test_a_resumed_sweep_keeps_counting_against_its_cap(tmp_path):
         _, children = sweep_runs(uri, "capped_resume")
         return [c for c in children if c.data.tags.get("sweeper.state") in ("completed", "pruned")]
 
-    env = {**os.environ, "COLUMNS": "200"}
-    driver = subprocess.Popen([sys.executable, "-m", "sweeper.cli", "start", str(path)], cwd=tmp_path, env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    driver = start_driver("start", str(path), cwd=tmp_path)
     try:
         wait_for(finished_children, 600, "a finished trial")
     finally:
