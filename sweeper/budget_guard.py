@@ -1,8 +1,10 @@
 """Enforcing `budget.*` while a sweep runs, through Ray Tune's public interfaces:
 
-- `BudgetSearcher` wraps the sweep's searcher and returns `Searcher.FINISHED` (no more
-  trials) once starting one more would commit work past a cap: what is spent, plus what
-  each running trial spends to its next rung, plus the new trial's start and first rung.
+- `BudgetSearcher` wraps the sweep's searcher and holds new trials back while starting
+  one more would commit work past a cap: what is spent, plus what each running trial
+  spends to its next rung, plus the new trial's start and first rung. It waits while
+  trials run (a pruned one frees its commitment), and says `Searcher.FINISHED` (no more
+  trials) once none runs or a cap is reached.
 - `BudgetStopper` is the `tune.RunConfig(stop=...)` stopper whose `stop_all()` becomes
   true when a cap is reached; Tune asks it at every step of its loop, so running trials
   stop within about one Tune loop step (and at most one evaluation interval) of the cap.
@@ -92,13 +94,19 @@ class BudgetGuard:
         evaluations = evaluations_between(0, first, self.eval_every, self.milestones[-1])
         return self.timing.setup_seconds + first * self.timing.step_seconds + evaluations * self.timing.eval_seconds
 
+    def running(self) -> list:
+        """The trials running now (paused ones wait at a rung and spend nothing)."""
+        if self.book is None:
+            return []
+        return [t for t in self.book.trials.values() if t.state == TrialState.RUNNING]
+
     def new_trial_would_cross(self) -> str | None:
         """The cap that one more trial would cross, counting the running trials' work to
         their next rung; None when it fits."""
         if self.book is None:
             return None
         spent = self.spent()
-        running = [t for t in self.book.trials.values() if t.state == TrialState.RUNNING]
+        running = self.running()
         committed_seconds = sum(self.seconds_to_next_rung(t.step) for t in running) + self.first_rung_seconds()
         committed_hours = committed_seconds / 3600 * self.accelerators_per_trial
         # Wall time: the new trial runs beside the others; it ends its first rung this late.
@@ -167,8 +175,14 @@ class BudgetSearcher(Searcher):
         return self.searcher.set_max_concurrency(max_concurrent)
 
     def suggest(self, trial_id: str):
-        if self.guard.new_trial_would_cross() or self.guard.reached():
+        if self.guard.reached():
             return Searcher.FINISHED
+        if self.guard.new_trial_would_cross():
+            # Tune never asks a searcher again once it said FINISHED, and saves that with
+            # the experiment. While trials run, one may yet be pruned (its work to the next
+            # rung no longer counts) and make room: wait (None). With none running, what
+            # is committed can only grow: no more trials.
+            return None if self.guard.running() else Searcher.FINISHED
         return self.searcher.suggest(trial_id)
 
     def on_trial_result(self, trial_id: str, result: dict) -> None:

@@ -7,6 +7,7 @@ from sweeper.budget_guard import BudgetGuard, BudgetSearcher, BudgetStopper
 from sweeper.budget import BudgetSpec
 from sweeper.errors import UserError
 from sweeper.forecast import TrialTiming
+from sweeper.names import TrialState
 from sweeper.progress import SweepBook, TrialRecord
 from sweeper.spec import validate_spec
 from tests.conftest import REPO, small_sweep
@@ -104,10 +105,30 @@ def test_no_trial_starts_once_committed_work_would_cross_a_cap():
     assert roomy.suggest("a") == {"x": 1}
     tight_guard = guard_with(book, max_usd=0.015)
     tight = BudgetSearcher(inner, tight_guard)
-    assert tight.suggest("b") == Searcher.FINISHED
+    # Held back while the trial runs (pruned, it would free its commitment): not FINISHED,
+    # which Tune would never ask past.
+    assert tight.suggest("b") is None
     assert inner.asked == 1  # the wrapped searcher was not asked
     assert tight_guard.held_back_by == "max_usd" and "8 of 10 trials not started" not in (tight_guard.summary() or "")
     assert "9 of 10 trials not started" in tight_guard.summary()
+
+
+def test_with_no_trial_running_a_held_back_search_is_finished():
+    # Spent $0.010 by a trial now paused at a rung; a new trial's first rung: $0.0025.
+    book = book_with(running_trial(1, 10, 10))
+    book.trials["t1"].state = TrialState.PAUSED
+    inner = Counting()
+    assert BudgetSearcher(inner, guard_with(book, max_usd=0.012)).suggest("a") == Searcher.FINISHED
+    assert inner.asked == 0
+
+
+def test_a_held_back_trial_starts_once_a_running_trial_is_pruned():
+    # Two trials running to step 30 commit 6 s; pruned, one of them commits nothing more.
+    book = book_with(running_trial(1, 10, 10), running_trial(2, 10, 10))
+    searcher = BudgetSearcher(Counting(), guard_with(book, max_usd=0.027))  # $0.020 spent
+    assert searcher.suggest("a") is None
+    book.trials["t2"].state = TrialState.PRUNED
+    assert searcher.suggest("b") == {"x": 1}
 
 
 def test_searcher_wrapper_exposes_the_wrapped_one_for_tune():
@@ -144,7 +165,7 @@ def test_a_resumed_sweep_measures_its_restored_guard_on_the_new_book():
     assert isinstance(unwrapped, Counting)  # the sweep's own searcher, for rebuild_for_resume
     assert budget.guard is stopper.guard is searcher.guard and budget.guard.book is resumed_book
     assert stopper.stop_all() and budget.cut()
-    assert searcher.suggest("c") == Searcher.FINISHED
+    assert searcher.suggest("c") == Searcher.FINISHED  # a cap reached
 
 
 def test_a_resumed_sweep_without_a_budget_keeps_its_searcher():
