@@ -256,9 +256,11 @@ def test_plan_sizes_the_sweep_on_the_cluster_it_joins(head, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_AUTH", "RAY_ADDRESS"))}
     env.update(RAY_AUTH_TOKEN_PATH=str(token_file), COLUMNS="200")
     quickstart = Path(__file__).resolve().parents[2] / "search_spaces" / "quickstart.yaml"
-    planned = sweep_cli("plan", str(quickstart), "--address", address, "--no-calibrate", cwd=tmp_path, env=env)
+    planned = sweep_cli("plan", str(quickstart), "--address", address, cwd=tmp_path, env=env)
     assert planned.returncode == 0, planned.stdout + planned.stderr
     assert "1 at a time on 1 CPUs" in planned.stdout, planned.stdout
+    # Calibrated on the cluster, as a Ray task with one worker's resources.
+    assert "a Ray task with one worker's resources on the cluster" in planned.stdout, planned.stdout
     assert "Expected:" in planned.stdout and "nothing was started" in planned.stdout
     assert not (tmp_path / "sweeps").exists()
     assert token_file.read_text().strip() not in planned.stdout + planned.stderr
