@@ -56,6 +56,7 @@ class BudgetGuard:
     held_back_by: str | None = None
     stopped_trials: list[int] = field(default_factory=list)
     spent_at_stop: Spent | None = None
+    suggested: set[str] = field(default_factory=set)  # trial ids let through, until they start
 
     def __getstate__(self) -> dict:
         # Tune saves its search algorithm and stopper with the experiment; the book is the
@@ -100,14 +101,23 @@ class BudgetGuard:
             return []
         return [t for t in self.book.trials.values() if t.state == TrialState.RUNNING]
 
+    def starting(self) -> list[str]:
+        """Trials suggested but not in the book yet: Tune may ask for several in one loop
+        step, before the first has started."""
+        if self.book is None:
+            return []
+        self.suggested = {trial_id for trial_id in self.suggested if trial_id not in self.book.trials}
+        return sorted(self.suggested)
+
     def new_trial_would_cross(self) -> str | None:
         """The cap that one more trial would cross, counting the running trials' work to
-        their next rung; None when it fits."""
+        their next rung and the first rung of those starting; None when it fits."""
         if self.book is None:
             return None
         spent = self.spent()
         running = self.running()
-        committed_seconds = sum(self.seconds_to_next_rung(t.step) for t in running) + self.first_rung_seconds()
+        starting = len(self.starting())
+        committed_seconds = sum(self.seconds_to_next_rung(t.step) for t in running) + (starting + 1) * self.first_rung_seconds()
         committed_hours = committed_seconds / 3600 * self.accelerators_per_trial
         # Wall time: the new trial runs beside the others; it ends its first rung this late.
         committed = Spent(
@@ -182,8 +192,11 @@ class BudgetSearcher(Searcher):
             # the experiment. While trials run, one may yet be pruned (its work to the next
             # rung no longer counts) and make room: wait (None). With none running, what
             # is committed can only grow: no more trials.
-            return None if self.guard.running() else Searcher.FINISHED
-        return self.searcher.suggest(trial_id)
+            return None if self.guard.running() or self.guard.starting() else Searcher.FINISHED
+        suggestion = self.searcher.suggest(trial_id)
+        if suggestion not in (None, Searcher.FINISHED):
+            self.guard.suggested.add(trial_id)
+        return suggestion
 
     def on_trial_result(self, trial_id: str, result: dict) -> None:
         self.searcher.on_trial_result(trial_id, result)

@@ -250,7 +250,9 @@ class MlflowTracker:
         for record in self.book.trials.values():
             if record.trial_id in self.child_run_ids and record.trial_id not in self.trial_costs:
                 if not record.finished:
-                    record.state, record.ended_at = TrialState.STOPPED, time.time()
+                    if record.state != TrialState.PAUSED:  # a paused trial stopped spending when it paused
+                        record.ended_at = time.time()
+                    record.state = TrialState.STOPPED
                 self._end_trial(record)
         totals = sweep_cost(list(self.trial_costs.values()), list(self.savings.values()))
         now = int(time.time() * 1000)

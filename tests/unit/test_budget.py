@@ -174,3 +174,15 @@ def test_a_resumed_sweep_without_a_budget_keeps_its_searcher():
     inner = Counting()
     budget = SweepBudget(spec=None, plan=None, forecast=None, guard=None)
     assert budget.reattach(inner, None, book_with()) is inner and budget.guard is None and not budget.cut()
+
+
+def test_trials_suggested_in_one_loop_step_count_before_they_start():
+    # Spent $0.010 by a paused trial; each new trial's first rung commits $0.0025.
+    book = book_with(running_trial(1, 10, 10))
+    book.trials["t1"].state = TrialState.PAUSED
+    searcher = BudgetSearcher(Counting(), guard_with(book, max_usd=0.0135))
+    assert searcher.suggest("a") == {"x": 1}
+    assert searcher.suggest("b") is None  # "a" has not started yet, but it will spend
+    book.trials["a"] = running_trial(2, 0, 0)
+    book.trials["a"].trial_id = "a"
+    assert searcher.guard.starting() == []
