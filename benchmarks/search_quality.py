@@ -71,6 +71,8 @@ METHODS: dict[str, dict | None] = {
     "asha_startup10": {"sampler": {"n_startup_trials": 10}},
     "asha_eta2": {"early_stopping": {"reduction_factor": 2}},
     "asha_eta4": {"early_stopping": {"reduction_factor": 4}},  # rungs 9, 36: 0.21x random's steps
+    # three rungs (3, 9, 27: 0.11x random's steps), evaluating every 3 steps
+    "asha_grace3": {"early_stopping": {"grace_period": 3}, "training": {"eval_every": 3}},
     "asha_eta2_no_liar": {"early_stopping": {"reduction_factor": 2}, "sampler": {"constant_liar": False}},
     "asha_no_liar": {"sampler": {"constant_liar": False}},  # the default since; kept for the "before" runs
 }
@@ -315,7 +317,7 @@ def run_sweeper(settings: Settings, seed: int, name: str) -> Outcome:
 
     overrides = METHODS[name]
     sections = settings.sections(seed)
-    for key in ("early_stopping", "search"):
+    for key in ("early_stopping", "search", "training"):
         sections[key] = {**sections[key], **overrides.get(key, {})}
     if overrides.get("grace") == "after_warmup":
         warmup = SPACE["training.warmup_ratio"]["high"] * settings.max_steps
