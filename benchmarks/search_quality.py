@@ -123,6 +123,7 @@ def write_task(folder: Path, train: int = 2000, eval_: int = 160) -> tuple[Path,
     own random stream, not from the train or eval examples."""
     from trainables import tiny
 
+    folder = folder.resolve()  # the spec resolves relative paths against the quickstart's folder
     folder.mkdir(parents=True, exist_ok=True)
     rng = random.Random(1234)
     paths = []
