@@ -5,11 +5,10 @@ The task is built at run time, deterministically: a base of the tiny Llama's sha
 (`trainables.tiny.build`) pretrained briefly (BASE_STEPS, full weights) on chat text of
 four task families (sort letters, reverse words, add three-digit numbers, count a
 letter), then fine-tuned with LoRA on new examples of the same families. The base knows
-the chat format and the easy part of the answers, so what is left to learn is small and
-a learning rate that is too high first makes the loss worse than the base's: at the
-first rung a trial that has not moved yet (low learning rate, long warmup) ranks above
-one that will end better, and the first rung's ranks say little about the end (the
-benchmark prints the rank correlation). The space is the issue's: learning rate log
+the chat format and the easy part of the answers, so what is left to learn is small, a
+learning rate that is too high makes the loss worse than the base's, and the first
+rung's ranks say little about the end among the trials that compete there (the
+benchmark prints the rank correlations). The space is the issue's: learning rate log
 [1e-5, 1e-1], `lora.r`, `lora.alpha_per_rank` and `training.warmup_ratio` up to 0.2
 (more warmup steps than the first rung).
 
@@ -83,8 +82,9 @@ DEFAULT_METHODS = ["random", "optuna", "asha", "asha_stopping", "median"]
 
 # Pretraining steps of the benchmark's base (batch 32, learning rate 3e-3): enough for the
 # chat format and the answers' easy part, little enough that the fine-tuning still
-# improves it. The rank correlation at the first rung was 0.64 with 200 steps and 0.32
-# with 80 (27 random trials, in a scratch run before this module used it).
+# improves it. In scratch runs of 27 random trials (a base pretrained on another random
+# stream) the rank correlation at the first rung was 0.64 with 200 steps and 0.32 with
+# 80; this base gives 0.58-0.71 per seed (benchmarks/README.md).
 BASE_STEPS = 80
 
 
