@@ -7,6 +7,8 @@ Fixed seed and one thread: the same weights on every machine of the same build."
 
 from __future__ import annotations
 
+import random
+from collections.abc import Callable
 from pathlib import Path
 
 VERSION = 1
@@ -43,8 +45,18 @@ def build_tokenizer():
     return tokenizer
 
 
-def build(target: Path) -> None:
-    """Write config, weights and tokenizer of the tiny model to `target`."""
+def qa_text(rng: random.Random) -> str:
+    """One pretraining text: a task of the shipped family in plain "Q: ... A: ..." form."""
+    from trainables.tasks import make_task
+
+    prompt, answer, _ = make_task(rng)
+    return f"Q: {prompt}\nA: {answer}\n"
+
+
+def build(target: Path, text: Callable[[random.Random], str] = qa_text, steps: int = PRETRAIN_STEPS) -> None:
+    """Write config, weights and tokenizer of the tiny model to `target`, pretrained for
+    `steps` on texts drawn by `text` (the defaults make the built-in model; benchmarks
+    build bases of their own with other texts)."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -64,7 +76,7 @@ def build(target: Path) -> None:
     )
     torch.manual_seed(SEED)
     model = LlamaForCausalLM(config)
-    _pretrain(model, tokenizer)
+    _pretrain(model, tokenizer, text, steps)
     target = Path(target)
     partial = target.with_name(target.name + ".partial")
     model.save_pretrained(partial)
@@ -72,12 +84,8 @@ def build(target: Path) -> None:
     partial.rename(target)
 
 
-def _pretrain(model, tokenizer) -> None:
-    import random
-
+def _pretrain(model, tokenizer, text: Callable[[random.Random], str], steps: int) -> None:
     import torch
-
-    from trainables.tasks import make_task
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -85,8 +93,8 @@ def _pretrain(model, tokenizer) -> None:
         rng = random.Random(f"pretrain-{SEED}")
         optimizer = torch.optim.AdamW(model.parameters(), lr=PRETRAIN_LR)
         model.train()
-        for _ in range(PRETRAIN_STEPS):
-            texts = [f"Q: {prompt}\nA: {answer}\n" for prompt, answer, _ in (make_task(rng) for _ in range(PRETRAIN_BATCH))]
+        for _ in range(steps):
+            texts = [text(rng) for _ in range(PRETRAIN_BATCH)]
             batch = tokenizer(texts, padding=True, return_tensors="pt")
             labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
             loss = model(**batch, labels=labels).loss

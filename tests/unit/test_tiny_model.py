@@ -1,0 +1,28 @@
+"""The tiny model's builder: the built-in model's pretraining by default, or a base of the
+same shape pretrained on other texts (benchmarks/search_quality.py builds its own)."""
+
+import random
+
+from transformers import AutoModelForCausalLM
+
+from trainables import tiny
+
+
+def test_build_pretrains_on_the_given_texts_for_the_given_steps(tmp_path):
+    drawn: list[str] = []
+
+    def text(rng: random.Random) -> str:
+        drawn.append(f"<|user|>Sort: {rng.choice('abc')}<|end|>")
+        return drawn[-1]
+
+    tiny.build(tmp_path / "base", text=text, steps=2)
+
+    assert len(drawn) == 2 * tiny.PRETRAIN_BATCH
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "base")
+    assert model.config.num_hidden_layers == 2
+    assert (tmp_path / "base" / "tokenizer_config.json").is_file()
+
+
+def test_the_built_in_models_texts_are_plain_question_and_answer():
+    text = tiny.qa_text(random.Random(0))
+    assert text.startswith("Q: ") and "\nA: " in text and text.endswith("\n")
