@@ -273,7 +273,6 @@ def run_optuna_loop(settings: Settings, seed: int) -> Outcome:
     clock = 0
 
     def objective(trial):
-        nonlocal clock
         values = {path: suggest(trial, path, dist) for path, dist in SPACE.items()}
 
         def prune(step, value):
