@@ -18,20 +18,25 @@ USD_PER_HOUR = 3600.0
 CAP = 16.0
 
 
-def test_a_capped_sweep_stops_within_one_evaluation_interval_of_its_cap(tmp_path):
+def capped_sweep(folder, name: str, num_trials: int, max_usd: float):
+    """A sweep YAML whose evaluation intervals are 2-4 s (40 steps of a 32-example batch),
+    longer than the time Ray takes to stop a trial (up to 1.7 s on the busy 2-core
+    machine), priced so that a trial-second costs a dollar."""
     raw = small_sweep(
-        "capped",
-        # Evaluation intervals of 2-4 s (40 steps of a 32-example batch), longer than the
-        # time Ray takes to stop a trial (up to 1.7 s on the busy 2-core machine).
+        name,
         data={"max_length": 128},
         training={"max_steps": 120, "eval_every": 40, "per_device_batch_size": 32},
-        search={"num_trials": 6, "seed": 1},
+        search={"num_trials": num_trials, "seed": 1},
         early_stopping={"grace_period": 40, "reduction_factor": 3},
         cost={"usd_per_hour": USD_PER_HOUR},
-        # Hit after the first two trials' first rung (about 6 s each).
-        budget={"max_usd": CAP},
+        budget={"max_usd": max_usd},
     )
-    path = write_yaml(tmp_path / "capped.yaml", raw)
+    return write_yaml(folder / f"{name}.yaml", raw)
+
+
+def test_a_capped_sweep_stops_within_one_evaluation_interval_of_its_cap(tmp_path):
+    # Hit after the first two trials' first rung (about 6 s each).
+    path = capped_sweep(tmp_path, "capped", num_trials=6, max_usd=CAP)
     result = sweep("start", str(path), cwd=tmp_path, timeout=600)
     out = result.stdout
     # 1: no trial completed before the cap.
@@ -70,19 +75,10 @@ def evaluation_intervals(client, experiment_id: str, parent_run_id: str) -> list
 def test_a_resumed_sweep_keeps_counting_against_its_cap(tmp_path):
     """kill -9 of the driver before the cap, then `sweep resume`: the caps measure what
     both drivers' trials spent, and the resumed sweep stops at the cap."""
+    # The first trial ends at its first rung about $14 in (two trials of ~7 s); all 8
+    # trials would cost about $55.
     cap = 24.0
-    raw = small_sweep(
-        "capped_resume",
-        data={"max_length": 128},
-        training={"max_steps": 120, "eval_every": 40, "per_device_batch_size": 32},
-        search={"num_trials": 8, "seed": 1},
-        early_stopping={"grace_period": 40, "reduction_factor": 3},
-        cost={"usd_per_hour": USD_PER_HOUR},
-        # The first trial ends at its first rung about $14 in (two trials of ~7 s); all 8
-        # trials would cost about $55.
-        budget={"max_usd": cap},
-    )
-    path = write_yaml(tmp_path / "capped_resume.yaml", raw)
+    path = capped_sweep(tmp_path, "capped_resume", num_trials=8, max_usd=cap)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
 
     def finished_children():
