@@ -445,8 +445,8 @@ def resume_sweep(
         from sweeper.driver import rebuild_for_resume
         from sweeper.ray_adapter import restore_tuner
 
-        storage_filesystem, _ = storage.filesystem(experiment)
-        tuner, scheduler, searcher = restore_tuner(experiment, trainable, callbacks, storage_filesystem)
+        storage_filesystem, experiment_path = storage.filesystem(experiment)
+        tuner, scheduler, searcher = restore_tuner(experiment_path, trainable, callbacks, storage_filesystem)
         rebuild_for_resume(tracker, scheduler, searcher)
         return tuner
 
