@@ -460,8 +460,8 @@ def resume_sweep(
         from sweeper.driver import rebuild_for_resume
         from sweeper.ray_adapter import restore_tuner
 
-        storage_filesystem, _ = storage.filesystem(experiment)
-        tuner, scheduler, searcher, stopper = restore_tuner(experiment, trainable, callbacks, storage_filesystem)
+        storage_filesystem, experiment_path = storage.filesystem(experiment)
+        tuner, scheduler, searcher, stopper = restore_tuner(experiment_path, trainable, callbacks, storage_filesystem)
         # The caps keep counting what the killed driver's trials spent (the book is rebuilt from MLflow).
         searcher = budget.reattach(searcher, stopper, book)
         rebuild_for_resume(tracker, scheduler, searcher)
