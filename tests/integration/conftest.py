@@ -24,6 +24,23 @@ def run_cli(*args, cwd, timeout=900) -> subprocess.CompletedProcess:
     )
 
 
+def end_process_group(process: subprocess.Popen, grace_s: float = 30) -> None:
+    """End a process started with start_new_session=True and every process of its group
+    (a `ray start --block` node's GCS, raylet and dashboard; a server's workers), by its
+    pid: SIGTERM, then SIGKILL after `grace_s`."""
+    import contextlib
+    import signal
+
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
 def start_driver(*args, cwd) -> subprocess.Popen:
     """`sweep ARGS` as a child process to signal (kill -9, SIGINT) while it drives."""
     env = {**os.environ, "COLUMNS": "200"}

@@ -4,14 +4,14 @@ server (`moto[server]`, the dev extra) in its own process session, ended by its 
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
 import socket
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from tests.integration.conftest import end_process_group
 
 MOTO_SERVER = str(Path(sys.executable).with_name("moto_server"))
 
@@ -72,12 +72,5 @@ def s3_server(log_path: Path, secret: str = "sweeper-test-secret-key"):
         }
         yield S3Server(endpoint, env)
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        end_process_group(process, grace_s=20)
         log.close()

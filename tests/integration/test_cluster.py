@@ -7,10 +7,8 @@ answers, is refused in one keyed line."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -20,6 +18,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from tests.integration.conftest import end_process_group
 
 pytestmark = pytest.mark.integration
 
@@ -94,7 +94,7 @@ def head(tmp_path):
         yield f"127.0.0.1:{port}", token_file
     finally:
         # The whole session: the head's GCS, raylet and dashboard processes too.
-        end_session(process)
+        end_process_group(process)
         log.close()
         shutil.rmtree(ray_temp, ignore_errors=True)
 
@@ -110,18 +110,6 @@ def start_worker_node(address: str, head_home: Path, tmp_path: Path) -> subproce
          "--min-worker-port", "0", "--max-worker-port", "0"],
         env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )
-
-
-def end_session(process: subprocess.Popen) -> None:
-    """End a `ray start --block` node and every process of its session, by its pid."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGTERM)
-    try:
-        process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
 
 
 def join(address: str, tmp_path: Path, **env_extra) -> subprocess.CompletedProcess:
@@ -173,7 +161,7 @@ def test_a_sweep_joining_two_nodes_with_its_folder_on_one_disk_is_refused(head, 
         assert "2 node" not in refused.stderr and "1 node(s)" in refused.stderr
         assert token_file.read_text().strip() not in refused.stdout + refused.stderr
     finally:
-        end_session(worker)
+        end_process_group(worker)
 
 
 def _resources(address: str, tmp_path: Path, token_file: Path) -> str:

@@ -13,7 +13,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -23,7 +22,7 @@ from mlflow.tracking import MlflowClient
 
 from tests.conftest import small_sweep, write_yaml
 from tests.integration.browser import visit
-from tests.integration.conftest import run_cli
+from tests.integration.conftest import run_cli, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -47,16 +46,6 @@ def keep_screenshot(path: Path, name: str) -> None:
     folder = os.environ.get("SWEEPER_DOCS_SCREENSHOTS")
     if folder:
         shutil.copyfile(path, Path(folder) / name)
-
-
-def wait_for(check, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(1)
-    pytest.fail(f"timed out waiting for {what}")
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +81,7 @@ def live_sweep(tmp_path_factory, chromium):
             jobs = get_json(f"{base}/api/jobs/", token)
             return next((j for j in jobs if (j.get("metadata") or {}).get("job_name") == NAME), None)
 
-        seen["job"] = wait_for(sweep_job, 120, "the sweep's job")
+        seen["job"] = wait_for(sweep_job, 120, "the sweep's job", every=1)
 
         def alive(class_name):
             def check():
@@ -100,8 +89,8 @@ def live_sweep(tmp_path_factory, chromium):
                 return [a for a in actors if a["state"] == "ALIVE" and a["class_name"] == class_name] or None
             return check
 
-        seen["trial_actors"] = wait_for(alive("ImplicitFunc"), 180, "a trial actor")
-        seen["train_workers"] = wait_for(alive("RayTrainWorker"), 180, "a Ray Train worker")
+        seen["trial_actors"] = wait_for(alive("ImplicitFunc"), 180, "a trial actor", every=1)
+        seen["train_workers"] = wait_for(alive("RayTrainWorker"), 180, "a Ray Train worker", every=1)
         cookie = [{"name": "ray-authentication-token", "value": token, "url": base}]
         for page, expect in (("jobs", ("Name", NAME)), ("actors", ("ImplicitFunc", f"sweep-{NAME}"))):
             seen[page] = visit(chromium, f"{base}/#/{page}", workdir / f"ray-{page}.png", workdir / f"profile-{page}",
@@ -150,7 +139,7 @@ def test_optuna_dashboard_shows_every_trial(live_sweep, chromium):
     )
     try:
         url = re.search(r"http://\S+", server.stdout.readline()).group()
-        study = wait_for(lambda: _try_json(f"http://127.0.0.1:{port}/api/studies/1"), 60, "optuna-dashboard")
+        study = wait_for(lambda: _try_json(f"http://127.0.0.1:{port}/api/studies/1"), 60, "optuna-dashboard", every=1)
         states = sorted(t["state"] for t in study["trials"])
         assert len(states) == 6 and "Pruned" in states and "Complete" in states
         assert all(t["intermediate_values"] for t in study["trials"])
@@ -199,7 +188,7 @@ def test_mlflow_ui_opens_on_runs_with_the_registered_model(live_sweep, chromium)
     }
     visits = {}
     try:
-        wait_for(lambda: _try_status(f"{base}/health"), 120, "the MLflow UI")
+        wait_for(lambda: _try_status(f"{base}/health"), 120, "the MLflow UI", every=1)
         for slug, (url, expect) in pages.items():
             visits[slug] = visit(chromium, url, workdir / f"mlflow-{slug}.png", workdir / f"profile-mlflow-{slug}",
                                  expect=expect, size=(1400, 1000))

@@ -29,7 +29,8 @@ import pytest
 
 from tests.conftest import small_sweep, write_yaml
 from tests.integration.s3_server import S3Server, free_port, s3_server
-from tests.integration.test_cluster import RAY, end_session, wait_for_port
+from tests.integration.conftest import end_process_group, wait_for
+from tests.integration.test_cluster import RAY, wait_for_port
 
 pytestmark = pytest.mark.integration
 
@@ -98,7 +99,7 @@ def ended_at_exit(process: subprocess.Popen):
     try:
         yield process
     finally:
-        end_session(process)
+        end_process_group(process)
 
 
 @pytest.fixture(scope="module")
@@ -201,16 +202,6 @@ def eval_history(cluster: MultiNodeCluster, run_id: str) -> list[tuple[int, floa
     return sorted((p.step, p.value) for p in points)
 
 
-def wait_for(condition, timeout: float, what: str):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(1)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def test_two_worker_trials_spread_over_both_worker_nodes_with_checkpoints_in_s3(cluster, tmp_path):
     workdir = tmp_path / "spread"
     path = multinode_sweep(
@@ -261,7 +252,7 @@ def test_a_driver_killed_with_minus_9_is_resumed_without_retraining_a_completed_
         cwd=workdir, env=cluster.env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )
     try:
-        wait_for(lambda: completed(), 400, "a completed trial")
+        wait_for(lambda: completed(), 400, "a completed trial", every=1)
     finally:
         os.killpg(driver.pid, signal.SIGKILL)  # the driver and nothing else: its trials run on the cluster
         driver.wait(timeout=60)
@@ -312,7 +303,7 @@ def test_a_worker_node_lost_mid_trial_retries_from_its_checkpoint_on_the_other_n
     )
     try:
         names = cluster.node_ids()
-        first = wait_for(lambda: cluster.train_worker_nodes()[seen_before:], 300, "the trial's Train worker")
+        first = wait_for(lambda: cluster.train_worker_nodes()[seen_before:], 300, "the trial's Train worker", every=1)
         lost = names[first[0]]
         assert lost in ("a", "b"), names
 
@@ -320,7 +311,7 @@ def test_a_worker_node_lost_mid_trial_retries_from_its_checkpoint_on_the_other_n
             runs = sweep_runs(cluster, "nodeloss")[1]
             return runs and eval_history(cluster, runs[0].info.run_id)
 
-        wait_for(evaluated, 300, "the trial's first evaluation and checkpoint")
+        wait_for(evaluated, 300, "the trial's first evaluation and checkpoint", every=1)
         raylets = [p for p in psutil.Process(cluster.workers[lost].pid).children(recursive=True) if p.name() == "raylet"]
         assert len(raylets) == 1, raylets
         raylets[0].kill()
