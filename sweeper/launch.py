@@ -567,8 +567,10 @@ def _drive(
         trials_dir=storage.join(spec.storage_uri, "trials"),
     )
     # The trial's own process only waits on its TorchTrainer; the workers hold the CPUs
-    # and GPUs. A token memory request keeps its bundle non-empty.
-    trainable = tune.with_resources(trainable, {"cpu": 0, "memory": 1024**2})
+    # and GPUs. It stays on the head node (a lost worker node must not take it along).
+    from sweeper.ray_adapter import ON_THE_HEAD_NODE
+
+    trainable = tune.with_resources(trainable, {"cpu": 0, "memory": 1024**2, **ON_THE_HEAD_NODE})
     trainable.__name__ = trainable_name(spec)
     live_table = LiveTable(book, list(spec.search.parameters), console)
     driver = SweepDriver(book, [tracker, AdapterJanitor(book, spec.search.keep_best_adapters), live_table])

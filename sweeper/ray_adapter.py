@@ -65,6 +65,7 @@ __all__ = [
     "restore_tuner",
     "hold_restored_trial",
     "ray_address_file",
+    "ON_THE_HEAD_NODE",
     "model_name_problem",
     "alias_problem",
 ]
@@ -297,6 +298,14 @@ def hold_restored_trial(trial) -> None:
     from ray.tune.experiment import Trial
 
     trial.set_status(Trial.PAUSED)
+
+
+# Ray gives its head node this resource (`ray._common.constants.HEAD_NODE_RESOURCE_NAME`;
+# Ray Train pins its state actor with it); no public option places an actor on the head.
+# A trial's own actor asks for a sliver of it: that actor only waits on its TorchTrainer
+# (whose workers hold the CPUs and GPUs), and on the head it does not die with a worker
+# node, so Train's retry of a lost worker group can run (Tune does not retry the trial).
+ON_THE_HEAD_NODE = {"node:__internal_head__": 0.001}
 
 
 # ---------------------------------------------------------------- MLflow

@@ -86,3 +86,17 @@ def test_stopped_runs_release_their_workers_at_once_and_start_no_extra_actors(ra
     cleaners = [a for a in actors if a.class_name == "PlacementGroupCleaner"]
     assert 1 <= len(cleaners) <= len(trial_actors) < 3, (cleaners, trial_actors)  # actors were reused
     assert "TrainController" not in {a.class_name for a in actors}
+
+
+def test_the_head_node_resource_places_an_actor_on_the_head(ray_cluster):
+    """Trial actors ask for ON_THE_HEAD_NODE: Ray must still give its head that resource."""
+    import ray
+
+    from sweeper.ray_adapter import ON_THE_HEAD_NODE
+
+    @ray.remote(num_cpus=0, resources=ON_THE_HEAD_NODE)
+    def where() -> str:
+        return ray.get_runtime_context().get_node_id()
+
+    head = next(node["NodeID"] for node in ray.nodes() if set(ON_THE_HEAD_NODE) <= set(node["Resources"]))
+    assert ray.get(where.remote(), timeout=60) == head
