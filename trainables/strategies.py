@@ -79,6 +79,14 @@ def adapted_base(config: TrialConfig, model_source: str, device: torch.device) -
     return add_lora(model, config.lora)
 
 
+def _finish_step(optimizer, schedule) -> float:
+    """Clear the gradients and move the schedule on; returns the learning rate the step used."""
+    optimizer.zero_grad(set_to_none=True)
+    learning_rate = schedule.get_last_lr()[0]
+    schedule.step()
+    return learning_rate
+
+
 # ---------------------------------------------------------------- DDP
 
 
@@ -107,10 +115,7 @@ class DdpStrategy:
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.training.max_grad_norm)
         self.scaler.step(self.optimizer)
         self.scaler.update()
-        self.optimizer.zero_grad(set_to_none=True)
-        learning_rate = self.schedule.get_last_lr()[0]
-        self.schedule.step()
-        return learning_rate
+        return _finish_step(self.optimizer, self.schedule)
 
     def save(self, checkpoint_dir: str, step: int) -> bool:
         if not self.workers.is_main:
@@ -259,10 +264,7 @@ class FsdpStrategy:
     def step(self) -> float:
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.training.max_grad_norm)
         self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        learning_rate = self.schedule.get_last_lr()[0]
-        self.schedule.step()
-        return learning_rate
+        return _finish_step(self.optimizer, self.schedule)
 
     def save(self, checkpoint_dir: str, step: int) -> bool:
         from torch.distributed.checkpoint.state_dict import (
