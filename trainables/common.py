@@ -148,13 +148,53 @@ REPORT_FILE = "report.json"
 def report_with_checkpoint(report: Reporter, metrics: dict, strategy, workers: Workers) -> None:
     """Every worker reports the same metrics with its part of a checkpoint (the strategy
     decides who writes what: the adapter, which promotion registers, and the optimizer,
-    schedule and step, which a retried or resumed trial continues from)."""
+    schedule and step, which a retried or resumed trial continues from; every worker
+    writes its random state)."""
     with tempfile.TemporaryDirectory(prefix="sweeper-checkpoint-") as checkpoint_dir:
-        wrote = strategy.save(checkpoint_dir, metrics["step"])
+        strategy.save(checkpoint_dir, metrics["step"])
+        save_random_state(checkpoint_dir, workers)
         if workers.is_main:
             with open(os.path.join(checkpoint_dir, REPORT_FILE), "w") as file:
                 json.dump(metrics, file)
-        report(metrics, checkpoint_dir if wrote or workers.is_main else None)
+        report(metrics, checkpoint_dir)
+
+
+def resume(strategy, checkpoint_dir: str, workers: Workers) -> int:
+    """Continue from a checkpoint: the strategy's adapter, optimizer and schedule, then
+    this worker's random state; the step it was taken at."""
+    done_steps = strategy.restore(checkpoint_dir)
+    restore_random_state(checkpoint_dir, workers)
+    return done_steps
+
+
+# Each worker's random state, one file per rank, inside a checkpoint folder.
+RANDOM_STATE_FOLDER = "random_state"
+
+
+def save_random_state(checkpoint_dir: str, workers: Workers) -> None:
+    """This worker's random streams as they stand after the step just taken. LoRA's
+    dropout draws from torch's stream: a trial paused at a rung (or retried, or resumed)
+    and continued from this checkpoint must draw what an uninterrupted run would, or the
+    same config ends differently depending on where it was paused."""
+    state = {"python": random.getstate(), "torch": torch.get_rng_state()}
+    if workers.device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(workers.device)
+    folder = os.path.join(checkpoint_dir, RANDOM_STATE_FOLDER)
+    os.makedirs(folder, exist_ok=True)
+    torch.save(state, os.path.join(folder, f"rank-{workers.rank}.pt"))
+
+
+def restore_random_state(checkpoint_dir: str, workers: Workers) -> None:
+    """Put back what save_random_state wrote for this rank. A checkpoint without it (written
+    by an older sweeper, or by a run of another world size) keeps the seeded streams."""
+    path = os.path.join(checkpoint_dir, RANDOM_STATE_FOLDER, f"rank-{workers.rank}.pt")
+    if not os.path.isfile(path):
+        return
+    state = torch.load(path, weights_only=False)
+    random.setstate(state["python"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and workers.device.type == "cuda":
+        torch.cuda.set_rng_state(state["cuda"], workers.device)
 
 
 def final_report_of(checkpoint_dir: str, max_steps: int) -> dict | None:

@@ -37,6 +37,7 @@ from trainables.common import (
     pad_batch,
     pad_token_id,
     report_with_checkpoint,
+    resume,
     seed_everything,
     shard_batches,
     sum_across_workers,
@@ -72,7 +73,7 @@ def train(
     train_split, eval_split = data["train"], data["eval"]
     eval_reference = reference_logps(model, eval_split, training, workers, pad_id)
 
-    done_steps = strategy.restore(resume_from) if resume_from else 0
+    done_steps = resume(strategy, resume_from, workers) if resume_from else 0
 
     # Data: this worker's shard of the train pairs, reshuffled each epoch by seed.
     micro_batches = training.gradient_accumulation_steps

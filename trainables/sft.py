@@ -25,6 +25,7 @@ from trainables.common import (
     pad_batch,
     pad_token_id,
     report_with_checkpoint,
+    resume,
     seed_everything,
     shard_batches,
     sum_across_workers,
@@ -57,7 +58,7 @@ def train(
     strategy = prepare(config, model_source, workers)
     model = strategy.model
     pad_id = pad_token_id(model)
-    done_steps = strategy.restore(resume_from) if resume_from else 0
+    done_steps = resume(strategy, resume_from, workers) if resume_from else 0
 
     # Data: this worker's shard of the train split, reshuffled each epoch by seed.
     train_split, eval_split = data["train"], data["eval"]

@@ -5,10 +5,10 @@ loops (sft, dpo) see one small interface, `Strategy`, so each loop reads the sam
 every strategy:
 
     strategy = prepare(config, model_source, workers)
-    done_steps = strategy.restore(resume_from) if resume_from else 0
+    done_steps = resume(strategy, resume_from, workers) if resume_from else 0  # + random state
     ... strategy.model(...) ...; strategy.backward(loss)   # per micro-batch
     learning_rate = strategy.step()                        # per optimizer step
-    wrote = strategy.save(checkpoint_dir, step)            # collective: every worker calls it
+    strategy.save(checkpoint_dir, step)                    # collective: every worker calls it
 
 A checkpoint folder always holds the LoRA adapter as peft saves it (gathered from the
 shards under ZeRO-3 and FSDP: what promotion registers) and `report.json`; beside them
@@ -45,9 +45,9 @@ class Strategy(Protocol):
     def step(self) -> float:
         """Clip, optimizer step, clear gradients, advance the schedule; the learning rate used."""
 
-    def save(self, checkpoint_dir: str, step: int) -> bool:
+    def save(self, checkpoint_dir: str, step: int) -> None:
         """Write this worker's part of a checkpoint at `step` into `checkpoint_dir` (every
-        worker calls it: gathering is collective); True if this worker wrote files."""
+        worker calls it: gathering is collective)."""
 
     def restore(self, checkpoint_dir: str) -> int:
         """Load adapter, optimizer and schedule from a checkpoint folder; its step."""
@@ -117,13 +117,12 @@ class DdpStrategy:
         self.scaler.update()
         return _finish_step(self.optimizer, self.schedule)
 
-    def save(self, checkpoint_dir: str, step: int) -> bool:
+    def save(self, checkpoint_dir: str, step: int) -> None:
         if not self.workers.is_main:
-            return False
+            return
         self.peft_model.save_pretrained(checkpoint_dir)
         state = {"step": step, "optimizer": self.optimizer.state_dict(), "schedule": self.schedule.state_dict()}
         torch.save(state, os.path.join(checkpoint_dir, TRAINING_STATE_FILE))
-        return True
 
     def restore(self, checkpoint_dir: str) -> int:
         from peft import set_peft_model_state_dict
@@ -203,12 +202,11 @@ class DeepSpeedStrategy:
         self.model.step()
         return learning_rate
 
-    def save(self, checkpoint_dir: str, step: int) -> bool:
+    def save(self, checkpoint_dir: str, step: int) -> None:
         self._save_adapter(checkpoint_dir)
         self.model.save_checkpoint(
             checkpoint_dir, tag=DEEPSPEED_TAG, client_state={"step": step}, exclude_frozen_parameters=True
         )
-        return True
 
     def _save_adapter(self, checkpoint_dir: str) -> None:
         """The adapter as peft saves it, gathered from all workers under ZeRO-3."""
@@ -266,7 +264,7 @@ class FsdpStrategy:
         self.optimizer.step()
         return _finish_step(self.optimizer, self.schedule)
 
-    def save(self, checkpoint_dir: str, step: int) -> bool:
+    def save(self, checkpoint_dir: str, step: int) -> None:
         from torch.distributed.checkpoint.state_dict import (
             StateDictOptions,
             get_model_state_dict,
@@ -278,11 +276,10 @@ class FsdpStrategy:
         model_state = get_model_state_dict(self.model, options=options)
         optimizer_state = get_optimizer_state_dict(self.model, self.optimizer, options=options)
         if not self.workers.is_main:
-            return False
+            return
         self.peft_model.save_pretrained(checkpoint_dir, state_dict=model_state)
         state = {"step": step, "model": model_state, "optimizer": optimizer_state, "schedule": self.schedule.state_dict()}
         torch.save(state, os.path.join(checkpoint_dir, TRAINING_STATE_FILE))
-        return True
 
     def restore(self, checkpoint_dir: str) -> int:
         from torch.distributed.checkpoint.state_dict import (

@@ -82,8 +82,9 @@ def test_a_paused_trial_continues_from_its_checkpoint(sweep_yaml, tmp_path):
     """ASHA by promotion on 1 slot: trial 1 (lr 1e-2, the grid's first) reaches the rung
     alone and is paused; trial 2 (lr 1e-5) arrives, the rung closes, trial 1 is the
     better and goes on from its step-10 checkpoint in a new Train run, trial 2 stops.
-    Without dropout the resumed trial's losses are those of an uninterrupted run."""
-    common = dict(lora={"dropout": 0.0}, training={"max_steps": 30, "eval_every": 10, "per_device_batch_size": 8})
+    Its losses are those of an uninterrupted run, dropout (0.05) included: the checkpoint
+    carries the random state."""
+    common = dict(lora={"dropout": 0.05}, training={"max_steps": 30, "eval_every": 10, "per_device_batch_size": 8})
     promoted = sweep_yaml(
         "promoted",
         search={
