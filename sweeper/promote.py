@@ -196,10 +196,16 @@ def check_registry(client, model_name: str, alias: str) -> None:
 # ---------------------------------------------------------------- 2. build (local files)
 
 
+# The adapter as peft saves it (peft's CONFIG_NAME and SAFETENSORS_WEIGHTS_NAME). The rest
+# of a checkpoint folder (optimizer and schedule, random state, DeepSpeed's partitions) is
+# for continuing training, not for serving: it stays out of the registered model.
+ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
+
+
 def build_artifacts(store: SweepStore, candidate: Candidate, folder: Path, merge: bool) -> dict[str, str]:
     """The model's artifacts in `folder`, keyed as the served model reads them."""
     artifacts = {
-        "adapter": storage.download(candidate.adapter_dir, folder / "adapter"),
+        "adapter": download_adapter(candidate.adapter_dir, folder / "adapter"),
         "tokenizer": storage.download(candidate.tokenizer_dir, folder / "tokenizer"),
         "config": folder / "best_config.yaml",
         "metrics": folder / "metrics.json",
@@ -209,6 +215,13 @@ def build_artifacts(store: SweepStore, candidate: Candidate, folder: Path, merge
     if merge:
         artifacts["merged"] = merge_adapter(candidate, artifacts["adapter"], artifacts["tokenizer"], folder / "merged")
     return {key: str(path) for key, path in artifacts.items()}
+
+
+def download_adapter(checkpoint_dir: str, target: Path) -> Path:
+    """The adapter's files of a trial's checkpoint, from its storage, into `target`."""
+    for name in ADAPTER_FILES:
+        storage.download(storage.join(checkpoint_dir, name), target)
+    return target
 
 
 def trial_metrics(store: SweepStore, candidate: Candidate) -> dict:

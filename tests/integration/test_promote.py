@@ -11,6 +11,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 from peft import PeftModel
 
+from sweeper.promote import ADAPTER_FILES
 from sweeper.spec import validate_spec
 from tests.conftest import SFT_EVAL
 from tests.integration.conftest import run_cli
@@ -111,6 +112,8 @@ def test_promote_loads_back_and_moves_the_alias(finished_sweep, monkeypatch, tmp
     for name in ("adapter/adapter_config.json", "tokenizer/tokenizer_config.json", "best_config.yaml", "metrics.json"):
         assert (local / "artifacts" / name).is_file(), name
     assert not (local / "artifacts" / "merged").exists()
+    # The adapter alone: what a checkpoint keeps for continuing training stays out.
+    assert sorted(path.name for path in (local / "artifacts" / "adapter").iterdir()) == sorted(ADAPTER_FILES)
     config = validate_spec(yaml.safe_load((local / "artifacts" / "best_config.yaml").read_text()), base_dir=local)
     assert config.training.learning_rate == float(best.data.params["training.learning_rate"])
 

@@ -159,3 +159,13 @@ def test_refused_promotions_leave_the_registry_unchanged(store, ref, force, expe
     assert line.startswith(expected)
     assert MlflowClient(store.uri).search_registered_models() == []
     assert len(store.client.search_runs([e.experiment_id for e in store.client.search_experiments()])) == runs_before
+
+
+def test_the_adapter_files_are_peft_s_own_names():
+    """Promotion copies these files of a checkpoint and nothing else: they must be what
+    peft's save_pretrained writes and from_pretrained reads."""
+    from peft.utils import CONFIG_NAME, SAFETENSORS_WEIGHTS_NAME
+
+    from sweeper.promote import ADAPTER_FILES
+
+    assert ADAPTER_FILES == (CONFIG_NAME, SAFETENSORS_WEIGHTS_NAME)
