@@ -9,9 +9,19 @@ evaluation (the rest of the time between two reports: evaluation, adapter checkp
 report).
 
 Where it runs: in this process for a local CPU cluster (one thread per reserved CPU, as a
-trial's worker; on the 2-core machine this gives the step time of a trial's worker within
-the noise, benchmarks/README.md), else as a Ray task with one worker's resources on the
-cluster, so that a GPU sweep is measured on a GPU of the cluster.
+trial's worker), else as a Ray task with one worker's resources on the cluster, so that a
+GPU sweep is measured on a GPU of the cluster.
+
+With the node filled as the sweep fills it: as many copies of the calibration at once as
+the sweep runs workers at once on its fullest node (`side_by_side`), each with one
+worker's resources, started together (a barrier after their imports); the timings are
+their mean. Trials side by side slow each other down through what their node shares
+(cores, caches, memory bandwidth, the host side of GPUs): a DPO step calibrated alone
+at 34 ms ran at 63 ms with the two trials of the DPO quickstart side by side on the
+2-core machine (benchmarks/README.md). Copies are counted per node, because trials on
+different nodes share nothing but the driver, and each copy holds a worker's own
+resources (a GPU copy its own GPU), so a GPU sweep whose trials run on separate GPUs is
+timed with its neighbours, not as if they shared one GPU.
 
 The training loop is called through `run_training` alone.
 """
@@ -20,17 +30,21 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import math
 import statistics
 import time
 from dataclasses import dataclass, replace
 
 from sweeper.forecast import RAY_TRIAL_START_SECONDS, TrialTiming
+from sweeper.plan import ClusterResources, SweepPlan
 from sweeper.spec import CategoricalDist, IntUniformDist, SweepSpec, with_overrides
 
-__all__ = ["Calibration", "calibrate", "costliest_overrides", "run_training", "COST_PARAMETERS"]
+__all__ = ["Calibration", "calibrate", "costliest_overrides", "run_training", "side_by_side", "mean_timing", "COST_PARAMETERS"]
 
 WARMUP_STEPS = 1
 MEASURED_STEPS = 3
+# How long a copy waits at the start barrier for the others' imports and model loads.
+BARRIER_SECONDS = 300
 
 # Searched parameters whose higher values make a step dearer.
 COST_PARAMETERS = ("lora.r", "training.per_device_batch_size", "training.gradient_accumulation_steps")
@@ -41,6 +55,38 @@ class Calibration:
     first: TrialTiming  # the YAML's own configuration
     costliest: TrialTiming  # the dearest configuration of the space (same as first if none)
     seconds: float  # how long calibrating took
+    copies: int = 1  # calibrations run side by side (their mean is `first` and `costliest`)
+
+
+def side_by_side(plan: SweepPlan, cluster: ClusterResources) -> int:
+    """How many workers the sweep runs at once on its fullest node: the trials at once
+    times their workers, at most as many workers as fit on the largest node (by CPUs,
+    and by GPUs for a GPU sweep). Calibration runs this many copies at once.
+
+    >>> from sweeper.plan import TrialResources
+    >>> side_by_side_workers(TrialResources(1, 1, 0), 2, ClusterResources(2, 0, 2, 0))
+    2
+    """
+    return side_by_side_workers(plan.trial_resources, plan.concurrent_trials, cluster)
+
+
+def side_by_side_workers(trial, concurrent_trials: int, cluster: ClusterResources) -> int:
+    workers = concurrent_trials * trial.workers
+    per_node = math.floor(cluster.max_node_cpus / trial.cpus_per_worker + 1e-9) if trial.cpus_per_worker else workers
+    if trial.gpus_per_worker:
+        per_node = min(per_node, math.floor(cluster.max_node_gpus / trial.gpus_per_worker + 1e-9))
+    return max(1, min(workers, per_node))
+
+
+def mean_timing(timings: list[TrialTiming]) -> TrialTiming:
+    """The mean of copies' timings (the copies ran side by side, each a neighbour of the
+    others as the sweep's trials are)."""
+    return TrialTiming(
+        step_seconds=statistics.fmean(t.step_seconds for t in timings),
+        eval_seconds=statistics.fmean(t.eval_seconds for t in timings),
+        setup_seconds=statistics.fmean(t.setup_seconds for t in timings),
+        source=timings[0].source,
+    )
 
 
 def run_training(spec: SweepSpec, data: dict, model_source: str, report, started_at: float) -> None:
@@ -132,7 +178,10 @@ def measure(spec: SweepSpec, data: dict, model_source: str, steps: int = MEASURE
     )
 
 
-def _calibrate_here(spec_json: dict, data, model_source: str, overrides: dict) -> tuple[TrialTiming, TrialTiming]:
+def _calibrate_here(
+    spec_json: dict, data, model_source: str, overrides: dict, ready=None
+) -> tuple[TrialTiming, TrialTiming]:
+    """Import, wait at `ready()` for the other copies (None: alone), then measure."""
     import warnings
 
     from transformers.utils import logging as transformers_logging
@@ -144,6 +193,8 @@ def _calibrate_here(spec_json: dict, data, model_source: str, overrides: dict) -
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FutureWarning)
             _import_what_a_trial_has_imported(spec, model_source)
+            if ready is not None:
+                ready()
             first = measure(spec, data, model_source)
             costliest = measure(with_overrides(spec, overrides), data, model_source) if overrides else first
     finally:
@@ -165,28 +216,122 @@ def _import_what_a_trial_has_imported(spec: SweepSpec, model_source: str) -> Non
     MODEL_FOR_CAUSAL_LM_MAPPING.get(type(config), None)
 
 
-def calibrate(spec: SweepSpec, data: dict, model_source: str, on_cluster: bool) -> Calibration:
-    """Time the first and the costliest configuration. `on_cluster`: as a Ray task with one
-    worker's resources (Ray initialised); else in this process."""
+def calibrate(spec: SweepSpec, data: dict, model_source: str, on_cluster: bool, copies: int = 1) -> Calibration:
+    """Time the first and the costliest configuration, `copies` calibrations side by side
+    (`side_by_side`). `on_cluster`: as Ray tasks with one worker's resources each, packed
+    on one node (Ray initialised); else in this process and `copies - 1` child processes."""
     started = time.time()
     overrides = costliest_overrides(spec)
     spec_json = spec.model_dump(mode="json")
+    copies = max(1, copies)
+    threads = max(1, int(spec.resources.cpus_per_worker))
     if on_cluster:
-        import ray
-
-        resources = spec.resources
-        task = ray.remote(num_cpus=resources.cpus_per_worker, num_gpus=resources.gpus_per_worker or 0)(_calibrate_here)
-        first, costliest = ray.get(task.remote(spec_json, data, model_source, overrides))
-        where = "a Ray task with one worker's resources on the cluster"
+        timings = _calibrate_as_ray_tasks(spec, spec_json, data, model_source, overrides, copies)
+        where = "Ray task(s) with one worker's resources on one node of the cluster"
+    elif copies == 1:
+        timings = [_calibrate_here(spec_json, data, model_source, overrides)]
+        where = f"this process, {threads} thread(s)"
     else:
-        first, costliest = _calibrate_here(spec_json, data, model_source, overrides)
-        where = f"this process, {max(1, int(spec.resources.cpus_per_worker))} thread(s)"
-    what = f"measured: {MEASURED_STEPS} steps after {WARMUP_STEPS} warm-up in {where}"
+        timings = _calibrate_in_processes(spec_json, data, model_source, overrides, copies)
+        where = f"this process and {copies - 1} other(s), {threads} thread(s) each"
+    first = mean_timing([f for f, _ in timings])
+    costliest = mean_timing([c for _, c in timings])
+    what = f"measured: {MEASURED_STEPS} steps after {WARMUP_STEPS} warm-up"
+    what += f", {copies} copies side by side (as the sweep's workers run at once), in {where}" if copies > 1 else f" in {where}"
     if spec.resources.workers_per_trial > 1:
-        what += f"; one worker of {spec.resources.workers_per_trial} (the workers' communication not included)"
+        what += f"; a copy is one worker of {spec.resources.workers_per_trial} (the workers' communication not included)"
     costly = ", ".join(f"{k}={v}" for k, v in overrides.items()) or "the first config"
     return Calibration(
         replace(first, source=f"{what}; first config"),
         replace(costliest, source=f"{what}; costliest: {costly}"),
         time.time() - started,
+        copies,
     )
+
+
+def _calibrate_in_processes(spec_json, data, model_source, overrides, copies) -> list[tuple[TrialTiming, TrialTiming]]:
+    """This process and `copies - 1` spawned ones (a fork of a process with torch's
+    threads can hang), all measuring from one barrier on."""
+    import multiprocessing
+
+    from sweeper.errors import UserError
+
+    context = multiprocessing.get_context("spawn")
+    barrier = context.Barrier(copies, timeout=BARRIER_SECONDS)
+    results = context.Queue()
+    others = [
+        context.Process(target=_calibrate_copy, args=(spec_json, data, model_source, overrides, barrier, results), daemon=True)
+        for _ in range(copies - 1)
+    ]
+    for process in others:
+        process.start()
+    try:
+        timings = [_calibrate_here(spec_json, data, model_source, overrides, barrier.wait)]
+        for _ in others:
+            outcome = results.get(timeout=BARRIER_SECONDS)
+            if isinstance(outcome, str):
+                raise UserError(f"calibration: a copy beside the first failed: {outcome}")
+            timings.append(outcome)
+    finally:
+        barrier.abort()  # a copy still waiting (this process failed first) stops waiting
+        for process in others:
+            process.join(timeout=10)
+            if process.is_alive():
+                process.kill()
+    return timings
+
+
+def _calibrate_copy(spec_json, data, model_source, overrides, barrier, results) -> None:
+    """A spawned copy: its timings, or its error in words, on the queue."""
+    import logging
+
+    # A fresh process has no logging handlers, so Python prints bitsandbytes' import-time
+    # note about an optional CPU kernel package to the terminal (the driver, with MLflow's
+    # handlers set up, does not): not part of the forecast.
+    logging.getLogger("bitsandbytes").addHandler(logging.NullHandler())
+    try:
+        results.put(_calibrate_here(spec_json, data, model_source, overrides, barrier.wait))
+    except BaseException as error:  # the parent reports it; a traceback here would interleave
+        results.put(f"{type(error).__name__}: {error}")
+
+
+def _calibrate_as_ray_tasks(spec, spec_json, data, model_source, overrides, copies) -> list[tuple[TrialTiming, TrialTiming]]:
+    """`copies` Ray tasks in one placement group packed on one node (contention is a
+    node's), each with one worker's resources, meeting at a barrier actor."""
+    import threading
+
+    import ray
+    from ray.util.placement_group import placement_group, remove_placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    resources = spec.resources
+    bundle = {"CPU": resources.cpus_per_worker, **({"GPU": resources.gpus_per_worker} if resources.gpus_per_worker else {})}
+    group = placement_group([bundle] * copies, strategy="STRICT_PACK")
+    try:
+        ray.get(group.ready(), timeout=BARRIER_SECONDS)
+
+        @ray.remote(num_cpus=0, max_concurrency=copies)
+        class Barrier:
+            def __init__(self):
+                self.barrier = threading.Barrier(copies, timeout=BARRIER_SECONDS)
+
+            def wait(self):
+                self.barrier.wait()
+
+        barrier = Barrier.remote()
+        task = ray.remote(num_cpus=resources.cpus_per_worker, num_gpus=resources.gpus_per_worker or 0)(_calibrate_on_ray)
+        runs = [
+            task.options(
+                scheduling_strategy=PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=index)
+            ).remote(spec_json, data, model_source, overrides, barrier)
+            for index in range(copies)
+        ]
+        return ray.get(runs)
+    finally:
+        remove_placement_group(group)
+
+
+def _calibrate_on_ray(spec_json, data, model_source, overrides, barrier) -> tuple[TrialTiming, TrialTiming]:
+    import ray
+
+    return _calibrate_here(spec_json, data, model_source, overrides, lambda: ray.get(barrier.wait.remote()))
