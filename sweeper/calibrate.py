@@ -227,7 +227,9 @@ def calibrate(spec: SweepSpec, data: dict, model_source: str, on_cluster: bool, 
     threads = max(1, int(spec.resources.cpus_per_worker))
     if on_cluster:
         timings = _calibrate_as_ray_tasks(spec, spec_json, data, model_source, overrides, copies)
-        where = "Ray task(s) with one worker's resources on one node of the cluster"
+        where = "a Ray task with one worker's resources on the cluster"
+        if copies > 1:
+            where = "Ray tasks with one worker's resources each, on one node of the cluster"
     elif copies == 1:
         timings = [_calibrate_here(spec_json, data, model_source, overrides)]
         where = f"this process, {threads} thread(s)"
