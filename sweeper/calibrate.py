@@ -1,12 +1,12 @@
 """Calibration: measure a trial's step time on the target hardware before the sweep.
 
-A few optimizer steps (one warm-up, then `steps` measured) of two configurations: the
-first (the YAML's own values) and the most expensive one in the space (the highest value
-of every searched parameter that makes a step dearer: LoRA rank, batch size, gradient
-accumulation). Each step evaluates, so one run gives both seconds per step (the loop's
-own training-time measure, `train_tokens / tokens_per_second`) and seconds per
-evaluation (the rest of the time between two reports: evaluation, adapter checkpoint,
-report).
+A few optimizer steps (`steps` to warm up, then `steps` measured, each run followed by
+an evaluation) of two configurations: the first (the YAML's own values) and the most
+expensive one in the space (the highest value of every searched parameter that makes a
+step dearer: LoRA rank, batch size, gradient accumulation). One run gives both seconds
+per step (the loop's own training-time measure, `train_tokens / tokens_per_second`) and
+seconds per evaluation (the rest of the time between two reports: evaluation, adapter
+checkpoint, report).
 
 Where it runs: in this process for a local CPU cluster (one thread per reserved CPU, as a
 trial's worker), else as a Ray task with one worker's resources on the cluster, so that a
@@ -41,8 +41,11 @@ from sweeper.spec import CategoricalDist, IntUniformDist, SweepSpec, with_overri
 
 __all__ = ["Calibration", "calibrate", "costliest_overrides", "run_training", "side_by_side", "mean_timing", "COST_PARAMETERS"]
 
-WARMUP_STEPS = 1
-MEASURED_STEPS = 3
+# Steps in a row, as a trial trains between evaluations: two trials side by side slow
+# each other down while both step; steps that alternate with evaluations (one step per
+# report) hid most of it (a DPO step: 38 ms side by side that way, 75-90 ms in runs of
+# 10 steps beside another process, 35-40 ms alone).
+MEASURED_STEPS = 5
 # How long a copy waits at the start barrier for the others' imports and model loads.
 BARRIER_SECONDS = 300
 
@@ -144,14 +147,17 @@ def costliest_overrides(spec: SweepSpec) -> dict:
 
 
 def measure(spec: SweepSpec, data: dict, model_source: str, steps: int = MEASURED_STEPS) -> TrialTiming:
-    """Train `spec` for warm-up + `steps` steps here, evaluating after each, and time it."""
+    """Train `spec` here for two intervals of `steps` steps, evaluating after each, and
+    time the second: its steps (the loop's own training time) and the rest of the time
+    between the two reports (evaluation, checkpoint, report). The first interval warms up;
+    what its first step takes beyond a steady one is part of every trial run's start."""
     import torch
 
     spec = with_overrides(
         spec,
         {
-            "training.max_steps": WARMUP_STEPS + steps,
-            "training.eval_every": 1,
+            "training.max_steps": 2 * steps,
+            "training.eval_every": steps,
             "early_stopping.scheduler": "none",
             "chaos.fault": "none",
             "budget": None,
@@ -165,14 +171,14 @@ def measure(spec: SweepSpec, data: dict, model_source: str, steps: int = MEASURE
         run_training(spec, data, model_source, lambda metrics, _: reports.append((time.time(), metrics)), started_at)
     finally:
         torch.set_num_threads(threads)
-    step_times = [m["train_tokens"] / m["tokens_per_second"] for _, m in reports]
-    measured = step_times[WARMUP_STEPS:]
-    gaps = [later - earlier for (earlier, _), (later, _) in zip(reports, reports[1:])]
-    eval_times = [max(0.0, gap - step) for gap, step in zip(gaps, step_times[1:])]
-    loop_setup = reports[0][1]["setup_seconds"] - step_times[0]
+    (warm_at, _), (measured_at, measured) = reports
+    training = measured["train_tokens"] / measured["tokens_per_second"]
+    step = training / steps
+    # setup_seconds runs to the end of the first step: its steady part is a step's.
+    loop_setup = reports[0][1]["setup_seconds"] - step
     return TrialTiming(
-        step_seconds=statistics.median(measured),
-        eval_seconds=statistics.median(eval_times),
+        step_seconds=step,
+        eval_seconds=max(0.0, measured_at - warm_at - training),
         setup_seconds=max(0.0, loop_setup) + RAY_TRIAL_START_SECONDS,
         source="",
     )
@@ -238,7 +244,7 @@ def calibrate(spec: SweepSpec, data: dict, model_source: str, on_cluster: bool, 
         where = f"this process and {copies - 1} other(s), {threads} thread(s) each"
     first = mean_timing([f for f, _ in timings])
     costliest = mean_timing([c for _, c in timings])
-    what = f"measured: {MEASURED_STEPS} steps after {WARMUP_STEPS} warm-up"
+    what = f"measured: {MEASURED_STEPS} steps in a row after {MEASURED_STEPS} warm-up"
     what += f", {copies} copies side by side (as the sweep's workers run at once), in {where}" if copies > 1 else f" in {where}"
     if spec.resources.workers_per_trial > 1:
         what += f"; a copy is one worker of {spec.resources.workers_per_trial} (the workers' communication not included)"
