@@ -14,11 +14,11 @@ GPU sweep is measured on a GPU of the cluster.
 
 With the node filled as the sweep fills it: as many copies of the calibration at once as
 the sweep runs workers at once on its fullest node (`side_by_side`), each with one
-worker's resources, started together (a barrier after their imports); the timings are
-their mean. Trials side by side slow each other down through what their node shares
-(cores, caches, memory bandwidth, the host side of GPUs): a DPO step calibrated alone
-at 34 ms ran at 63 ms with the two trials of the DPO quickstart side by side on the
-2-core machine (benchmarks/README.md). Copies are counted per node, because trials on
+worker's resources, meeting at a barrier after their imports and before each measured
+interval; the timings are their mean. Trials side by side slow each other down through
+what their node shares (cores, caches, memory bandwidth, the host side of GPUs): a DPO
+step calibrated alone at 34 ms ran at 46-63 ms with the two trials of the DPO quickstart
+side by side on the 2-core machine (benchmarks/README.md). Copies are counted per node, because trials on
 different nodes share nothing but the driver, and each copy holds a worker's own
 resources (a GPU copy its own GPU), so a GPU sweep whose trials run on separate GPUs is
 timed with its neighbours, not as if they shared one GPU.
@@ -146,11 +146,14 @@ def costliest_overrides(spec: SweepSpec) -> dict:
     return overrides
 
 
-def measure(spec: SweepSpec, data: dict, model_source: str, steps: int = MEASURED_STEPS) -> TrialTiming:
+def measure(spec: SweepSpec, data: dict, model_source: str, steps: int = MEASURED_STEPS, ready=None) -> TrialTiming:
     """Train `spec` here for two intervals of `steps` steps, evaluating after each, and
     time the second: its steps (the loop's own training time) and the rest of the time
     between the two reports (evaluation, checkpoint, report). The first interval warms up;
-    what its first step takes beyond a steady one is part of every trial run's start."""
+    what its first step takes beyond a steady one is part of every trial run's start.
+    `ready()` (copies side by side) waits for the other copies before the measured
+    interval: their model loads take different times, and 5 steps are over in a
+    fraction of a second, so copies started together need not step together."""
     import torch
 
     spec = with_overrides(
@@ -164,11 +167,17 @@ def measure(spec: SweepSpec, data: dict, model_source: str, steps: int = MEASURE
         },
     )
     reports: list[tuple[float, dict]] = []
+
+    def on_report(metrics: dict) -> None:
+        if not reports and ready is not None:
+            ready()  # the loop's step timer starts again after this report
+        reports.append((time.time(), metrics))
+
     threads = torch.get_num_threads()
     torch.set_num_threads(max(1, int(spec.resources.cpus_per_worker)))
     started_at = time.time()
     try:
-        run_training(spec, data, model_source, lambda metrics, _: reports.append((time.time(), metrics)), started_at)
+        run_training(spec, data, model_source, lambda metrics, _: on_report(metrics), started_at)
     finally:
         torch.set_num_threads(threads)
     (warm_at, _), (measured_at, measured) = reports
@@ -200,9 +209,9 @@ def _calibrate_here(
             warnings.simplefilter("ignore", FutureWarning)
             _import_what_a_trial_has_imported(spec, model_source)
             if ready is not None:
-                ready()
-            first = measure(spec, data, model_source)
-            costliest = measure(with_overrides(spec, overrides), data, model_source) if overrides else first
+                ready()  # model loads (the start's figure) side by side too
+            first = measure(spec, data, model_source, ready=ready)
+            costliest = measure(with_overrides(spec, overrides), data, model_source, ready=ready) if overrides else first
     finally:
         transformers_logging.enable_progress_bar()
     return first, costliest
