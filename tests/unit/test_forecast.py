@@ -191,6 +191,29 @@ def test_calibrate_side_by_side_in_processes_only_when_the_sweep_runs_workers_si
     assert "2 copies side by side" in two.first.source
 
 
+def test_measure_times_the_second_interval_of_steps_in_a_row_from_a_common_start(monkeypatch):
+    """Two intervals of MEASURED_STEPS steps: the first warms up; copies meet before the
+    second; its training time / steps is the step, the rest of the gap the evaluation."""
+    steps = calibration.MEASURED_STEPS
+    clock, events = [100.0], []
+    monkeypatch.setattr(calibration.time, "time", lambda: clock[0])
+
+    def fake_training(spec, data, source, report, started_at):
+        assert (spec.training.max_steps, spec.training.eval_every) == (2 * steps, steps)
+        clock[0] += 2.0  # setup and the warm-up interval
+        report({"train_tokens": 1000, "tokens_per_second": 1000 / 1.5, "setup_seconds": 1.2}, None)
+        events.append("second interval")
+        clock[0] += steps * 0.05 + 0.3  # steps of 50 ms, then a 300 ms evaluation
+        report({"train_tokens": 1000, "tokens_per_second": 1000 / (steps * 0.05), "setup_seconds": 1.2}, None)
+
+    monkeypatch.setattr(calibration, "run_training", fake_training)
+    timing = calibration.measure(quickstart_like(), {}, "model", ready=lambda: events.append("ready"))
+    assert events == ["ready", "second interval"]
+    assert timing.step_seconds == pytest.approx(0.05) and timing.eval_seconds == pytest.approx(0.3)
+    # The loop's setup runs to the end of the first step: a steady step is taken off.
+    assert timing.setup_seconds == pytest.approx(1.2 - 0.05 + calibration.RAY_TRIAL_START_SECONDS)
+
+
 def test_sweep_plan_without_calibration_prints_the_forecast(tmp_path):
     result = CliRunner().invoke(app, ["plan", str(REPO / "search_spaces" / "quickstart.yaml"), "--no-calibrate"])
     assert result.exit_code == 0, result.output
