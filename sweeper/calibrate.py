@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import logging
 import math
 import statistics
 import time
@@ -38,6 +39,12 @@ from dataclasses import dataclass, replace
 from sweeper.forecast import RAY_TRIAL_START_SECONDS, TrialTiming
 from sweeper.plan import ClusterResources, SweepPlan
 from sweeper.spec import CategoricalDist, IntUniformDist, SweepSpec, with_overrides
+
+# Without a logging handler set up (`sweep plan`, a spawned copy) Python prints
+# bitsandbytes' import-time note about an optional CPU kernel package (`kernels`) to the
+# terminal, in the middle of the forecast. Set here, at import, so that a spawned copy has
+# it before its arguments' unpickling imports the libraries.
+logging.getLogger("bitsandbytes").addHandler(logging.NullHandler())
 
 __all__ = ["Calibration", "calibrate", "costliest_overrides", "run_training", "side_by_side", "mean_timing", "COST_PARAMETERS"]
 
@@ -300,12 +307,6 @@ def _calibrate_in_processes(spec_json, data, model_source, overrides, copies) ->
 
 def _calibrate_copy(spec_json, data, model_source, overrides, barrier, results) -> None:
     """A spawned copy: its timings, or its error in words, on the queue."""
-    import logging
-
-    # A fresh process has no logging handlers, so Python prints bitsandbytes' import-time
-    # note about an optional CPU kernel package to the terminal (the driver, with MLflow's
-    # handlers set up, does not): not part of the forecast.
-    logging.getLogger("bitsandbytes").addHandler(logging.NullHandler())
     try:
         results.put(_calibrate_here(spec_json, data, model_source, overrides, barrier.wait))
     except BaseException as error:  # the parent reports it; a traceback here would interleave
