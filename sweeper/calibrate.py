@@ -17,11 +17,13 @@ the sweep runs workers at once on its fullest node (`side_by_side`), each with o
 worker's resources, meeting at a barrier after their imports and before each measured
 interval; the timings are their mean. Trials side by side slow each other down through
 what their node shares (cores, caches, memory bandwidth, the host side of GPUs): a DPO
-step calibrated alone at 34 ms ran at 46-63 ms with the two trials of the DPO quickstart
-side by side on the 2-core machine (benchmarks/README.md). Copies are counted per node, because trials on
-different nodes share nothing but the driver, and each copy holds a worker's own
-resources (a GPU copy its own GPU), so a GPU sweep whose trials run on separate GPUs is
-timed with its neighbours, not as if they shared one GPU.
+step calibrated alone at 30-34 ms ran at 46-63 ms with the two trials of the DPO
+quickstart side by side on the 2-core machine; two copies side by side measure 33-35 ms
+there (the rest is the driver's and Ray's share of the cores, benchmarks/README.md).
+Copies are counted per node, because trials on different nodes share nothing but the
+driver, and each copy holds a worker's own resources (a GPU copy its own GPU), so a GPU
+sweep whose trials run on separate GPUs is timed with its neighbours, not as if they
+shared one GPU.
 
 The training loop is called through `run_training` alone.
 """
@@ -48,10 +50,9 @@ logging.getLogger("bitsandbytes").addHandler(logging.NullHandler())
 
 __all__ = ["Calibration", "calibrate", "costliest_overrides", "run_training", "side_by_side", "mean_timing", "COST_PARAMETERS"]
 
-# Steps in a row, as a trial trains between evaluations: two trials side by side slow
-# each other down while both step; steps that alternate with evaluations (one step per
-# report) hid most of it (a DPO step: 38 ms side by side that way, 75-90 ms in runs of
-# 10 steps beside another process, 35-40 ms alone).
+# Steps in a row, as a trial trains between evaluations, so that copies side by side
+# step while the others step (one step per evaluation, a copy's steps mostly met the
+# others' evaluations and model loads instead).
 MEASURED_STEPS = 5
 # How long a copy waits at the start barrier for the others' imports and model loads.
 BARRIER_SECONDS = 300
