@@ -63,6 +63,43 @@ def one_run(sweep: str) -> dict:
         "trials": len(run.book.trials),
         "completed": run.book.count("completed"),
         "median_trial_setup_seconds": run.book.median_setup_seconds(),
+        **trial_parts(run.book),
+    }
+
+
+def trial_parts(book) -> dict:
+    """Where the trials' time went, from their reports, per unit as the forecast counts it:
+    seconds per training step (the loop's own `train_tokens / tokens_per_second`), per
+    Train run start (`setup_seconds` of each run's first report: load, LoRA, first step)
+    and per evaluation (the rest of the trials' wall time: evaluation, checkpoint, report,
+    stop), and the training thread's CPU share (below 1: it waited for a core)."""
+    steps = runs = evaluations = 0
+    train = setup = wall = 0.0
+    shares = []
+    for trial in book.trials.values():
+        wall += trial.wall_seconds
+        previous_step, previous_setup = 0, None
+        for report in trial.history:
+            if "tokens_per_second" not in report:
+                continue
+            train += report["train_tokens"] / report["tokens_per_second"]
+            steps += report["step"] - previous_step
+            previous_step = report["step"]
+            evaluations += 1
+            if report.get("setup_seconds") != previous_setup:  # a new Train run (start or resume)
+                previous_setup = report.get("setup_seconds")
+                setup += previous_setup or 0.0
+                runs += 1
+            shares.append(report.get("train_cpu_share", float("nan")))
+    return {
+        "actual_trial_seconds": wall,
+        "actual_steps": steps,
+        "actual_runs": runs,
+        "actual_evaluations": evaluations,
+        "actual_step_seconds": train / max(1, steps),
+        "actual_setup_seconds": setup / max(1, runs),
+        "actual_eval_seconds": (wall - train - setup) / max(1, evaluations),
+        "train_cpu_share_median": sorted(shares)[len(shares) // 2] if shares else None,
     }
 
 
@@ -93,6 +130,15 @@ def main() -> None:
             f"{row['forecast_usd']:.6f} forecast, {row['actual_usd']:.6f} actual ({_error(row, 'usd')}); "
             f"step {row['step_seconds'] * 1000:.0f} ms, eval {row['eval_seconds'] * 1000:.0f} ms, "
             f"start {row['setup_seconds']:.1f} s; trial setup median {row['median_trial_setup_seconds'] or 0:.1f} s",
+            flush=True,
+        )
+        print(
+            f"  trials' parts, actual (forecast): step {row['actual_step_seconds'] * 1000:.0f} "
+            f"({row['step_seconds'] * 1000:.0f}) ms x {row['actual_steps']}, eval and rest "
+            f"{row['actual_eval_seconds'] * 1000:.0f} ({row['eval_seconds'] * 1000:.0f}) ms x "
+            f"{row['actual_evaluations']}, run start {row['actual_setup_seconds']:.2f} ({row['setup_seconds']:.2f}) s x "
+            f"{row['actual_runs']}; trials' wall {row['actual_trial_seconds']:.1f} s; training thread's CPU share "
+            f"{row['train_cpu_share_median']:.2f}",
             flush=True,
         )
 

@@ -28,17 +28,20 @@ def local_cluster() -> ClusterResources:
     return ClusterResources(cpus=cpus, gpus=gpus, max_node_cpus=cpus, max_node_gpus=gpus)
 
 
-def sweep_forecast(plan: SweepPlan, data: dict | None, model_source: str | None, *, calibrate: bool, on_cluster: bool) -> Forecast:
+def sweep_forecast(
+    plan: SweepPlan, cluster: ClusterResources, data: dict | None, model_source: str | None, *, calibrate: bool, on_cluster: bool
+) -> Forecast:
     """The plan's forecast: calibrated (`data` tokenized, `model_source` resolved; on the
-    cluster as a Ray task when `on_cluster`), or from the throughput model. Raises
+    cluster as Ray tasks when `on_cluster`; as many copies side by side as the sweep runs
+    workers at once on a node of `cluster`), or from the throughput model. Raises
     UserError when the model's size is unknown and calibration is off."""
     spec = plan.spec
     if calibrate:
-        from sweeper.calibrate import calibrate as run_calibration
+        from sweeper.calibrate import calibrate as run_calibration, side_by_side
 
-        calibration = run_calibration(spec, data, model_source, on_cluster=on_cluster)
+        calibration = run_calibration(spec, data, model_source, on_cluster=on_cluster, copies=side_by_side(plan, cluster))
         forecast = forecast_sweep(plan, calibration.first, calibration.costliest)
-        forecast.notes.append(f"Calibration took {calibration.seconds:.1f} s")
+        forecast.notes.append(f"Calibration took {calibration.seconds:.1f} s ({calibration.copies} side by side)")
         return forecast
     accelerator = spec.cost.resolved_accelerator(spec.resources.use_gpu)
     timing = modelled_timing(spec, accelerator, accelerators_per_trial(plan))
@@ -76,7 +79,7 @@ def plan_sweep(file: Path, *, address: str | None, calibrate: bool, console: Con
         start_ray(address, metadata={"job_name": f"{spec.name} (sweep plan)"})
         cluster = ClusterResources.from_ray()
     else:
-        cluster = local_cluster()  # calibrated in this process: the same hardware
+        cluster = local_cluster()  # calibrated in this process (and its copies): the same hardware
     plan = make_plan(spec, cluster)
     data = model_source = None
     if calibrate:
@@ -88,7 +91,7 @@ def plan_sweep(file: Path, *, address: str | None, calibrate: bool, console: Con
         highlight=False,
         soft_wrap=True,
     )
-    forecast = sweep_forecast(plan, data, model_source, calibrate=calibrate, on_cluster=on_cluster)
+    forecast = sweep_forecast(plan, cluster, data, model_source, calibrate=calibrate, on_cluster=on_cluster)
     print_forecast(forecast, spec, console)
     if spec.resources.use_gpu:
         from sweeper.memory import forecast_trial_memory
@@ -115,11 +118,12 @@ class SweepBudget:
 
     @classmethod
     def forecast_sweep(cls, spec, plan, data, cache_root, console: Console, on_cluster: bool) -> "SweepBudget":
-        """Calibrate and print the forecast (before the sweep's clock starts)."""
+        """Calibrate and print the forecast (before the sweep's clock starts; Ray is up)."""
         from trainables.models import resolve_model_source
 
         model_source = resolve_model_source(spec.model.name_or_path, cache_root)
-        forecast = sweep_forecast(plan, data, model_source, calibrate=True, on_cluster=on_cluster)
+        cluster = ClusterResources.from_ray()
+        forecast = sweep_forecast(plan, cluster, data, model_source, calibrate=True, on_cluster=on_cluster)
         print_forecast(forecast, spec, console)
         if spec.budget is not None:
             from sweeper.budget import budget_lines

@@ -3,7 +3,8 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from sweeper.calibrate import costliest_overrides
+from sweeper import calibrate as calibration
+from sweeper.calibrate import costliest_overrides, mean_timing, side_by_side
 from sweeper.cli import app
 from sweeper.forecast import (
     PEAK_TFLOPS,
@@ -150,6 +151,67 @@ def test_costliest_config_takes_the_highest_cost_parameters():
         "training.learning_rate": {"distribution": "log_uniform", "low": 1e-4, "high": 1e-2},
     }})
     assert costliest_overrides(spec) == {"lora.r": 16, "training.per_device_batch_size": 8}
+
+
+def test_calibration_runs_as_many_copies_as_the_sweep_runs_workers_at_once_on_a_node():
+    # The quickstart on the 2-core machine: 2 trials of 1 worker side by side.
+    assert side_by_side(make_plan(quickstart_like(), CPU_BOX), CPU_BOX) == 2
+    # One trial at a time is timed alone.
+    assert side_by_side(make_plan(quickstart_like(search={"max_concurrent_trials": 1}), CPU_BOX), CPU_BOX) == 1
+    # Two DDP workers of one trial share the machine as two trials would.
+    assert side_by_side(make_plan(quickstart_like(resources={"workers_per_trial": 2}), CPU_BOX), CPU_BOX) == 2
+    # GPU trials: 8 at once over two 4-GPU nodes; a node holds 4 of them, each on its own
+    # GPU, so 4 copies (each with a GPU), not 8 on one GPU.
+    gpu = quickstart_like(resources={"use_gpu": True, "gpus_per_worker": 1, "cpus_per_worker": 2})
+    two_nodes = ClusterResources(cpus=64, gpus=8, max_node_cpus=32, max_node_gpus=4)
+    assert make_plan(gpu, two_nodes).concurrent_trials == 8
+    assert side_by_side(make_plan(gpu, two_nodes), two_nodes) == 4
+    # A node's CPUs can be what limits it.
+    assert side_by_side(make_plan(gpu, ClusterResources(cpus=8, gpus=8, max_node_cpus=4, max_node_gpus=8)),
+                        ClusterResources(cpus=8, gpus=8, max_node_cpus=4, max_node_gpus=8)) == 2
+
+
+def test_the_copies_timing_is_their_mean():
+    timings = [TrialTiming(0.03, 0.2, 1.0, "a"), TrialTiming(0.05, 0.4, 2.0, "b")]
+    mean = mean_timing(timings)
+    assert (mean.step_seconds, mean.eval_seconds, mean.setup_seconds) == pytest.approx((0.04, 0.3, 1.5))
+
+
+def test_calibrate_side_by_side_in_processes_only_when_the_sweep_runs_workers_side_by_side(monkeypatch):
+    spec = quickstart_like()
+    alone, beside = TrialTiming(0.03, 0.2, 1.0, ""), TrialTiming(0.06, 0.4, 2.0, "")
+    monkeypatch.setattr(calibration, "_calibrate_here", lambda *args, **kwargs: (alone, alone))
+    monkeypatch.setattr(
+        calibration, "_calibrate_in_processes", lambda *args: [(alone, alone), *[(beside, beside)] * (args[-1] - 1)]
+    )
+    one = calibration.calibrate(spec, {}, "model", on_cluster=False, copies=1)
+    assert one.first.step_seconds == 0.03 and one.copies == 1 and "side by side" not in one.first.source
+    two = calibration.calibrate(spec, {}, "model", on_cluster=False, copies=2)
+    assert two.first.step_seconds == pytest.approx(0.045) and two.costliest.eval_seconds == pytest.approx(0.3)
+    assert "2 copies side by side" in two.first.source
+
+
+def test_measure_times_the_second_interval_of_steps_in_a_row_from_a_common_start(monkeypatch):
+    """Two intervals of MEASURED_STEPS steps: the first warms up; copies meet before the
+    second; its training time / steps is the step, the rest of the gap the evaluation."""
+    steps = calibration.MEASURED_STEPS
+    clock, events = [100.0], []
+    monkeypatch.setattr(calibration.time, "time", lambda: clock[0])
+
+    def fake_training(spec, data, source, report, started_at):
+        assert (spec.training.max_steps, spec.training.eval_every) == (2 * steps, steps)
+        clock[0] += 2.0  # setup and the warm-up interval
+        report({"train_tokens": 1000, "tokens_per_second": 1000 / 1.5, "setup_seconds": 1.2}, None)
+        events.append("second interval")
+        clock[0] += steps * 0.05 + 0.3  # steps of 50 ms, then a 300 ms evaluation
+        report({"train_tokens": 1000, "tokens_per_second": 1000 / (steps * 0.05), "setup_seconds": 1.2}, None)
+
+    monkeypatch.setattr(calibration, "run_training", fake_training)
+    timing = calibration.measure(quickstart_like(), {}, "model", ready=lambda: events.append("ready"))
+    assert events == ["ready", "second interval"]
+    assert timing.step_seconds == pytest.approx(0.05) and timing.eval_seconds == pytest.approx(0.3)
+    # The loop's setup runs to the end of the first step: a steady step is taken off.
+    assert timing.setup_seconds == pytest.approx(1.2 - 0.05 + calibration.RAY_TRIAL_START_SECONDS)
 
 
 def test_sweep_plan_without_calibration_prints_the_forecast(tmp_path):
