@@ -71,6 +71,9 @@ METHODS: dict[str, dict | None] = {
     "asha_eta2": {"early_stopping": {"reduction_factor": 2}},
     "asha_eta4": {"early_stopping": {"reduction_factor": 4}},  # rungs 9, 36: 0.21x random's steps
     # three rungs (3, 9, 27: 0.11x random's steps), evaluating every 3 steps
+    # the first rung later, on the 243-step task: rungs 18, 54, 162 (0.19x) and 27, 81 (0.26x)
+    "asha_grace18": {"early_stopping": {"grace_period": 18}},
+    "asha_grace27": {"early_stopping": {"grace_period": 27}},
     "asha_grace3": {"early_stopping": {"grace_period": 3}, "training": {"eval_every": 3}},
     "asha_eta2_no_liar": {"early_stopping": {"reduction_factor": 2}, "sampler": {"constant_liar": False}},
     "asha_no_liar": {"sampler": {"constant_liar": False}},  # the default since; kept for the "before" runs
@@ -117,7 +120,7 @@ def _chat_text(rng: random.Random) -> str:
     return _chat_template().apply_chat_template(_example(rng)["messages"], tokenize=False)
 
 
-def write_task(folder: Path, train: int = 2000, eval_: int = 160) -> tuple[Path, Path, Path]:
+def write_task(folder: Path, base_steps: int = BASE_STEPS, train: int = 2000, eval_: int = 160) -> tuple[Path, Path, Path]:
     """The benchmark's base model and chat data, the same on every run (seeded):
     (train file, eval file, model folder). The base's pretraining texts come from their
     own random stream, not from the train or eval examples."""
@@ -131,9 +134,9 @@ def write_task(folder: Path, train: int = 2000, eval_: int = 160) -> tuple[Path,
         path = folder / f"{name}.jsonl"
         path.write_text("".join(json.dumps(_example(rng)) + "\n" for _ in range(count)))
         paths.append(path)
-    model = folder / f"base-{BASE_STEPS}"
+    model = folder / f"base-{base_steps}"
     if not (model / "config.json").is_file():
-        tiny.build(model, text=_chat_text, steps=BASE_STEPS)
+        tiny.build(model, text=_chat_text, steps=base_steps)
     return paths[0], paths[1], model
 
 
@@ -388,6 +391,7 @@ def main() -> None:
     parser.add_argument("--max-steps", type=int, default=81)
     parser.add_argument("--eval-every", type=int, default=9, help="also the grace period (ASHA's first rung)")
     parser.add_argument("--reduction-factor", type=float, default=3)
+    parser.add_argument("--base-steps", type=int, default=BASE_STEPS, help="pretraining steps of the task's base model")
     parser.add_argument(
         "--results", type=Path,
         help="folder keeping each method's run per seed: runs found there are not run again, so a long "
@@ -405,7 +409,7 @@ def main() -> None:
         methods.insert(0, "random")  # the reference for steps and the target loss
     results = args.results or Path(tempfile.mkdtemp(prefix="sweeper-bench-sq-results-"))
     results.mkdir(parents=True, exist_ok=True)
-    settings = Settings(args.trials, args.max_steps, args.eval_every, args.reduction_factor, write_task(results / "task"))
+    settings = Settings(args.trials, args.max_steps, args.eval_every, args.reduction_factor, write_task(results / "task", args.base_steps))
 
     outcomes: dict[str, list[Outcome]] = defaultdict(list)
     histories: list[list[tuple[int, float]]] = []
