@@ -368,6 +368,49 @@ def rank_correlations(histories: list[list[tuple[int, float]]], steps: list[int]
     return found
 
 
+def successive_halving(histories: list[list[tuple[int, float]]], rungs: list[int], max_steps: int, eta: float) -> tuple[float, int]:
+    """Replay ASHA by promotion with every trial known (synchronous successive halving) on
+    finished trials' histories: all go to the first rung, the best max(1, floor(n / eta))
+    of the n there on to the next milestone, and so on. Returns (best eval loss seen by
+    the trials as far as they trained, steps trained)."""
+    from sweeper.plan import rung_quota
+
+    alive = list(range(len(histories)))
+    reached = {i: rungs[0] if rungs else max_steps for i in alive}
+    for index, rung in enumerate(rungs):
+        alive = sorted(alive, key=lambda i: dict(histories[i])[rung])[: max(1, rung_quota(len(alive), eta))]
+        for i in alive:
+            reached[i] = rungs[index + 1] if index + 1 < len(rungs) else max_steps
+    best = min(v for i, h in enumerate(histories) for s, v in h if s <= reached[i])
+    return best, sum(reached.values())
+
+
+def replay_brackets(histories, brackets: list[list[int]], max_steps: int, eta: float) -> tuple[float, int]:
+    """Several brackets (Hyperband's hedge against misleading early ranks): the trials
+    dealt round-robin to them, successive halving within each on its own rungs."""
+    found = [successive_halving(histories[b :: len(brackets)], rungs, max_steps, eta) for b, rungs in enumerate(brackets)]
+    return min(best for best, _ in found), sum(steps for _, steps in found)
+
+
+def replay_placements(settings: Settings) -> dict[str, list[list[int]]]:
+    """Rung placements to replay on random search's trials: name -> brackets (rung lists),
+    from the evaluation steps of the task."""
+    from sweeper.plan import asha_rungs
+
+    eta, every, top = settings.reduction_factor, settings.eval_every, settings.max_steps
+    placements = {}
+    for grace in (every, 2 * every, 3 * every):
+        rungs = asha_rungs(grace, top, eta)
+        placements[f"grace {grace}: rungs {', '.join(map(str, rungs))}"] = [rungs]
+    default = asha_rungs(every, top, eta)
+    placements[f"rungs {', '.join(map(str, default[:2]))} (no third)"] = [default[:2]]
+    brackets = [default[i:] for i in range(len(default) + 1)]
+    placements[f"{len(brackets)} brackets: " + " | ".join(", ".join(map(str, b)) or "none" for b in brackets)] = brackets
+    placements[f"2 brackets: {', '.join(map(str, default))} | {', '.join(map(str, default[1:]))}"] = brackets[:2]
+    placements["no rungs (random search)"] = [[]]
+    return placements
+
+
 def save_outcome(folder: Path, outcome: Outcome, histories=None) -> None:
     data = {"method": outcome.method, "seed": outcome.seed, "wall_s": outcome.wall_s,
             "evaluations": outcome.evaluations, "histories": histories}
@@ -413,6 +456,7 @@ def main() -> None:
 
     outcomes: dict[str, list[Outcome]] = defaultdict(list)
     histories: list[list[tuple[int, float]]] = []
+    random_by_seed: dict[int, list] = {}
     for seed in seeds:
         for method in methods:
             saved = load_outcome(results, method, seed)
@@ -430,10 +474,12 @@ def main() -> None:
                 print(f"    best {outcome.best:.4f}, steps {outcome.steps}, wall {outcome.wall_s:.0f} s", flush=True)
             outcomes[method].append(saved[0])
             histories.extend(saved[1])
-    print_table(args, settings, methods, outcomes, histories)
+            if method == "random":
+                random_by_seed[seed] = saved[1]
+    print_table(args, settings, methods, outcomes, histories, random_by_seed)
 
 
-def print_table(args, settings: Settings, methods: list[str], outcomes: dict, histories: list) -> None:
+def print_table(args, settings: Settings, methods: list[str], outcomes: dict, histories: list, random_by_seed: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -482,6 +528,21 @@ def print_table(args, settings: Settings, methods: list[str], outcomes: dict, hi
         + ", ".join(f"step {s}: {c:.2f}" for s, c in among_best.items())
     )
     console.print(f"random search's median best (the target): {target:.4f}")
+    replay = Table(
+        title="rung placements replayed on random search's trials (every trial known, random configs, no TPE)",
+        title_justify="left",
+    )
+    for column in ("placement", "best eval loss, median", "per seed", "steps / random's"):
+        replay.add_column(column)
+    figures["replay"] = {}
+    for name, brackets in replay_placements(settings).items():
+        found = [replay_brackets(random_by_seed[s], brackets, settings.max_steps, settings.reduction_factor) for s in sorted(random_by_seed)]
+        figures["replay"][name] = found
+        replay.add_row(
+            name, f"{statistics.median(b for b, _ in found):.3f}", " ".join(f"{b:.3f}" for b, _ in found),
+            f"{statistics.median(st for _, st in found) / random_steps:.2f}",
+        )
+    console.print(replay)
     console.print(f"machine: {machine()}")
     save_json(args.json, figures)
 
