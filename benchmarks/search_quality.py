@@ -399,14 +399,15 @@ def replay_placements(settings: Settings) -> dict[str, list[list[int]]]:
 
     eta, every, top = settings.reduction_factor, settings.eval_every, settings.max_steps
     placements = {}
-    for grace in (every, 2 * every, 3 * every):
+    for grace in (g for g in (every, 2 * every, 3 * every) if g < top):
         rungs = asha_rungs(grace, top, eta)
         placements[f"grace {grace}: rungs {', '.join(map(str, rungs))}"] = [rungs]
     default = asha_rungs(every, top, eta)
     placements[f"rungs {', '.join(map(str, default[:2]))} (no third)"] = [default[:2]]
     brackets = [default[i:] for i in range(len(default) + 1)]
     placements[f"{len(brackets)} brackets: " + " | ".join(", ".join(map(str, b)) or "none" for b in brackets)] = brackets
-    placements[f"2 brackets: {', '.join(map(str, default))} | {', '.join(map(str, default[1:]))}"] = brackets[:2]
+    if len(default) > 1:
+        placements[f"2 brackets: {', '.join(map(str, default))} | {', '.join(map(str, default[1:]))}"] = brackets[:2]
     placements["no rungs (random search)"] = [[]]
     return placements
 
