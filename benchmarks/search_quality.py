@@ -421,6 +421,17 @@ def replay_placements(settings: Settings) -> dict[str, list[list[int]]]:
     return placements
 
 
+def best_trial_ranks(histories: list[list[tuple[int, float]]], steps: list[int]) -> dict[int, int]:
+    """Where the trial that ends best stands at each step (1 = lowest eval loss there): a
+    rung that keeps the best 1/eta keeps it only while its rank is at most n / eta."""
+    best = min(histories, key=lambda h: min(v for _, v in h))
+    ranks = {}
+    for step in steps:
+        at = sorted(dict(h)[step] for h in histories if step in dict(h))
+        ranks[step] = at.index(dict(best)[step]) + 1
+    return ranks
+
+
 def save_outcome(folder: Path, outcome: Outcome, histories=None) -> None:
     data = {"method": outcome.method, "seed": outcome.seed, "wall_s": outcome.wall_s,
             "evaluations": outcome.evaluations, "histories": histories}
@@ -538,6 +549,13 @@ def print_table(args, settings: Settings, methods: list[str], outcomes: dict, hi
         + ", ".join(f"step {s}: {c:.2f}" for s, c in among_best.items())
     )
     console.print(f"random search's median best (the target): {target:.4f}")
+    rungs = [s for s in (args.eval_every * args.reduction_factor**k for k in range(6)) if s < args.max_steps]
+    places = {seed: best_trial_ranks(h, [int(s) for s in rungs]) for seed, h in sorted(random_by_seed.items())}
+    figures["best_trial_rank"] = places
+    console.print(
+        "rank of random search's best trial among its trials at each rung step (1 = ahead), per seed: "
+        + "; ".join(f"seed {seed}: " + ", ".join(f"step {s}: {r}" for s, r in ranks.items()) for seed, ranks in places.items())
+    )
     replay = Table(
         title="rung placements replayed on random search's trials (every trial known, random configs, no TPE)",
         title_justify="left",
