@@ -76,8 +76,8 @@ METHODS: dict[str, dict | None] = {
     "asha_grace_warmup": {"grace": "after_warmup"},
     "asha_startup10": {"sampler": {"n_startup_trials": 10}},
     "asha_eta2": {"early_stopping": {"reduction_factor": 2}},
-    "asha_eta4": {"early_stopping": {"reduction_factor": 4}},  # rungs 9, 36: 0.21x random's steps
-    # three rungs (3, 9, 27: 0.11x random's steps), evaluating every 3 steps
+    "asha_eta4": {"early_stopping": {"reduction_factor": 4}},  # on the 81-step task rungs 9, 36: 0.21x random's steps
+    # on the 81-step task three rungs (3, 9, 27: 0.11x random's steps), evaluating every 3 steps
     # the first rung later, on the 243-step task: rungs 18, 54, 162 (0.19x) and 27, 81 (0.26x)
     "asha_grace18": {"early_stopping": {"grace_period": 18}},
     "asha_grace27": {"early_stopping": {"grace_period": 27}},
