@@ -20,11 +20,18 @@ Methods, on the same space and seeds:
 - the sweeper's schedulers through `sweeper.launch.run_sweep` (as `sweep start` runs
   them), and candidate settings (see METHODS).
 
+Defaults: 27 trials of at most 243 steps, evaluated every 9 (the grace period: rungs 9,
+27, 81), eta 3: the issue's own setting, with enough steps left after the last rung for
+the methods to separate (random search's trials end 2.19-3.2; at 81 steps all methods
+ended within 0.05).
+
 Per method: median and spread (min-max) of the best eval loss seen at any evaluation,
 total steps relative to random search, steps until the best-so-far first reaches
-random search's median best, wall time.
+random search's median best, wall time. A second table replays rung placements and
+Hyperband-style brackets (`replay_brackets`) on random search's finished trials: which
+trial successive halving would keep, without running a sweep per placement.
 
-    python -m benchmarks.search_quality                       # everything, 3 seeds
+    python -m benchmarks.search_quality                       # the default methods, 3 seeds
     python -m benchmarks.search_quality --methods random,asha --seeds 0
 """
 
@@ -69,8 +76,11 @@ METHODS: dict[str, dict | None] = {
     "asha_grace_warmup": {"grace": "after_warmup"},
     "asha_startup10": {"sampler": {"n_startup_trials": 10}},
     "asha_eta2": {"early_stopping": {"reduction_factor": 2}},
-    "asha_eta4": {"early_stopping": {"reduction_factor": 4}},  # rungs 9, 36: 0.21x random's steps
-    # three rungs (3, 9, 27: 0.11x random's steps), evaluating every 3 steps
+    "asha_eta4": {"early_stopping": {"reduction_factor": 4}},  # on the 81-step task rungs 9, 36: 0.21x random's steps
+    # on the 81-step task three rungs (3, 9, 27: 0.11x random's steps), evaluating every 3 steps
+    # the first rung later, on the 243-step task: rungs 18, 54, 162 (0.19x) and 27, 81 (0.26x)
+    "asha_grace18": {"early_stopping": {"grace_period": 18}},
+    "asha_grace27": {"early_stopping": {"grace_period": 27}},
     "asha_grace3": {"early_stopping": {"grace_period": 3}, "training": {"eval_every": 3}},
     "asha_eta2_no_liar": {"early_stopping": {"reduction_factor": 2}, "sampler": {"constant_liar": False}},
     "asha_no_liar": {"sampler": {"constant_liar": False}},  # the default since; kept for the "before" runs
@@ -82,9 +92,11 @@ DEFAULT_METHODS = ["random", "optuna", "asha", "asha_stopping", "median"]
 
 # Pretraining steps of the benchmark's base (batch 32, learning rate 3e-3): enough for the
 # chat format and the answers' easy part, little enough that the fine-tuning still
-# improves it. In scratch runs of 27 random trials (a base pretrained on another random
-# stream) the rank correlation at the first rung was 0.64 with 200 steps and 0.32 with
-# 80; this base gives 0.58-0.71 per seed (benchmarks/README.md).
+# improves it. With 243 fine-tuning steps, random search's seed 0 gave a rank correlation
+# at step 9 of 0.81 with a base of 40 steps, 0.69 with 80 and 0.68 with 160
+# (`--base-steps`); over seeds 0-2 this base gives 0.69 (per seed 0.69, 0.53, 0.87):
+# the trials whose learning rate is too low to move rank last at step 9 and at the end
+# alike, which keeps the figure up over all trials (benchmarks/README.md).
 BASE_STEPS = 80
 
 
@@ -117,7 +129,7 @@ def _chat_text(rng: random.Random) -> str:
     return _chat_template().apply_chat_template(_example(rng)["messages"], tokenize=False)
 
 
-def write_task(folder: Path, train: int = 2000, eval_: int = 160) -> tuple[Path, Path, Path]:
+def write_task(folder: Path, base_steps: int = BASE_STEPS, train: int = 2000, eval_: int = 160) -> tuple[Path, Path, Path]:
     """The benchmark's base model and chat data, the same on every run (seeded):
     (train file, eval file, model folder). The base's pretraining texts come from their
     own random stream, not from the train or eval examples."""
@@ -131,9 +143,9 @@ def write_task(folder: Path, train: int = 2000, eval_: int = 160) -> tuple[Path,
         path = folder / f"{name}.jsonl"
         path.write_text("".join(json.dumps(_example(rng)) + "\n" for _ in range(count)))
         paths.append(path)
-    model = folder / f"base-{BASE_STEPS}"
+    model = folder / f"base-{base_steps}"
     if not (model / "config.json").is_file():
-        tiny.build(model, text=_chat_text, steps=BASE_STEPS)
+        tiny.build(model, text=_chat_text, steps=base_steps)
     return paths[0], paths[1], model
 
 
@@ -365,6 +377,61 @@ def rank_correlations(histories: list[list[tuple[int, float]]], steps: list[int]
     return found
 
 
+def successive_halving(histories: list[list[tuple[int, float]]], rungs: list[int], max_steps: int, eta: float) -> tuple[float, int]:
+    """Replay ASHA by promotion with every trial known (synchronous successive halving) on
+    finished trials' histories: all go to the first rung, the best max(1, floor(n / eta))
+    of the n there on to the next milestone, and so on. Returns (best eval loss seen by
+    the trials as far as they trained, steps trained)."""
+    from sweeper.plan import rung_quota
+
+    alive = list(range(len(histories)))
+    reached = {i: rungs[0] if rungs else max_steps for i in alive}
+    for index, rung in enumerate(rungs):
+        alive = sorted(alive, key=lambda i: dict(histories[i])[rung])[: max(1, rung_quota(len(alive), eta))]
+        for i in alive:
+            reached[i] = rungs[index + 1] if index + 1 < len(rungs) else max_steps
+    best = min(v for i, h in enumerate(histories) for s, v in h if s <= reached[i])
+    return best, sum(reached.values())
+
+
+def replay_brackets(histories, brackets: list[list[int]], max_steps: int, eta: float) -> tuple[float, int]:
+    """Several brackets (Hyperband's hedge against misleading early ranks): the trials
+    dealt round-robin to them, successive halving within each on its own rungs."""
+    found = [successive_halving(histories[b :: len(brackets)], rungs, max_steps, eta) for b, rungs in enumerate(brackets)]
+    return min(best for best, _ in found), sum(steps for _, steps in found)
+
+
+def replay_placements(settings: Settings) -> dict[str, list[list[int]]]:
+    """Rung placements to replay on random search's trials: name -> brackets (rung lists),
+    from the evaluation steps of the task."""
+    from sweeper.plan import asha_rungs
+
+    eta, every, top = settings.reduction_factor, settings.eval_every, settings.max_steps
+    placements = {}
+    for grace in (g for g in (every, 2 * every, 3 * every) if g < top):
+        rungs = asha_rungs(grace, top, eta)
+        placements[f"grace {grace}: rungs {', '.join(map(str, rungs))}"] = [rungs]
+    default = asha_rungs(every, top, eta)
+    placements[f"rungs {', '.join(map(str, default[:2]))} (no third)"] = [default[:2]]
+    brackets = [default[i:] for i in range(len(default) + 1)]
+    placements[f"{len(brackets)} brackets: " + " | ".join(", ".join(map(str, b)) or "none" for b in brackets)] = brackets
+    if len(default) > 1:
+        placements[f"2 brackets: {', '.join(map(str, default))} | {', '.join(map(str, default[1:]))}"] = brackets[:2]
+    placements["no rungs (random search)"] = [[]]
+    return placements
+
+
+def best_trial_ranks(histories: list[list[tuple[int, float]]], steps: list[int]) -> dict[int, int]:
+    """Where the trial that ends best stands at each step (1 = lowest eval loss there): a
+    rung that keeps the best 1/eta keeps it only while its rank is at most n / eta."""
+    best = min(histories, key=lambda h: min(v for _, v in h))
+    ranks = {}
+    for step in steps:
+        at = sorted(dict(h)[step] for h in histories if step in dict(h))
+        ranks[step] = at.index(dict(best)[step]) + 1
+    return ranks
+
+
 def save_outcome(folder: Path, outcome: Outcome, histories=None) -> None:
     data = {"method": outcome.method, "seed": outcome.seed, "wall_s": outcome.wall_s,
             "evaluations": outcome.evaluations, "histories": histories}
@@ -385,9 +452,10 @@ def main() -> None:
     parser.add_argument("--methods", default=",".join(DEFAULT_METHODS), help=f"comma-separated, of {', '.join(METHODS)}")
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--trials", type=int, default=27)
-    parser.add_argument("--max-steps", type=int, default=81)
+    parser.add_argument("--max-steps", type=int, default=243)
     parser.add_argument("--eval-every", type=int, default=9, help="also the grace period (ASHA's first rung)")
     parser.add_argument("--reduction-factor", type=float, default=3)
+    parser.add_argument("--base-steps", type=int, default=BASE_STEPS, help="pretraining steps of the task's base model")
     parser.add_argument(
         "--results", type=Path,
         help="folder keeping each method's run per seed: runs found there are not run again, so a long "
@@ -405,10 +473,11 @@ def main() -> None:
         methods.insert(0, "random")  # the reference for steps and the target loss
     results = args.results or Path(tempfile.mkdtemp(prefix="sweeper-bench-sq-results-"))
     results.mkdir(parents=True, exist_ok=True)
-    settings = Settings(args.trials, args.max_steps, args.eval_every, args.reduction_factor, write_task(results / "task"))
+    settings = Settings(args.trials, args.max_steps, args.eval_every, args.reduction_factor, write_task(results / "task", args.base_steps))
 
     outcomes: dict[str, list[Outcome]] = defaultdict(list)
     histories: list[list[tuple[int, float]]] = []
+    random_by_seed: dict[int, list] = {}
     for seed in seeds:
         for method in methods:
             saved = load_outcome(results, method, seed)
@@ -426,10 +495,12 @@ def main() -> None:
                 print(f"    best {outcome.best:.4f}, steps {outcome.steps}, wall {outcome.wall_s:.0f} s", flush=True)
             outcomes[method].append(saved[0])
             histories.extend(saved[1])
-    print_table(args, settings, methods, outcomes, histories)
+            if method == "random":
+                random_by_seed[seed] = saved[1]
+    print_table(args, settings, methods, outcomes, histories, random_by_seed)
 
 
-def print_table(args, settings: Settings, methods: list[str], outcomes: dict, histories: list) -> None:
+def print_table(args, settings: Settings, methods: list[str], outcomes: dict, histories: list, random_by_seed: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -478,6 +549,28 @@ def print_table(args, settings: Settings, methods: list[str], outcomes: dict, hi
         + ", ".join(f"step {s}: {c:.2f}" for s, c in among_best.items())
     )
     console.print(f"random search's median best (the target): {target:.4f}")
+    rungs = [s for s in (args.eval_every * args.reduction_factor**k for k in range(6)) if s < args.max_steps]
+    places = {seed: best_trial_ranks(h, [int(s) for s in rungs]) for seed, h in sorted(random_by_seed.items())}
+    figures["best_trial_rank"] = places
+    console.print(
+        "rank of random search's best trial among its trials at each rung step (1 = ahead), per seed: "
+        + "; ".join(f"seed {seed}: " + ", ".join(f"step {s}: {r}" for s, r in ranks.items()) for seed, ranks in places.items())
+    )
+    replay = Table(
+        title="rung placements replayed on random search's trials (every trial known, random configs, no TPE)",
+        title_justify="left",
+    )
+    for column in ("placement", "best eval loss, median", "per seed", "steps / random's"):
+        replay.add_column(column)
+    figures["replay"] = {}
+    for name, brackets in replay_placements(settings).items():
+        found = [replay_brackets(random_by_seed[s], brackets, settings.max_steps, settings.reduction_factor) for s in sorted(random_by_seed)]
+        figures["replay"][name] = found
+        replay.add_row(
+            name, f"{statistics.median(b for b, _ in found):.3f}", " ".join(f"{b:.3f}" for b, _ in found),
+            f"{statistics.median(st for _, st in found) / random_steps:.2f}",
+        )
+    console.print(replay)
     console.print(f"machine: {machine()}")
     save_json(args.json, figures)
 
