@@ -266,7 +266,13 @@ def test_a_driver_killed_with_minus_9_is_resumed_without_retraining_a_completed_
     written = {trial_id: checkpoints(trial_id) for trial_id in before}
     assert all(written.values()), written
 
-    resumed = sweep_cli(cluster, "resume", "killed", "--address", cluster.address, cwd=workdir)
+    # Resumed from S3 alone: the sweep folder is gone, the resume runs in another folder.
+    shutil.rmtree(workdir / "sweeps" / "killed")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    resumed = sweep_cli(
+        cluster, "resume", "killed", "--storage", f"s3://{BUCKET}/cluster/killed", "--address", cluster.address, cwd=elsewhere
+    )
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     (parent,), children = sweep_runs(cluster, "killed")
     trial_ids = [c.data.tags["sweeper.trial_id"] for c in children]
@@ -285,6 +291,40 @@ def test_a_driver_killed_with_minus_9_is_resumed_without_retraining_a_completed_
         # A trial Tune had not yet recorded as finished when the driver died is restarted
         # at its last checkpoint and reports it again, which writes one more checkpoint
         # with the same report (trainables/worker.py); so no assertion on the bucket here.
+    # The search went on with its history: the study fetched from S3 holds every trial.
+    import optuna
+
+    study = optuna.load_study(study_name="killed", storage=f"sqlite:///{elsewhere / 'sweeps' / 'killed' / 'optuna.db'}")
+    told = {t.user_attrs.get("tune_trial_id"): t.state.name for t in study.get_trials()}
+    assert {trial_id: told.get(trial_id) for trial_id in trial_ids} == dict.fromkeys(trial_ids, "COMPLETE"), told
+
+
+def test_a_submitted_sweep_with_its_storage_on_s3_is_stopped_and_resumed_as_jobs(cluster, tmp_path):
+    """`sweep submit`, `logs`, `stop`, `resume` with storage.uri on S3: the resumed job
+    starts in a fresh working_dir and fetches the sweep from S3 (`resume --storage`)."""
+    workdir = tmp_path / "submitted"
+    path = multinode_sweep(cluster, workdir, "subs3", search={"num_trials": 2, "seed": 8})
+    jobs = ("--address", cluster.dashboard)
+    try:
+        submitted = sweep_cli(cluster, "submit", path.name, *jobs, cwd=workdir, timeout=120)
+        assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+        assert "Submitted sweep 'subs3' as job sweep-subs3-" in submitted.stdout
+        wait_for(lambda: sweep_runs(cluster, "subs3")[1], 300, "the submitted sweep's first trial", every=1)
+        stopped = sweep_cli(cluster, "stop", "subs3", *jobs, cwd=workdir, timeout=120)
+        assert stopped.returncode == 0 and "Stopped job sweep-subs3-" in stopped.stdout, stopped.stdout + stopped.stderr
+        logs = sweep_cli(cluster, "logs", "subs3", *jobs, cwd=workdir, timeout=180)
+        assert logs.returncode == 0 and "Job of sweep 'subs3': STOPPED" in logs.stdout, logs.stdout + logs.stderr
+        assert "Sweep 'subs3': 2 trials" in logs.stdout, logs.stdout
+        resumed = sweep_cli(cluster, "resume", "subs3", *jobs, cwd=workdir, timeout=120)
+        assert resumed.returncode == 0 and "Submitted the resume of sweep 'subs3' as job" in resumed.stdout, resumed.stdout + resumed.stderr
+        finished = sweep_cli(cluster, "logs", "subs3", *jobs, cwd=workdir, timeout=480)
+        assert finished.returncode == 0 and "Job of sweep 'subs3': SUCCEEDED" in finished.stdout, finished.stdout + finished.stderr
+    finally:
+        sweep_cli(cluster, "stop", "subs3", *jobs, cwd=workdir, timeout=120)  # a job left running by a failure
+    (parent,), children = sweep_runs(cluster, "subs3")
+    assert [r.info.status for r in [parent, *children] if r.info.status == "RUNNING"] == []
+    assert parent.info.status == "FINISHED"
+    assert sorted(c.data.tags["sweeper.state"] for c in children) == ["completed", "completed"]
 
 
 def test_a_worker_node_lost_mid_trial_retries_from_its_checkpoint(cluster, tmp_path):
