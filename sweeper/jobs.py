@@ -128,9 +128,14 @@ def resume(name: str, address: str | None, working_dir: Path) -> SubmittedSweep:
     when it has one (the job's own folder is fresh), else from its folder on the cluster."""
     jobs = client(address)
     metadata = _latest(jobs, name).metadata
-    sweep_dir, storage_uri = metadata.get(SWEEP_DIR_METADATA), metadata.get(SWEEP_STORAGE_METADATA)
-    args = [name, *(["--storage", storage_uri] if storage_uri else []), *(["--sweep-dir", sweep_dir] if sweep_dir else [])]
-    return submit(name, (sweep_dir, storage_uri), "resume", args, address, working_dir)
+    where = (metadata.get(SWEEP_DIR_METADATA), metadata.get(SWEEP_STORAGE_METADATA))
+    return submit(name, where, "resume", resume_args(name, *where), address, working_dir)
+
+
+def resume_args(name: str, sweep_dir: str | None, storage_uri: str | None) -> list[str]:
+    """`sweep resume`'s arguments in the resume job: the sweep from its object storage when
+    it has one, into its folder on the cluster when it has one (else the job's own)."""
+    return [name, *(["--storage", storage_uri] if storage_uri else []), *(["--sweep-dir", sweep_dir] if sweep_dir else [])]
 
 
 def latest_job(jobs, name: str) -> str:

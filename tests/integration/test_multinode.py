@@ -1,14 +1,17 @@
-"""A sweep on a real multi-node Ray cluster on one machine: a head (no CPUs, so no trial
-worker can run there) and two worker nodes, each `ray start --block` in its own process
-with token authentication on as Ray 2.60 starts it; an S3 server on loopback (moto) for
-`storage.uri`; an `mlflow server` over HTTP whose artifacts go to that S3. Every process
-is ended by its pid (its whole session) when the module ends, even when a test failed.
+"""A sweep on a real multi-node Ray cluster on one machine: a head and two worker nodes,
+each `ray start --block` in its own process with token authentication on as Ray 2.60
+starts it, the worker nodes with a custom resource ("trainer") that every sweep here asks
+for per Train worker (resources.custom), so that no Train worker runs on the head; an S3
+server on loopback (moto) for `storage.uri`; an `mlflow server` over HTTP whose artifacts
+go to that S3. Every process is ended by its pid (its whole session) when the module
+ends, even when a test failed.
 
 The scenarios of issue 17: 2-worker trials spread over both worker nodes with their
-checkpoints in S3; the driver killed with -9 and `sweep resume` finishing the sweep
-without retraining a completed trial or leaving a run RUNNING; promote and report from
-another folder; a worker node's raylet killed mid-trial, the trial retrying from its last
-checkpoint on the other node."""
+checkpoints in S3; the driver killed with -9, its sweep folder deleted, and `sweep resume
+--storage` from another folder finishing the sweep without retraining a completed trial
+or leaving a run RUNNING; promote and report from another folder; `sweep submit`, `logs`,
+`stop` and a resume job with the storage on S3; a worker node's raylet killed mid-trial,
+the trial retrying from its last checkpoint on the other node."""
 
 from __future__ import annotations
 
@@ -131,7 +134,7 @@ def cluster(tmp_path_factory):
         common = ["--temp-dir", ray_temp, "--min-worker-port", "0", "--max-worker-port", "0",
                   "--object-store-memory", str(200 * 1024**2)]
         head = stack.enter_context(ended_at_exit(start_node(
-            ["--head", "--port", str(port), "--dashboard-port", str(dashboard), "--num-cpus", "0",
+            ["--head", "--port", str(port), "--dashboard-port", str(dashboard), "--num-cpus", "1",
              "--ray-client-server-port", str(free_port()), *common],
             base, root / "head.log",
         )))
@@ -144,7 +147,8 @@ def cluster(tmp_path_factory):
             # One at a time, and once more if its start timed out (a busy 2-core machine).
             for attempt in (1, 2):
                 worker = stack.enter_context(ended_at_exit(start_node(
-                    ["--address", address, "--num-cpus", "1", "--resources", json.dumps({f"node_{name}": 1}), *common],
+                    ["--address", address, "--num-cpus", "1", "--resources", json.dumps({f"node_{name}": 1, "trainer": 1}),
+                     *common],
                     joined, root / f"worker-{name}.log",
                 )))
                 result.workers[name] = worker
@@ -160,9 +164,11 @@ def cluster(tmp_path_factory):
 
 
 def multinode_sweep(cluster: MultiNodeCluster, workdir: Path, name: str, **sections) -> Path:
-    """A tiny sweep with its checkpoints in S3 and its runs in the mlflow server."""
+    """A tiny sweep with its checkpoints in S3, its runs in the mlflow server and its Train
+    workers on the worker nodes (their custom resource)."""
     raw = small_sweep(
         name,
+        resources={"custom": {"trainer": 1}},
         training={"max_steps": 20, "eval_every": 10},
         early_stopping={"scheduler": "none"},
         storage={"uri": f"s3://{BUCKET}/cluster/{name}"},

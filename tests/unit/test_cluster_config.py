@@ -161,6 +161,13 @@ def test_a_submitted_sweep_needs_object_storage_or_an_absolute_folder_that_outli
         jobs.submitted_sweep(path)
 
 
+def test_a_resume_job_fetches_a_sweep_with_object_storage_from_there():
+    from sweeper import jobs
+
+    assert jobs.resume_args("s", None, "s3://b/s") == ["s", "--storage", "s3://b/s"]
+    assert jobs.resume_args("s", "/mnt/sweeps/s", None) == ["s", "--sweep-dir", "/mnt/sweeps/s"]
+
+
 def test_the_yaml_travels_inside_the_jobs_working_dir_and_runs_through_the_cli(tmp_path):
     from sweeper import jobs
 
