@@ -3,7 +3,10 @@ machine, another folder, a Ray Job's fresh working_dir) from what its storage.ur
 the sweep.yaml published when it started (sweeper/launch.py), Tune's state and every
 checkpoint, and the copy of the Optuna study that each of Tune's experiment checkpoints
 uploads beside Tune's own state (`tune/optuna.db`, sweeper/search.py). They are fetched
-into a local sweep folder, which `sweep resume` then continues like any other."""
+into a local sweep folder, which `sweep resume` then continues like any other.
+
+Ray is not loaded here: the resume that follows sets Ray's authentication mode in the
+environment, which Ray reads when it is first imported."""
 
 from __future__ import annotations
 
@@ -38,7 +41,7 @@ def fetch_sweep(name: str, uri: str, folder: Path) -> FetchedSweep:
         UserError: `uri` is no sweep storage or holds another sweep; `folder` holds
         another sweep, or this one with its driver still running.
     """
-    from sweeper.search import STUDY_FILE
+    from sweeper.names import STUDY_FILE
     from sweeper.spec import load_spec, spec_to_yaml
 
     problem = storage.uri_problem(uri)

@@ -18,6 +18,7 @@ from ray.tune.search import Searcher
 
 from sweeper import names
 from sweeper.earlier_sweeps import REPEAT_ATTR, TUNE_TRIAL_ID_ATTR, WARM_START_ATTR
+from sweeper.names import STUDY_FILE
 from sweeper.plan import SweepPlan
 from sweeper.promotion import PromotionASHA, SlotLimiter
 from sweeper.space import make_sampler, to_optuna_distributions
@@ -25,12 +26,10 @@ from sweeper.spec import SweepSpec
 
 __all__ = [
     "make_search", "make_searcher", "make_scheduler", "StepAwareOptunaSearch", "TIME_ATTR", "TUNE_TRIAL_ID_ATTR",
-    "STUDY_FILE", "optuna_storage_url", "copy_study",
+    "optuna_storage_url", "copy_study",
 ]
 
 TIME_ATTR = "step"
-# The study's file: in the sweep folder, and a copy in Tune's experiment folder.
-STUDY_FILE = "optuna.db"
 
 
 class StepAwareOptunaSearch(Searcher):
