@@ -57,3 +57,34 @@ def test_what_cannot_be_resumed_from_storage_is_a_keyed_line(tmp_path):
     with pytest.raises(UserError, match=r"^--sweep-dir: .*taken holds a sweep whose storage is .*other-store"):
         fetch_sweep("f", str(store), tmp_path / "taken")
     assert not (tmp_path / "here").exists()  # nothing written by a refusal
+
+
+def test_a_sweep_resumed_in_another_folder_reuses_the_mlflow_runs_of_its_storage(tmp_path, monkeypatch):
+    """The resumed tracker finds the sweep's parent run by its storage, not its old folder,
+    and records the folder it continues in; a same-named sweep of other storage is not it."""
+    from sweeper.book import SweepBook, TrialRecord
+    from sweeper.mlflow_store import client_for
+    from sweeper.names import Tag
+    from sweeper.plan import TrialResources
+    from sweeper.tracking import MlflowTracker
+
+    monkeypatch.chdir(tmp_path)  # the tracker puts a SQLite store's artifacts in ./mlartifacts
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+
+    def tracker(output_dir, storage):
+        spec = validate_spec(small_sweep("f", output_dir=str(output_dir), storage={"uri": str(storage)}), base_dir=tmp_path)
+        book = SweepBook(metric="eval_loss", goal="minimize", max_steps=30)
+        return MlflowTracker(spec, book, uri, hardware="test", trial_resources=TrialResources(1, 1, 0))
+
+    first = tracker(tmp_path / "gone", tmp_path / "store")
+    first.start_sweep(tmp_path)
+    record = first.book.trials["a"] = TrialRecord("a", 1, {})
+    first.trial_started(record)
+    other = tracker(tmp_path / "other", tmp_path / "other-store")
+    other.start_sweep(tmp_path)  # same name, other storage: started later
+
+    resumed = tracker(tmp_path / "here", tmp_path / "store")
+    resumed.reattach()
+    assert resumed.parent_run_id == first.parent_run_id and list(resumed.book.trials) == ["a"]
+    parent = client_for(uri).get_run(first.parent_run_id)
+    assert parent.data.tags[Tag.SWEEP_DIR] == str(tmp_path / "here")
