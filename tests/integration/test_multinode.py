@@ -315,6 +315,7 @@ def test_a_submitted_sweep_with_its_storage_on_s3_is_stopped_and_resumed_as_jobs
         submitted = sweep_cli(cluster, "submit", path.name, *jobs, cwd=workdir, timeout=120)
         assert submitted.returncode == 0, submitted.stdout + submitted.stderr
         assert "Submitted sweep 'subs3' as job sweep-subs3-" in submitted.stdout
+
         def evaluated():  # stopped once a trial has evaluated (and Tune has saved its state with it)
             return any(eval_history(cluster, run.info.run_id) for run in sweep_runs(cluster, "subs3")[1])
 
