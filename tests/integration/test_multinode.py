@@ -76,6 +76,20 @@ class MultiNodeCluster:
             named[node_id] = names[0] if names else "head"
         return named
 
+    def job_status(self, sweep: str) -> str:
+        """The status of the sweep's latest Ray Job, through the Jobs SDK (HTTP)."""
+        code = textwrap.dedent(f"""
+            from ray.job_submission import JobSubmissionClient
+            from sweeper.jobs import latest_job
+            jobs = JobSubmissionClient({self.dashboard!r})
+            print(jobs.get_job_status(latest_job(jobs, {sweep!r})))
+        """)
+        done = subprocess.run(
+            [sys.executable, "-c", code], env=self.env(RAY_AUTH_MODE="token"), capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout.strip().splitlines()[-1].rpartition(".")[2]
+
     def train_worker_nodes(self) -> list[str]:
         """The node ids of every Ray Train worker actor the cluster has seen (dead ones too)."""
         return [node for node, _ in self.train_workers()]
@@ -317,9 +331,11 @@ def test_a_submitted_sweep_with_its_storage_on_s3_is_stopped_and_resumed_as_jobs
         assert "Submitted sweep 'subs3' as job sweep-subs3-" in submitted.stdout
 
         def evaluated():  # stopped once a trial has evaluated (and Tune has saved its state with it)
+            status = cluster.job_status("subs3")
+            assert status in ("PENDING", "RUNNING"), (status, sweep_cli(cluster, "logs", "subs3", *jobs, cwd=workdir).stdout[-6000:])
             return any(eval_history(cluster, run.info.run_id) for run in sweep_runs(cluster, "subs3")[1])
 
-        wait_for(evaluated, 300, "the submitted sweep's first evaluation", every=1)
+        wait_for(evaluated, 300, "the submitted sweep's first evaluation", every=2)
         stopped = sweep_cli(cluster, "stop", "subs3", *jobs, cwd=workdir, timeout=120)
         assert stopped.returncode == 0 and "Stopped job sweep-subs3-" in stopped.stdout, stopped.stdout + stopped.stderr
         logs = sweep_cli(cluster, "logs", "subs3", *jobs, cwd=workdir, timeout=180)
