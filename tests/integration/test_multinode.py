@@ -335,7 +335,12 @@ def test_a_submitted_sweep_with_its_storage_on_s3_is_stopped_and_resumed_as_jobs
             assert status in ("PENDING", "RUNNING"), (status, sweep_cli(cluster, "logs", "subs3", *jobs, cwd=workdir).stdout[-6000:])
             return any(eval_history(cluster, run.info.run_id) for run in sweep_runs(cluster, "subs3")[1])
 
-        wait_for(evaluated, 300, "the submitted sweep's first evaluation", every=2)
+        try:
+            wait_for(evaluated, 300, "the submitted sweep's first evaluation", every=2)
+        except AssertionError as timed_out:
+            sweep_cli(cluster, "stop", "subs3", *jobs, cwd=workdir, timeout=120)
+            output = sweep_cli(cluster, "logs", "subs3", *jobs, cwd=workdir, timeout=120).stdout
+            raise AssertionError(f"{timed_out}; the job's output:\n{output[-6000:]}") from None
         stopped = sweep_cli(cluster, "stop", "subs3", *jobs, cwd=workdir, timeout=120)
         assert stopped.returncode == 0 and "Stopped job sweep-subs3-" in stopped.stdout, stopped.stdout + stopped.stderr
         logs = sweep_cli(cluster, "logs", "subs3", *jobs, cwd=workdir, timeout=180)
