@@ -124,9 +124,17 @@ def cluster(tmp_path_factory):
     root = tmp_path_factory.mktemp("multinode")
     home = root / "home"
     home.mkdir()
-    ray_temp = tempfile.mkdtemp(prefix="h17ray-", dir="/tmp")  # Ray's Unix sockets need a short path
     with contextlib.ExitStack() as stack:
-        stack.callback(shutil.rmtree, ray_temp, True)
+
+        def ray_temp() -> str:
+            """A node's own temp folder (short: Ray's Unix sockets live there), removed after
+            the node ends. Nodes on one machine must not share one: a worker node's
+            runtime-env agent deleted the job working_dir that the head's job driver ran
+            in, when its own last use of it ended."""
+            folder = tempfile.mkdtemp(prefix="h17ray-", dir="/tmp")
+            stack.callback(shutil.rmtree, folder, True)
+            return folder
+
         s3 = stack.enter_context(s3_server(root / "moto.log"))
         s3.client().create_bucket(Bucket=BUCKET)
         base = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_AUTH", "RAY_ADDRESS", "AWS_", "MLFLOW_"))}
@@ -145,11 +153,11 @@ def cluster(tmp_path_factory):
         )))
 
         port, dashboard = free_port(), free_port()
-        common = ["--temp-dir", ray_temp, "--min-worker-port", "0", "--max-worker-port", "0",
+        common = ["--min-worker-port", "0", "--max-worker-port", "0",
                   "--object-store-memory", str(200 * 1024**2)]
         head = stack.enter_context(ended_at_exit(start_node(
             ["--head", "--port", str(port), "--dashboard-port", str(dashboard), "--num-cpus", "1",
-             "--ray-client-server-port", str(free_port()), *common],
+             "--ray-client-server-port", str(free_port()), "--temp-dir", ray_temp(), *common],
             base, root / "head.log",
         )))
         wait_for_port(port, head)
@@ -162,7 +170,7 @@ def cluster(tmp_path_factory):
             for attempt in (1, 2):
                 worker = stack.enter_context(ended_at_exit(start_node(
                     ["--address", address, "--num-cpus", "1", "--resources", json.dumps({f"node_{name}": 1, "trainer": 1}),
-                     *common],
+                     "--temp-dir", ray_temp(), *common],
                     joined, root / f"worker-{name}.log",
                 )))
                 result.workers[name] = worker
