@@ -163,6 +163,10 @@ def resume(
     name: str = typer.Argument(..., help="Sweep name."),
     sweep_dir: Optional[Path] = typer.Option(None, "--sweep-dir", help=SWEEP_DIR_HELP),
     address: Optional[str] = typer.Option(None, "--address", help="Ray cluster to join (default: RAY_ADDRESS, else a new local cluster)."),
+    storage_uri: Optional[str] = typer.Option(
+        None, "--storage", help="The sweep's storage.uri, where its folder is gone (another machine or folder): "
+        "its sweep.yaml and Optuna study are fetched from there into --sweep-dir (default ./sweeps/NAME).",
+    ),
 ) -> None:
     """Continue a sweep after its driver died or was stopped: finished trials are kept,
     unfinished ones continue from their latest checkpoint, the search keeps its history."""
@@ -174,6 +178,13 @@ def resume(
         job = jobs.resume(name, address, Path.cwd())
         console.print(f"Submitted the resume of sweep {name!r} as job {job.job_id}\nDashboard: {job.dashboard_url}", highlight=False)
         return
+    if storage_uri:
+        from sweeper.from_storage import fetch_sweep
+
+        fetched = fetch_sweep(name, storage_uri, sweep_dir or Path("sweeps") / name)
+        for note in fetched.notes:
+            errors.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False, soft_wrap=True)
+        sweep_dir = fetched.folder
     folder, _ = _sweep_spec(name, sweep_dir)
     _finish(resume_sweep(folder, address=address or os.environ.get("RAY_ADDRESS"), console=console))
 
@@ -227,9 +238,9 @@ def submit(
     """Run the sweep on the cluster as a Ray Job: the driver lives there, not here."""
     from sweeper import jobs
 
-    name, sweep_dir = jobs.submitted_sweep(file)
+    name, sweep_dir, storage_uri = jobs.submitted_sweep(file)
     here = Path.cwd()
-    job = jobs.submit(name, sweep_dir, "start", [jobs.working_dir_path(file, here)], address, here)
+    job = jobs.submit(name, (sweep_dir, storage_uri), "start", [jobs.working_dir_path(file, here)], address, here)
     console.print(f"Submitted sweep {name!r} as job {job.job_id}", highlight=False)
     console.print(f"Dashboard: {job.dashboard_url}", highlight=False, soft_wrap=True)
     console.print(f"Follow it with: sweep logs {name} --address {address or os.environ.get('RAY_ADDRESS')}", highlight=False, soft_wrap=True)

@@ -121,10 +121,11 @@ class SweepDriver(Callback):
         self._tell("trial_finished", record)
 
 
-def rebuild_for_resume(tracker, scheduler, searcher) -> None:
+def rebuild_for_resume(tracker, scheduler, searcher, study_url: str) -> None:
     """A resumed sweep's state, rebuilt in one order from the one record that outlives a
     killed driver, MLflow: the book from the sweep's MLflow runs (`tracker.reattach`),
-    then the rung ladder of ASHA by promotion from the book, then the Optuna study
+    then the rung ladder of ASHA by promotion from the book, then the Optuna study (the
+    one at `study_url`, in the sweep's folder, wherever the first driver kept it)
     cross-checked against the book (a trial the last driver ended in MLflow but not in
     Optuna is told now). `scheduler` and `searcher` are the restored tuner's (None where
     the sweep has none)."""
@@ -137,4 +138,5 @@ def rebuild_for_resume(tracker, scheduler, searcher) -> None:
         scheduler.for_resume(tracker.book)
         scheduler.mark_repeats(getattr(searcher, "repeats", ()))  # warm start's, from the study
     if searcher is not None:
+        searcher.use_study(study_url)
         searcher.reconcile(tracker.book)

@@ -26,6 +26,7 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, IntD
 from optuna.trial import FrozenTrial, TrialState
 
 from sweeper.errors import UserError
+from sweeper.names import STUDY_FILE
 from sweeper.space import to_optuna_distributions
 from sweeper.spec import SweepSpec, WarmStartSpec
 
@@ -34,7 +35,6 @@ __all__ = [
     "STUDY_FILE",
 ]
 
-STUDY_FILE = "optuna.db"
 # The Optuna user attribute of a seeded trial (added or enqueued): where it came from,
 # "<earlier sweep>/<its Tune trial id>".
 WARM_START_ATTR = "warm_start_source"

@@ -16,6 +16,7 @@ from sweeper.launch import auth_refused, auth_token_source, client_auth_settings
 
 SWEEP_METADATA = "sweeper_sweep"
 SWEEP_DIR_METADATA = "sweeper_sweep_dir"
+SWEEP_STORAGE_METADATA = "sweeper_storage_uri"
 # What never travels in a job's working_dir: environments, results, stores.
 WORKING_DIR_EXCLUDES = [".git", ".venv", "sweeps", "sweep-reports", "mlruns", "mlartifacts", "mlflow.db", "*.pyc", "__pycache__"]
 
@@ -73,50 +74,68 @@ def _connection_problem(address: str, exc: Exception) -> str:
     return f"--address: no Ray dashboard answers at {address} ({type(exc).__name__}); check the head's address and port (8265)"
 
 
-def submitted_sweep(file: Path) -> tuple[str, str]:
-    """The sweep's name and its folder on the cluster, from FILE (validated in full on
-    the cluster, where its paths exist).
+def submitted_sweep(file: Path) -> tuple[str, str | None, str | None]:
+    """The sweep's name, its folder on the cluster and its object storage (storage.uri
+    s3://...), from FILE (validated in full on the cluster, where its paths exist).
 
     Raises:
-        UserError: no name, or no absolute output_dir: a job's working_dir is unpacked
-        anew for every job, so a sweep folder inside it would be lost to `sweep resume`.
+        UserError: no name, or neither object storage nor an absolute output_dir: a job's
+        working_dir is unpacked anew for every job, so a sweep kept only inside it would
+        be lost to `sweep resume` (with object storage, the resume fetches it from there).
     """
     import yaml
+
+    from sweeper.storage import is_remote
 
     try:
         raw = yaml.safe_load(Path(file).read_text()) or {}
     except (OSError, yaml.YAMLError) as exc:
         raise UserError(f"FILE: cannot read {file}: {exc}") from None
     name, output_dir = raw.get("name"), raw.get("output_dir")
+    storage_uri = (raw.get("storage") or {}).get("uri") if isinstance(raw.get("storage"), dict) else None
     if not isinstance(name, str) or not name:
         raise UserError(f"name: a submitted sweep needs a name, got {name!r}")
-    if not isinstance(output_dir, str) or not output_dir.startswith("/"):
+    remote = isinstance(storage_uri, str) and is_remote(storage_uri)
+    absolute = isinstance(output_dir, str) and output_dir.startswith("/")
+    if not remote and not absolute:
         raise UserError(
-            f"output_dir: a submitted sweep needs an absolute folder on the cluster that outlives the job "
-            f"(a shared file system, e.g. /mnt/sweeps/{name}), got {output_dir!r}"
+            f"output_dir: a submitted sweep needs storage.uri on object storage (s3://bucket/prefix/{name}) or an "
+            f"absolute output_dir on the cluster that outlives the job (a shared file system, e.g. /mnt/sweeps/{name}), "
+            f"got {output_dir!r}"
         )
-    return name, output_dir
+    return name, output_dir if absolute else None, storage_uri.rstrip("/") if remote else None
 
 
-def submit(name: str, sweep_dir: str, command: str, args: list[str], address: str | None, working_dir: Path) -> SubmittedSweep:
+def submit(
+    name: str, where: tuple[str | None, str | None], command: str, args: list[str], address: str | None, working_dir: Path
+) -> SubmittedSweep:
     """Run `sweep COMMAND ARGS` on the cluster as a Ray Job tagged with the sweep's name
-    and folder."""
+    and where it is kept, `where`: (its folder on the cluster, its object storage)."""
     jobs = client(address)
+    sweep_dir, storage_uri = where
+    kept = {SWEEP_DIR_METADATA: sweep_dir, SWEEP_STORAGE_METADATA: storage_uri}
     job_id = jobs.submit_job(
         entrypoint=job_entrypoint(command, *args),
         submission_id=f"sweep-{name}-{time.strftime('%Y%m%d-%H%M%S')}",
         runtime_env={"working_dir": str(working_dir), "excludes": WORKING_DIR_EXCLUDES},
-        metadata={SWEEP_METADATA: name, SWEEP_DIR_METADATA: sweep_dir},
+        metadata={SWEEP_METADATA: name, **{key: value for key, value in kept.items() if value}},
     )
     return SubmittedSweep(job_id, f"{jobs.get_address().rstrip('/')}/#/jobs/{job_id}")
 
 
 def resume(name: str, address: str | None, working_dir: Path) -> SubmittedSweep:
-    """Submit `sweep resume` for the sweep's folder on the cluster (from its latest job)."""
+    """Submit `sweep resume` for the sweep of its latest job: from its object storage
+    when it has one (the job's own folder is fresh), else from its folder on the cluster."""
     jobs = client(address)
-    job = _latest(jobs, name)
-    sweep_dir = job.metadata[SWEEP_DIR_METADATA]
-    return submit(name, sweep_dir, "resume", [name, "--sweep-dir", sweep_dir], address, working_dir)
+    metadata = _latest(jobs, name).metadata
+    where = (metadata.get(SWEEP_DIR_METADATA), metadata.get(SWEEP_STORAGE_METADATA))
+    return submit(name, where, "resume", resume_args(name, *where), address, working_dir)
+
+
+def resume_args(name: str, sweep_dir: str | None, storage_uri: str | None) -> list[str]:
+    """`sweep resume`'s arguments in the resume job: the sweep from its object storage when
+    it has one, into its folder on the cluster when it has one (else the job's own)."""
+    return [name, *(["--storage", storage_uri] if storage_uri else []), *(["--sweep-dir", sweep_dir] if sweep_dir else [])]
 
 
 def latest_job(jobs, name: str) -> str:

@@ -459,12 +459,13 @@ def resume_sweep(
     def restored_tuner(trainable, callbacks):
         from sweeper.driver import rebuild_for_resume
         from sweeper.ray_adapter import restore_tuner
+        from sweeper.search import optuna_storage_url
 
         storage_filesystem, experiment_path = storage.filesystem(experiment)
         tuner, scheduler, searcher, stopper = restore_tuner(experiment_path, trainable, callbacks, storage_filesystem)
         # The caps keep counting what the killed driver's trials spent (the book is rebuilt from MLflow).
         searcher = budget.reattach(searcher, stopper, book)
-        rebuild_for_resume(tracker, scheduler, searcher)
+        rebuild_for_resume(tracker, scheduler, searcher, optuna_storage_url(spec.sweep_dir))
         return tuner
 
     run = _drive(spec, session, book, tracker, restored_tuner, console, started, cache_root, [], budget)

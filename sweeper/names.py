@@ -11,7 +11,14 @@ from enum import StrEnum
 
 from trainables.metrics import REPORTED_KEYS, STEP, TASK_METRICS
 
-__all__ = ["TrialState", "SweepStatus", "Tag", "RunKind", "RunMetric", "VersionTag", "REPORTED_KEYS", "STEP", "TASK_METRICS"]
+__all__ = [
+    "TrialState", "SweepStatus", "Tag", "RunKind", "RunMetric", "VersionTag", "REPORTED_KEYS", "STEP", "TASK_METRICS",
+    "STUDY_FILE",
+]
+
+# The Optuna study's file: in the sweep folder, and a copy with each of Tune's experiment
+# checkpoints in storage.uri's tune/ (sweeper/search.py).
+STUDY_FILE = "optuna.db"
 
 
 class TrialState(StrEnum):

@@ -5,7 +5,7 @@ cluster's resources come in as numbers, so this runs and is tested without Ray."
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sweeper.errors import UserError
 from sweeper.spec import SweepSpec
@@ -17,17 +17,21 @@ class ClusterResources:
     gpus: float
     max_node_cpus: float
     max_node_gpus: float
+    # Every other resource of the nodes (resources.custom asks for them): name -> (total, largest on a node).
+    custom: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     @classmethod
     def from_ray(cls) -> "ClusterResources":
         import ray
 
         nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
+        names = {name for node in nodes for name in node} - {"CPU", "GPU"}
         return cls(
             cpus=sum(n.get("CPU", 0) for n in nodes),
             gpus=sum(n.get("GPU", 0) for n in nodes),
             max_node_cpus=max((n.get("CPU", 0) for n in nodes), default=0),
             max_node_gpus=max((n.get("GPU", 0) for n in nodes), default=0),
+            custom={name: (sum(n.get(name, 0) for n in nodes), max(n.get(name, 0) for n in nodes)) for name in names},
         )
 
 
@@ -36,6 +40,7 @@ class TrialResources:
     workers: int
     cpus_per_worker: float
     gpus_per_worker: float
+    custom_per_worker: dict[str, float] = field(default_factory=dict)  # resources.custom
 
     @property
     def cpus(self) -> float:
@@ -90,9 +95,19 @@ def concurrency_limit(trial: TrialResources, cluster: ClusterResources) -> int:
             f"resources.gpus_per_worker: {trial.gpus_per_worker:g} GPUs per worker, but the largest "
             f"node has {cluster.max_node_gpus:g}; lower it, set use_gpu: false, or add GPU nodes"
         )
+    for name, amount in trial.custom_per_worker.items():
+        total, largest = cluster.custom.get(name, (0, 0))
+        if amount > largest:
+            raise UserError(
+                f"resources.custom.{name}: {amount:g} per worker, but "
+                + (f"the largest node has {largest:g}" if largest else "no node of the cluster has it")
+                + f"; start nodes with it (ray start --resources '{{\"{name}\": {amount:g}}}') or lower it"
+            )
     slots = math.floor(cluster.cpus / trial.cpus + 1e-9)
     if trial.gpus:
         slots = min(slots, math.floor(cluster.gpus / trial.gpus + 1e-9))
+    for name, amount in trial.custom_per_worker.items():
+        slots = min(slots, math.floor(cluster.custom[name][0] / (amount * trial.workers) + 1e-9))
     if slots < 1:
         have = f"{cluster.cpus:g} CPUs, {cluster.gpus:g} GPUs"
         need = f"{trial.cpus:g} CPUs, {trial.gpus:g} GPUs"
@@ -155,7 +170,9 @@ def asha_rungs(grace_period: int, max_steps: int, reduction_factor: float) -> li
 
 def make_plan(spec: SweepSpec, cluster: ClusterResources) -> SweepPlan:
     resources = spec.resources
-    trial = TrialResources(resources.workers_per_trial, resources.cpus_per_worker, resources.gpus_per_worker)
+    trial = TrialResources(
+        resources.workers_per_trial, resources.cpus_per_worker, resources.gpus_per_worker, dict(resources.custom)
+    )
     slots = concurrency_limit(trial, cluster)
     requested = spec.search.max_concurrent_trials or slots
     concurrent = max(1, min(requested, slots, spec.search.num_trials))

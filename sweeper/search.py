@@ -5,7 +5,10 @@ stopping) / median-stopping scheduler on training steps."""
 from __future__ import annotations
 
 import math
+import os
 import pickle
+import sqlite3
+from contextlib import closing
 from pathlib import Path
 
 import optuna
@@ -15,12 +18,16 @@ from ray.tune.search import Searcher
 
 from sweeper import names
 from sweeper.earlier_sweeps import REPEAT_ATTR, TUNE_TRIAL_ID_ATTR, WARM_START_ATTR
+from sweeper.names import STUDY_FILE
 from sweeper.plan import SweepPlan
 from sweeper.promotion import PromotionASHA, SlotLimiter
 from sweeper.space import make_sampler, to_optuna_distributions
 from sweeper.spec import SweepSpec
 
-__all__ = ["make_search", "make_searcher", "make_scheduler", "StepAwareOptunaSearch", "TIME_ATTR", "TUNE_TRIAL_ID_ATTR"]
+__all__ = [
+    "make_search", "make_searcher", "make_scheduler", "StepAwareOptunaSearch", "TIME_ATTR", "TUNE_TRIAL_ID_ATTR",
+    "optuna_storage_url", "copy_study",
+]
 
 TIME_ATTR = "step"
 
@@ -40,6 +47,10 @@ class StepAwareOptunaSearch(Searcher):
     and rebuilds it from the study's trial attributes when restored, so a trial Optuna
     has already finished (a driver killed after telling it and before Tune saved its
     state) is neither reported to nor told again.
+
+    Each experiment checkpoint of Tune's holds a copy of the study (`save_to_dir`), which
+    Tune uploads to storage.uri with its own state: a sweep whose folder is lost resumes
+    from storage alone, its study consistent with Tune's trials (`sweep resume --storage`).
     """
 
     def __init__(
@@ -102,6 +113,19 @@ class StepAwareOptunaSearch(Searcher):
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
+        # Tune unpickles the searcher of a resumed sweep with the study path of the driver
+        # that started it, which may be another folder or machine: no database is made
+        # there; `sweep resume` points it at the sweep's study first (`use_study`).
+        if self._study_file() is None or self._study_file().is_file():
+            self._open_study()
+
+    def _study_file(self) -> Path | None:
+        """The study's SQLite file (None for a study in memory)."""
+        return Path(self.storage_url.removeprefix("sqlite:///")) if self.storage_url else None
+
+    def use_study(self, storage_url: str) -> None:
+        """Continue with the study at `storage_url` (a resumed sweep's folder)."""
+        self.storage_url = storage_url
         self._open_study()
 
     def save(self, checkpoint_path: str) -> None:
@@ -113,6 +137,13 @@ class StepAwareOptunaSearch(Searcher):
         with open(checkpoint_path, "rb") as file:
             self.sampler = pickle.load(file)["sampler"]
         self._open_study()
+
+    def save_to_dir(self, checkpoint_dir: str, session_str: str = "default") -> None:
+        """Tune's experiment checkpoint (Tune uploads `checkpoint_dir` to storage.uri's
+        `tune/`): the sampler, as `Searcher` saves it, and a copy of the study."""
+        super().save_to_dir(checkpoint_dir, session_str)
+        if self._study_file() is not None and self._study_file().is_file():
+            copy_study(self._study_file(), Path(checkpoint_dir) / STUDY_FILE)
 
     def suggest(self, trial_id: str) -> dict | None:
         if trial_id in self.trials:  # asked before a restore
@@ -175,7 +206,17 @@ class StepAwareOptunaSearch(Searcher):
 
 
 def optuna_storage_url(sweep_dir: Path) -> str:
-    return f"sqlite:///{Path(sweep_dir) / 'optuna.db'}"
+    return f"sqlite:///{Path(sweep_dir) / STUDY_FILE}"
+
+
+def copy_study(source: Path, target: Path) -> None:
+    """Copy the SQLite study at `source` to `target` with SQLite's online backup, which
+    never copies half a write, and put it in place in one step (Tune may be uploading
+    the previous copy)."""
+    partial = target.with_name(f".{target.name}.partial")
+    with closing(sqlite3.connect(source)) as reading, closing(sqlite3.connect(partial)) as writing:
+        reading.backup(writing)
+    os.replace(partial, target)
 
 
 def make_searcher(spec: SweepSpec, sweep_dir: Path, warm_start=None) -> StepAwareOptunaSearch | None:

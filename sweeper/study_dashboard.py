@@ -11,11 +11,9 @@ import socket
 from pathlib import Path
 
 from sweeper.errors import UserError
+from sweeper.names import STUDY_FILE
 
 __all__ = ["StudyDashboard", "study_dashboard", "serve"]
-
-STUDY_FILE = "optuna.db"
-
 
 class StudyDashboard:
     """Where a sweep's study is and the address the dashboard will serve it at."""

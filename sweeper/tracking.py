@@ -153,7 +153,9 @@ class MlflowTracker:
         for start in range(0, len(params), 100):
             self.client.log_batch(self.parent_run_id, params=params[start : start + 100])
         self.client.log_text(self.parent_run_id, spec_to_yaml(spec), "sweep.yaml")
-        self.client.log_batch(self.parent_run_id, tags=[RunTag(Tag.STATUS, SweepStatus.RUNNING)])
+        self.client.log_batch(
+            self.parent_run_id, tags=[RunTag(Tag.STATUS, SweepStatus.RUNNING), RunTag(Tag.SWEEP_DIR, str(self.spec.sweep_dir))]
+        )
         return self.parent_run_id
 
     def reattach(self) -> None:
@@ -162,10 +164,13 @@ class MlflowTracker:
         from mlflow.entities import RunTag
 
         query = f"tags.`{Tag.KIND}` = '{RunKind.SWEEP}' and tags.`{Tag.SWEEP_NAME}` = '{self.spec.name}'"
+        # The sweep is the one whose Tune state is resumed: its storage, wherever its folder
+        # is now (`sweep resume --storage` from another one); runs from before storage.uri
+        # existed name only their folder, which was their storage.
         parents = [
             run
             for run in self.client.search_runs([self.experiment_id], query, order_by=["attributes.start_time DESC"])
-            if run.data.tags.get(Tag.SWEEP_DIR) == str(self.spec.sweep_dir)
+            if run.data.tags.get(Tag.STORAGE_URI, run.data.tags.get(Tag.SWEEP_DIR)) == self.spec.storage_uri
         ]
         if not parents:
             raise UserError(
@@ -191,7 +196,9 @@ class MlflowTracker:
                 )
                 self.savings[record.trial_id] = metrics.get(RunMetric.SAVED_BY_PRUNING_USD, 0.0)
         self.client.update_run(self.parent_run_id, status="RUNNING")
-        self.client.log_batch(self.parent_run_id, tags=[RunTag(Tag.STATUS, SweepStatus.RUNNING)])
+        self.client.log_batch(
+            self.parent_run_id, tags=[RunTag(Tag.STATUS, SweepStatus.RUNNING), RunTag(Tag.SWEEP_DIR, str(self.spec.sweep_dir))]
+        )
 
     def _record_from_run(self, run) -> TrialRecord:
         tags, metrics = run.data.tags, run.data.metrics

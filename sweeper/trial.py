@@ -43,7 +43,7 @@ def run_trial(
     trial = trial_config.with_values(config)
     resources = trial.resources
     storage_filesystem, storage_path = storage.filesystem(trials_dir)
-    per_worker = {"CPU": resources.cpus_per_worker}
+    per_worker = {"CPU": resources.cpus_per_worker, **resources.custom}
     if resources.gpus_per_worker:
         per_worker["GPU"] = resources.gpus_per_worker
     trainer = StoppableTorchTrainer(

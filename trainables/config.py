@@ -351,6 +351,10 @@ class DeepSpeedSpec(StrictModel):
         return self.offload_optimizer
 
 
+# Ray's own resources: not custom ones (CPUs and GPUs per worker have keys of their own).
+BUILT_IN_RESOURCES = ("CPU", "GPU", "memory", "object_store_memory")
+
+
 class ResourcesSpec(StrictModel):
     workers_per_trial: int = Field(1, ge=1, description="Ray Train workers (data-parallel ranks) per trial.")
     cpus_per_worker: float = Field(1, gt=0, description="CPUs reserved per worker.")
@@ -367,6 +371,27 @@ class ResourcesSpec(StrictModel):
         "and weights), or fsdp (PyTorch FSDP2: weights, gradients and optimizer states sharded).",
     )
     deepspeed: DeepSpeedSpec = Field(default_factory=DeepSpeedSpec)
+    custom: dict[str, float] = Field(
+        default_factory=dict,
+        description="Custom Ray resources reserved per worker, {name: amount}: workers run only on nodes that "
+        "have them (ray start --resources '{\"trainer\": 1}'), e.g. to keep them off the head or on one node type.",
+    )
+
+    @field_validator("custom")
+    @classmethod
+    def _custom_resources_are_custom(cls, value: dict[str, float]) -> dict[str, float]:
+        problems = []
+        for name, amount in value.items():
+            if name in BUILT_IN_RESOURCES:
+                problems.append(
+                    f"{name} is one of Ray's own resources, not a custom one; CPUs and GPUs per worker are "
+                    "resources.cpus_per_worker and resources.gpus_per_worker"
+                )
+            elif not amount > 0:
+                problems.append(f"{name} must be > 0, got {amount:g}")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return value
 
     @model_validator(mode="after")
     def _gpu_consistent(self) -> "ResourcesSpec":

@@ -148,15 +148,24 @@ def test_a_folder_on_a_shared_file_system_is_accepted_by_its_innermost_mount():
         storage.check_reachable_by_every_node("/mnt/shared/local-cache/x", 2, MOUNTS)
 
 
-def test_a_submitted_sweep_needs_an_absolute_folder_that_outlives_its_job(tmp_path):
+def test_a_submitted_sweep_needs_object_storage_or_an_absolute_folder_that_outlives_its_job(tmp_path):
     from sweeper import jobs
 
     path = tmp_path / "s.yaml"
     path.write_text("name: s\noutput_dir: /mnt/sweeps/s\n")
-    assert jobs.submitted_sweep(path) == ("s", "/mnt/sweeps/s")
-    path.write_text("name: s\n")
-    with pytest.raises(UserError, match=r"^output_dir: a submitted sweep needs an absolute folder .* got None"):
+    assert jobs.submitted_sweep(path) == ("s", "/mnt/sweeps/s", None)
+    path.write_text("name: s\nstorage:\n  uri: s3://bucket/sweeps/s/\n")
+    assert jobs.submitted_sweep(path) == ("s", None, "s3://bucket/sweeps/s")
+    path.write_text("name: s\nstorage:\n  uri: /mnt/local/s\n")
+    with pytest.raises(UserError, match=r"^output_dir: a submitted sweep needs storage.uri on object storage .* got None"):
         jobs.submitted_sweep(path)
+
+
+def test_a_resume_job_fetches_a_sweep_with_object_storage_from_there():
+    from sweeper import jobs
+
+    assert jobs.resume_args("s", None, "s3://b/s") == ["s", "--storage", "s3://b/s"]
+    assert jobs.resume_args("s", "/mnt/sweeps/s", None) == ["s", "--sweep-dir", "/mnt/sweeps/s"]
 
 
 def test_the_yaml_travels_inside_the_jobs_working_dir_and_runs_through_the_cli(tmp_path):

@@ -29,6 +29,16 @@ def test_the_cli_and_a_store_client_import_neither_ray_nor_torch():
     assert imported_after(statement) == []
 
 
+def test_fetching_a_sweep_from_storage_does_not_import_ray():
+    """`sweep resume --storage` fetches before it joins the cluster, in token mode when a
+    token is where Ray looks; Ray reads that mode when it is first imported."""
+    statement = (
+        "from sweeper.from_storage import fetch_sweep; from sweeper.errors import UserError\n"
+        "try: fetch_sweep('x', '/nonexistent/x', '/nonexistent/here')\nexcept UserError: pass"
+    )
+    assert "ray" not in imported_after(statement)
+
+
 def test_the_tune_callback_does_import_ray():
     """The check above can fail: the driver's Tune callback module does import Ray."""
     assert "ray" in imported_after("import sweeper.driver")

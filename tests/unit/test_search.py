@@ -2,6 +2,7 @@
 training step, stopped trials are PRUNED, failures FAIL; read back with optuna.load_study."""
 
 import pickle
+import shutil
 
 import optuna
 from optuna.trial import TrialState
@@ -118,3 +119,30 @@ def test_resume_tells_optuna_what_mlflow_recorded_after_the_last_tell(tmp_path):
     a, b, c = study_trials(tmp_path)
     assert (a.state, a.intermediate_values) == (TrialState.PRUNED, {10: 3.0, 20: 2.9})
     assert (b.state, c.state) == (TrialState.RUNNING, TrialState.FAIL)
+
+
+def test_each_tune_checkpoint_holds_a_copy_of_the_study_that_a_moved_sweep_continues(tmp_path):
+    """Tune uploads its experiment folder to storage.uri: the copy of the study that
+    `save_to_dir` leaves there lets a sweep whose folder is gone resume from storage."""
+    first, checkpoint, moved = tmp_path / "first", tmp_path / "tune", tmp_path / "elsewhere"
+    for folder in (first, checkpoint, moved):
+        folder.mkdir()
+    search = make_search(first)
+    search.suggest("a")
+    search.on_trial_complete("a", {"step": 30, "eval_loss": 1.0})
+    search.suggest("b")
+    search.on_trial_result("b", {"step": 10, "eval_loss": 3.0})
+    search.save_to_dir(str(checkpoint))
+    assert [p.name for p in checkpoint.iterdir() if p.name.startswith("searcher-state")]  # Tune's own file too
+    (checkpoint / "optuna.db").replace(moved / "optuna.db")  # fetched into a new sweep folder
+    pickled = pickle.dumps(search)
+    shutil.rmtree(first)  # the first driver's folder is gone
+
+    restored = pickle.loads(pickled)
+    assert not first.exists()  # no study made at the first driver's path
+    restored.use_study(f"sqlite:///{moved / 'optuna.db'}")
+    restored.on_trial_result("b", {"step": 20, "eval_loss": 2.5})
+    restored.on_trial_complete("b", {"step": 30, "eval_loss": 2.0})
+    a, b = study_trials(moved)
+    assert (a.state, a.value) == (TrialState.COMPLETE, 1.0)
+    assert (b.state, b.intermediate_values) == (TrialState.COMPLETE, {10: 3.0, 20: 2.5, 30: 2.0})

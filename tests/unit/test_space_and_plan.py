@@ -75,6 +75,24 @@ def test_a_trial_that_can_never_fit_is_a_keyed_error():
         concurrency_limit(TrialResources(1, 1, 1), CPU_BOX)
 
 
+def test_custom_resources_per_worker_cap_concurrency_and_one_no_node_has_is_a_keyed_error():
+    # Two worker nodes with one "trainer" each, and a head with CPUs but no "trainer".
+    cluster = ClusterResources(cpus=8, gpus=0, max_node_cpus=4, max_node_gpus=0, custom={"trainer": (2, 1)})
+    assert concurrency_limit(TrialResources(1, 1, 0, {"trainer": 1}), cluster) == 2
+    assert concurrency_limit(TrialResources(2, 1, 0, {"trainer": 1}), cluster) == 1
+    with pytest.raises(UserError, match=r"^resources.custom.trainer: 2 per worker, but the largest node has 1; start nodes"):
+        concurrency_limit(TrialResources(1, 1, 0, {"trainer": 2}), cluster)
+    with pytest.raises(UserError, match=r"^resources.custom.a100: 1 per worker, but no node of the cluster has it"):
+        concurrency_limit(TrialResources(1, 1, 0, {"a100": 1}), cluster)
+    spec = validate_spec(small_sweep("x", resources={"custom": {"trainer": 1}}), base_dir=REPO)
+    assert make_plan(spec, cluster).trial_resources.custom_per_worker == {"trainer": 1}
+
+
+def test_ray_own_resources_are_no_custom_resources():
+    with pytest.raises(UserError, match=r"resources.custom: .*CPU is one of Ray's own resources.*; trainer must be > 0"):
+        validate_spec(small_sweep("x", resources={"custom": {"CPU": 1, "trainer": 0}}), base_dir=REPO)
+
+
 def test_plan_caps_concurrency_by_request_and_trial_count():
     spec = validate_spec(small_sweep("x", search={"max_concurrent_trials": 1}), base_dir=REPO)
     assert make_plan(spec, CPU_BOX).concurrent_trials == 1
