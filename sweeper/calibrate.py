@@ -72,12 +72,7 @@ class Calibration:
 def side_by_side(plan: SweepPlan, cluster: ClusterResources) -> int:
     """How many workers the sweep runs at once on its fullest node: the trials at once
     times their workers, at most as many workers as fit on the largest node (by CPUs,
-    and by GPUs for a GPU sweep). Calibration runs this many copies at once.
-
-    >>> from sweeper.plan import TrialResources
-    >>> side_by_side_workers(TrialResources(1, 1, 0), 2, ClusterResources(2, 0, 2, 0))
-    2
-    """
+    and by GPUs for a GPU sweep). Calibration runs this many copies at once."""
     return side_by_side_workers(plan.trial_resources, plan.concurrent_trials, cluster)
 
 

@@ -92,7 +92,7 @@ def submitted_sweep(file: Path) -> tuple[str, str | None, str | None]:
     except (OSError, yaml.YAMLError) as exc:
         raise UserError(f"FILE: cannot read {file}: {exc}") from None
     name, output_dir = raw.get("name"), raw.get("output_dir")
-    storage_uri = (raw.get("storage") or {}).get("uri") if isinstance(raw.get("storage"), dict) else None
+    storage_uri = raw["storage"].get("uri") if isinstance(raw.get("storage"), dict) else None
     if not isinstance(name, str) or not name:
         raise UserError(f"name: a submitted sweep needs a name, got {name!r}")
     remote = isinstance(storage_uri, str) and is_remote(storage_uri)

@@ -116,7 +116,8 @@ class StepAwareOptunaSearch(Searcher):
         # Tune unpickles the searcher of a resumed sweep with the study path of the driver
         # that started it, which may be another folder or machine: no database is made
         # there; `sweep resume` points it at the sweep's study first (`use_study`).
-        if self._study_file() is None or self._study_file().is_file():
+        study_file = self._study_file()
+        if study_file is None or study_file.is_file():
             self._open_study()
 
     def _study_file(self) -> Path | None:
@@ -142,8 +143,9 @@ class StepAwareOptunaSearch(Searcher):
         """Tune's experiment checkpoint (Tune uploads `checkpoint_dir` to storage.uri's
         `tune/`): the sampler, as `Searcher` saves it, and a copy of the study."""
         super().save_to_dir(checkpoint_dir, session_str)
-        if self._study_file() is not None and self._study_file().is_file():
-            copy_study(self._study_file(), Path(checkpoint_dir) / STUDY_FILE)
+        study_file = self._study_file()
+        if study_file is not None and study_file.is_file():
+            copy_study(study_file, Path(checkpoint_dir) / STUDY_FILE)
 
     def suggest(self, trial_id: str) -> dict | None:
         if trial_id in self.trials:  # asked before a restore

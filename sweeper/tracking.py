@@ -124,7 +124,7 @@ class MlflowTracker:
     # ------------------------------------------------------------ the sweep (parent run)
 
     def start_sweep(self, yaml_folder: Path) -> str:
-        from mlflow.entities import Param, RunTag
+        from mlflow.entities import Param
 
         spec = self.spec
         tags = {
@@ -153,16 +153,19 @@ class MlflowTracker:
         for start in range(0, len(params), 100):
             self.client.log_batch(self.parent_run_id, params=params[start : start + 100])
         self.client.log_text(self.parent_run_id, spec_to_yaml(spec), "sweep.yaml")
-        self.client.log_batch(
-            self.parent_run_id, tags=[RunTag(Tag.STATUS, SweepStatus.RUNNING), RunTag(Tag.SWEEP_DIR, str(self.spec.sweep_dir))]
-        )
+        self._mark_running()
         return self.parent_run_id
+
+    def _mark_running(self) -> None:
+        """The parent run says the sweep runs, and from which folder (a resume may be in another)."""
+        from mlflow.entities import RunTag
+
+        tags = [RunTag(Tag.STATUS, SweepStatus.RUNNING), RunTag(Tag.SWEEP_DIR, str(self.spec.sweep_dir))]
+        self.client.log_batch(self.parent_run_id, tags=tags)
 
     def reattach(self) -> None:
         """For `sweep resume`: reuse the sweep's parent run and its trials' child runs
         (no duplicates), and rebuild the book of trials from them."""
-        from mlflow.entities import RunTag
-
         query = f"tags.`{Tag.KIND}` = '{RunKind.SWEEP}' and tags.`{Tag.SWEEP_NAME}` = '{self.spec.name}'"
         # The sweep is the one whose Tune state is resumed: its storage, wherever its folder
         # is now (`sweep resume --storage` from another one); runs from before storage.uri
@@ -196,9 +199,7 @@ class MlflowTracker:
                 )
                 self.savings[record.trial_id] = metrics.get(RunMetric.SAVED_BY_PRUNING_USD, 0.0)
         self.client.update_run(self.parent_run_id, status="RUNNING")
-        self.client.log_batch(
-            self.parent_run_id, tags=[RunTag(Tag.STATUS, SweepStatus.RUNNING), RunTag(Tag.SWEEP_DIR, str(self.spec.sweep_dir))]
-        )
+        self._mark_running()
 
     def _record_from_run(self, run) -> TrialRecord:
         tags, metrics = run.data.tags, run.data.metrics
