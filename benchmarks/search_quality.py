@@ -84,6 +84,12 @@ METHODS: dict[str, dict | None] = {
     "asha_grace3": {"early_stopping": {"grace_period": 3}, "training": {"eval_every": 3}},
     "asha_eta2_no_liar": {"early_stopping": {"reduction_factor": 2}, "sampler": {"constant_liar": False}},
     "asha_no_liar": {"sampler": {"constant_liar": False}},  # the default since; kept for the "before" runs
+    # the first trials to max_steps unranked (early_stopping.startup_trials): full-length
+    # results for TPE before the rungs decide, as the Optuna loop's MedianPruner lets its first 5 finish
+    "asha_startup2": {"early_stopping": {"startup_trials": 2}},
+    "asha_startup3": {"early_stopping": {"startup_trials": 3}},
+    "asha_startup4": {"early_stopping": {"startup_trials": 4}},
+    "asha_grace18_startup2": {"early_stopping": {"grace_period": 18, "startup_trials": 2}},
 }
 DEFAULT_METHODS = ["random", "optuna", "asha", "asha_stopping", "median"]
 

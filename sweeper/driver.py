@@ -136,7 +136,7 @@ def rebuild_for_resume(tracker, scheduler, searcher, study_url: str) -> None:
         searcher = searcher.searcher
     if isinstance(scheduler, PromotionASHA):
         scheduler.for_resume(tracker.book)
-        scheduler.mark_repeats(getattr(searcher, "repeats", ()))  # warm start's, from the study
+        scheduler.mark_unranked(getattr(searcher, "unranked", ()))  # repeats, startup trials: from the study
     if searcher is not None:
         searcher.use_study(study_url)
         searcher.reconcile(tracker.book)

@@ -66,8 +66,9 @@ class SweepPlan:
         spec = self.spec
         if spec.early_stopping.scheduler != "asha" or not spec.search.parameters:
             return None
+        stopping = spec.early_stopping
         return milestone_counts(
-            spec.search.num_trials, self.rungs, spec.training.max_steps, spec.early_stopping.reduction_factor
+            spec.search.num_trials, self.rungs, spec.training.max_steps, stopping.reduction_factor, stopping.startup_trials
         )
 
     def step_budget(self) -> str:
@@ -125,18 +126,21 @@ def rung_quota(ranked: int, reduction_factor: float) -> int:
 
 
 def milestone_counts(
-    num_trials: int, rungs: list[int], max_steps: int, reduction_factor: float
+    num_trials: int, rungs: list[int], max_steps: int, reduction_factor: float, startup_trials: int = 0
 ) -> list[tuple[int, int]]:
     """(step, most trials that train to it) for each rung and max_steps under ASHA by
     promotion: every trial to the first rung, then at most max(1, floor(n / eta)) of the
-    n ranked at a rung on to the next milestone (failed trials only lower it).
+    n ranked at a rung on to the next milestone (failed trials only lower it). The
+    `startup_trials` train to max_steps unranked, beside the others' ladder.
 
     >>> milestone_counts(9, [10, 30], 90, 3)
     [(10, 9), (30, 3), (90, 1)]
+    >>> milestone_counts(11, [10, 30], 90, 3, startup_trials=2)
+    [(10, 11), (30, 5), (90, 3)]
     """
-    reaching, counts = num_trials, []
+    reaching, counts = num_trials - startup_trials, []
     for milestone in [*rungs, max_steps]:
-        counts.append((milestone, reaching))
+        counts.append((milestone, reaching + startup_trials))
         reaching = max(1, rung_quota(reaching, reduction_factor))
     return counts
 

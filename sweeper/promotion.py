@@ -21,11 +21,14 @@ Massively Parallel Hyperparameter Tuning", MLSys 2020, Algorithm 2):
   trials rank above it as can ever go on from its rung (max(1, floor(m / eta)), m the
   most trials that can reach the rung). Hopeless trials so end, and reach the searcher
   as pruned, early instead of at the end of the sweep.
-- A repeat (a warm start's config that trains the very run an earlier sweep completed,
-  sweeper/earlier_sweeps.py) goes on from every rung without being ranked there: its
-  full-length result is known, and ranking it on an early evaluation pruned the earlier
-  best (a rival that led at step 30 ended worse). The other trials' rungs are those of
-  a sweep without it; it adds at most its own remaining steps to the rung arithmetic.
+- An unranked trial goes on from every rung without being ranked there, to max_steps:
+  a repeat (a warm start's config that trains the very run an earlier sweep completed,
+  sweeper/earlier_sweeps.py: its full-length result is known, and ranking it on an early
+  evaluation pruned the earlier best, a rival that led at step 30 ended worse), and the
+  sweep's first `early_stopping.startup_trials` trials (full-length results for the
+  search to learn from before early ranks decide, as Optuna's MedianPruner lets its
+  first trials finish). The other trials' rungs are those of a sweep without them; each
+  adds its own steps to max_steps to the rung arithmetic.
 
 `RungLadder` is the rule, pure and tested without Ray; `PromotionASHA` applies it as a
 Tune scheduler; `SlotLimiter` keeps the number of trials holding a slot at the plan's
@@ -66,8 +69,9 @@ class RungLadder:
         self.reduction_factor = reduction_factor
         self.trials: set[str] = set()
         self.ended: set[str] = set()
-        # Repeats of completed earlier runs: never ranked, never waiting.
-        self.repeats: set[str] = set()
+        # Trials that go on to max_steps, never ranked, never waiting: repeats of completed
+        # earlier runs and the sweep's startup trials.
+        self.unranked: set[str] = set()
         # Promoted while paused, in promotion order: to be resumed when a slot is free.
         self.ready: list[str] = []
 
@@ -76,10 +80,10 @@ class RungLadder:
 
     def record(self, trial: str, step: int, score: float) -> None:
         """The trial reported `score` at `step`: it is ranked at the first rung it has
-        reached and not been ranked at yet, and waits there until `settle` decides. A
-        repeat goes on unranked."""
+        reached and not been ranked at yet, and waits there until `settle` decides. An
+        unranked trial goes on."""
         self.trials.add(trial)
-        if trial in self.repeats:
+        if trial in self.unranked:
             return
         for rung in self.rungs:
             if step < rung.milestone:
@@ -109,7 +113,7 @@ class RungLadder:
         it went on from a rung if it reported past the step where it was ranked there."""
         self.trials.add(trial)
         steps = [step for step, _ in reports]
-        for rung in self.rungs if trial not in self.repeats else ():
+        for rung in self.rungs if trial not in self.unranked else ():
             arrival = next(((s, v) for s, v in reports if s >= rung.milestone), None)
             if arrival is None:
                 break
@@ -132,11 +136,11 @@ class RungLadder:
         promoted, stopped = [], []
         search_done = len(self.trials) >= num_trials
         # The most trials that can ever be ranked at the rung: at the first, all but
-        # repeats and those that ended before it; at the next, the most that can go on
+        # unranked ones and those that ended before it; at the next, the most that can go on
         # from this one.
-        ended_unranked = self.ended - self.repeats
+        ended_ranked = self.ended - self.unranked
         most_ranked = (
-            num_trials - len(self.repeats) - sum(1 for t in ended_unranked if not any(t in r.scores for r in self.rungs))
+            num_trials - len(self.unranked) - sum(1 for t in ended_ranked if not any(t in r.scores for r in self.rungs))
         )
         for index, rung in enumerate(self.rungs):
             closed = self._closed(index, search_done)
@@ -164,7 +168,7 @@ class RungLadder:
             return False
         rung = self.rungs[index]
         if index == 0:
-            return all(t in self.ended or t in rung.scores for t in self.trials - self.repeats)
+            return all(t in self.ended or t in rung.scores for t in self.trials - self.unranked)
         below = self.rungs[index - 1]
         return (
             self._closed(index - 1, search_done)
@@ -218,9 +222,9 @@ class PromotionASHA(FIFOScheduler):
         # Ended by the last driver after Tune last saved its state (it was killed).
         self._restored_finished = {trial_id for trial_id, record in book.trials.items() if record.finished}
 
-    def mark_repeats(self, trial_ids) -> None:
-        """These trials repeat completed earlier runs: they go on from every rung."""
-        self.ladder.repeats.update(trial_ids)
+    def mark_unranked(self, trial_ids) -> None:
+        """These trials go on from every rung to max_steps (repeats, startup trials)."""
+        self.ladder.unranked.update(trial_ids)
 
     def _score(self, value: float) -> float:
         return value if self._mode == "min" else -value
@@ -348,6 +352,6 @@ class SlotLimiter(ConcurrencyLimiter):
         if suggestion not in (None, Searcher.FINISHED):
             self.live_trials.add(trial_id)
             self.num_unfinished_live_trials += 1
-            if trial_id in getattr(self.searcher, "repeats", ()):  # a Tune searcher not ours has none
-                self.scheduler.mark_repeats([trial_id])
+            if trial_id in getattr(self.searcher, "unranked", ()):  # a Tune searcher not ours has none
+                self.scheduler.mark_unranked([trial_id])
         return suggestion

@@ -30,6 +30,10 @@ __all__ = [
 ]
 
 TIME_ATTR = "step"
+# The Optuna user attribute of one of the sweep's first `early_stopping.startup_trials`
+# trials, which train to max_steps unranked (sweeper/promotion.py); kept in the study so
+# that a resumed sweep knows them again.
+STARTUP_ATTR = "startup_trial"
 
 
 class StepAwareOptunaSearch(Searcher):
@@ -64,9 +68,11 @@ class StepAwareOptunaSearch(Searcher):
         study_name: str | None = None,
         storage_url: str | None = None,
         warm_start=None,
+        startup_trials: int = 0,
     ):
         super().__init__(metric=metric, mode=mode)
         self.space, self.sampler, self.max_steps = space, sampler, max_steps
+        self.startup_trials = startup_trials
         self.study_name, self.storage_url = study_name, storage_url
         # A sweeper.earlier_sweeps.WarmStart: seeds the study once, while it is new.
         self.warm_start = warm_start
@@ -92,8 +98,10 @@ class StepAwareOptunaSearch(Searcher):
         self.trials: dict[str, tuple[int, int]] = {}
         self.reported: dict[str, set[int]] = {}
         self.finished: set[str] = set()
-        # Tune trials that repeat a run completed in an earlier sweep (warm start).
+        # Tune trials that repeat a run completed in an earlier sweep (warm start), and the
+        # sweep's first startup_trials others: both train to max_steps unranked.
         self.repeats: set[str] = set()
+        self.startup: set[str] = set()
         for frozen in self.study.get_trials(deepcopy=False):
             tune_id = frozen.user_attrs.get(TUNE_TRIAL_ID_ATTR)
             if tune_id is None:
@@ -104,11 +112,18 @@ class StepAwareOptunaSearch(Searcher):
                 self.finished.add(tune_id)
             if frozen.user_attrs.get(REPEAT_ATTR):
                 self.repeats.add(tune_id)
+            if frozen.user_attrs.get(STARTUP_ATTR):
+                self.startup.add(tune_id)
+
+    @property
+    def unranked(self) -> set[str]:
+        """The Tune trials that ASHA by promotion lets train to max_steps unranked."""
+        return self.repeats | self.startup
 
     def __getstate__(self) -> dict:
         # Tune pickles the searcher with the tuner: the study lives in its storage.
         return {
-            k: v for k, v in self.__dict__.items() if k not in ("storage", "study", "trials", "reported", "finished", "repeats")
+            k: v for k, v in self.__dict__.items() if k not in ("storage", "study", "trials", "reported", "finished", "repeats", "startup")
         }
 
     def __setstate__(self, state: dict) -> None:
@@ -157,6 +172,9 @@ class StepAwareOptunaSearch(Searcher):
         self.reported[trial_id] = set()
         if ot_trial.user_attrs.get(REPEAT_ATTR):  # an enqueued config (warm start)
             self.repeats.add(trial_id)
+        elif len(self.startup) < self.startup_trials:
+            ot_trial.set_user_attr(STARTUP_ATTR, True)
+            self.startup.add(trial_id)
         return dict(ot_trial.params)
 
     def _storage_id(self, number: int) -> int:
@@ -238,6 +256,7 @@ def make_searcher(spec: SweepSpec, sweep_dir: Path, warm_start=None) -> StepAwar
         storage_url=optuna_storage_url(sweep_dir),
         max_steps=spec.training.max_steps,
         warm_start=warm_start,
+        startup_trials=spec.early_stopping.startup_trials,
     )
 
 

@@ -162,6 +162,14 @@ class EarlyStoppingSpec(StrictModel):
         10, ge=1, description="Steps every trial trains before it can be stopped (ASHA's r)."
     )
     reduction_factor: float = Field(3, ge=2, description="ASHA's eta: keep 1/eta of trials at each rung.")
+    startup_trials: int = Field(
+        0,
+        ge=0,
+        description="asha only: the sweep's first N trials train to max_steps without being ranked at the rungs "
+        "(as Optuna's MedianPruner lets its first trials finish), so the search learns from full-length "
+        "results before early evaluations, which often mislead in fine-tuning, decide; each costs a whole "
+        "trial's steps.",
+    )
 
 
 class TrackingSpec(StrictModel):
@@ -325,13 +333,26 @@ def _schedule_problems(spec: SweepSpec) -> list[Problem]:
     stopping, training = spec.early_stopping, spec.training
     if stopping.scheduler == "none":
         return []
+    problems = []
     if not training.eval_every <= stopping.grace_period < training.max_steps:
-        return [(
+        problems.append((
             "early_stopping.grace_period",
             f"must be >= training.eval_every ({training.eval_every}) "
             f"and < training.max_steps ({training.max_steps}), got {stopping.grace_period}",
-        )]
-    return []
+        ))
+    if stopping.startup_trials and stopping.scheduler != "asha":
+        problems.append((
+            "early_stopping.startup_trials",
+            f"applies only to scheduler asha, got scheduler {stopping.scheduler!r}; remove it or set "
+            "early_stopping.scheduler: asha",
+        ))
+    elif stopping.startup_trials >= spec.search.num_trials:
+        problems.append((
+            "early_stopping.startup_trials",
+            f"must be < search.num_trials ({spec.search.num_trials}), got {stopping.startup_trials}; with every "
+            "trial a startup trial nothing is stopped early: set early_stopping.scheduler: none instead",
+        ))
+    return problems
 
 
 def _cost_problems(spec: SweepSpec) -> list[Problem]:

@@ -335,7 +335,7 @@ def test_a_repeat_goes_on_unranked_and_the_others_rungs_are_those_of_a_sweep_wit
     never waits, even behind better trials, and the 9 others are promoted as 9 trials
     are (3 from the first rung), the rung closing once they have all arrived."""
     ladder = RungLadder([10, 30], reduction_factor=3)
-    ladder.repeats.add("repeat")
+    ladder.unranked.add("repeat")
     for trial in ["repeat", *"abcdefghi"]:
         ladder.add(trial)
     ladder.record("repeat", 10, 9.0)  # worst at step 10

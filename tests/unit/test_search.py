@@ -13,12 +13,12 @@ from sweeper.spec import validate_spec
 from tests.conftest import REPO, small_sweep
 
 
-def make_search(tmp_path):
+def make_search(tmp_path, **settings):
     spec = validate_spec(small_sweep("x"), base_dir=REPO)
     return StepAwareOptunaSearch(
         space=to_optuna_distributions(spec), metric="eval_loss", mode="min",
         sampler=optuna.samplers.RandomSampler(seed=0), max_steps=30,
-        study_name="x", storage_url=f"sqlite:///{tmp_path / 'optuna.db'}",
+        study_name="x", storage_url=f"sqlite:///{tmp_path / 'optuna.db'}", **settings,
     )
 
 
@@ -66,6 +66,19 @@ def test_nan_metric_fails_the_trial(tmp_path):
     search.on_trial_result("a", {"step": 10, "eval_loss": float("nan")})
     search.on_trial_complete("a", {"step": 30, "eval_loss": float("nan")})
     assert study_trials(tmp_path)[0].state == TrialState.FAIL
+
+
+def test_the_first_startup_trials_are_unranked_and_a_restored_searcher_knows_them(tmp_path):
+    """early_stopping.startup_trials: the first N trials the searcher suggests are the ones
+    ASHA by promotion lets train to max_steps; kept in the study for `sweep resume`."""
+    search = make_search(tmp_path, startup_trials=2)
+    for trial_id in ("t0", "t1", "t2"):
+        search.suggest(trial_id)
+    assert search.unranked == {"t0", "t1"}
+    assert make_search(tmp_path, startup_trials=2).unranked == {"t0", "t1"}
+    restored = make_search(tmp_path, startup_trials=2)
+    restored.suggest("t3")  # later trials climb the rungs
+    assert restored.unranked == {"t0", "t1"}
 
 
 def test_a_restored_searcher_maps_tune_trials_to_the_study(tmp_path):

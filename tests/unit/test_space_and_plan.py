@@ -116,6 +116,8 @@ def test_asha_by_promotion_knows_its_step_budget_before_launch():
     assert promotion.step_budget() == (
         "at most 210 training steps (9 to step 10, 3 to step 30, 1 to step 90); 810 without early stopping"
     )
+    # Two startup trials train to step 90 unranked; the other 7 climb the ladder (2 go on from step 10).
+    assert plan(scheduler="asha", startup_trials=2).trials_per_milestone() == [(10, 9), (30, 4), (90, 3)]
     assert plan(scheduler="asha_stopping").trials_per_milestone() is None
     assert plan(scheduler="none").step_budget() == "810 training steps without early stopping (9 trials x 90)"
 

@@ -94,6 +94,19 @@ def test_grace_period_within_budget():
     assert any(line.startswith("early_stopping.grace_period: must be") for line in errors_of(raw))
 
 
+def test_startup_trials_only_under_asha_and_fewer_than_the_trials():
+    raw = small_sweep("x", early_stopping={"scheduler": "median", "startup_trials": 2})
+    assert errors_of(raw) == [
+        "early_stopping.startup_trials: applies only to scheduler asha, got scheduler 'median'; remove it or set "
+        "early_stopping.scheduler: asha"
+    ]
+    raw = small_sweep("x", search={"num_trials": 3}, early_stopping={"startup_trials": 3})
+    assert [line.split(":")[0] for line in errors_of(raw)] == ["early_stopping.startup_trials"]
+    assert "must be < search.num_trials (3), got 3" in errors_of(raw)[0]
+    spec = validate_spec(small_sweep("x", search={"num_trials": 3}, early_stopping={"startup_trials": 2}), base_dir=REPO)
+    assert spec.early_stopping.startup_trials == 2
+
+
 def test_metric_must_be_reported_by_the_task():
     raw = small_sweep("x", search={"metric": "accuracy"})
     assert any(line.startswith("search.metric: 'accuracy' is not reported") for line in errors_of(raw))
