@@ -124,19 +124,21 @@ class SweepDriver(Callback):
 def rebuild_for_resume(tracker, scheduler, searcher, study_url: str) -> None:
     """A resumed sweep's state, rebuilt in one order from the one record that outlives a
     killed driver, MLflow: the book from the sweep's MLflow runs (`tracker.reattach`),
-    then the rung ladder of ASHA by promotion from the book, then the Optuna study (the
-    one at `study_url`, in the sweep's folder, wherever the first driver kept it)
-    cross-checked against the book (a trial the last driver ended in MLflow but not in
-    Optuna is told now). `scheduler` and `searcher` are the restored tuner's (None where
+    the Optuna study opened at `study_url` (in the sweep's folder, wherever the first
+    driver kept it), then the rung ladder of ASHA by promotion from the book, with the
+    trials the study marks unranked, then the study cross-checked against the book (a
+    trial the last driver ended in MLflow but not in Optuna is told now). `scheduler` and `searcher` are the restored tuner's (None where
     the sweep has none)."""
     from sweeper.promotion import PromotionASHA, SlotLimiter
 
     tracker.reattach()
     if isinstance(searcher, SlotLimiter):
         searcher = searcher.searcher
-    if isinstance(scheduler, PromotionASHA):
-        scheduler.for_resume(tracker.book)
-        scheduler.mark_unranked(getattr(searcher, "unranked", ()))  # repeats, startup trials: from the study
     if searcher is not None:
         searcher.use_study(study_url)
+    if isinstance(scheduler, PromotionASHA):
+        scheduler.for_resume(tracker.book)
+        # Repeats and startup trials, from the study (the sweep folder's, not the first driver's path).
+        scheduler.mark_unranked(getattr(searcher, "unranked", ()))
+    if searcher is not None:
         searcher.reconcile(tracker.book)

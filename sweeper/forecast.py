@@ -6,7 +6,8 @@ accelerator-hours and dollars.
 - Expected: what the ASHA ladder trains. For `asha` (ASHA by promotion) the ladder is
   known before launch (`SweepPlan.trials_per_milestone`); each segment between rungs is
   a Train run of its own (a promoted trial resumes from its checkpoint), so it pays one
-  trial start. For `asha_stopping` (Ray's ASHA) the same ladder is assumed, with one start
+  trial start, except for the startup trials (`early_stopping.startup_trials`), which
+  train to max_steps in one run. For `asha_stopping` (Ray's ASHA) the same ladder is assumed, with one start
   per trial. `median` and `none` are assumed to prune nothing: expected = worst case.
 - Worst case: every trial trains to `training.max_steps`.
 - Wall time: the trials of each segment run in waves of `slots` trials, and the segments
@@ -174,7 +175,8 @@ def evaluations_between(start: int, end: int, eval_every: int, max_steps: int) -
 
 
 def expected_ladder(plan: SweepPlan) -> tuple[list[tuple[int, int]], str, bool]:
-    """(ladder, assumption, each segment is a new Train run) for the expected case."""
+    """(ladder, assumption, each segment of a ranked trial is a new Train run) for the
+    expected case."""
     spec = plan.spec
     n, max_steps = spec.search.num_trials, spec.training.max_steps
     scheduler = spec.early_stopping.scheduler
@@ -195,6 +197,8 @@ def expected_ladder(plan: SweepPlan) -> tuple[list[tuple[int, int]], str, bool]:
 
 def _scenario(plan: SweepPlan, timing: TrialTiming, ladder: list[tuple[int, int]], restart_per_segment: bool) -> Scenario:
     training = plan.spec.training
+    # Startup trials train every segment in one Train run: no restart after the first.
+    unranked = plan.spec.early_stopping.startup_trials_for(plan.spec.search.num_trials) if restart_per_segment else 0
     slots = plan.concurrent_trials
     # The first wave of trials starts cold.
     first_wave = min(slots, ladder[0][1])
@@ -204,10 +208,11 @@ def _scenario(plan: SweepPlan, timing: TrialTiming, ladder: list[tuple[int, int]
         segment_steps = milestone - previous
         evaluations = evaluations_between(previous, milestone, training.eval_every, training.max_steps)
         runs = 1 if (restart_per_segment or index == 0) else 0  # a new Train run
-        seconds = runs * (timing.setup_seconds + timing.stop_seconds)
-        seconds += segment_steps * timing.step_seconds + evaluations * timing.eval_seconds
+        starting = trials if index == 0 else runs * (trials - unranked)
+        start_seconds = timing.setup_seconds + timing.stop_seconds
+        seconds = runs * start_seconds + segment_steps * timing.step_seconds + evaluations * timing.eval_seconds
         steps += trials * segment_steps
-        trial_seconds += trials * seconds
+        trial_seconds += trials * (seconds - runs * start_seconds) + starting * start_seconds
         waves = math.ceil(trials / max(1, slots))
         wall += waves * (seconds + runs * timing.turnaround_seconds)
         previous = milestone

@@ -66,9 +66,9 @@ class SweepPlan:
         spec = self.spec
         if spec.early_stopping.scheduler != "asha" or not spec.search.parameters:
             return None
-        stopping = spec.early_stopping
+        stopping, trials = spec.early_stopping, spec.search.num_trials
         return milestone_counts(
-            spec.search.num_trials, self.rungs, spec.training.max_steps, stopping.reduction_factor, stopping.startup_trials
+            trials, self.rungs, spec.training.max_steps, stopping.reduction_factor, stopping.startup_trials_for(trials)
         )
 
     def step_budget(self) -> str:

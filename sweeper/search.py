@@ -256,7 +256,7 @@ def make_searcher(spec: SweepSpec, sweep_dir: Path, warm_start=None) -> StepAwar
         storage_url=optuna_storage_url(sweep_dir),
         max_steps=spec.training.max_steps,
         warm_start=warm_start,
-        startup_trials=spec.early_stopping.startup_trials,
+        startup_trials=spec.early_stopping.startup_trials_for(spec.search.num_trials),
     )
 
 

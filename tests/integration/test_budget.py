@@ -27,7 +27,8 @@ def capped_sweep(folder, name: str, num_trials: int, max_usd: float):
         data={"max_length": 128},
         training={"max_steps": 120, "eval_every": 40, "per_device_batch_size": 32},
         search={"num_trials": num_trials, "seed": 1},
-        early_stopping={"grace_period": 40, "reduction_factor": 3},
+        # No startup trial: every trial stops at its first rung, where the tests count the cost.
+        early_stopping={"grace_period": 40, "reduction_factor": 3, "startup_trials": 0},
         cost={"usd_per_hour": USD_PER_HOUR},
         budget={"max_usd": max_usd},
     )

@@ -30,6 +30,28 @@ def test_more_trials_than_slots_finishes_with_pruning(finished_sweep):
     assert (finished_sweep.workdir / "sweeps" / "shared" / "tokenizer" / "tokenizer.json").is_file()
 
 
+def test_a_startup_trial_trains_to_the_end_whatever_its_rank(sweep_yaml, tmp_path):
+    """early_stopping.startup_trials 1 of 4: the first trial the study gave out trains to
+    max_steps unranked; the other 3 are ranked at step 10, where max(1, floor(3/3)) = 1
+    goes on."""
+    import optuna
+
+    from sweeper.search import STARTUP_ATTR, TUNE_TRIAL_ID_ATTR
+
+    path = sweep_yaml("startup", search={"num_trials": 4, "seed": 3}, early_stopping={"startup_trials": 1})
+    result = sweep("start", str(path), cwd=tmp_path, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    trials = SweepStore(f"sqlite:///{tmp_path / 'mlflow.db'}").trials("startup")
+    study = optuna.load_study(study_name="startup", storage=f"sqlite:///{tmp_path / 'sweeps' / 'startup' / 'optuna.db'}")
+    (startup,) = [t.user_attrs[TUNE_TRIAL_ID_ATTR] for t in study.get_trials() if t.user_attrs.get(STARTUP_ATTR)]
+    assert study.get_trials()[0].user_attrs[TUNE_TRIAL_ID_ATTR] == startup
+    steps = dict(zip(trials["trial_id"], trials["steps"]))
+    states = dict(zip(trials["trial_id"], trials["state"]))
+    assert (states[startup], steps[startup]) == ("completed", 30)
+    assert sorted(states.values()) == ["completed", "completed", "pruned", "pruned"]
+    assert trials["steps"].sum() == steps_trained(milestone_counts(4, [10], 30, 3, startup_trials=1)) == 80
+
+
 def most_at_once(trials) -> int:
     """The most trials whose MLflow runs were open at the same moment (a trial paused at a
     rung keeps its run open: use it on sweeps without ASHA by promotion)."""

@@ -33,11 +33,12 @@ def spec_of(**sections):
 
 
 def quickstart_like(**sections):
-    """10 trials, max 90 steps, eval every 10, ASHA rungs 10 and 30 (eta 3), 2 slots."""
+    """10 trials, max 90 steps, eval every 10, ASHA rungs 10 and 30 (eta 3), no startup
+    trials, 2 slots."""
     base = {
         "training": {"max_steps": 90, "eval_every": 10},
         "search": {"num_trials": 10},
-        "early_stopping": {"grace_period": 10, "reduction_factor": 3},
+        "early_stopping": {"grace_period": 10, "reduction_factor": 3, "startup_trials": 0},
     }
     for key, value in sections.items():
         base[key] = {**base.get(key, {}), **value}
@@ -58,6 +59,16 @@ def test_expected_case_trains_the_asha_ladder_and_worst_case_every_trial_to_max_
     full = 1.0 + 90 * 0.1 + 9 * 0.5
     assert forecast.worst.trial_seconds == pytest.approx(10 * full)
     assert forecast.worst.wall_seconds == pytest.approx(5 * full)
+
+
+def test_a_startup_trial_climbs_the_ladder_in_one_train_run():
+    """early_stopping.startup_trials 1 of 10: it trains to step 90 beside the ladder of the
+    other 9 (3 go on from step 10, 1 from step 30) and pays one start, not one per segment."""
+    forecast = forecast_sweep(make_plan(quickstart_like(early_stopping={"startup_trials": 1}), CPU_BOX), TIMING)
+    assert forecast.ladder == [(10, 10), (30, 4), (90, 2)]
+    assert forecast.expected.steps == 10 * 10 + 4 * 20 + 2 * 60
+    segments = [1.0 + 10 * 0.1 + 1 * 0.5, 1.0 + 20 * 0.1 + 2 * 0.5, 1.0 + 60 * 0.1 + 6 * 0.5]
+    assert forecast.expected.trial_seconds == pytest.approx(10 * segments[0] + 4 * segments[1] + 2 * segments[2] - 2 * 1.0)
 
 
 def test_cost_is_trial_seconds_times_accelerators_times_price():
@@ -95,7 +106,7 @@ def test_without_a_known_ladder_the_expected_case_is_the_worst_case(scheduler):
 
 
 def test_rays_asha_is_assumed_to_follow_the_ladder_with_one_start_per_trial():
-    spec = quickstart_like(early_stopping={"scheduler": "asha_stopping"})
+    spec = quickstart_like(early_stopping={"scheduler": "asha_stopping", "startup_trials": None})
     forecast = forecast_sweep(make_plan(spec, CPU_BOX), TIMING)
     assert forecast.ladder == [(10, 10), (30, 3), (90, 1)]
     promotion = forecast_sweep(make_plan(quickstart_like(), CPU_BOX), TIMING)
@@ -217,7 +228,8 @@ def test_measure_times_the_second_interval_of_steps_in_a_row_from_a_common_start
 def test_sweep_plan_without_calibration_prints_the_forecast(tmp_path):
     result = CliRunner().invoke(app, ["plan", str(REPO / "search_spaces" / "quickstart.yaml"), "--no-calibrate"])
     assert result.exit_code == 0, result.output
-    assert "10 to step 10, 3 to step 30, 1 to step 90" in result.output
+    # The quickstart's 10 trials: 1 startup trial (a sixth) beside the ladder of the other 9.
+    assert "10 to step 10, 4 to step 30, 2 to step 90" in result.output
     assert "Worst case (no pruning)" in result.output and "throughput model" in result.output
 
 

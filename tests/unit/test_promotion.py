@@ -181,6 +181,21 @@ def test_nine_trials_train_exactly_the_rung_arithmetic():
     assert sorted(t.step for t in tune.trials) == [10] * 6 + [30] * 2 + [90]
 
 
+def test_startup_trials_train_to_the_end_and_the_others_follow_the_ladder_without_them():
+    """early_stopping.startup_trials 2 of 11: the first two train to max_steps although
+    they are the worst at every rung; the other 9 are promoted as 9 trials are."""
+    from sweeper.plan import milestone_counts, steps_trained
+
+    sched = scheduler(11, slots=2)
+    sched.mark_unranked(["t0", "t1"])
+    tune = FakeTune(sched, 11, eval_every=10, max_steps=90, score=lambda t: 10 - int(t.trial_id[1:]) * 0.1)
+    tune.run()
+    steps = {t.trial_id: t.step for t in tune.trials}
+    assert steps["t0"] == steps["t1"] == 90 and steps["t10"] == 90
+    assert sorted(steps.values()) == [10] * 6 + [30] * 2 + [90] * 3
+    assert tune.steps_trained == steps_trained(milestone_counts(11, [10, 30], 90, 3, startup_trials=2)) == 390
+
+
 @pytest.mark.parametrize("num_trials", [2, 5, 10, 27, 54])
 def test_noisy_scores_and_slow_pauses_always_finish_within_the_budget(num_trials):
     """A trial can be stopped while Tune is still pausing it (found by a 54-trial sweep

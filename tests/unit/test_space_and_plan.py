@@ -111,13 +111,15 @@ def test_asha_by_promotion_knows_its_step_budget_before_launch():
                           early_stopping={"grace_period": 10, "reduction_factor": 3, **early_stopping})
         return make_plan(validate_spec(raw, base_dir=REPO), ClusterResources(2, 0, 2, 0))
 
-    promotion = plan(scheduler="asha")
+    promotion = plan(scheduler="asha", startup_trials=0)
     assert promotion.trials_per_milestone() == [(10, 9), (30, 3), (90, 1)]
     assert promotion.step_budget() == (
         "at most 210 training steps (9 to step 10, 3 to step 30, 1 to step 90); 810 without early stopping"
     )
     # Two startup trials train to step 90 unranked; the other 7 climb the ladder (2 go on from step 10).
     assert plan(scheduler="asha", startup_trials=2).trials_per_milestone() == [(10, 9), (30, 4), (90, 3)]
+    # By default a sixth of the trials (at most 5) are startup trials.
+    assert plan(scheduler="asha").trials_per_milestone() == [(10, 9), (30, 3), (90, 2)]
     assert plan(scheduler="asha_stopping").trials_per_milestone() is None
     assert plan(scheduler="none").step_budget() == "810 training steps without early stopping (9 trials x 90)"
 
