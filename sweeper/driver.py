@@ -127,8 +127,8 @@ def rebuild_for_resume(tracker, scheduler, searcher, study_url: str) -> None:
     the Optuna study opened at `study_url` (in the sweep's folder, wherever the first
     driver kept it), then the rung ladder of ASHA by promotion from the book, with the
     trials the study marks unranked, then the study cross-checked against the book (a
-    trial the last driver ended in MLflow but not in Optuna is told now). `scheduler` and `searcher` are the restored tuner's (None where
-    the sweep has none)."""
+    trial the last driver ended in MLflow but not in Optuna is told now). `scheduler`
+    and `searcher` are the restored tuner's (None where the sweep has none)."""
     from sweeper.promotion import PromotionASHA, SlotLimiter
 
     tracker.reattach()

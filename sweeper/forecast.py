@@ -7,8 +7,8 @@ accelerator-hours and dollars.
   known before launch (`SweepPlan.trials_per_milestone`); each segment between rungs is
   a Train run of its own (a promoted trial resumes from its checkpoint), so it pays one
   trial start, except for the startup trials (`early_stopping.startup_trials`), which
-  train to max_steps in one run. For `asha_stopping` (Ray's ASHA) the same ladder is assumed, with one start
-  per trial. `median` and `none` are assumed to prune nothing: expected = worst case.
+  train to max_steps in one run. For `asha_stopping` (Ray's ASHA) the same ladder is
+  assumed, with one start per trial. `median` and `none` are assumed to prune nothing: expected = worst case.
 - Worst case: every trial trains to `training.max_steps`.
 - Wall time: the trials of each segment run in waves of `slots` trials, and the segments
   follow each other (the promoted trials of a rung wait for its ranking); between two

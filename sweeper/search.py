@@ -122,9 +122,8 @@ class StepAwareOptunaSearch(Searcher):
 
     def __getstate__(self) -> dict:
         # Tune pickles the searcher with the tuner: the study lives in its storage.
-        return {
-            k: v for k, v in self.__dict__.items() if k not in ("storage", "study", "trials", "reported", "finished", "repeats", "startup")
-        }
+        from_study = ("storage", "study", "trials", "reported", "finished", "repeats", "startup")
+        return {k: v for k, v in self.__dict__.items() if k not in from_study}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)

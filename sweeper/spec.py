@@ -342,10 +342,8 @@ def _task_problems(spec: SweepSpec) -> list[Problem]:
 
 def _schedule_problems(spec: SweepSpec) -> list[Problem]:
     stopping, training = spec.early_stopping, spec.training
-    if stopping.scheduler == "none":
-        return []
     problems = []
-    if not training.eval_every <= stopping.grace_period < training.max_steps:
+    if stopping.scheduler != "none" and not training.eval_every <= stopping.grace_period < training.max_steps:
         problems.append((
             "early_stopping.grace_period",
             f"must be >= training.eval_every ({training.eval_every}) "

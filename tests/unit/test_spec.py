@@ -100,6 +100,8 @@ def test_startup_trials_only_under_asha_and_fewer_than_the_trials():
         "early_stopping.startup_trials: applies only to scheduler asha, got scheduler 'median'; remove it or set "
         "early_stopping.scheduler: asha"
     ]
+    raw = small_sweep("x", early_stopping={"scheduler": "none", "startup_trials": 1})
+    assert [line.split(":")[0] for line in errors_of(raw)] == ["early_stopping.startup_trials"]
     raw = small_sweep("x", search={"num_trials": 3}, early_stopping={"startup_trials": 3})
     assert [line.split(":")[0] for line in errors_of(raw)] == ["early_stopping.startup_trials"]
     assert "must be < search.num_trials (3), got 3" in errors_of(raw)[0]
