@@ -165,6 +165,7 @@ def measure(spec: SweepSpec, data: dict, model_source: str, steps: int = MEASURE
             "training.max_steps": 2 * steps,
             "training.eval_every": steps,
             "early_stopping.scheduler": "none",
+            "early_stopping.startup_trials": None,
             "chaos.fault": "none",
             "budget": None,
         },

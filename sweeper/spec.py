@@ -540,7 +540,7 @@ def single_run_spec(spec: SweepSpec, params: dict[str, Any], name: str) -> Sweep
     raw["search"] = {
         **raw["search"], "parameters": {}, "num_trials": 1, "max_concurrent_trials": None, "warm_start": [],
     }
-    raw["early_stopping"] = {**raw["early_stopping"], "scheduler": "none"}
+    raw["early_stopping"] = {**raw["early_stopping"], "scheduler": "none", "startup_trials": None}
     raw["output_dir"] = None
     return SweepSpec.model_validate(raw, context={"check_files": False})
 
