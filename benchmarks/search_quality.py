@@ -511,7 +511,6 @@ def main() -> None:
     )
 
     outcomes: dict[str, list[Outcome]] = defaultdict(list)
-    histories: list[list[tuple[int, float]]] = []
     random_by_seed: dict[int, list] = {}
     for seed in seeds:
         for method in methods:
@@ -529,15 +528,20 @@ def main() -> None:
                 saved = outcome, found or []
                 print(f"    best {outcome.best:.4f}, steps {outcome.steps}, wall {outcome.wall_s:.0f} s", flush=True)
             outcomes[method].append(saved[0])
-            histories.extend(saved[1])
             if method == "random":
                 random_by_seed[seed] = saved[1]
-    print_table(args, settings, methods, outcomes, histories, random_by_seed)
+    print_table(args, settings, methods, outcomes, random_by_seed)
 
 
-def print_table(args, settings: Settings, methods: list[str], outcomes: dict, histories: list, random_by_seed: dict) -> None:
+def print_table(args, settings: Settings, methods: list[str], outcomes: dict, random_by_seed: dict) -> None:
+    """The methods' table, the rank figures and the replay, from random search's trials
+    of every seed (`random_by_seed`: seed -> its trials' histories)."""
     from rich.console import Console
     from rich.table import Table
+
+    from sweeper.plan import asha_rungs
+
+    histories = [h for _, runs in sorted(random_by_seed.items()) for h in runs]
 
     random_steps = statistics.median(o.steps for o in outcomes["random"])
     target = statistics.median(o.best for o in outcomes["random"])
@@ -584,8 +588,8 @@ def print_table(args, settings: Settings, methods: list[str], outcomes: dict, hi
         + ", ".join(f"step {s}: {c:.2f}" for s, c in among_best.items())
     )
     console.print(f"random search's median best (the target): {target:.4f}")
-    rungs = [s for s in (args.eval_every * args.reduction_factor**k for k in range(6)) if s < args.max_steps]
-    places = {seed: best_trial_ranks(h, [int(s) for s in rungs]) for seed, h in sorted(random_by_seed.items())}
+    rungs = asha_rungs(args.eval_every, args.max_steps, args.reduction_factor)
+    places = {seed: best_trial_ranks(h, rungs) for seed, h in sorted(random_by_seed.items())}
     figures["best_trial_rank"] = places
     console.print(
         "rank of random search's best trial among its trials at each rung step (1 = ahead), per seed: "

@@ -40,7 +40,7 @@ from dataclasses import dataclass, replace
 
 from sweeper.forecast import RAY_TRIAL_START_SECONDS, TrialTiming
 from sweeper.plan import ClusterResources, SweepPlan
-from sweeper.spec import CategoricalDist, IntUniformDist, SweepSpec, with_overrides
+from sweeper.spec import NO_EARLY_STOPPING, CategoricalDist, IntUniformDist, SweepSpec, with_overrides
 
 # Without a logging handler set up (`sweep plan`, a spawned copy) Python prints
 # bitsandbytes' import-time note about an optional CPU kernel package (`kernels`) to the
@@ -164,8 +164,7 @@ def measure(spec: SweepSpec, data: dict, model_source: str, steps: int = MEASURE
         {
             "training.max_steps": 2 * steps,
             "training.eval_every": steps,
-            "early_stopping.scheduler": "none",
-            "early_stopping.startup_trials": None,
+            **{f"early_stopping.{key}": value for key, value in NO_EARLY_STOPPING.items()},
             "chaos.fault": "none",
             "budget": None,
         },

@@ -32,7 +32,6 @@ from sweeper.spec import SweepSpec, WarmStartSpec
 
 __all__ = [
     "WarmStart", "read_warm_start", "warm_start_source", "WARM_START_ATTR", "REPEAT_ATTR", "TUNE_TRIAL_ID_ATTR",
-    "STUDY_FILE",
 ]
 
 # The Optuna user attribute of a seeded trial (added or enqueued): where it came from,

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from sweeper import storage
 from sweeper.errors import UserError
+from sweeper.names import STUDY_FILE
 
 __all__ = ["FetchedSweep", "fetch_sweep", "normalized_uri"]
 
@@ -41,7 +42,6 @@ def fetch_sweep(name: str, uri: str, folder: Path) -> FetchedSweep:
         UserError: `uri` is no sweep storage or holds another sweep; `folder` holds
         another sweep, or this one with its driver still running.
     """
-    from sweeper.names import STUDY_FILE
     from sweeper.spec import load_spec, spec_to_yaml
 
     problem = storage.uri_problem(uri)

@@ -531,6 +531,11 @@ def with_overrides(spec: SweepSpec, overrides: dict[str, Any]) -> SweepSpec:
     return SweepSpec.model_validate(raw, context={"check_files": False})
 
 
+# The early_stopping section of a run that is no sweep (a single full run, a calibration
+# run): nothing stopped early, and no startup trials (refused under scheduler none).
+NO_EARLY_STOPPING = {"scheduler": "none", "startup_trials": None}
+
+
 def single_run_spec(spec: SweepSpec, params: dict[str, Any], name: str) -> SweepSpec:
     """A complete config that trains one trial's values (`params`: dotted path -> value, as
     sampled or as MLflow stored them) as a single full run: nothing searched or stopped
@@ -540,7 +545,7 @@ def single_run_spec(spec: SweepSpec, params: dict[str, Any], name: str) -> Sweep
     raw["search"] = {
         **raw["search"], "parameters": {}, "num_trials": 1, "max_concurrent_trials": None, "warm_start": [],
     }
-    raw["early_stopping"] = {**raw["early_stopping"], "scheduler": "none", "startup_trials": None}
+    raw["early_stopping"] = {**raw["early_stopping"], **NO_EARLY_STOPPING}
     raw["output_dir"] = None
     return SweepSpec.model_validate(raw, context={"check_files": False})
 

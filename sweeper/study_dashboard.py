@@ -15,6 +15,7 @@ from sweeper.names import STUDY_FILE
 
 __all__ = ["StudyDashboard", "study_dashboard", "serve"]
 
+
 class StudyDashboard:
     """Where a sweep's study is and the address the dashboard will serve it at."""
 
