@@ -25,6 +25,7 @@ from ray.train.v2.api.callback import UserCallback
 from sweeper import storage
 from sweeper.ray_adapter import StoppableTorchTrainer, tune_stop_event
 from trainables.config import TrialConfig
+from trainables.metrics import RESTARTS
 from trainables.worker import train_loop_per_worker
 
 
@@ -73,12 +74,24 @@ def run_trial(
 
 class ReportToTune(UserCallback):
     """Each report of the Train run becomes a Tune report of this trial, with the path of
-    its checkpoint (a URI for object storage). The controller runs in the trial's own thread (StoppableTorchTrainer), so
-    this is a plain `tune.report`; Ray's TuneReportCallback instead passes reports through
-    a queue actor, a process per trial."""
+    its checkpoint (a URI for object storage) and, once a worker has failed and Train has
+    restarted the workers from that checkpoint, how often it has (RESTARTS: the trial's
+    MLflow run shows at which step). The controller runs in the trial's own thread
+    (StoppableTorchTrainer), so this is a plain `tune.report`; Ray's TuneReportCallback
+    instead passes reports through a queue actor, a process per trial."""
+
+    def __init__(self) -> None:
+        self.worker_failures = 0
+
+    def after_exception(self, run_context, worker_exceptions) -> None:
+        # Called once per failed poll of the worker group; Train then retries (or, past
+        # search.max_failures, ends the trial, and no report follows).
+        self.worker_failures += 1
 
     def after_report(self, run_context, metrics, checkpoint) -> None:
         result = dict(metrics[0])
         if checkpoint is not None:
             result["checkpoint_path"] = storage.uri_of(checkpoint.filesystem, checkpoint.path)
+        if self.worker_failures:
+            result[RESTARTS] = self.worker_failures
         tune.report(result)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 __all__ = [
     "STEP", "EVAL_LOSS", "EVAL_PERPLEXITY", "TRAIN_LOSS", "LEARNING_RATE", "TOKENS_PER_SECOND",
-    "TRAIN_TOKENS", "TRAIN_CPU_SHARE", "SETUP_SECONDS", "SETUP_PHASES", "EVAL_REWARDS_CHOSEN",
+    "TRAIN_TOKENS", "TRAIN_CPU_SHARE", "SETUP_SECONDS", "SETUP_PHASES", "RESTARTS", "EVAL_REWARDS_CHOSEN",
     "EVAL_REWARDS_REJECTED", "EVAL_REWARDS_MARGIN", "EVAL_REWARDS_ACCURACY", "TASK_METRICS", "REPORTED_KEYS",
 ]
 
@@ -22,6 +22,10 @@ TRAIN_TOKENS = "train_tokens"
 TRAIN_CPU_SHARE = "train_cpu_share"
 SETUP_SECONDS = "setup_seconds"
 SETUP_PHASES = "setup_phases"  # first report only: where the setup time went
+# Times Ray Train restarted the trial's workers from its latest checkpoint after a worker
+# failed (a lost node, an out-of-memory kill; search.max_failures): added to the reports
+# after the first restart by the trial's Train controller (sweeper/trial.py), not the loops.
+RESTARTS = "restarts"
 EVAL_REWARDS_CHOSEN = "eval_rewards_chosen"
 EVAL_REWARDS_REJECTED = "eval_rewards_rejected"
 EVAL_REWARDS_MARGIN = "eval_rewards_margin"
@@ -61,4 +65,5 @@ REPORTED_KEYS: tuple[str, ...] = (
     TRAIN_CPU_SHARE,
     SETUP_SECONDS,
     SETUP_PHASES,
+    RESTARTS,
 )

@@ -90,17 +90,19 @@ class MultiNodeCluster:
         assert done.returncode == 0, done.stdout + done.stderr
         return done.stdout.strip().splitlines()[-1].rpartition(".")[2]
 
-    def train_worker_nodes(self) -> list[str]:
-        """The node ids of every Ray Train worker actor the cluster has seen (dead ones too)."""
-        return [node for node, _ in self.train_workers()]
-
-    def train_workers(self) -> list[tuple[str, str]]:
-        """(node id, state) of every Ray Train worker actor the cluster has seen."""
-        return [tuple(a) for a in self.query(textwrap.dedent("""
+    def train_workers(self) -> dict[str, str]:
+        """Actor id -> node id of every Ray Train worker actor the cluster has seen (dead
+        ones too; no node id while one waits to be placed). By id: the state API lists
+        actors in no particular order, so "the ones after the first N" are not the new ones."""
+        return dict(self.query(textwrap.dedent("""
             from ray.util.state import list_actors
             actors = list_actors(filters=[("class_name", "=", "RayTrainWorker")], detail=True, limit=10000)
-            print(json.dumps([(a.node_id, a.state) for a in actors]))
-        """))]
+            print(json.dumps([(a.actor_id, a.node_id) for a in actors]))
+        """)))
+
+    def new_train_worker_nodes(self, seen_before: dict[str, str]) -> list[str]:
+        """The node ids of the Train workers started since `seen_before` (train_workers())."""
+        return [node for actor, node in self.train_workers().items() if actor not in seen_before]
 
 
 def start_node(args: list[str], env: dict, log_path: Path) -> subprocess.Popen:
@@ -236,13 +238,13 @@ def test_two_worker_trials_spread_over_both_worker_nodes_with_checkpoints_in_s3(
         cluster, workdir, "spread",
         search={"num_trials": 2, "seed": 2}, resources={"workers_per_trial": 2, "cpus_per_worker": 1},
     )
-    seen_before = len(cluster.train_worker_nodes())
+    seen_before = cluster.train_workers()
     started = sweep_cli(cluster, "start", str(path), "--address", cluster.address, cwd=workdir)
     assert started.returncode == 0, started.stdout + started.stderr
     assert "2 trials, 1 at a time (2 worker(s) per trial)" in started.stdout, started.stdout
 
     names = cluster.node_ids()
-    used = [names.get(node, "gone") for node in cluster.train_worker_nodes()[seen_before:]]
+    used = [names.get(node, "gone") for node in cluster.new_train_worker_nodes(seen_before)]
     assert sorted(used) == ["a", "a", "b", "b"], used  # each trial: one worker on each worker node
     keys = cluster.s3.keys(BUCKET, "cluster/spread/")
     adapters = [k for k in keys if k.startswith("cluster/spread/trials/") and k.endswith("adapter_config.json")]
@@ -329,6 +331,7 @@ def test_a_driver_killed_with_minus_9_is_resumed_without_retraining_a_completed_
 
 def test_a_worker_node_lost_mid_trial_retries_from_its_checkpoint(cluster, tmp_path):
     # It leaves the cluster one worker node short: only the submit test comes after it.
+    import mlflow
     import psutil
 
     workdir = tmp_path / "nodeloss"
@@ -336,7 +339,7 @@ def test_a_worker_node_lost_mid_trial_retries_from_its_checkpoint(cluster, tmp_p
         cluster, workdir, "nodeloss",
         search={"num_trials": 1, "seed": 6, "max_failures": 1}, training={"max_steps": 60, "eval_every": 10},
     )
-    seen_before = len(cluster.train_worker_nodes())
+    seen_before = cluster.train_workers()
     driver = subprocess.Popen(
         [sys.executable, "-m", "sweeper.cli", "start", str(path), "--address", cluster.address],
         cwd=workdir, env=cluster.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
@@ -344,7 +347,7 @@ def test_a_worker_node_lost_mid_trial_retries_from_its_checkpoint(cluster, tmp_p
     try:
         names = cluster.node_ids()
         # Placed: an actor waiting for its node has no node id yet.
-        first = wait_for(lambda: [n for n in cluster.train_worker_nodes()[seen_before:] if n], 300, "the trial's Train worker", every=1)
+        first = wait_for(lambda: [n for n in cluster.new_train_worker_nodes(seen_before) if n], 300, "the trial's Train worker", every=1)
         lost = names[first[0]]
         assert lost in ("a", "b"), names
 
@@ -368,11 +371,12 @@ def test_a_worker_node_lost_mid_trial_retries_from_its_checkpoint(cluster, tmp_p
     steps = [step for step, _ in eval_history(cluster, trial.info.run_id)]
     # From its last checkpoint: no evaluation repeated, as a start from step 0 would.
     assert steps == sorted(set(steps)) and steps[-1] == 60, steps
-    # The node of the retry's worker is not asserted: in one full-suite run the state API
-    # listed both of the trial's Train workers on the lost node's id (the first DEAD), so
-    # which node ran the retry is not established by this test (issue 17 note).
-    workers = cluster.train_workers()[seen_before:]
-    assert len(workers) >= 2, (workers, lost, names, output[-3000:])  # a second worker group: the retry
+    # The restart, as the trial's run records it: once, after the first evaluation. (The
+    # state API's list of Train workers is no evidence: in CI it once listed one worker for
+    # this sweep, and in another run both on the lost node's id.)
+    restarts = mlflow.MlflowClient(cluster.tracking_uri).get_metric_history(trial.info.run_id, "restarts")
+    assert restarts and {p.value for p in restarts} == {1.0}, (restarts, lost, names, output[-3000:])
+    assert min(p.step for p in restarts) > steps[0], (restarts, steps)
     assert parent.info.status == "FINISHED"
 
 

@@ -33,6 +33,18 @@ def test_a_checkpoint_in_object_storage_reaches_tune_as_its_uri(monkeypatch):
     assert reported == [{"step": 10, "checkpoint_path": "s3://team/x/trials/t1/checkpoint_000001"}]
 
 
+def test_reports_after_a_worker_failure_count_the_restarts(monkeypatch):
+    reported = []
+    monkeypatch.setattr(sweeper.trial.tune, "report", reported.append)
+    callback = ReportToTune()
+    callback.after_report(None, [{"step": 10}], None)
+    callback.after_exception(None, {0: RuntimeError("node lost")})
+    callback.after_report(None, [{"step": 20}], None)
+    callback.after_exception(None, {1: RuntimeError("out of memory")})
+    callback.after_report(None, [{"step": 30}], None)
+    assert reported == [{"step": 10}, {"step": 20, "restarts": 1}, {"step": 30, "restarts": 2}]
+
+
 def test_trial_settings_are_strings_for_the_environment():
     assert all(isinstance(value, str) for value in TRIAL_SETTINGS.values())
     assert float(TRIAL_SETTINGS["RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"]) < 2.0
