@@ -31,7 +31,8 @@ from sweeper.space import to_optuna_distributions
 from sweeper.spec import SweepSpec, WarmStartSpec
 
 __all__ = [
-    "WarmStart", "read_warm_start", "warm_start_source", "WARM_START_ATTR", "REPEAT_ATTR", "TUNE_TRIAL_ID_ATTR",
+    "WarmStart", "read_warm_start", "trial_user_attrs", "WARM_START_ATTR", "REPEAT_ATTR", "STARTUP_ATTR",
+    "TUNE_TRIAL_ID_ATTR",
 ]
 
 # The Optuna user attribute of a seeded trial (added or enqueued): where it came from,
@@ -39,6 +40,10 @@ __all__ = [
 WARM_START_ATTR = "warm_start_source"
 # The Optuna user attribute of an enqueued config that repeats a completed earlier run.
 REPEAT_ATTR = "warm_start_repeat"
+# The Optuna user attribute of one of the sweep's first `early_stopping.startup_trials`
+# trials, which train to max_steps unranked (sweeper/promotion.py); kept in the study so
+# that a resumed sweep knows them again.
+STARTUP_ATTR = "startup_trial"
 # The Optuna trial's user attribute naming the Tune trial it was asked for (set by the
 # searcher, sweeper/search.py): with the study in its RDB, it maps Tune trials to Optuna
 # trials again after `sweep resume`, and a seeded trial to the run it became.
@@ -198,19 +203,20 @@ def _range_text(distribution: BaseDistribution) -> str:
     return f"range [{distribution.low:g}, {distribution.high:g}]"
 
 
-def warm_start_source(sweep_dir: Path, study_name: str, tune_trial_id: str) -> str | None:
-    """Where the config of Tune trial `tune_trial_id` of this sweep came from
-    ("<earlier sweep>/<trial id>"), or None when the sampler chose it."""
+def trial_user_attrs(sweep_dir: Path, study_name: str, tune_trial_id: str) -> dict:
+    """The Optuna user attributes the searcher gave Tune trial `tune_trial_id` of this
+    sweep: WARM_START_ATTR (where its config came from, "<earlier sweep>/<trial id>"),
+    STARTUP_ATTR; empty when the study does not hold the trial."""
     study_file = Path(sweep_dir) / STUDY_FILE
     if not study_file.is_file():
-        return None
+        return {}
     storage = optuna.storages.RDBStorage(f"sqlite:///{study_file}")
     try:
         for trial in optuna.load_study(study_name=study_name, storage=storage).get_trials(deepcopy=False):
             if trial.user_attrs.get(TUNE_TRIAL_ID_ATTR) == tune_trial_id:
-                return trial.user_attrs.get(WARM_START_ATTR)
+                return dict(trial.user_attrs)
     except KeyError:
-        return None
+        return {}
     finally:
         storage.remove_session()
-    return None
+    return {}

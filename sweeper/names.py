@@ -87,6 +87,9 @@ class Tag:
     CHECKPOINT_PATH = "sweeper.checkpoint_path"
     # A trial whose config an earlier sweep's trial gave (search.warm_start): "<sweep>/<trial id>".
     WARM_START = "sweeper.warm_start"
+    # "true" on one of the sweep's first early_stopping.startup_trials trials, which train
+    # to max_steps whatever their rank (ASHA by promotion); absent on the others.
+    STARTUP_TRIAL = "sweeper.startup_trial"
     TASK = "sweeper.task"
     PARENT_RUN_ID = "mlflow.parentRunId"  # MLflow's own tag for nested runs
     # A promotion run (sweeper/promote.py) and the registered model version it creates.

@@ -17,7 +17,7 @@ from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule
 from ray.tune.search import Searcher
 
 from sweeper import names
-from sweeper.earlier_sweeps import REPEAT_ATTR, TUNE_TRIAL_ID_ATTR, WARM_START_ATTR
+from sweeper.earlier_sweeps import REPEAT_ATTR, STARTUP_ATTR, TUNE_TRIAL_ID_ATTR, WARM_START_ATTR
 from sweeper.names import STUDY_FILE
 from sweeper.plan import SweepPlan
 from sweeper.promotion import PromotionASHA, SlotLimiter
@@ -30,10 +30,6 @@ __all__ = [
 ]
 
 TIME_ATTR = "step"
-# The Optuna user attribute of one of the sweep's first `early_stopping.startup_trials`
-# trials, which train to max_steps unranked (sweeper/promotion.py); kept in the study so
-# that a resumed sweep knows them again.
-STARTUP_ATTR = "startup_trial"
 
 
 class StepAwareOptunaSearch(Searcher):

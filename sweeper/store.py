@@ -145,7 +145,9 @@ class SweepStore:
         """One row per trial of a sweep, in start order. `state` holds a TrialState value,
         `status` its words (`pruned at step 10`); `metric` the trial's last value of the
         sweep's metric; `pauses` how often it waited at a rung (ASHA by promotion); `warm_start` the
-        earlier sweep's trial that gave its config ("<sweep>/<trial id>"), else null."""
+        earlier sweep's trial that gave its config ("<sweep>/<trial id>"), else null;
+        `startup_trial` whether it was one of the sweep's startup trials (trained to the end
+        unranked)."""
         run = run or self.sweep_run(name)
         metric = run.data.tags.get(Tag.METRIC, EVAL_LOSS)
         children = self.runs.find_runs({Tag.PARENT_RUN_ID: run.info.run_id}, [run.info.experiment_id])
@@ -176,6 +178,7 @@ class SweepStore:
                 "params": json.dumps(child.data.params),
                 "checkpoint_path": tags.get(Tag.CHECKPOINT_PATH),
                 "warm_start": tags.get(Tag.WARM_START),
+                "startup_trial": tags.get(Tag.STARTUP_TRIAL) == "true",
                 "started_ms": child.info.start_time,
                 "ended_ms": child.info.end_time,
             })
@@ -184,7 +187,7 @@ class SweepStore:
             "status": pl.String, "run_status": pl.String, "steps": pl.Int64, "metric": pl.Float64,
             "cost_usd": pl.Float64, "wall_seconds": pl.Float64, "setup_seconds": pl.Float64,
             "tokens": pl.Float64, "saved_usd": pl.Float64, "pauses": pl.Int64, "params": pl.String,
-            "checkpoint_path": pl.String, "warm_start": pl.String,
+            "checkpoint_path": pl.String, "warm_start": pl.String, "startup_trial": pl.Boolean,
             "started_ms": pl.Int64, "ended_ms": pl.Int64,
         })
         return frame.sort("trial_number")

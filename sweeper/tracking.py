@@ -323,12 +323,13 @@ class MlflowTracker:
         )
         self.child_run_ids[record.trial_id] = run.info.run_id
         self.client.log_batch(run.info.run_id, params=[Param(k, str(v)) for k, v in record.params.items()])
-        if self.spec.search.warm_start:
-            from sweeper.earlier_sweeps import warm_start_source
+        # What the searcher marked the trial with, read back from the sweep's study.
+        if self.spec.search.warm_start or self.spec.early_stopping.startup_trials_for(self.spec.search.num_trials):
+            from sweeper.earlier_sweeps import STARTUP_ATTR, WARM_START_ATTR, trial_user_attrs
 
-            source = warm_start_source(self.spec.sweep_dir, self.spec.name, record.trial_id)
-            if source:
-                self.client.set_tag(run.info.run_id, Tag.WARM_START, source)
+            marks = trial_user_attrs(self.spec.sweep_dir, self.spec.name, record.trial_id)
+            tags = {Tag.WARM_START: marks.get(WARM_START_ATTR), Tag.STARTUP_TRIAL: "true" if marks.get(STARTUP_ATTR) else None}
+            self.client.log_batch(run.info.run_id, tags=[RunTag(k, v) for k, v in tags.items() if v])
 
     def trial_paused(self, record: TrialRecord) -> None:
         """Tagged so, for `sweep status` while the sweep runs."""

@@ -60,6 +60,10 @@ def trials_table(run, trials: pl.DataFrame) -> Table:
     warm_started = trials["warm_start"].is_not_null().any()
     if warm_started:
         table.add_column("warm start from")
+    # Says why a poor trial went on past a rung: early_stopping.startup_trials.
+    with_startup = trials["startup_trial"].any()
+    if with_startup:
+        table.add_column("startup trial")
     for row in trials.iter_rows(named=True):
         params = json.loads(row["params"])
         style = STATE_STYLE.get(row["state"], "")
@@ -71,6 +75,7 @@ def trials_table(run, trials: pl.DataFrame) -> Table:
             _num(row["metric"]),
             usd(row["cost_usd"]),
             *([row["warm_start"] or "-"] if warm_started else []),
+            *(["yes" if row["startup_trial"] else "-"] if with_startup else []),
         )
     return table
 

@@ -10,7 +10,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from sweeper.earlier_sweeps import read_warm_start, warm_start_source
+from sweeper.earlier_sweeps import WARM_START_ATTR, read_warm_start, trial_user_attrs
 from sweeper.errors import UserError
 from sweeper.search import make_searcher
 from sweeper.spec import spec_to_yaml, validate_spec
@@ -57,8 +57,8 @@ def test_finished_trials_seed_the_study_and_the_best_run_first(tmp_path):
     assert sorted(t.state for t in added) == sorted([TrialState.COMPLETE] * 3 + [TrialState.PRUNED])
     pruned = next(t for t in added if t.state == TrialState.PRUNED)
     assert pruned.intermediate_values == {10: 3.0}
-    assert warm_start_source(spec.sweep_dir, "later", "l0") == "earlier/e1"
-    assert warm_start_source(spec.sweep_dir, "later", "l2") is None
+    assert trial_user_attrs(spec.sweep_dir, "later", "l0")[WARM_START_ATTR] == "earlier/e1"
+    assert WARM_START_ATTR not in trial_user_attrs(spec.sweep_dir, "later", "l2")
 
 
 def test_parameters_outside_the_new_space_are_left_out_with_a_note(tmp_path):
