@@ -84,14 +84,16 @@ METHODS: dict[str, dict | None] = {
     "asha_constant_liar": {"sampler": {"constant_liar": True}},
     "asha_grace_warmup": {"grace": "after_warmup"},
     "asha_startup10": {"sampler": {"n_startup_trials": 10}},
-    "asha_eta2": {"early_stopping": {"reduction_factor": 2}},
-    "asha_eta4": {"early_stopping": {"reduction_factor": 4}},  # on the 81-step task rungs 9, 36: 0.21x random's steps
+    # (the eta candidates keep the first rung at the first evaluation, as when they were measured:
+    # the default grace_period depends on eta)
+    "asha_eta2": {"early_stopping": {"reduction_factor": 2, "grace_period": 9}},
+    "asha_eta4": {"early_stopping": {"reduction_factor": 4, "grace_period": 9}},  # on the 81-step task rungs 9, 36: 0.21x random's steps
     # on the 81-step task three rungs (3, 9, 27: 0.11x random's steps), evaluating every 3 steps
     # the first rung later, on the 243-step task: rungs 18, 54, 162 (0.19x) and 27, 81 (0.26x)
     "asha_grace18": {"early_stopping": {"grace_period": 18}},
     "asha_grace27": {"early_stopping": {"grace_period": 27}},
     "asha_grace3": {"early_stopping": {"grace_period": 3}, "training": {"eval_every": 3}},
-    "asha_eta2_no_liar": {"early_stopping": {"reduction_factor": 2}, "sampler": {"constant_liar": False}},
+    "asha_eta2_no_liar": {"early_stopping": {"reduction_factor": 2, "grace_period": 9}, "sampler": {"constant_liar": False}},
     "asha_no_liar": {"sampler": {"constant_liar": False}},  # the default since; kept for the "before" runs
     # the default before early_stopping.startup_trials (its default is 4 of 27 trials since)
     "asha_no_startup": {"early_stopping": {"startup_trials": 0}},
@@ -103,7 +105,7 @@ METHODS: dict[str, dict | None] = {
     "asha_grace18_startup2": {"early_stopping": {"grace_period": 18, "startup_trials": 2}},
     "asha_startup4_tpe10": {"early_stopping": {"startup_trials": 4}, "sampler": {"n_startup_trials": 10, "constant_liar": False}},
     "asha_startup4_multivariate": {"early_stopping": {"startup_trials": 4}, "sampler": {"multivariate": True, "constant_liar": False}},
-    "asha_startup4_eta2": {"early_stopping": {"startup_trials": 4, "reduction_factor": 2}},
+    "asha_startup4_eta2": {"early_stopping": {"startup_trials": 4, "reduction_factor": 2, "grace_period": 9}},
     "asha_grace27_eta4_startup1": {"early_stopping": {"grace_period": 27, "reduction_factor": 4, "startup_trials": 1}},
     # the default before startup trials with more trials, for a comparison at about the steps
     # of the new default (60 trials: 1548 steps, 0.24x random search's)
@@ -189,7 +191,8 @@ class Settings:
             training={"max_steps": self.max_steps, "eval_every": self.eval_every, "per_device_batch_size": 8},
             lora={"r": 8, "alpha_per_rank": 2},
             search={"num_trials": self.trials, "method": method, "seed": seed, "parameters": self.space},
-            early_stopping={"grace_period": self.eval_every, "reduction_factor": self.reduction_factor},
+            # grace_period: the default, max_steps / eta^3 on an evaluation (9 here: rungs 9, 27, 81)
+            early_stopping={"reduction_factor": self.reduction_factor},
         )
 
 
@@ -271,13 +274,14 @@ def _tokenizer(source, load):
     return _TOKENIZERS[str(source)]
 
 
-def run_random(settings: Settings, seed: int) -> tuple[Outcome, list[list[tuple[int, float]]]]:
-    """Random search with every trial to max_steps, two trials at a time (as the sweeps
-    run them), each in its own process."""
+def random_configs(settings: Settings, seed: int) -> list[dict]:
+    """Random search's configs for `seed`, in order: the same on every call (the replay
+    reads their warmups beside the histories that run_random saved)."""
     import optuna
 
     from sweeper.space import parameters_to_optuna
 
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # a line per study otherwise
     space = parameters_to_optuna(settings.space)
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed))
     configs = []
@@ -285,6 +289,13 @@ def run_random(settings: Settings, seed: int) -> tuple[Outcome, list[list[tuple[
         trial = study.ask(space)
         configs.append(dict(trial.params))
         study.tell(trial, 0.0)
+    return configs
+
+
+def run_random(settings: Settings, seed: int) -> tuple[Outcome, list[list[tuple[int, float]]]]:
+    """Random search with every trial to max_steps, two trials at a time (as the sweeps
+    run them), each in its own process."""
+    configs = random_configs(settings, seed)
     started = time.time()
     outcome = Outcome("random", seed)
     import multiprocessing
@@ -402,17 +413,22 @@ def rank_correlations(histories: list[list[tuple[int, float]]], steps: list[int]
     return found
 
 
-def successive_halving(histories: list[list[tuple[int, float]]], rungs: list[int], max_steps: int, eta: float) -> tuple[float, int]:
+def successive_halving(
+    histories: list[list[tuple[int, float]]], rungs: list[int], max_steps: int, eta: float, warmups: list[float] | None = None
+) -> tuple[float, int]:
     """Replay ASHA by promotion with every trial known (synchronous successive halving) on
     finished trials' histories: all go to the first rung, the best max(1, floor(n / eta))
-    of the n there on to the next milestone, and so on. Returns (best eval loss seen by
-    the trials as far as they trained, steps trained)."""
+    of the n there on to the next milestone, and so on. With `warmups` (each trial's
+    warmup steps), a trial still in its warmup at a rung goes on unranked. Returns (best
+    eval loss seen by the trials as far as they trained, steps trained)."""
     from sweeper.plan import rung_quota
 
     alive = list(range(len(histories)))
     reached = {i: rungs[0] if rungs else max_steps for i in alive}
     for index, rung in enumerate(rungs):
-        alive = sorted(alive, key=lambda i: dict(histories[i])[rung])[: max(1, rung_quota(len(alive), eta))]
+        warming = [i for i in alive if warmups is not None and warmups[i] > rung]
+        ranked = [i for i in alive if i not in warming]
+        alive = warming + sorted(ranked, key=lambda i: dict(histories[i])[rung])[: max(1, rung_quota(len(ranked), eta))]
         for i in alive:
             reached[i] = rungs[index + 1] if index + 1 < len(rungs) else max_steps
     best = min(v for i, h in enumerate(histories) for s, v in h if s <= reached[i])
@@ -478,7 +494,10 @@ def main() -> None:
     parser.add_argument("--seeds", default="0,1,2")
     parser.add_argument("--trials", type=int, default=27)
     parser.add_argument("--max-steps", type=int, default=243)
-    parser.add_argument("--eval-every", type=int, default=9, help="also the grace period (ASHA's first rung)")
+    parser.add_argument(
+        "--eval-every", type=int, default=9,
+        help="the grace period (ASHA's first rung) is the default: max_steps / eta^3 on an evaluation, this one at 243 steps",
+    )
     parser.add_argument("--reduction-factor", type=float, default=3)
     parser.add_argument("--base-steps", type=int, default=BASE_STEPS, help="pretraining steps of the task's base model")
     parser.add_argument("--space", choices=SPACES, default="issue", help="the searched space (see SPACES)")
@@ -540,8 +559,14 @@ def print_table(args, settings: Settings, methods: list[str], outcomes: dict, ra
     from rich.table import Table
 
     from sweeper.plan import asha_rungs
+    from sweeper.spec import default_grace_period
 
     histories = [h for _, runs in sorted(random_by_seed.items()) for h in runs]
+    # The default's rungs (its first rung: grace_period's default).
+    rungs = asha_rungs(
+        default_grace_period(settings.max_steps, settings.eval_every, settings.reduction_factor),
+        settings.max_steps, settings.reduction_factor,
+    )
 
     random_steps = statistics.median(o.steps for o in outcomes["random"])
     target = statistics.median(o.best for o in outcomes["random"])
@@ -588,7 +613,6 @@ def print_table(args, settings: Settings, methods: list[str], outcomes: dict, ra
         + ", ".join(f"step {s}: {c:.2f}" for s, c in among_best.items())
     )
     console.print(f"random search's median best (the target): {target:.4f}")
-    rungs = asha_rungs(args.eval_every, args.max_steps, args.reduction_factor)
     places = {seed: best_trial_ranks(h, rungs) for seed, h in sorted(random_by_seed.items())}
     figures["best_trial_rank"] = places
     console.print(
@@ -602,8 +626,17 @@ def print_table(args, settings: Settings, methods: list[str], outcomes: dict, ra
     for column in ("placement", "best eval loss, median", "per seed", "steps / random's"):
         replay.add_column(column)
     figures["replay"] = {}
-    for name, brackets in replay_placements(settings).items():
-        found = [replay_brackets(random_by_seed[s], brackets, settings.max_steps, settings.reduction_factor) for s in sorted(random_by_seed)]
+    replays = {
+        name: [replay_brackets(random_by_seed[s], brackets, settings.max_steps, settings.reduction_factor) for s in sorted(random_by_seed)]
+        for name, brackets in replay_placements(settings).items()
+    }
+    if "training.warmup_ratio" in settings.space:  # the issue's bias: a trial judged before its peak learning rate
+        warmups = {s: [c["training.warmup_ratio"] * settings.max_steps for c in random_configs(settings, s)] for s in random_by_seed}
+        replays[f"rungs {', '.join(map(str, rungs))}; a trial still in its warmup goes on unranked"] = [
+            successive_halving(random_by_seed[s], rungs, settings.max_steps, settings.reduction_factor, warmups[s])
+            for s in sorted(random_by_seed)
+        ]
+    for name, found in replays.items():
         figures["replay"][name] = found
         replay.add_row(
             name, f"{statistics.median(b for b, _ in found):.3f}", " ".join(f"{b:.3f}" for b, _ in found),

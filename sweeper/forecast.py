@@ -356,7 +356,11 @@ def first_trial_cost(spec, accelerators: float) -> tuple[float, float] | None:
     if timing is None:
         return None
     stopping, training = spec.early_stopping, spec.training
-    first = stopping.grace_period if stopping.scheduler in ("asha", "asha_stopping") else training.max_steps
+    first = (
+        stopping.grace_period_for(training.max_steps, training.eval_every)
+        if stopping.scheduler in ("asha", "asha_stopping")
+        else training.max_steps
+    )
     evaluations = evaluations_between(0, first, training.eval_every, training.max_steps)
     seconds = timing.setup_seconds + first * timing.step_seconds + evaluations * timing.eval_seconds
     return seconds, seconds / 3600 * accelerators * usd_per_hour

@@ -183,5 +183,6 @@ def make_plan(spec: SweepSpec, cluster: ClusterResources) -> SweepPlan:
     stopping = spec.early_stopping
     rungs = []
     if stopping.scheduler in ("asha", "asha_stopping"):
-        rungs = asha_rungs(stopping.grace_period, spec.training.max_steps, stopping.reduction_factor)
+        grace_period = stopping.grace_period_for(spec.training.max_steps, spec.training.eval_every)
+        rungs = asha_rungs(grace_period, spec.training.max_steps, stopping.reduction_factor)
     return SweepPlan(spec=spec, trial_resources=trial, concurrent_trials=concurrent, cluster_slots=slots, rungs=rungs)

@@ -272,6 +272,7 @@ def make_scheduler(plan: SweepPlan, searched: bool = True):
     search.parameters) gets ASHA by stopping instead."""
     spec = plan.spec
     stopping = spec.early_stopping
+    grace_period = stopping.grace_period_for(spec.training.max_steps, spec.training.eval_every)
     common = dict(time_attr=TIME_ATTR, metric=spec.search.metric, mode=_mode(spec))
     if stopping.scheduler == "asha" and searched:
         return PromotionASHA(
@@ -285,11 +286,11 @@ def make_scheduler(plan: SweepPlan, searched: bool = True):
         return ASHAScheduler(
             **common,
             max_t=spec.training.max_steps,
-            grace_period=stopping.grace_period,
+            grace_period=grace_period,
             reduction_factor=stopping.reduction_factor,
         )
     if stopping.scheduler == "median":
-        return MedianStoppingRule(**common, grace_period=stopping.grace_period, min_samples_required=3)
+        return MedianStoppingRule(**common, grace_period=grace_period, min_samples_required=3)
     return FIFOScheduler()
 
 

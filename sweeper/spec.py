@@ -158,8 +158,12 @@ class EarlyStoppingSpec(StrictModel):
         "each promotion of a paused trial costs one trial setup), asha_stopping (Ray's ASHA: decides when a "
         "trial arrives at a rung, no pauses, early arrivals go on), median stopping, or none.",
     )
-    grace_period: int = Field(
-        10, ge=1, description="Steps every trial trains before it can be stopped (ASHA's r)."
+    grace_period: int | None = Field(
+        None,
+        ge=1,
+        description="Steps every trial trains before it can be stopped (ASHA's r: the first rung). Default: "
+        "training.max_steps / reduction_factor^3 rounded up to an evaluation (at most three rungs below "
+        "max_steps, the first at about 4% of training with eta 3: 243 steps, eval every 9: rungs 9, 27, 81).",
     )
     reduction_factor: float = Field(3, ge=2, description="ASHA's eta: keep 1/eta of trials at each rung.")
     startup_trials: int | None = Field(
@@ -171,6 +175,15 @@ class EarlyStoppingSpec(StrictModel):
         "steps. Default: a sixth of search.num_trials, at most 5 (27 trials: 4).",
     )
 
+    def grace_period_for(self, max_steps: int, eval_every: int) -> int:
+        """early_stopping.grace_period, or its default for training of `max_steps` steps
+        evaluated every `eval_every`: the first rung where the trials' ranks are read,
+        placed relative to max_steps (a fixed number of steps would judge a 2000-step run
+        at 0.5 % of its training, when early losses mislead most) and on an evaluation."""
+        if self.grace_period is not None:
+            return self.grace_period
+        return default_grace_period(max_steps, eval_every, self.reduction_factor)
+
     def startup_trials_for(self, num_trials: int) -> int:
         """early_stopping.startup_trials, or its default for `num_trials` trials: enough
         full-length results for TPE to tell a good region from a fast start, at about a
@@ -181,6 +194,12 @@ class EarlyStoppingSpec(StrictModel):
         if self.startup_trials is not None:
             return self.startup_trials
         return min(5, num_trials // 6)
+
+
+def default_grace_period(max_steps: int, eval_every: int, reduction_factor: float) -> int:
+    """max_steps / eta^3 rounded up to a multiple of eval_every: rungs at r, r*eta, r*eta^2
+    below max_steps, as in the search-quality benchmark's task (benchmarks/README.md)."""
+    return max(1, math.ceil(max_steps / reduction_factor**3 / eval_every)) * eval_every
 
 
 class TrackingSpec(StrictModel):
@@ -343,12 +362,21 @@ def _task_problems(spec: SweepSpec) -> list[Problem]:
 def _schedule_problems(spec: SweepSpec) -> list[Problem]:
     stopping, training = spec.early_stopping, spec.training
     problems = []
-    if stopping.scheduler != "none" and not training.eval_every <= stopping.grace_period < training.max_steps:
-        problems.append((
-            "early_stopping.grace_period",
-            f"must be >= training.eval_every ({training.eval_every}) "
-            f"and < training.max_steps ({training.max_steps}), got {stopping.grace_period}",
-        ))
+    grace_period = stopping.grace_period_for(training.max_steps, training.eval_every)
+    if stopping.scheduler != "none" and not training.eval_every <= grace_period < training.max_steps:
+        if stopping.grace_period is not None:
+            problems.append((
+                "early_stopping.grace_period",
+                f"must be >= training.eval_every ({training.eval_every}) "
+                f"and < training.max_steps ({training.max_steps}), got {stopping.grace_period}",
+            ))
+        else:  # the default: an evaluation before the end is what a rung needs
+            problems.append((
+                "early_stopping.scheduler",
+                f"{stopping.scheduler} ranks trials at an evaluation before training.max_steps "
+                f"({training.max_steps}), and training.eval_every is {training.eval_every}; lower eval_every, "
+                "raise max_steps, or set early_stopping.scheduler: none",
+            ))
     if stopping.startup_trials and stopping.scheduler != "asha":
         problems.append((
             "early_stopping.startup_trials",

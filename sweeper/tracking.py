@@ -57,7 +57,8 @@ def flat_params(spec: SweepSpec) -> dict[str, str]:
     """The sweep's config as dotted keys (the search section is logged as JSON). A
     searched field is logged as searched, with its distribution (`searched: {...}`), not
     with the base value no trial trains with, so that comparing sweeps compares what
-    they searched."""
+    they searched. Defaults that depend on other fields are logged as resolved (the
+    first rung, the startup trials): what the sweep used."""
     flat: dict[str, str] = {}
     dumped = spec.model_dump(mode="json")
     searched = dumped["search"]["parameters"]
@@ -70,6 +71,9 @@ def flat_params(spec: SweepSpec) -> dict[str, str]:
             flat[prefix] = json.dumps(value) if isinstance(value, (dict, list)) else str(value)
 
     walk("", dumped)
+    stopping, training = spec.early_stopping, spec.training
+    flat["early_stopping.grace_period"] = str(stopping.grace_period_for(training.max_steps, training.eval_every))
+    flat["early_stopping.startup_trials"] = str(stopping.startup_trials_for(spec.search.num_trials))
     for path, distribution in searched.items():
         flat[path] = SEARCHED_PREFIX + json.dumps(distribution, separators=(",", ":"))
     return {k: v[:6000] for k, v in flat.items()}

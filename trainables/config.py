@@ -380,17 +380,18 @@ class ResourcesSpec(StrictModel):
     @field_validator("custom")
     @classmethod
     def _custom_resources_are_custom(cls, value: dict[str, float]) -> dict[str, float]:
-        problems = []
+        problems = []  # one keyed line each: resources.custom.<name>
         for name, amount in value.items():
             if name in BUILT_IN_RESOURCES:
-                problems.append(
-                    f"{name} is one of Ray's own resources, not a custom one; CPUs and GPUs per worker are "
-                    "resources.cpus_per_worker and resources.gpus_per_worker"
-                )
+                problems.append((
+                    name,
+                    "is one of Ray's own resources, not a custom one; CPUs and GPUs per worker are "
+                    "resources.cpus_per_worker and resources.gpus_per_worker",
+                ))
             elif not amount > 0:
-                problems.append(f"{name} must be > 0, got {amount:g}")
+                problems.append((name, f"must be > 0, got {amount:g}"))
         if problems:
-            raise ValueError("; ".join(problems))
+            raise FieldProblems(problems)
         return value
 
     @model_validator(mode="after")

@@ -34,6 +34,12 @@ def test_a_searched_field_is_logged_with_its_distribution_not_its_base_value():
     assert params["training.max_steps"] == "90"  # fixed fields keep their value
 
 
+def test_defaults_that_depend_on_other_fields_are_logged_as_the_sweep_used_them():
+    params = params_of(quickstart(max_steps=2000, eval_every=100))
+    assert params["early_stopping.grace_period"] == "100"  # max_steps / 27 on an evaluation
+    assert params["early_stopping.startup_trials"] == "1"  # a sixth of the quickstart's 10 trials
+
+
 def test_config_differences_ignore_the_base_value_of_a_searched_field():
     one, other = params_of(quickstart(learning_rate=2e-4)), params_of(quickstart(learning_rate=5e-3))
     assert config_diff([make_sweep("one", **one), make_sweep("other", **other)]).height == 0

@@ -89,8 +89,13 @@ def test_custom_resources_per_worker_cap_concurrency_and_one_no_node_has_is_a_ke
 
 
 def test_ray_own_resources_are_no_custom_resources():
-    with pytest.raises(UserError, match=r"resources.custom: .*CPU is one of Ray's own resources.*; trainer must be > 0"):
+    with pytest.raises(UserError) as refused:
         validate_spec(small_sweep("x", resources={"custom": {"CPU": 1, "trainer": 0}}), base_dir=REPO)
+    assert refused.value.lines == [
+        "resources.custom.CPU: is one of Ray's own resources, not a custom one; CPUs and GPUs per worker are "
+        "resources.cpus_per_worker and resources.gpus_per_worker",
+        "resources.custom.trainer: must be > 0, got 0",
+    ]
 
 
 def test_plan_caps_concurrency_by_request_and_trial_count():

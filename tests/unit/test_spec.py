@@ -94,6 +94,31 @@ def test_grace_period_within_budget():
     assert any(line.startswith("early_stopping.grace_period: must be") for line in errors_of(raw))
 
 
+def test_the_first_rung_by_default_is_placed_relative_to_max_steps_on_an_evaluation():
+    def first_rung(training: dict, **early_stopping):
+        raw = small_sweep("x", training=training, early_stopping=early_stopping)
+        raw["early_stopping"].pop("grace_period")
+        spec = validate_spec(raw, base_dir=REPO)
+        return spec.early_stopping.grace_period_for(spec.training.max_steps, spec.training.eval_every)
+
+    # max_steps / eta^3, rounded up to an evaluation: the search-quality task's 9 (rungs 9, 27, 81).
+    assert first_rung({"max_steps": 243, "eval_every": 9}) == 9
+    # The quickstart's 10 (90 / 27 = 3.3, first evaluation at 10).
+    assert first_rung({"max_steps": 90, "eval_every": 10}) == 10
+    # A real-size run: the first rung at step 100 of 2000, not at step 10 (which an eval_every
+    # of 100 made invalid before: the fixed default 10 was below it).
+    assert first_rung({"max_steps": 2000, "eval_every": 100}) == 100
+    assert first_rung({"max_steps": 2000, "eval_every": 20}) == 80
+    assert first_rung({"max_steps": 243, "eval_every": 9}, reduction_factor=2) == 36
+    # A default with no evaluation before the end is refused under the key that can change it.
+    raw = small_sweep("x", training={"max_steps": 10, "eval_every": 10})
+    raw["early_stopping"].pop("grace_period")
+    assert errors_of(raw) == [
+        "early_stopping.scheduler: asha ranks trials at an evaluation before training.max_steps (10), and "
+        "training.eval_every is 10; lower eval_every, raise max_steps, or set early_stopping.scheduler: none"
+    ]
+
+
 def test_startup_trials_only_under_asha_and_fewer_than_the_trials():
     raw = small_sweep("x", early_stopping={"scheduler": "median", "startup_trials": 2})
     assert errors_of(raw) == [
