@@ -332,7 +332,7 @@ class MlflowTracker:
             from sweeper.earlier_sweeps import STARTUP_ATTR, WARM_START_ATTR, trial_user_attrs
 
             marks = trial_user_attrs(self.spec.sweep_dir, self.spec.name, record.trial_id)
-            tags = {Tag.WARM_START: marks.get(WARM_START_ATTR), Tag.STARTUP_TRIAL: "true" if marks.get(STARTUP_ATTR) else None}
+            tags = {Tag.WARM_START: marks.get(WARM_START_ATTR), Tag.STARTUP_TRIAL: marks.get(STARTUP_ATTR) and "true"}
             self.client.log_batch(run.info.run_id, tags=[RunTag(k, v) for k, v in tags.items() if v])
 
     def trial_paused(self, record: TrialRecord) -> None:
