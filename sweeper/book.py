@@ -63,6 +63,11 @@ class TrialRecord:
     prior_wall_seconds: float = 0.0
     # Times the trial was paused at a rung (each continuation is a new Train run).
     pauses: int = 0
+    # What the searcher marked it with: one of the sweep's first
+    # `early_stopping.startup_trials` (trains to max_steps unranked), and where a warm
+    # start's config came from ("<earlier sweep>/<trial id>").
+    startup_trial: bool = False
+    warm_start: str | None = None
 
     def __setattr__(self, name, value) -> None:
         # A state set from Tune's or MLflow's strings is the enum all the same.

@@ -30,6 +30,10 @@ def trial_table(book: SweepBook, param_names: list[str]) -> Table:
         table.add_column(name, justify="right")
     table.add_column("step", justify="right")
     table.add_column(book.metric, justify="right")
+    # Says why a poor trial goes on past a rung: early_stopping.startup_trials (as `sweep status`).
+    with_startup = any(record.startup_trial for record in book.trials.values())
+    if with_startup:
+        table.add_column("startup trial")
     for record in sorted(book.trials.values(), key=lambda r: r.number):
         style = STATE_STYLE.get(record.state, "")
         marker = " *" if best is record else ""
@@ -41,6 +45,7 @@ def trial_table(book: SweepBook, param_names: list[str]) -> Table:
             *(_fmt(record.params.get(name)) for name in param_names),
             str(record.step),
             _fmt(record.last(book.metric)),
+            *(["yes" if record.startup_trial else "-"] if with_startup else []),
         )
     return table
 
@@ -81,4 +86,5 @@ class LiveTable:
 
 def _one_line(record: TrialRecord, metric: str, param_names: list[str]) -> str:
     params = ", ".join(f"{name}={_fmt(record.params.get(name))}" for name in param_names)
-    return f"trial {record.number}: {record.status_text}; {metric}={_fmt(record.last(metric))}; {params}"
+    startup = " (startup trial)" if record.startup_trial else ""
+    return f"trial {record.number}: {record.status_text}{startup}; {metric}={_fmt(record.last(metric))}; {params}"

@@ -17,11 +17,12 @@ Listeners need no Ray: they see records, not Tune's trials.
 from __future__ import annotations
 
 import time
-from typing import Protocol
+from typing import Callable, Protocol
 
 from ray.tune import Callback
 
 from sweeper.book import SweepBook, TrialRecord
+from sweeper.earlier_sweeps import STARTUP_ATTR, WARM_START_ATTR
 from sweeper.names import TrialState
 from sweeper.progress import error_reason, trial_error
 from sweeper.ray_adapter import tune_trial_number
@@ -45,8 +46,12 @@ class TrialListener(Protocol):
 class SweepDriver(Callback):
     """Tune callback on the driver: updates the book first, then tells `listeners`."""
 
-    def __init__(self, book: SweepBook, listeners: list):
+    def __init__(self, book: SweepBook, listeners: list, trial_marks: Callable[[str], dict] | None = None):
         self.book, self.listeners = book, listeners
+        # Tune trial id -> the Optuna user attributes the searcher gave it (startup
+        # trial, warm-start source): `earlier_sweeps.trial_user_attrs` over the sweep's
+        # study, or None where the sweep marks no trial.
+        self.trial_marks = trial_marks
         # Every trial this driver's Tune run knows of (restored ones included).
         self.known_to_tune: set[str] = set()
 
@@ -81,6 +86,10 @@ class SweepDriver(Callback):
         record = self.book.trials.get(trial.trial_id)
         if record is None:
             record = TrialRecord(trial_id=trial.trial_id, number=self._number_of(trial), params=dict(trial.config))
+            if self.trial_marks is not None:
+                marks = self.trial_marks(trial.trial_id)
+                record.startup_trial = bool(marks.get(STARTUP_ATTR))
+                record.warm_start = marks.get(WARM_START_ATTR)
             self.book.trials[trial.trial_id] = record
         elif record.finished:  # restored as finished: nothing starts
             return

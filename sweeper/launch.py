@@ -574,7 +574,8 @@ def _drive(
     trainable = tune.with_resources(trainable, {"cpu": 0, "memory": 1024**2, **ON_THE_HEAD_NODE})
     trainable.__name__ = trainable_name(spec)
     live_table = LiveTable(book, list(spec.search.parameters), console)
-    driver = SweepDriver(book, [tracker, AdapterJanitor(book, spec.search.keep_best_adapters), live_table])
+    listeners = [tracker, AdapterJanitor(book, spec.search.keep_best_adapters), live_table]
+    driver = SweepDriver(book, listeners, trial_marks=_trial_marks(spec))
     tuner = make_tuner(trainable, [driver, *extra_callbacks])
     pid_file = sweep_dir / DRIVER_PID_FILE
     pid_file.write_text(str(os.getpid()))
@@ -591,6 +592,16 @@ def _drive(
         cost = tracker.finish_sweep(interrupted=interrupted)
         pid_file.unlink(missing_ok=True)
     return SweepRun(spec, session.plan, book, session.dashboard_url, time.time() - started, cost, session.tracking_uri, interrupted)
+
+
+def _trial_marks(spec: SweepSpec):
+    """Where the driver reads what the searcher marked a trial with (a startup trial, a
+    warm start's source): the sweep's study; None where the sweep marks no trial."""
+    if not (spec.search.warm_start or spec.early_stopping.startup_trials_for(spec.search.num_trials)):
+        return None
+    from sweeper.earlier_sweeps import trial_user_attrs
+
+    return functools.partial(trial_user_attrs, spec.sweep_dir, spec.name)
 
 
 DRIVER_PID_FILE = "driver.pid"

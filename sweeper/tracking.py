@@ -234,6 +234,8 @@ class MlflowTracker:
             checkpoint_path=tags.get(Tag.CHECKPOINT_PATH),
             prior_wall_seconds=wall,
             pauses=int(metrics.get(RunMetric.PAUSES, 0)),
+            startup_trial=tags.get(Tag.STARTUP_TRIAL) == "true",
+            warm_start=tags.get(Tag.WARM_START),
         )
         if record.state == TrialState.FAILED:
             record.error = tags.get(Tag.STATUS, "failed").removeprefix("failed: ")
@@ -323,17 +325,13 @@ class MlflowTracker:
                 Tag.TRIAL_NUMBER: str(record.number),
                 Tag.STATUS: TrialState.RUNNING,
                 Tag.STATE: TrialState.RUNNING,
+                # What the searcher marked the trial with.
+                **({Tag.STARTUP_TRIAL: "true"} if record.startup_trial else {}),
+                **({Tag.WARM_START: record.warm_start} if record.warm_start else {}),
             },
         )
         self.child_run_ids[record.trial_id] = run.info.run_id
         self.client.log_batch(run.info.run_id, params=[Param(k, str(v)) for k, v in record.params.items()])
-        # What the searcher marked the trial with, read back from the sweep's study.
-        if self.spec.search.warm_start or self.spec.early_stopping.startup_trials_for(self.spec.search.num_trials):
-            from sweeper.earlier_sweeps import STARTUP_ATTR, WARM_START_ATTR, trial_user_attrs
-
-            marks = trial_user_attrs(self.spec.sweep_dir, self.spec.name, record.trial_id)
-            tags = {Tag.WARM_START: marks.get(WARM_START_ATTR), Tag.STARTUP_TRIAL: marks.get(STARTUP_ATTR) and "true"}
-            self.client.log_batch(run.info.run_id, tags=[RunTag(k, v) for k, v in tags.items() if v])
 
     def trial_paused(self, record: TrialRecord) -> None:
         """Tagged so, for `sweep status` while the sweep runs."""

@@ -116,3 +116,46 @@ def test_trials_are_numbered_as_tune_counts_them_and_a_number_in_use_is_not_give
     book.trials["b"].state = TrialState.COMPLETED
     resumed.on_trial_start(0, [], trial("c", number=2))
     assert book.trials["c"].number == 3
+
+
+def test_the_searchers_marks_reach_the_record_before_any_listener_and_the_live_table_shows_them():
+    from rich.console import Console
+
+    from sweeper.console import trial_table
+    from sweeper.earlier_sweeps import STARTUP_ATTR, WARM_START_ATTR
+
+    marks = {"a": {STARTUP_ATTR: True}, "b": {WARM_START_ATTR: "earlier/t1"}}
+    book = SweepBook(metric="eval_loss", goal="minimize", max_steps=30)
+    seen = []
+
+    class Tracker:
+        def trial_started(self, record):
+            seen.append((record.trial_id, record.startup_trial, record.warm_start))
+
+    driver = SweepDriver(book, [Tracker()], trial_marks=lambda trial_id: marks.get(trial_id, {}))
+    for number, trial_id in enumerate("abc", start=1):
+        driver.on_trial_start(0, [], trial(trial_id, number=number))
+    assert seen == [("a", True, None), ("b", False, "earlier/t1"), ("c", False, None)]
+
+    console = Console(width=200, record=True)
+    console.print(trial_table(book, ["training.learning_rate"]))
+    header, *rows = [cells(line) for line in console.export_text().splitlines() if line[:1] in "┃│"]
+    assert header[-1] == "startup trial"
+    assert [(row[0], row[-1]) for row in rows] == [("1", "yes"), ("2", "-"), ("3", "-")]
+
+
+def cells(line: str) -> list[str]:
+    return [cell.strip() for cell in line.replace("┃", "│").strip("│").split("│")]
+
+
+def test_the_live_table_has_no_startup_column_when_no_trial_is_one():
+    from rich.console import Console
+
+    from sweeper.console import trial_table
+
+    book = SweepBook(metric="eval_loss", goal="minimize", max_steps=30)
+    driver = SweepDriver(book, [])
+    driver.on_trial_start(0, [], trial("a"))
+    console = Console(width=200, record=True)
+    console.print(trial_table(book, ["training.learning_rate"]))
+    assert "startup" not in console.export_text()
