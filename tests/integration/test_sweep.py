@@ -50,11 +50,13 @@ def test_a_startup_trial_trains_to_the_end_whatever_its_rank(sweep_yaml, tmp_pat
     assert (states[startup], steps[startup]) == ("completed", 30)
     assert sorted(states.values()) == ["completed", "completed", "pruned", "pruned"]
     assert trials["steps"].sum() == steps_trained(milestone_counts(4, [10], 30, 3, startup_trials=1)) == 80
-    # MLflow and `sweep status` say which trial it was.
+    # MLflow, the live output and `sweep status` say which trial it was.
     assert dict(zip(trials["trial_id"], trials["startup_trial"])) == {t: t == startup for t in states}
+    number = dict(zip(trials["trial_id"], trials["trial_number"]))[startup]
+    live_lines = [line for line in result.stdout.splitlines() if "(startup trial)" in line]
+    assert [line.split(":")[0] for line in live_lines] == [f"trial {number}"], result.stdout
     status = sweep("status", "startup", cwd=tmp_path, timeout=120)
     assert status.returncode == 0, status.stdout + status.stderr
-    number = dict(zip(trials["trial_id"], trials["trial_number"]))[startup]
     rows = [line.split("│") for line in status.stdout.splitlines() if line.count("│") > 3]
     marked = [int(cells[1]) for cells in rows if cells[1].strip().isdigit() and cells[-2].strip() == "yes"]
     assert marked == [number], status.stdout
