@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import math
 import random
 import statistics
 import tempfile
@@ -113,6 +114,10 @@ METHODS: dict[str, dict | None] = {
     # the default one trial at a time, as the Optuna loop runs: whether TPE's suggestions
     # while another trial is still out (2 at a time) explain the gap to the loop
     "asha_one_at_a_time": {"search": {"max_concurrent_trials": 1}},
+    # rungs spaced by 4 keeping half at each (9, 36, 144), no startup trials: the best placement at the
+    # default's steps in the resampled replay (random configs), on both spaces
+    "asha_keep2_spacing4": {"early_stopping": {"reduction_factor": 2, "rung_spacing": 4, "startup_trials": 0}},
+    "asha_keep3_spacing4": {"early_stopping": {"rung_spacing": 4}},
 }
 DEFAULT_METHODS = ["random", "optuna", "asha", "asha_stopping", "median"]
 
@@ -417,17 +422,19 @@ def rank_correlations(histories: list[list[tuple[int, float]]], steps: list[int]
 
 
 def successive_halving(
-    histories: list[list[tuple[int, float]]], rungs: list[int], max_steps: int, eta: float, warmups: list[float] | None = None
+    histories: list[list[tuple[int, float]]], rungs: list[int], max_steps: int, eta: float,
+    warmups: list[float] | None = None, startup: int = 0,
 ) -> tuple[float, int]:
     """Replay ASHA by promotion with every trial known (synchronous successive halving) on
     finished trials' histories: all go to the first rung, the best max(1, floor(n / eta))
-    of the n there on to the next milestone, and so on. With `warmups` (each trial's
+    of the n there on to the next milestone, and so on. The first `startup` trials train to
+    max_steps unranked (early_stopping.startup_trials). With `warmups` (each trial's
     warmup steps), a trial still in its warmup at a rung goes on unranked. Returns (best
     eval loss seen by the trials as far as they trained, steps trained)."""
     from sweeper.plan import rung_quota
 
-    alive = list(range(len(histories)))
-    reached = {i: rungs[0] if rungs else max_steps for i in alive}
+    alive = list(range(startup, len(histories)))
+    reached = {i: max_steps for i in range(startup)} | {i: rungs[0] if rungs else max_steps for i in alive}
     for index, rung in enumerate(rungs):
         warming = [i for i in alive if warmups is not None and warmups[i] > rung]
         ranked = [i for i in alive if i not in warming]
@@ -436,6 +443,25 @@ def successive_halving(
             reached[i] = rungs[index + 1] if index + 1 < len(rungs) else max_steps
     best = min(v for i, h in enumerate(histories) for s, v in h if s <= reached[i])
     return best, sum(reached.values())
+
+
+def median_pruning(histories: list[list[tuple[int, float]]], max_steps: int, startup: int = 5) -> tuple[float, int]:
+    """Replay the Optuna loop's pruning on finished trials' histories, one trial at a time
+    in order: Optuna's MedianPruner stops a trial at the first evaluation where its value
+    is above the median of the completed trials' values at that step, once `startup`
+    trials have completed. Returns (best eval loss seen, steps trained)."""
+    completed: list[dict[int, float]] = []
+    best, steps = math.inf, 0
+    for history in histories:
+        for step, value in history:
+            best = min(best, value)
+            if len(completed) >= startup and value > statistics.median(c[step] for c in completed):
+                steps += step
+                break
+        else:
+            completed.append(dict(history))
+            steps += max_steps
+    return best, steps
 
 
 def replay_brackets(histories, brackets: list[list[int]], max_steps: int, eta: float) -> tuple[float, int]:
@@ -463,6 +489,55 @@ def replay_placements(settings: Settings) -> dict[str, list[list[int]]]:
         placements[f"2 brackets: {', '.join(map(str, default))} | {', '.join(map(str, default[1:]))}"] = brackets[:2]
     placements["no rungs (random search)"] = [[]]
     return placements
+
+
+def resampling_rules(settings: Settings) -> dict:
+    """What to replay on resampled draws of random search's trials: name -> a function of
+    the drawn histories, in order, returning (best eval loss seen, steps trained)."""
+    from sweeper.plan import asha_rungs
+    from sweeper.spec import EarlyStoppingSpec, default_grace_period
+
+    eta, top = settings.reduction_factor, settings.max_steps
+    grace = default_grace_period(top, settings.eval_every, eta)
+    rungs = asha_rungs(grace, top, eta)
+    startup = EarlyStoppingSpec().startup_trials_for(settings.trials)
+    spaced = asha_rungs(grace, top, 4)
+    later = asha_rungs(2 * grace, top, eta)
+    names = lambda r: ", ".join(map(str, r)) or "none"  # noqa: E731
+    return {
+        "random search (every trial to max_steps)": lambda h: (min(v for t in h for _, v in t), len(h) * top),
+        "the Optuna loop's pruning (MedianPruner after 5 completed), one at a time": lambda h: median_pruning(h, top),
+        f"the default: {startup} startup trials, rungs {names(rungs)}, keep 1/{eta:g}":
+            lambda h: successive_halving(h, rungs, top, eta, startup=startup),
+        f"no startup trials, rungs {names(rungs)}, keep 1/{eta:g}": lambda h: successive_halving(h, rungs, top, eta),
+        f"2 startup trials, rungs {names(later)}, keep 1/{eta:g}": lambda h: successive_halving(h, later, top, eta, startup=2),
+        f"no startup trials, rungs {names(spaced)} (spaced by 4), keep 1/2": lambda h: successive_halving(h, spaced, top, 2),
+        f"{startup} startup trials, rungs {names(spaced)} (spaced by 4), keep 1/{eta:g}":
+            lambda h: successive_halving(h, spaced, top, eta, startup=startup),
+    }
+
+
+def resampled_replay(histories: list, trials: int, rules: dict, draws: int = 400, seed: int = 0) -> dict[str, dict]:
+    """Each rule on `draws` random draws of `trials` distinct trials (in random order)
+    from all of random search's finished trials, whatever their seed. Random search's
+    configs are independent draws from the space, so a draw is another sweep's random
+    configs: the mean over draws is what a rule finds in expectation, where five seeds
+    are five draws, and which trials a seed happens to draw first decides much of a
+    five-seed median. Returns name -> mean and 80th percentile of the best eval loss
+    found, and the mean steps trained."""
+    rng = random.Random(seed)
+    finished = [h for h in histories if h]
+    samples = [rng.sample(finished, trials) for _ in range(draws)] if len(finished) >= trials else []
+    found = {}
+    for name, rule in rules.items():
+        results = [rule(sample) for sample in samples]
+        bests = sorted(best for best, _ in results)
+        found[name] = {
+            "mean_best": statistics.fmean(bests) if bests else math.nan,
+            "p80_best": bests[int(0.8 * (len(bests) - 1))] if bests else math.nan,
+            "mean_steps": statistics.fmean(steps for _, steps in results) if results else math.nan,
+        }
+    return found
 
 
 def best_trial_ranks(histories: list[list[tuple[int, float]]], steps: list[int]) -> dict[int, int]:
@@ -646,6 +721,19 @@ def print_table(args, settings: Settings, methods: list[str], outcomes: dict, ra
             f"{statistics.median(st for _, st in found) / random_steps:.2f}",
         )
     console.print(replay)
+    draws = 400
+    resampled = resampled_replay(histories, settings.trials, resampling_rules(settings), draws)
+    figures["resampled_replay"] = resampled
+    table = Table(
+        title=f"the same replay in expectation: {draws} draws of {settings.trials} trials from random search's "
+        f"{len(histories)} (random configs, no TPE)",
+        title_justify="left",
+    )
+    for column in ("rule", "best eval loss, mean", "80th percentile (a bad draw)", "steps / random's, mean"):
+        table.add_column(column)
+    for name, row in resampled.items():
+        table.add_row(name, f"{row['mean_best']:.4f}", f"{row['p80_best']:.4f}", f"{row['mean_steps'] / random_steps:.2f}")
+    console.print(table)
     console.print(f"machine: {machine()}")
     save_json(args.json, figures)
 

@@ -163,12 +163,13 @@ def promotion_steps(num_trials: int, grace_period: int, max_steps: int, reductio
     return steps_trained(milestone_counts(num_trials, rungs, max_steps, reduction_factor))
 
 
-def asha_rungs(grace_period: int, max_steps: int, reduction_factor: float) -> list[int]:
-    """Steps at which ASHA compares trials: r, r*eta, r*eta^2, ... below max_steps."""
+def asha_rungs(grace_period: int, max_steps: int, spacing: float) -> list[int]:
+    """Steps at which ASHA compares trials: r, r*s, r*s^2, ... below max_steps, s the
+    rungs' spacing (ASHA's eta unless early_stopping.rung_spacing says otherwise)."""
     rungs, milestone = [], grace_period
     while milestone < max_steps:
         rungs.append(int(milestone))
-        milestone *= reduction_factor
+        milestone *= spacing
     return rungs
 
 
@@ -184,5 +185,5 @@ def make_plan(spec: SweepSpec, cluster: ClusterResources) -> SweepPlan:
     rungs = []
     if stopping.scheduler in ("asha", "asha_stopping"):
         grace_period = stopping.grace_period_for(spec.training.max_steps, spec.training.eval_every)
-        rungs = asha_rungs(grace_period, spec.training.max_steps, stopping.reduction_factor)
+        rungs = asha_rungs(grace_period, spec.training.max_steps, stopping.rung_spacing_for())
     return SweepPlan(spec=spec, trial_resources=trial, concurrent_trials=concurrent, cluster_slots=slots, rungs=rungs)

@@ -166,6 +166,15 @@ class EarlyStoppingSpec(StrictModel):
         "max_steps, the first at about 4% of training with eta 3: 243 steps, eval every 9: rungs 9, 27, 81).",
     )
     reduction_factor: float = Field(3, ge=2, description="ASHA's eta: keep 1/eta of trials at each rung.")
+    rung_spacing: float | None = Field(
+        None,
+        ge=2,
+        description="asha only: steps multiply by this from one rung to the next (rungs at grace_period x "
+        "rung_spacing^k below max_steps). Default: reduction_factor, as in ASHA. Spaced wider than "
+        "reduction_factor, trials are ranked less often and more go on from each rung, which hedges against "
+        "early ranks that mislead (reduction_factor 2, rung_spacing 4: rungs 9, 36, 144 of 243, keeping half "
+        "at each; benchmarks/README.md, search quality).",
+    )
     startup_trials: int | None = Field(
         None,
         ge=0,
@@ -182,7 +191,11 @@ class EarlyStoppingSpec(StrictModel):
         at 0.5 % of its training, when early losses mislead most) and on an evaluation."""
         if self.grace_period is not None:
             return self.grace_period
-        return default_grace_period(max_steps, eval_every, self.reduction_factor)
+        return default_grace_period(max_steps, eval_every, self.rung_spacing_for())
+
+    def rung_spacing_for(self) -> float:
+        """early_stopping.rung_spacing, or its default: reduction_factor (ASHA's rungs)."""
+        return self.rung_spacing if self.rung_spacing is not None else self.reduction_factor
 
     def startup_trials_for(self, num_trials: int) -> int:
         """early_stopping.startup_trials, or its default for `num_trials` trials: enough
@@ -196,10 +209,11 @@ class EarlyStoppingSpec(StrictModel):
         return min(5, num_trials // 6)
 
 
-def default_grace_period(max_steps: int, eval_every: int, reduction_factor: float) -> int:
-    """max_steps / eta^3 rounded up to a multiple of eval_every: rungs at r, r*eta, r*eta^2
-    below max_steps, as in the search-quality benchmark's task (benchmarks/README.md)."""
-    return max(1, math.ceil(max_steps / reduction_factor**3 / eval_every)) * eval_every
+def default_grace_period(max_steps: int, eval_every: int, rung_spacing: float) -> int:
+    """max_steps / spacing^3 rounded up to a multiple of eval_every: rungs at r, r*spacing,
+    r*spacing^2 below max_steps, as in the search-quality benchmark's task
+    (benchmarks/README.md). The spacing is the rungs' (early_stopping.rung_spacing_for)."""
+    return max(1, math.ceil(max_steps / rung_spacing**3 / eval_every)) * eval_every
 
 
 class TrackingSpec(StrictModel):
@@ -377,6 +391,14 @@ def _schedule_problems(spec: SweepSpec) -> list[Problem]:
                 f"({training.max_steps}), and training.eval_every is {training.eval_every}; lower eval_every, "
                 "raise max_steps, or set early_stopping.scheduler: none",
             ))
+    if stopping.rung_spacing is not None and not (stopping.scheduler == "asha" and spec.search.parameters):
+        problems.append((
+            "early_stopping.rung_spacing",
+            f"applies only to scheduler asha over search.parameters (Ray's ASHA, which also runs a sweep of one "
+            f"config, spaces its rungs by reduction_factor), got scheduler {stopping.scheduler!r}"
+            + ("" if spec.search.parameters else " and no search.parameters")
+            + "; remove it, or set reduction_factor instead",
+        ))
     if stopping.startup_trials and stopping.scheduler != "asha":
         problems.append((
             "early_stopping.startup_trials",

@@ -250,9 +250,9 @@ class SweepStore:
         max_steps = int(params.get("training.max_steps", tags.get(Tag.MAX_STEPS, 0)))
         rungs = []
         if params.get("early_stopping.scheduler") in ("asha", "asha_stopping"):
-            rungs = asha_rungs(
-                int(params["early_stopping.grace_period"]), max_steps, float(params["early_stopping.reduction_factor"])
-            )
+            # Sweeps before early_stopping.rung_spacing spaced their rungs by reduction_factor.
+            spacing = params.get("early_stopping.rung_spacing", params["early_stopping.reduction_factor"])
+            rungs = asha_rungs(int(params["early_stopping.grace_period"]), max_steps, float(spacing))
         reproducibility = {
             "git commit": tags.get(Tag.GIT_COMMIT, "not recorded (the sweep's YAML was not in a git checkout)"),
             "config hash": tags.get(Tag.CONFIG_HASH, "-"),

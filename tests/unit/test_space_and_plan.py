@@ -125,6 +125,11 @@ def test_asha_by_promotion_knows_its_step_budget_before_launch():
     assert plan(scheduler="asha", startup_trials=2).trials_per_milestone() == [(10, 9), (30, 4), (90, 3)]
     # By default a sixth of the trials (at most 5) are startup trials.
     assert plan(scheduler="asha").trials_per_milestone() == [(10, 9), (30, 3), (90, 2)]
+    # Rungs spaced wider than reduction_factor: fewer rungs, more trials on from each
+    # (half of 9 at step 10, half of those at step 40; the rung arithmetic keeps 1/eta).
+    spaced = plan(scheduler="asha", startup_trials=0, reduction_factor=2, rung_spacing=4)
+    assert spaced.rungs == [10, 40]
+    assert spaced.trials_per_milestone() == [(10, 9), (40, 4), (90, 2)]
     assert plan(scheduler="asha_stopping").trials_per_milestone() is None
     assert plan(scheduler="none").step_budget() == "810 training steps without early stopping (9 trials x 90)"
 

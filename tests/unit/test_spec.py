@@ -110,6 +110,8 @@ def test_the_first_rung_by_default_is_placed_relative_to_max_steps_on_an_evaluat
     assert first_rung({"max_steps": 2000, "eval_every": 100}) == 100
     assert first_rung({"max_steps": 2000, "eval_every": 20}) == 80
     assert first_rung({"max_steps": 243, "eval_every": 9}, reduction_factor=2) == 36
+    # The rungs' spacing places it, not the share kept: 243 / 4^3 = 3.8, on an evaluation 9.
+    assert first_rung({"max_steps": 243, "eval_every": 9}, reduction_factor=2, rung_spacing=4) == 9
     # A default with no evaluation before the end is refused under the key that can change it.
     raw = small_sweep("x", training={"max_steps": 10, "eval_every": 10})
     raw["early_stopping"].pop("grace_period")
@@ -117,6 +119,24 @@ def test_the_first_rung_by_default_is_placed_relative_to_max_steps_on_an_evaluat
         "early_stopping.scheduler: asha ranks trials at an evaluation before training.max_steps (10), and "
         "training.eval_every is 10; lower eval_every, raise max_steps, or set early_stopping.scheduler: none"
     ]
+
+
+def test_rung_spacing_only_where_the_sweeper_places_the_rungs():
+    # Ray's ASHA (asha_stopping, and asha over one fixed config) spaces its rungs by reduction_factor.
+    raw = small_sweep("x", early_stopping={"scheduler": "asha_stopping", "rung_spacing": 4})
+    assert errors_of(raw) == [
+        "early_stopping.rung_spacing: applies only to scheduler asha over search.parameters (Ray's ASHA, which "
+        "also runs a sweep of one config, spaces its rungs by reduction_factor), got scheduler 'asha_stopping'; "
+        "remove it, or set reduction_factor instead"
+    ]
+    raw = small_sweep("x", search={"num_trials": 1, "parameters": {}}, early_stopping={"rung_spacing": 4})
+    assert [line.split(":")[0] for line in errors_of(raw)] == ["early_stopping.rung_spacing"]
+    assert "and no search.parameters" in errors_of(raw)[0]
+    raw = small_sweep("x", early_stopping={"rung_spacing": 1.5})
+    assert [line.split(":")[0] for line in errors_of(raw)] == ["early_stopping.rung_spacing"]
+    spec = validate_spec(small_sweep("x", early_stopping={"reduction_factor": 2, "rung_spacing": 4}), base_dir=REPO)
+    assert (spec.early_stopping.reduction_factor, spec.early_stopping.rung_spacing_for()) == (2, 4)
+    assert validate_spec(small_sweep("x"), base_dir=REPO).early_stopping.rung_spacing_for() == 3
 
 
 def test_startup_trials_only_under_asha_and_fewer_than_the_trials():

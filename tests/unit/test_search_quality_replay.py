@@ -1,0 +1,42 @@
+"""The search-quality benchmark's replays (benchmarks/search_quality.py): what they count
+decides which placement the README recommends, so their rules are tested on histories
+small enough to work out by hand."""
+
+from benchmarks.search_quality import median_pruning, resampled_replay, successive_halving
+
+# Four trials evaluated at steps 1, 2 and 4 (max_steps 4); trial 3 starts slowly and ends best.
+HISTORIES = [
+    [(1, 2.0), (2, 1.9), (4, 1.8)],
+    [(1, 2.1), (2, 2.0), (4, 1.9)],
+    [(1, 2.2), (2, 2.2), (4, 2.1)],
+    [(1, 2.5), (2, 2.0), (4, 1.5)],
+]
+
+
+def test_startup_trials_train_to_the_end_unranked_and_the_rest_climb_the_rungs():
+    # No startup trial: at step 1 the best 2 of 4 (keep 1/2) go on, at step 2 the best 1 of 2;
+    # the slow starter is cut at step 1.
+    assert successive_halving(HISTORIES, [1, 2], 4, 2) == (1.8, 4 + 2 + 1 + 1)
+    # As a startup trial it trains to the end whatever its first evaluation; of the other 3,
+    # max(1, floor(3 / 2)) = 1 goes on from step 1, and on from step 2 (at least one always does).
+    slow_first = HISTORIES[3:] + HISTORIES[:3]
+    assert successive_halving(slow_first, [1, 2], 4, 2, startup=1) == (1.5, 4 + 4 + 1 + 1)
+
+
+def test_median_pruning_compares_with_the_completed_trials_once_enough_have_completed():
+    # With 2 startup trials the first two complete; the third is above their median (2.05) at
+    # step 1 and stops there; the fourth too (2.5), though it would have ended best.
+    assert median_pruning(HISTORIES, 4, startup=2) == (1.8, 4 + 4 + 1 + 1)
+    # With 3 startup trials the fourth is compared at step 1 with 2.0, 2.1, 2.2 (median 2.1): stopped.
+    assert median_pruning(HISTORIES, 4, startup=3) == (1.8, 4 + 4 + 4 + 1)
+    # Ahead of the median at every step, it completes.
+    assert median_pruning(HISTORIES[:3] + [[(1, 2.0), (2, 1.8), (4, 1.5)]], 4, startup=3) == (1.5, 16)
+
+
+def test_the_resampled_replay_draws_distinct_trials_and_averages_over_draws():
+    everything = {"random search": lambda h: (min(v for t in h for _, v in t), len(h) * 4)}
+    found = resampled_replay(HISTORIES, 4, everything, draws=10)["random search"]
+    # Every draw of all 4 trials holds the best: no draw repeats a trial.
+    assert found == {"mean_best": 1.5, "p80_best": 1.5, "mean_steps": 16}
+    found = resampled_replay(HISTORIES, 1, everything, draws=400)["random search"]
+    assert 1.5 < found["mean_best"] < 2.1 and found["p80_best"] >= found["mean_best"] - 0.5
