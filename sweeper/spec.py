@@ -582,8 +582,8 @@ def with_overrides(spec: SweepSpec, overrides: dict[str, Any]) -> SweepSpec:
 
 
 # The early_stopping section of a run that is no sweep (a single full run, a calibration
-# run): nothing stopped early, and no startup trials (refused under scheduler none).
-NO_EARLY_STOPPING = {"scheduler": "none", "startup_trials": None}
+# run): nothing stopped early, and no startup trials or rung spacing (refused under scheduler none).
+NO_EARLY_STOPPING = {"scheduler": "none", "startup_trials": None, "rung_spacing": None}
 
 
 def single_run_spec(spec: SweepSpec, params: dict[str, Any], name: str) -> SweepSpec:

@@ -218,8 +218,9 @@ def test_measure_times_the_second_interval_of_steps_in_a_row_from_a_common_start
         report({"train_tokens": 1000, "tokens_per_second": 1000 / (steps * 0.05), "setup_seconds": 1.2}, None)
 
     monkeypatch.setattr(calibration, "run_training", fake_training)
-    # Startup trials set in the YAML do not stop the calibration run (scheduler none) from validating.
-    spec = quickstart_like(early_stopping={"startup_trials": 2})
+    # Startup trials and a rung spacing set in the YAML do not stop the calibration run (scheduler
+    # none) from validating.
+    spec = quickstart_like(early_stopping={"startup_trials": 2, "rung_spacing": 4})
     timing = calibration.measure(spec, {}, "model", ready=lambda: events.append("ready"))
     assert events == ["ready", "second interval"]
     assert timing.step_seconds == pytest.approx(0.05) and timing.eval_seconds == pytest.approx(0.3)
