@@ -51,6 +51,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import optuna
 from ray.tune import Callback
 
 from benchmarks.common import bench_spec, machine, run_bench_sweep, save_json
@@ -118,6 +119,12 @@ METHODS: dict[str, dict | None] = {
     # default's steps in the resampled replay (random configs), on both spaces
     "asha_keep2_spacing4": {"early_stopping": {"reduction_factor": 2, "rung_spacing": 4, "startup_trials": 0}},
     "asha_keep3_spacing4": {"early_stopping": {"rung_spacing": 4}},
+    # TPE fitted at the highest budget that enough trials reached (BOHB's model), not
+    # COMPLETE trials first: whether the sweep's TPE learns from the rungs as the loop's from its many completed trials
+    "asha_rung_model": {"sampler": {"rung_model": True}},
+    "asha_keep2_spacing4_rung_model": {
+        "early_stopping": {"reduction_factor": 2, "rung_spacing": 4, "startup_trials": 0}, "sampler": {"rung_model": True},
+    },
 }
 DEFAULT_METHODS = ["random", "optuna", "asha", "asha_stopping", "median"]
 
@@ -367,6 +374,68 @@ class EvaluationClock(Callback):
             self.outcome.evaluations.append((time.time(), trial.trial_id, result[STEP], result[METRIC]))
 
 
+class RungModelTPE(optuna.samplers.BaseSampler):
+    """A candidate sampler (BOHB's model choice, Falkner et al. 2018, over Optuna's TPE): TPE
+    fitted on the trials' values at the highest budget (a rung's step or max_steps) that at
+    least `min_points` trials have reached, instead of Optuna's split, which puts every
+    COMPLETE trial in the good group before any other and so, under ASHA by promotion,
+    models the few startup trials for most of a sweep. Trials that stopped below that
+    budget count as pruned there (after all that reached it); trials still running below
+    it are left out. Built from the study's public trials into an in-memory copy on each
+    suggestion (tens of trials)."""
+
+    def __init__(self, budgets: list[int], min_points: int, **tpe):
+        self.budgets, self.min_points = sorted(budgets), min_points
+        self.inner = optuna.samplers.TPESampler(**tpe)
+
+    def modelled(self, study):
+        from optuna.trial import TrialState
+
+        trials = [t for t in study.get_trials(deepcopy=False) if t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)]
+
+        def value_at(t, budget):
+            if budget == self.budgets[-1] and t.state == TrialState.COMPLETE:
+                return t.value
+            return t.intermediate_values.get(budget)
+
+        budget = next(
+            (b for b in reversed(self.budgets) if sum(value_at(t, b) is not None for t in trials) >= self.min_points),
+            self.budgets[0],
+        )
+        shadow = optuna.create_study(direction=study.direction)
+        for t in trials:
+            if not t.params:
+                continue
+            value = value_at(t, budget)
+            if value is not None:
+                shadow.add_trial(optuna.trial.create_trial(params=t.params, distributions=t.distributions, value=value))
+            elif t.state != TrialState.RUNNING:  # ended below the budget
+                shadow.add_trial(optuna.trial.create_trial(
+                    params=t.params, distributions=t.distributions, state=TrialState.PRUNED,
+                    intermediate_values=dict(t.intermediate_values),
+                ))
+        return shadow
+
+    # optuna.samplers.BaseSampler's interface (independent sampling only, as the default TPE)
+    def infer_relative_search_space(self, study, trial):
+        return {}
+
+    def sample_relative(self, study, trial, search_space):
+        return {}
+
+    def sample_independent(self, study, trial, param_name, param_distribution):
+        return self.inner.sample_independent(self.modelled(study), trial, param_name, param_distribution)
+
+    def before_trial(self, study, trial):
+        pass
+
+    def after_trial(self, study, trial, state, values):
+        pass
+
+    def reseed_rng(self):
+        self.inner.reseed_rng()
+
+
 def run_sweeper(settings: Settings, seed: int, name: str) -> Outcome:
     """One sweep through `run_sweep`, with the method's settings over the defaults."""
     import sweeper.search
@@ -388,6 +457,18 @@ def run_sweeper(settings: Settings, seed: int, name: str) -> Outcome:
 
         def make_sampler_with(spec):
             settings = {"n_startup_trials": startup_trials(spec.search.num_trials), **overrides["sampler"]}
+            if settings.pop("rung_model", False):
+                from sweeper.plan import asha_rungs
+
+                stopping, training = spec.early_stopping, spec.training
+                rungs = asha_rungs(
+                    stopping.grace_period_for(training.max_steps, training.eval_every), training.max_steps,
+                    stopping.rung_spacing_for(),
+                )
+                return RungModelTPE(
+                    rungs + [training.max_steps], len(spec.search.parameters) + 1, seed=spec.search.seed,
+                    constant_liar=False, **settings,
+                )
             return optuna.samplers.TPESampler(seed=spec.search.seed, **settings)
 
         sweeper.search.make_sampler = make_sampler_with
