@@ -162,8 +162,9 @@ class EarlyStoppingSpec(StrictModel):
         None,
         ge=1,
         description="Steps every trial trains before it can be stopped (ASHA's r: the first rung). Default: "
-        "training.max_steps / reduction_factor^3 rounded up to an evaluation (at most three rungs below "
-        "max_steps, the first at about 4% of training with eta 3: 243 steps, eval every 9: rungs 9, 27, 81).",
+        "training.max_steps / rung_spacing^3 (reduction_factor unless set) rounded up to an evaluation (at "
+        "most three rungs below max_steps, the first at about 4% of training with eta 3: 243 steps, eval "
+        "every 9: rungs 9, 27, 81).",
     )
     reduction_factor: float = Field(3, ge=2, description="ASHA's eta: keep 1/eta of trials at each rung.")
     rung_spacing: float | None = Field(
