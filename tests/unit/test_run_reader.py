@@ -18,9 +18,9 @@ from sweeper.tracking import MlflowTracker
 from tests.conftest import REPO, small_sweep
 
 
-def write_sweep(folder, name, results, discard=()):
+def write_sweep(folder, name, results, discard=(), **sections):
     uri = f"sqlite:///{folder / 'mlflow.db'}"
-    spec = validate_spec(small_sweep(name, output_dir=str(folder / "sweeps" / name)), base_dir=REPO)
+    spec = validate_spec(small_sweep(name, output_dir=str(folder / "sweeps" / name), **sections), base_dir=REPO)
     book = SweepBook(metric="eval_loss", goal="minimize", max_steps=30)
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(folder)  # the tracker puts a SQLite store's artifacts in ./mlartifacts
@@ -122,3 +122,12 @@ def test_a_file_that_is_no_mlflow_store_falls_back_to_the_client(tmp_path):
     made = []
     reader = reader_for(f"sqlite:///{path}", client_factory=lambda: made.append(1) or "client")
     assert isinstance(reader, ClientRunReader) and made == [1]
+
+
+def test_the_sweep_record_gives_the_rungs_the_sweep_ranked_at(tmp_path):
+    # Spaced by 4 while keeping 1/2: rungs 10, 40 of 90 (by reduction_factor alone: 10, 20, 40, 80).
+    uri = write_sweep(
+        tmp_path, "spaced", {"a": ("completed", [(10, 2.0)])},
+        training={"max_steps": 90}, early_stopping={"reduction_factor": 2, "rung_spacing": 4},
+    )
+    assert SweepStore(uri).record("spaced").rungs == [10, 40]
