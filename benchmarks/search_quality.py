@@ -118,13 +118,9 @@ METHODS: dict[str, dict | None] = {
     # rungs spaced by 4 keeping half at each (9, 36, 144), no startup trials: the best placement at the
     # default's steps in the resampled replay (random configs), on both spaces
     "asha_keep2_spacing4": {"early_stopping": {"reduction_factor": 2, "rung_spacing": 4, "startup_trials": 0}},
-    "asha_keep3_spacing4": {"early_stopping": {"rung_spacing": 4}},
     # TPE fitted at the highest budget that enough trials reached (BOHB's model), not
     # COMPLETE trials first: whether the sweep's TPE learns from the rungs as the loop's from its many completed trials
     "asha_rung_model": {"sampler": {"rung_model": True}},
-    "asha_keep2_spacing4_rung_model": {
-        "early_stopping": {"reduction_factor": 2, "rung_spacing": 4, "startup_trials": 0}, "sampler": {"rung_model": True},
-    },
 }
 DEFAULT_METHODS = ["random", "optuna", "asha", "asha_stopping", "median"]
 
@@ -425,12 +421,6 @@ class RungModelTPE(optuna.samplers.BaseSampler):
 
     def sample_independent(self, study, trial, param_name, param_distribution):
         return self.inner.sample_independent(self.modelled(study), trial, param_name, param_distribution)
-
-    def before_trial(self, study, trial):
-        pass
-
-    def after_trial(self, study, trial, state, values):
-        pass
 
     def reseed_rng(self):
         self.inner.reseed_rng()
