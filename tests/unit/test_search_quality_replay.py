@@ -2,7 +2,7 @@
 decides which placement the README recommends, so their rules are tested on histories
 small enough to work out by hand."""
 
-from benchmarks.search_quality import median_pruning, resampled_replay, successive_halving
+from benchmarks.search_quality import Outcome, median_pruning, oracle_screen, resampled_replay, successive_halving
 
 # Four trials evaluated at steps 1, 2 and 4 (max_steps 4); trial 3 starts slowly and ends best.
 HISTORIES = [
@@ -40,3 +40,25 @@ def test_the_resampled_replay_draws_distinct_trials_and_averages_over_draws():
     assert found == {"mean_best": 1.5, "p80_best": 1.5, "mean_steps": 16}
     found = resampled_replay(HISTORIES, 1, everything, draws=400)["random search"]
     assert 1.5 < found["mean_best"] < 2.1 and found["p80_best"] >= found["mean_best"] - 0.5
+
+
+def test_one_rung_keeping_a_quarter_trains_the_rest_to_the_end():
+    # One rung at step 1 keeping max(1, floor(4 / 4)) = 1: the fast starter, to the end.
+    assert successive_halving(HISTORIES, [1], 4, 4) == (1.8, 4 + 1 + 1 + 1)
+
+
+def test_the_reference_screen_trains_only_trials_of_the_best_share_as_far_as_the_steps_allow():
+    # The best half by their ends: trials 0 (1.8) and 3 (1.5). A quarter of 4 trials' steps
+    # trains one of them, the first in order; half trains both.
+    assert oracle_screen(HISTORIES, 4, 0.25, 0.5) == (1.8, 4)
+    assert oracle_screen(HISTORIES, 4, 0.5, 0.5) == (1.5, 8)
+    # Never none: at least one trial is trained.
+    assert oracle_screen(HISTORIES, 4, 0.1, 0.5) == (1.8, 4)
+
+
+def test_a_methods_best_within_a_budget_counts_every_trials_steps_so_far():
+    outcome = Outcome("m", 0, [(0, "a", 1, 2.0), (1, "b", 1, 2.5), (2, "a", 2, 1.9), (3, "b", 2, 1.7)])
+    # After the first three evaluations 2 + 1 steps are trained; the fourth brings 4.
+    assert outcome.best_within(3) == 1.9
+    assert outcome.best_within(4) == 1.7
+    assert outcome.best_within(0) == float("inf")
