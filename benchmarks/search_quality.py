@@ -127,11 +127,12 @@ METHODS: dict[str, dict | None] = {
     # TPE fitted at the highest budget that enough trials reached (BOHB's model), not
     # COMPLETE trials first: whether the sweep's TPE learns from the rungs as the loop's from its many completed trials
     "asha_rung_model": {"sampler": {"rung_model": True}},
-    # one rung at step 9 keeping a quarter, the rest to max_steps (rung_spacing 27 puts the next
-    # rung past max_steps): the best rule at the default's steps in the replay in expectation
-    # (random configs), on both spaces; among the trials that compete, ranks past step 9 say no
-    # more than ranks at it (rank correlation among the best third about 0 at 27 and 45)
-    "asha_screen4": {"early_stopping": {"reduction_factor": 4, "rung_spacing": 27, "grace_period": 9, "startup_trials": 0}},
+    # one rung at step 9 keeping a quarter, the rest to max_steps: the best rule at the default's
+    # steps in the replay in expectation (random configs), on both spaces; among the trials that
+    # compete, ranks past step 9 say no more than ranks at it (rank correlation among the best
+    # third about 0 at 27 and 45). (Its first runs set rung_spacing 27 before early_stopping.rungs
+    # existed: the same single rung.)
+    "asha_screen4": {"early_stopping": {"reduction_factor": 4, "rungs": 1, "grace_period": 9, "startup_trials": 0}},
 }
 DEFAULT_METHODS = ["random", "optuna", "asha", "asha_stopping", "median"]
 
@@ -476,7 +477,7 @@ def run_sweeper(settings: Settings, seed: int, name: str) -> Outcome:
                 stopping, training = spec.early_stopping, spec.training
                 rungs = asha_rungs(
                     stopping.grace_period_for(training.max_steps, training.eval_every), training.max_steps,
-                    stopping.rung_spacing_for(),
+                    stopping.rung_spacing_for(), stopping.rungs,
                 )
                 return RungModelTPE(
                     rungs + [training.max_steps], len(spec.search.parameters) + 1, seed=spec.search.seed,

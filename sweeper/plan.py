@@ -163,14 +163,15 @@ def promotion_steps(num_trials: int, grace_period: int, max_steps: int, reductio
     return steps_trained(milestone_counts(num_trials, rungs, max_steps, reduction_factor))
 
 
-def asha_rungs(grace_period: int, max_steps: int, spacing: float) -> list[int]:
+def asha_rungs(grace_period: int, max_steps: int, spacing: float, count: int | None = None) -> list[int]:
     """Steps at which ASHA compares trials: r, r*s, r*s^2, ... below max_steps, s the
-    rungs' spacing (ASHA's eta unless early_stopping.rung_spacing says otherwise)."""
+    rungs' spacing (ASHA's eta unless early_stopping.rung_spacing says otherwise), the
+    first `count` of them (early_stopping.rungs; all when None)."""
     rungs, milestone = [], grace_period
     while milestone < max_steps:
         rungs.append(int(milestone))
         milestone *= spacing
-    return rungs
+    return rungs[:count]
 
 
 def make_plan(spec: SweepSpec, cluster: ClusterResources) -> SweepPlan:
@@ -185,5 +186,5 @@ def make_plan(spec: SweepSpec, cluster: ClusterResources) -> SweepPlan:
     rungs = []
     if stopping.scheduler in ("asha", "asha_stopping"):
         grace_period = stopping.grace_period_for(spec.training.max_steps, spec.training.eval_every)
-        rungs = asha_rungs(grace_period, spec.training.max_steps, stopping.rung_spacing_for())
+        rungs = asha_rungs(grace_period, spec.training.max_steps, stopping.rung_spacing_for(), stopping.rungs)
     return SweepPlan(spec=spec, trial_resources=trial, concurrent_trials=concurrent, cluster_slots=slots, rungs=rungs)

@@ -176,6 +176,15 @@ class EarlyStoppingSpec(StrictModel):
         "early ranks that mislead (reduction_factor 2, rung_spacing 4: rungs 9, 36, 144 of 243, keeping half "
         "at each; benchmarks/README.md, search quality).",
     )
+    rungs: int | None = Field(
+        None,
+        ge=1,
+        description="asha only: rank trials at the first N rungs only; from the last one the trials that go "
+        "on train to max_steps. 1 screens: every trial trains grace_period steps and the best 1/reduction_factor "
+        "train to the end, which hedges against later ranks that mislead as much as the first (rungs: 1, "
+        "reduction_factor: 4, startup_trials: 0, a grace period at about 4% of max_steps: a quarter of random "
+        "search's steps; benchmarks/README.md, search quality). Default: every rung below max_steps.",
+    )
     startup_trials: int | None = Field(
         None,
         ge=0,
@@ -392,14 +401,16 @@ def _schedule_problems(spec: SweepSpec) -> list[Problem]:
                 f"({training.max_steps}), and training.eval_every is {training.eval_every}; lower eval_every, "
                 "raise max_steps, or set early_stopping.scheduler: none",
             ))
-    if stopping.rung_spacing is not None and not (stopping.scheduler == "asha" and spec.search.parameters):
-        problems.append((
-            "early_stopping.rung_spacing",
-            f"applies only to scheduler asha over search.parameters (Ray's ASHA, which also runs a sweep of one "
-            f"config, spaces its rungs by reduction_factor), got scheduler {stopping.scheduler!r}"
-            + ("" if spec.search.parameters else " and no search.parameters")
-            + "; remove it, or set reduction_factor instead",
-        ))
+    # Only the sweeper's own ASHA places its rungs; Ray's ASHA (which also runs a sweep of one
+    # config) spaces them by reduction_factor up to max_steps.
+    for key, fix in (("rung_spacing", "remove it, or set reduction_factor instead"), ("rungs", "remove it")):
+        if getattr(stopping, key) is not None and not (stopping.scheduler == "asha" and spec.search.parameters):
+            problems.append((
+                f"early_stopping.{key}",
+                f"applies only to scheduler asha over search.parameters (Ray's ASHA, which also runs a sweep of "
+                f"one config, spaces its rungs by reduction_factor), got scheduler {stopping.scheduler!r}"
+                + ("" if spec.search.parameters else " and no search.parameters") + f"; {fix}",
+            ))
     if stopping.startup_trials and stopping.scheduler != "asha":
         problems.append((
             "early_stopping.startup_trials",
@@ -583,8 +594,9 @@ def with_overrides(spec: SweepSpec, overrides: dict[str, Any]) -> SweepSpec:
 
 
 # The early_stopping section of a run that is no sweep (a single full run, a calibration
-# run): nothing stopped early, and no startup trials or rung spacing (refused under scheduler none).
-NO_EARLY_STOPPING = {"scheduler": "none", "startup_trials": None, "rung_spacing": None}
+# run): nothing stopped early, and no startup trials, rung spacing or rung count (refused under
+# scheduler none).
+NO_EARLY_STOPPING = {"scheduler": "none", "startup_trials": None, "rung_spacing": None, "rungs": None}
 
 
 def single_run_spec(spec: SweepSpec, params: dict[str, Any], name: str) -> SweepSpec:

@@ -252,7 +252,10 @@ class SweepStore:
         if params.get("early_stopping.scheduler") in ("asha", "asha_stopping"):
             # Sweeps before early_stopping.rung_spacing spaced their rungs by reduction_factor.
             spacing = params.get("early_stopping.rung_spacing", params["early_stopping.reduction_factor"])
-            rungs = asha_rungs(int(params["early_stopping.grace_period"]), max_steps, float(spacing))
+            count = params.get("early_stopping.rungs", "")  # a number, or every rung below max_steps
+            rungs = asha_rungs(
+                int(params["early_stopping.grace_period"]), max_steps, float(spacing), int(count) if count.isdigit() else None
+            )
         reproducibility = {
             "git commit": tags.get(Tag.GIT_COMMIT, "not recorded (the sweep's YAML was not in a git checkout)"),
             "config hash": tags.get(Tag.CONFIG_HASH, "-"),

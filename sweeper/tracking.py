@@ -58,7 +58,7 @@ def flat_params(spec: SweepSpec) -> dict[str, str]:
     searched field is logged as searched, with its distribution (`searched: {...}`), not
     with the base value no trial trains with, so that comparing sweeps compares what
     they searched. Defaults that depend on other fields are logged as resolved (the
-    first rung, the startup trials, the rungs' spacing): what the sweep used."""
+    first rung, the startup trials, the rungs' spacing and count): what the sweep used."""
     flat: dict[str, str] = {}
     dumped = spec.model_dump(mode="json")
     searched = dumped["search"]["parameters"]
@@ -75,6 +75,7 @@ def flat_params(spec: SweepSpec) -> dict[str, str]:
     flat["early_stopping.grace_period"] = str(stopping.grace_period_for(training.max_steps, training.eval_every))
     flat["early_stopping.startup_trials"] = str(stopping.startup_trials_for(spec.search.num_trials))
     flat["early_stopping.rung_spacing"] = str(stopping.rung_spacing_for())
+    flat["early_stopping.rungs"] = str(stopping.rungs) if stopping.rungs is not None else "all below max_steps"
     for path, distribution in searched.items():
         flat[path] = SEARCHED_PREFIX + json.dumps(distribution, separators=(",", ":"))
     return {k: v[:6000] for k, v in flat.items()}

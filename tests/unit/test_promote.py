@@ -24,7 +24,7 @@ def test_single_run_spec_takes_params_as_mlflow_stores_them():
         "training.learning_rate": {"distribution": "log_uniform", "low": 1e-4, "high": 1e-2},
         "lora.r": {"distribution": "categorical", "values": [4, 8]},
         "training.lr_scheduler": {"distribution": "categorical", "values": ["cosine", "constant"]},
-    }}, early_stopping={"startup_trials": 2, "rung_spacing": 4}), base_dir=REPO)
+    }}, early_stopping={"startup_trials": 2, "rung_spacing": 4, "rungs": 1}), base_dir=REPO)
     typed = {"training.learning_rate": 1.5e-05, "lora.r": 4, "training.lr_scheduler": "constant"}
     as_strings = {key: str(value) for key, value in typed.items()}  # MLflow params are strings
     single = single_run_spec(spec, as_strings, name="s-trial-3")
@@ -33,7 +33,7 @@ def test_single_run_spec_takes_params_as_mlflow_stores_them():
     assert single.name == "s-trial-3" and single.output_dir is None
     assert single.search.parameters == {} and single.search.num_trials == 1
     assert single.early_stopping.scheduler == "none" and single.early_stopping.startup_trials is None
-    assert single.early_stopping.rung_spacing is None  # refused under scheduler none
+    assert single.early_stopping.rung_spacing is None and single.early_stopping.rungs is None  # refused under none
     assert single.data == spec.data and single.model == spec.model
 
 

@@ -131,3 +131,9 @@ def test_the_sweep_record_gives_the_rungs_the_sweep_ranked_at(tmp_path):
         training={"max_steps": 90}, early_stopping={"reduction_factor": 2, "rung_spacing": 4},
     )
     assert SweepStore(uri).record("spaced").rungs == [10, 40]
+    # One rung: the trials ranked at step 10 only (by reduction_factor alone: 10, 30).
+    uri = write_sweep(
+        tmp_path, "screen", {"a": ("completed", [(10, 2.0)])},
+        training={"max_steps": 90}, early_stopping={"reduction_factor": 4, "rungs": 1},
+    )
+    assert SweepStore(uri).record("screen").rungs == [10]

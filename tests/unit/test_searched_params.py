@@ -39,6 +39,7 @@ def test_defaults_that_depend_on_other_fields_are_logged_as_the_sweep_used_them(
     assert params["early_stopping.grace_period"] == "100"  # max_steps / 27 on an evaluation
     assert params["early_stopping.startup_trials"] == "1"  # a sixth of the quickstart's 10 trials
     assert params["early_stopping.rung_spacing"] == "3.0"  # reduction_factor's
+    assert params["early_stopping.rungs"] == "all below max_steps"
 
 
 def test_config_differences_ignore_the_base_value_of_a_searched_field():

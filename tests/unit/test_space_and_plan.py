@@ -130,6 +130,13 @@ def test_asha_by_promotion_knows_its_step_budget_before_launch():
     spaced = plan(scheduler="asha", startup_trials=0, reduction_factor=2, rung_spacing=4)
     assert spaced.rungs == [10, 40]
     assert spaced.trials_per_milestone() == [(10, 9), (40, 4), (90, 2)]
+    # One rung, keeping a quarter: every trial is ranked once, at step 10, and the best 2 of 9
+    # train to the end.
+    screen = plan(scheduler="asha", startup_trials=0, reduction_factor=4, rungs=1)
+    assert screen.rungs == [10]
+    assert screen.trials_per_milestone() == [(10, 9), (90, 2)]
+    assert screen.step_budget().startswith("at most 250 training steps (9 to step 10, 2 to step 90)")
+    assert plan(scheduler="asha", startup_trials=0, rungs=2).rungs == [10, 30]
     assert plan(scheduler="asha_stopping").trials_per_milestone() is None
     assert plan(scheduler="none").step_budget() == "810 training steps without early stopping (9 trials x 90)"
 

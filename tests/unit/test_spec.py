@@ -139,6 +139,20 @@ def test_rung_spacing_only_where_the_sweeper_places_the_rungs():
     assert validate_spec(small_sweep("x"), base_dir=REPO).early_stopping.rung_spacing_for() == 3
 
 
+def test_a_rung_count_only_where_the_sweeper_places_the_rungs():
+    raw = small_sweep("x", early_stopping={"scheduler": "asha_stopping", "rungs": 1})
+    assert errors_of(raw) == [
+        "early_stopping.rungs: applies only to scheduler asha over search.parameters (Ray's ASHA, which "
+        "also runs a sweep of one config, spaces its rungs by reduction_factor), got scheduler 'asha_stopping'; "
+        "remove it"
+    ]
+    raw = small_sweep("x", search={"num_trials": 1, "parameters": {}}, early_stopping={"rungs": 1})
+    assert [line.split(":")[0] for line in errors_of(raw)] == ["early_stopping.rungs"]
+    raw = small_sweep("x", early_stopping={"rungs": 0})
+    assert [line.split(":")[0] for line in errors_of(raw)] == ["early_stopping.rungs"]
+    assert validate_spec(small_sweep("x", early_stopping={"rungs": 1}), base_dir=REPO).early_stopping.rungs == 1
+
+
 def test_startup_trials_only_under_asha_and_fewer_than_the_trials():
     raw = small_sweep("x", early_stopping={"scheduler": "median", "startup_trials": 2})
     assert errors_of(raw) == [
