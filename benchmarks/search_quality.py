@@ -133,6 +133,9 @@ METHODS: dict[str, dict | None] = {
     # third about 0 at 27 and 45). (Its first runs set rung_spacing 27 before early_stopping.rungs
     # existed: the same single rung.)
     "asha_screen4": {"early_stopping": {"reduction_factor": 4, "rungs": 1, "grace_period": 9, "startup_trials": 0}},
+    # the same with random configs instead of TPE's: what the search adds at this compute
+    "asha_screen4_random": {"early_stopping": {"reduction_factor": 4, "rungs": 1, "grace_period": 9, "startup_trials": 0},
+                            "search": {"method": "random"}},
 }
 DEFAULT_METHODS = ["random", "optuna", "asha", "asha_stopping", "median"]
 
