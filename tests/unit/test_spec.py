@@ -121,35 +121,29 @@ def test_the_first_rung_by_default_is_placed_relative_to_max_steps_on_an_evaluat
     ]
 
 
-def test_rung_spacing_only_where_the_sweeper_places_the_rungs():
+@pytest.mark.parametrize(
+    "key, value, too_low, fix",
+    [("rung_spacing", 4, 1.5, "remove it, or set reduction_factor instead"), ("rungs", 1, 0, "remove it")],
+)
+def test_rung_placement_only_where_the_sweeper_places_the_rungs(key, value, too_low, fix):
     # Ray's ASHA (asha_stopping, and asha over one fixed config) spaces its rungs by reduction_factor.
-    raw = small_sweep("x", early_stopping={"scheduler": "asha_stopping", "rung_spacing": 4})
+    raw = small_sweep("x", early_stopping={"scheduler": "asha_stopping", key: value})
     assert errors_of(raw) == [
-        "early_stopping.rung_spacing: applies only to scheduler asha over search.parameters (Ray's ASHA, which "
+        f"early_stopping.{key}: applies only to scheduler asha over search.parameters (Ray's ASHA, which "
         "also runs a sweep of one config, spaces its rungs by reduction_factor), got scheduler 'asha_stopping'; "
-        "remove it, or set reduction_factor instead"
+        + fix
     ]
-    raw = small_sweep("x", search={"num_trials": 1, "parameters": {}}, early_stopping={"rung_spacing": 4})
-    assert [line.split(":")[0] for line in errors_of(raw)] == ["early_stopping.rung_spacing"]
+    raw = small_sweep("x", search={"num_trials": 1, "parameters": {}}, early_stopping={key: value})
+    assert [line.split(":")[0] for line in errors_of(raw)] == [f"early_stopping.{key}"]
     assert "and no search.parameters" in errors_of(raw)[0]
-    raw = small_sweep("x", early_stopping={"rung_spacing": 1.5})
-    assert [line.split(":")[0] for line in errors_of(raw)] == ["early_stopping.rung_spacing"]
+    raw = small_sweep("x", early_stopping={key: too_low})
+    assert [line.split(":")[0] for line in errors_of(raw)] == [f"early_stopping.{key}"]
+
+
+def test_rung_spacing_and_count_resolve():
     spec = validate_spec(small_sweep("x", early_stopping={"reduction_factor": 2, "rung_spacing": 4}), base_dir=REPO)
     assert (spec.early_stopping.reduction_factor, spec.early_stopping.rung_spacing_for()) == (2, 4)
     assert validate_spec(small_sweep("x"), base_dir=REPO).early_stopping.rung_spacing_for() == 3
-
-
-def test_a_rung_count_only_where_the_sweeper_places_the_rungs():
-    raw = small_sweep("x", early_stopping={"scheduler": "asha_stopping", "rungs": 1})
-    assert errors_of(raw) == [
-        "early_stopping.rungs: applies only to scheduler asha over search.parameters (Ray's ASHA, which "
-        "also runs a sweep of one config, spaces its rungs by reduction_factor), got scheduler 'asha_stopping'; "
-        "remove it"
-    ]
-    raw = small_sweep("x", search={"num_trials": 1, "parameters": {}}, early_stopping={"rungs": 1})
-    assert [line.split(":")[0] for line in errors_of(raw)] == ["early_stopping.rungs"]
-    raw = small_sweep("x", early_stopping={"rungs": 0})
-    assert [line.split(":")[0] for line in errors_of(raw)] == ["early_stopping.rungs"]
     assert validate_spec(small_sweep("x", early_stopping={"rungs": 1}), base_dir=REPO).early_stopping.rungs == 1
 
 
