@@ -52,6 +52,19 @@ def test_a_rung_stays_open_while_a_trial_can_still_arrive():
     assert ladder.settle(num_trials=3) == (["b"], [])
 
 
+def test_a_screen_sends_the_best_quarter_to_the_end_and_stops_the_rest():
+    """early_stopping.rungs: 1, reduction_factor: 4 on 8 trials: one rung, floor(8/4) = 2 go on
+    from it to max_steps; a trial with 2 better ones at the rung can never go on."""
+    ladder = RungLadder([10], reduction_factor=4)
+    for trial, score in zip("abcdefgh", [5.0, 3.0, 7.0, 1.0, 6.0, 8.0, 2.0, 4.0]):
+        ladder.record(trial, 10, score)
+    promoted, stopped = ladder.settle(num_trials=8)
+    assert promoted == ["d", "g"]  # 1.0 and 2.0, best first
+    assert sorted(stopped) == ["a", "b", "c", "e", "f", "h"] and not ladder.rungs[0].waiting
+    ladder.record("d", 90, 0.5)  # past the last rung: trains on, ranked nowhere else
+    assert ladder.settle(num_trials=8) == ([], [])
+
+
 def test_a_trial_that_can_no_longer_go_on_is_stopped_early():
     """9 trials, eta 3: at most 3 go on from the first rung, at most 1 from the second."""
     ladder = RungLadder([10, 30], reduction_factor=3)
