@@ -565,10 +565,9 @@ def median_pruning(histories: list[list[tuple[int, float]]], max_steps: int, sta
 def oracle_screen(histories: list[list[tuple[int, float]]], max_steps: int, share: float, keep: float) -> tuple[float, int]:
     """A reference, not a rule: a screen that knows without training which trials end in
     the best `keep` of them, and trains as many of those (in order) to max_steps as `share`
-    of random search's steps allows. Among the trials that compete at a rung here the
-    early ranks say little about the end (the rank correlations among the best third), so
-    a rule that screens random configs by their evaluations can do only a little better at
-    that compute, in expectation: what is left to gain is in the configs, the search's."""
+    of random search's steps allows. A screen by evaluations picks no better among random
+    configs (early ranks among the best third say little about the end), so what is left
+    to gain at that compute lies in the configs tried: the search's."""
     ends = sorted(min(v for _, v in h) for h in histories)
     good = [h for h in histories if min(v for _, v in h) <= ends[max(0, math.ceil(len(ends) * keep) - 1)]]
     trained = good[: max(1, math.floor(share * len(histories)))]
@@ -796,7 +795,8 @@ def print_table(args, settings: Settings, methods: list[str], outcomes: dict, ra
         title_justify="left",
     )
     for column in ("method", "best eval loss, median", "spread", "per seed", "steps / random's",
-                   f"best within {TARGET_SHARE:g}x random's steps, median", "steps to reach random's median best / random's steps, per seed", "wall s, median"):
+                   f"best within {TARGET_SHARE:g}x random's steps, median",
+                   "steps to reach random's median best / random's steps, per seed", "wall s, median"):
         table.add_column(column)
     for row in rows:
         table.add_row(*row)
