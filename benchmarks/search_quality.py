@@ -79,6 +79,9 @@ METRIC = "eval_loss"
 # first quarter), which compares the methods at equal steps.
 TARGET_SHARE = 0.25
 
+# One rung at step 9 keeping a quarter, the rest to max_steps (the candidates asha_screen4*).
+SCREEN = {"reduction_factor": 4, "rungs": 1, "grace_period": 9, "startup_trials": 0}
+
 # name -> (early_stopping section, search section overrides, sampler override for the
 # candidate settings that are not spec fields). None: a method run in this process.
 METHODS: dict[str, dict | None] = {
@@ -132,10 +135,9 @@ METHODS: dict[str, dict | None] = {
     # compete, ranks past step 9 say no more than ranks at it (rank correlation among the best
     # third about 0 at 27 and 45). (Its first runs set rung_spacing 27 before early_stopping.rungs
     # existed: the same single rung.)
-    "asha_screen4": {"early_stopping": {"reduction_factor": 4, "rungs": 1, "grace_period": 9, "startup_trials": 0}},
+    "asha_screen4": {"early_stopping": SCREEN},
     # the same with random configs instead of TPE's: what the search adds at this compute
-    "asha_screen4_random": {"early_stopping": {"reduction_factor": 4, "rungs": 1, "grace_period": 9, "startup_trials": 0},
-                            "search": {"method": "random"}},
+    "asha_screen4_random": {"early_stopping": SCREEN, "search": {"method": "random"}},
 }
 DEFAULT_METHODS = ["random", "optuna", "asha", "asha_stopping", "median"]
 
@@ -243,27 +245,27 @@ class Outcome:
             reached[trial] = max(reached[trial], step)
         return sum(reached.values())
 
-    def best_within(self, budget: float) -> float:
-        """The best eval loss seen before the total steps trained (all trials, as far as each
-        had reported) passed `budget`: what the method had found at that compute."""
+    def _in_order(self):
+        """(total steps trained so far, all trials as far as each had reported; the value)
+        for each evaluation, in the order they arrived."""
         reached: dict[str, int] = defaultdict(int)
-        best = math.inf
         for _, trial, step, value in sorted(self.evaluations):
             reached[trial] = max(reached[trial], step)
-            if sum(reached.values()) > budget:
+            yield sum(reached.values()), value
+
+    def best_within(self, budget: float) -> float:
+        """The best eval loss seen before the total steps trained passed `budget`: what the
+        method had found at that compute."""
+        best = math.inf
+        for steps, value in self._in_order():
+            if steps > budget:
                 break
             best = min(best, value)
         return best
 
     def steps_to_reach(self, target: float) -> int | None:
-        """Total steps trained (all trials, as far as each had reported) when the
-        best-so-far first reached `target`; None if it never did."""
-        reached: dict[str, int] = defaultdict(int)
-        for _, trial, step, value in sorted(self.evaluations):
-            reached[trial] = max(reached[trial], step)
-            if value <= target:
-                return sum(reached.values())
-        return None
+        """Total steps trained when the best-so-far first reached `target`; None if it never did."""
+        return next((steps for steps, value in self._in_order() if value <= target), None)
 
 
 def _plain_trial(args) -> list[tuple[int, float]]:
@@ -568,8 +570,9 @@ def oracle_screen(histories: list[list[tuple[int, float]]], max_steps: int, shar
     of random search's steps allows. A screen by evaluations picks no better among random
     configs (early ranks among the best third say little about the end), so what is left
     to gain at that compute lies in the configs tried: the search's."""
-    ends = sorted(min(v for _, v in h) for h in histories)
-    good = [h for h in histories if min(v for _, v in h) <= ends[max(0, math.ceil(len(ends) * keep) - 1)]]
+    ends = [min(v for _, v in h) for h in histories]
+    cut = sorted(ends)[max(0, math.ceil(len(ends) * keep) - 1)]
+    good = [h for h, end in zip(histories, ends) if end <= cut]
     trained = good[: max(1, math.floor(share * len(histories)))]
     return min(v for h in trained for _, v in h), len(trained) * max_steps
 
