@@ -102,6 +102,8 @@ def main() -> None:
             "scheduler": args.scheduler,
             "grace_period": args.grace_period,
             "reduction_factor": args.reduction_factor,
+            # every rung below max_steps, as promotion_steps counts them (the default ranks at one)
+            **({"rungs": "all"} if args.scheduler == "asha" else {}),
         },
     )
     clock = ResultClock()

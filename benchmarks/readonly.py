@@ -74,7 +74,7 @@ def write_sweep(folder: Path, trials: int, seed: int = 0) -> str:
     tracker.start_sweep(REPO)
     rng = random.Random(seed)
     outcomes = trial_outcomes(
-        trials, plan.rungs, spec.training.max_steps, spec.early_stopping.reduction_factor, failed=max(1, trials // 50)
+        trials, plan.rungs, spec.training.max_steps, spec.early_stopping.reduction_factor_for(), failed=max(1, trials // 50)
     )
     rng.shuffle(outcomes)
     now = time.time()

@@ -19,12 +19,14 @@ Methods, on the same space and seeds:
 - optuna: the loop a user writes by hand, in this process, one trial at a time:
   Optuna TPE (seeded) + MedianPruner, `trial.report` at every evaluation;
 - the sweeper's schedulers through `sweeper.launch.run_sweep` (as `sweep start` runs
-  them), and candidate settings (see METHODS).
+  them): `asha` is the sweeper's default (one rung at step 9 keeping a quarter),
+  `asha_ladder` the default before it (rungs 9, 27, 81 keeping 1/eta, 4 startup trials),
+  and candidate settings (see METHODS).
 
-Defaults: 27 trials of at most 243 steps, evaluated every 9 (the grace period: rungs 9,
-27, 81), eta 3: the issue's own setting, with enough steps left after the last rung for
-the methods to separate (random search's trials end 2.19-3.2; at 81 steps all methods
-ended within 0.05).
+Defaults: 27 trials of at most 243 steps, evaluated every 9 (the grace period: step 9;
+the ladder's rungs 9, 27, 81), eta 3 for the ladder: the issue's own setting, with enough
+steps left after the last rung for the methods to separate (random search's trials end
+2.19-3.2; at 81 steps all methods ended within 0.05).
 
 Per method: median and spread (min-max) of the best eval loss seen at any evaluation,
 total steps relative to random search, the best found within a quarter of random
@@ -79,15 +81,19 @@ METRIC = "eval_loss"
 # first quarter), which compares the methods at equal steps.
 TARGET_SHARE = 0.25
 
-# One rung at step 9 keeping a quarter, the rest to max_steps (the candidates asha_screen4*).
+# One rung at step 9 keeping a quarter, the rest to max_steps (the candidates asha_screen4*,
+# measured before it became the default; the default's own settings since).
 SCREEN = {"reduction_factor": 4, "rungs": 1, "grace_period": 9, "startup_trials": 0}
 
 # name -> (early_stopping section, search section overrides, sampler override for the
-# candidate settings that are not spec fields). None: a method run in this process.
+# candidate settings that are not spec fields). None: a method run in this process. The
+# candidates not in ON_THE_DEFAULTS were measured as changes to the former default's ladder
+# (`Settings.ladder`) and still run on it.
 METHODS: dict[str, dict | None] = {
     "random": None,
     "optuna": None,
     "asha": {},  # the sweeper's defaults
+    "asha_ladder": {},  # the default before the screen: Settings.ladder
     "asha_stopping": {"early_stopping": {"scheduler": "asha_stopping"}},
     "median": {"early_stopping": {"scheduler": "median"}},
     # candidates
@@ -139,7 +145,8 @@ METHODS: dict[str, dict | None] = {
     # the same with random configs instead of TPE's: what the search adds at this compute
     "asha_screen4_random": {"early_stopping": SCREEN, "search": {"method": "random"}},
 }
-DEFAULT_METHODS = ["random", "optuna", "asha", "asha_stopping", "median"]
+ON_THE_DEFAULTS = {"asha", "asha_stopping", "median", "asha_screen4", "asha_screen4_random"}
+DEFAULT_METHODS = ["random", "optuna", "asha", "asha_ladder", "asha_stopping", "median"]
 
 
 # --- the task ---------------------------------------------------------------------------
@@ -219,9 +226,14 @@ class Settings:
             training={"max_steps": self.max_steps, "eval_every": self.eval_every, "per_device_batch_size": 8},
             lora={"r": 8, "alpha_per_rank": 2},
             search={"num_trials": self.trials, "method": method, "seed": seed, "parameters": self.space},
-            # grace_period: the default, max_steps / eta^3 on an evaluation (9 here: rungs 9, 27, 81)
-            early_stopping={"reduction_factor": self.reduction_factor},
+            early_stopping={},  # the defaults (grace_period: max_steps / 27 on an evaluation, 9 here)
         )
+
+    def ladder(self) -> dict:
+        """The early_stopping section of the default before the screen: every rung below
+        max_steps (9, 27, 81) keeping 1/reduction_factor, a sixth of the trials (at most 5)
+        startup trials."""
+        return {"reduction_factor": self.reduction_factor, "rungs": "all", "startup_trials": min(5, self.trials // 6)}
 
 
 # --- what a method's run leaves: every evaluation, in the order it happened ------------
@@ -461,6 +473,8 @@ def run_sweeper(settings: Settings, seed: int, name: str) -> Outcome:
 
     overrides = METHODS[name]
     sections = settings.sections(seed)
+    if name not in ON_THE_DEFAULTS:
+        sections["early_stopping"] = settings.ladder()
     for key in ("early_stopping", "search", "training"):
         sections[key] = {**sections[key], **overrides.get(key, {})}
     if overrides.get("grace") == "after_warmup":
@@ -482,7 +496,7 @@ def run_sweeper(settings: Settings, seed: int, name: str) -> Outcome:
                 stopping, training = spec.early_stopping, spec.training
                 rungs = asha_rungs(
                     stopping.grace_period_for(training.max_steps, training.eval_every), training.max_steps,
-                    stopping.rung_spacing_for(), stopping.rungs,
+                    stopping.rung_spacing_for(), stopping.rung_count(),
                 )
                 return RungModelTPE(
                     rungs + [training.max_steps], len(spec.search.parameters) + 1, seed=spec.search.seed,
@@ -608,26 +622,26 @@ def resampling_rules(settings: Settings) -> dict:
     """What to replay on resampled draws of random search's trials: name -> a function of
     the drawn histories, in order, returning (best eval loss seen, steps trained)."""
     from sweeper.plan import asha_rungs
-    from sweeper.spec import EarlyStoppingSpec, default_grace_period
+    from sweeper.spec import default_grace_period
 
     eta, top = settings.reduction_factor, settings.max_steps
-    grace = default_grace_period(top, settings.eval_every, eta)
+    grace = default_grace_period(top, settings.eval_every)
     rungs = asha_rungs(grace, top, eta)
-    startup = EarlyStoppingSpec().startup_trials_for(settings.trials)
+    startup = settings.ladder()["startup_trials"]
     spaced = asha_rungs(grace, top, 4)
     later = asha_rungs(2 * grace, top, eta)
     names = lambda r: ", ".join(map(str, r)) or "none"  # noqa: E731
     return {
         "random search (every trial to max_steps)": lambda h: (min(v for t in h for _, v in t), len(h) * top),
         "the Optuna loop's pruning (MedianPruner after 5 completed), one at a time": lambda h: median_pruning(h, top),
-        f"the default: {startup} startup trials, rungs {names(rungs)}, keep 1/{eta:g}":
+        f"the former default (asha_ladder): {startup} startup trials, rungs {names(rungs)}, keep 1/{eta:g}":
             lambda h: successive_halving(h, rungs, top, eta, startup=startup),
         f"no startup trials, rungs {names(rungs)}, keep 1/{eta:g}": lambda h: successive_halving(h, rungs, top, eta),
         f"2 startup trials, rungs {names(later)}, keep 1/{eta:g}": lambda h: successive_halving(h, later, top, eta, startup=2),
         f"no startup trials, rungs {names(spaced)} (spaced by 4), keep 1/2": lambda h: successive_halving(h, spaced, top, 2),
         f"{startup} startup trials, rungs {names(spaced)} (spaced by 4), keep 1/{eta:g}":
             lambda h: successive_halving(h, spaced, top, eta, startup=startup),
-        f"no startup trials, one rung at {grace}, keep 1/4, the rest to max_steps":
+        f"the default (asha): one rung at {grace}, keep 1/4, the rest to max_steps":
             lambda h: successive_halving(h, [grace], top, 4),
         f"reference: the best 1/{eta:g} known without training, {TARGET_SHARE:g}x random's steps of them to max_steps":
             lambda h: oracle_screen(h, top, TARGET_SHARE, 1 / eta),
@@ -691,9 +705,13 @@ def main() -> None:
     parser.add_argument("--max-steps", type=int, default=243)
     parser.add_argument(
         "--eval-every", type=int, default=9,
-        help="the grace period (ASHA's first rung) is the default: max_steps / eta^3 on an evaluation, this one at 243 steps",
+        help="the grace period (ASHA's first rung) is the default: max_steps / 27 on an evaluation, this one at 243 steps",
     )
-    parser.add_argument("--reduction-factor", type=float, default=3)
+    parser.add_argument(
+        "--reduction-factor", type=float, default=3,
+        help="eta of the former default's ladder (asha_ladder, the candidates measured on it, the replay); "
+        "the sweeper's default (asha) keeps its own",
+    )
     parser.add_argument("--base-steps", type=int, default=BASE_STEPS, help="pretraining steps of the task's base model")
     parser.add_argument("--space", choices=SPACES, default="issue", help="the searched space (see SPACES)")
     parser.add_argument(
@@ -757,11 +775,8 @@ def print_table(args, settings: Settings, methods: list[str], outcomes: dict, ra
     from sweeper.spec import default_grace_period
 
     histories = [h for _, runs in sorted(random_by_seed.items()) for h in runs]
-    # The default's rungs (its first rung: grace_period's default).
-    rungs = asha_rungs(
-        default_grace_period(settings.max_steps, settings.eval_every, settings.reduction_factor),
-        settings.max_steps, settings.reduction_factor,
-    )
+    # The former default's ladder (its first rung: grace_period's default).
+    rungs = asha_rungs(default_grace_period(settings.max_steps, settings.eval_every), settings.max_steps, settings.reduction_factor)
 
     random_steps = statistics.median(o.steps for o in outcomes["random"])
     target = statistics.median(o.best for o in outcomes["random"])
@@ -794,7 +809,7 @@ def print_table(args, settings: Settings, methods: list[str], outcomes: dict, ra
         ))
     table = Table(
         title=f"search quality: {args.trials} trials, max {args.max_steps} steps, eval every {args.eval_every}, "
-        f"eta {args.reduction_factor:g}, seeds {args.seeds}",
+        f"the ladder's eta {args.reduction_factor:g}, seeds {args.seeds}",
         title_justify="left",
     )
     for column in ("method", "best eval loss, median", "spread", "per seed", "steps / random's",

@@ -187,7 +187,7 @@ def expected_ladder(plan: SweepPlan) -> tuple[list[tuple[int, int]], str, bool]:
         reaching, counts = n, []
         for milestone in [*plan.rungs, max_steps]:
             counts.append((milestone, reaching))
-            reaching = max(1, rung_quota(reaching, spec.early_stopping.reduction_factor))
+            reaching = max(1, rung_quota(reaching, spec.early_stopping.reduction_factor_for()))
         return counts, "Ray's ASHA (by stopping): assumed to follow the same ladder as ASHA by promotion", False
     why = {"median": "median stopping decides as results arrive: assumed to prune nothing"}.get(
         scheduler, "no early stopping"
@@ -198,7 +198,7 @@ def expected_ladder(plan: SweepPlan) -> tuple[list[tuple[int, int]], str, bool]:
 def _scenario(plan: SweepPlan, timing: TrialTiming, ladder: list[tuple[int, int]], restart_per_segment: bool) -> Scenario:
     training = plan.spec.training
     # Startup trials train every segment in one Train run: no restart after the first.
-    unranked = plan.spec.early_stopping.startup_trials_for(plan.spec.search.num_trials) if restart_per_segment else 0
+    unranked = plan.spec.early_stopping.startup_trials_for() if restart_per_segment else 0
     slots = plan.concurrent_trials
     # The first wave of trials starts cold.
     first_wave = min(slots, ladder[0][1])

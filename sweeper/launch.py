@@ -597,7 +597,7 @@ def _drive(
 def _trial_marks(spec: SweepSpec):
     """Where the driver reads what the searcher marked a trial with (a startup trial, a
     warm start's source): the sweep's study; None where the sweep marks no trial."""
-    if not (spec.search.warm_start or spec.early_stopping.startup_trials_for(spec.search.num_trials)):
+    if not (spec.search.warm_start or spec.early_stopping.startup_trials_for()):
         return None
     from sweeper.earlier_sweeps import trial_user_attrs
 

@@ -66,9 +66,10 @@ class SweepPlan:
         spec = self.spec
         if spec.early_stopping.scheduler != "asha" or not spec.search.parameters:
             return None
-        stopping, trials = spec.early_stopping, spec.search.num_trials
+        stopping = spec.early_stopping
         return milestone_counts(
-            trials, self.rungs, spec.training.max_steps, stopping.reduction_factor, stopping.startup_trials_for(trials)
+            spec.search.num_trials, self.rungs, spec.training.max_steps, stopping.reduction_factor_for(),
+            stopping.startup_trials_for(),
         )
 
     def step_budget(self) -> str:
@@ -186,5 +187,5 @@ def make_plan(spec: SweepSpec, cluster: ClusterResources) -> SweepPlan:
     rungs = []
     if stopping.scheduler in ("asha", "asha_stopping"):
         grace_period = stopping.grace_period_for(spec.training.max_steps, spec.training.eval_every)
-        rungs = asha_rungs(grace_period, spec.training.max_steps, stopping.rung_spacing_for(), stopping.rungs)
+        rungs = asha_rungs(grace_period, spec.training.max_steps, stopping.rung_spacing_for(), stopping.rung_count())
     return SweepPlan(spec=spec, trial_resources=trial, concurrent_trials=concurrent, cluster_slots=slots, rungs=rungs)

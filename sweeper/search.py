@@ -251,7 +251,7 @@ def make_searcher(spec: SweepSpec, sweep_dir: Path, warm_start=None) -> StepAwar
         storage_url=optuna_storage_url(sweep_dir),
         max_steps=spec.training.max_steps,
         warm_start=warm_start,
-        startup_trials=spec.early_stopping.startup_trials_for(spec.search.num_trials),
+        startup_trials=spec.early_stopping.startup_trials_for(),
     )
 
 
@@ -278,7 +278,7 @@ def make_scheduler(plan: SweepPlan, searched: bool = True):
         return PromotionASHA(
             **common,
             milestones=plan.rungs,
-            reduction_factor=stopping.reduction_factor,
+            reduction_factor=stopping.reduction_factor_for(),
             num_trials=spec.search.num_trials,
             slots=plan.concurrent_trials,
         )
@@ -287,7 +287,7 @@ def make_scheduler(plan: SweepPlan, searched: bool = True):
             **common,
             max_t=spec.training.max_steps,
             grace_period=grace_period,
-            reduction_factor=stopping.reduction_factor,
+            reduction_factor=stopping.reduction_factor_for(),
         )
     if stopping.scheduler == "median":
         return MedianStoppingRule(**common, grace_period=grace_period, min_samples_required=3)

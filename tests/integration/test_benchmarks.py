@@ -60,7 +60,7 @@ def test_readonly_benchmark_times_the_commands_on_a_written_sweep(tmp_path):
     figures = run_benchmark("readonly", tmp_path, "--trials", "12", "--repeats", "1", "--keep", str(tmp_path / "sweep"))
     assert set(figures) >= {"list", "status", "report"}
     assert all(len(figures[name]["runs_s"]) == 1 for name in ("list", "status", "report"))
-    # The sweep is as ASHA by promotion leaves 12 trials (rungs 10 and 30 of 90, eta 3).
+    # The sweep is as ASHA by promotion leaves 12 trials (the default: one rung at 10 of 90, 3 go on).
     from sweeper.store import SweepStore
 
     trials = SweepStore(f"sqlite:///{tmp_path / 'sweep' / 'mlflow.db'}").trials("readonly")
@@ -77,7 +77,7 @@ def test_search_quality_benchmark_compares_methods_on_steps_and_best_loss(tmp_pa
     methods = figures["methods"]
     assert set(methods) == {"random", "optuna", "asha"}
     assert methods["random"]["steps"] == [4 * 18]  # every trial to max_steps
-    # ASHA by promotion: 4 trials to step 9, max(1, floor(4/3)) = 1 on to 18
+    # ASHA by promotion, the default: 4 trials to step 9, floor(4/4) = 1 on to 18
     assert methods["asha"]["steps"] == [4 * 9 + 9]
     assert all(0 < best < 20 for runs in methods.values() for best in runs["best"])
 

@@ -33,15 +33,17 @@ def spec_of(**sections):
 
 
 def quickstart_like(**sections):
-    """10 trials, max 90 steps, eval every 10, ASHA rungs 10 and 30 (eta 3), no startup
-    trials, 2 slots."""
+    """10 trials, max 90 steps, eval every 10, ASHA rungs 10 and 30 (eta 3, every rung), no
+    startup trials, 2 slots."""
     base = {
         "training": {"max_steps": 90, "eval_every": 10},
         "search": {"num_trials": 10},
-        "early_stopping": {"grace_period": 10, "reduction_factor": 3, "startup_trials": 0},
+        "early_stopping": {"grace_period": 10, "reduction_factor": 3, "rungs": "all", "startup_trials": 0},
     }
     for key, value in sections.items():
         base[key] = {**base.get(key, {}), **value}
+    if base["early_stopping"].get("scheduler", "asha") != "asha":
+        del base["early_stopping"]["rungs"]  # the sweeper's ASHA's field; Ray's ASHA ranks at every rung
     return spec_of(**base)
 
 
@@ -231,8 +233,8 @@ def test_measure_times_the_second_interval_of_steps_in_a_row_from_a_common_start
 def test_sweep_plan_without_calibration_prints_the_forecast(tmp_path):
     result = CliRunner().invoke(app, ["plan", str(REPO / "search_spaces" / "quickstart.yaml"), "--no-calibrate"])
     assert result.exit_code == 0, result.output
-    # The quickstart's 10 trials: 1 startup trial (a sixth) beside the ladder of the other 9.
-    assert "10 to step 10, 4 to step 30, 2 to step 90" in result.output
+    # The quickstart's 10 trials, the default screen: one rung at step 10 keeping a quarter.
+    assert "10 to step 10, 2 to step 90" in result.output
     assert "Worst case (no pruning)" in result.output and "throughput model" in result.output
 
 

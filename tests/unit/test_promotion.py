@@ -282,7 +282,7 @@ def test_asha_is_by_promotion_with_the_plans_rungs_and_slots(tmp_path):
 
     search_alg, sched, max_concurrent = make_search(plan_for("asha"), tmp_path)
     assert isinstance(sched, PromotionASHA) and isinstance(search_alg, SlotLimiter)
-    assert [r.milestone for r in sched.ladder.rungs] == [10, 30]
+    assert [r.milestone for r in sched.ladder.rungs] == [10]  # one rung by default (early_stopping.rungs)
     assert (sched.slots, sched.num_trials, max_concurrent) == (2, 9, None)
     assert search_alg.scheduler is sched
 

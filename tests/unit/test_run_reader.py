@@ -128,7 +128,7 @@ def test_the_sweep_record_gives_the_rungs_the_sweep_ranked_at(tmp_path):
     # Spaced by 4 while keeping 1/2: rungs 10, 40 of 90 (by reduction_factor alone: 10, 20, 40, 80).
     uri = write_sweep(
         tmp_path, "spaced", {"a": ("completed", [(10, 2.0)])},
-        training={"max_steps": 90}, early_stopping={"reduction_factor": 2, "rung_spacing": 4},
+        training={"max_steps": 90}, early_stopping={"reduction_factor": 2, "rung_spacing": 4, "rungs": "all"},
     )
     assert SweepStore(uri).record("spaced").rungs == [10, 40]
     # One rung: the trials ranked at step 10 only (by reduction_factor alone: 10, 30).

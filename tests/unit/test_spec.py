@@ -101,7 +101,7 @@ def test_the_first_rung_by_default_is_placed_relative_to_max_steps_on_an_evaluat
         spec = validate_spec(raw, base_dir=REPO)
         return spec.early_stopping.grace_period_for(spec.training.max_steps, spec.training.eval_every)
 
-    # max_steps / eta^3, rounded up to an evaluation: the search-quality task's 9 (rungs 9, 27, 81).
+    # max_steps / 27, rounded up to an evaluation: the search-quality task's 9.
     assert first_rung({"max_steps": 243, "eval_every": 9}) == 9
     # The quickstart's 10 (90 / 27 = 3.3, first evaluation at 10).
     assert first_rung({"max_steps": 90, "eval_every": 10}) == 10
@@ -109,9 +109,9 @@ def test_the_first_rung_by_default_is_placed_relative_to_max_steps_on_an_evaluat
     # of 100 made invalid before: the fixed default 10 was below it).
     assert first_rung({"max_steps": 2000, "eval_every": 100}) == 100
     assert first_rung({"max_steps": 2000, "eval_every": 20}) == 80
-    assert first_rung({"max_steps": 243, "eval_every": 9}, reduction_factor=2) == 36
-    # The rungs' spacing places it, not the share kept: 243 / 4^3 = 3.8, on an evaluation 9.
-    assert first_rung({"max_steps": 243, "eval_every": 9}, reduction_factor=2, rung_spacing=4) == 9
+    # Neither the share kept nor the rungs' spacing moves it.
+    assert first_rung({"max_steps": 243, "eval_every": 9}, reduction_factor=2) == 9
+    assert first_rung({"max_steps": 243, "eval_every": 9}, reduction_factor=2, rung_spacing=4, rungs="all") == 9
     # A default with no evaluation before the end is refused under the key that can change it.
     raw = small_sweep("x", training={"max_steps": 10, "eval_every": 10})
     raw["early_stopping"].pop("grace_period")
