@@ -222,7 +222,7 @@ class EarlyStoppingSpec(StrictModel):
         default grace period), 3 under Ray's ASHA (its rungs 1, 3, 9... of the grace period)."""
         if self.reduction_factor is not None:
             return self.reduction_factor
-        return 4 if self.scheduler == "asha" else 3
+        return 4.0 if self.scheduler == "asha" else 3.0
 
     def rung_spacing_for(self) -> float:
         """early_stopping.rung_spacing, or its default: reduction_factor (ASHA's rungs)."""

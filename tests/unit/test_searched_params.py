@@ -37,9 +37,9 @@ def test_a_searched_field_is_logged_with_its_distribution_not_its_base_value():
 def test_defaults_that_depend_on_other_fields_are_logged_as_the_sweep_used_them():
     params = params_of(quickstart(max_steps=2000, eval_every=100))
     assert params["early_stopping.grace_period"] == "100"  # max_steps / 27 on an evaluation
-    assert params["early_stopping.reduction_factor"] == "4"  # asha's default: the screen keeps a quarter
+    assert params["early_stopping.reduction_factor"] == "4.0"  # asha's default: the screen keeps a quarter
     assert params["early_stopping.startup_trials"] == "0"
-    assert params["early_stopping.rung_spacing"] == "4"  # reduction_factor's
+    assert params["early_stopping.rung_spacing"] == "4.0"  # reduction_factor's
     assert params["early_stopping.rungs"] == "1"
     every_rung = quickstart(max_steps=2000, eval_every=100)
     every_rung["early_stopping"] = {"scheduler": "asha", "reduction_factor": 3, "rungs": "all"}

@@ -144,7 +144,26 @@ def test_rung_spacing_and_count_resolve():
     spec = validate_spec(small_sweep("x", early_stopping={"reduction_factor": 2, "rung_spacing": 4}), base_dir=REPO)
     assert (spec.early_stopping.reduction_factor, spec.early_stopping.rung_spacing_for()) == (2, 4)
     assert validate_spec(small_sweep("x"), base_dir=REPO).early_stopping.rung_spacing_for() == 3
-    assert validate_spec(small_sweep("x", early_stopping={"rungs": 1}), base_dir=REPO).early_stopping.rungs == 1
+
+    def stopping(**early_stopping):
+        raw = small_sweep("x")
+        raw["early_stopping"] = early_stopping
+        return validate_spec(raw, base_dir=REPO).early_stopping
+
+    # The defaults: under the sweeper's ASHA one rung keeping a quarter, no startup trials;
+    # Ray's ASHA keeps a third at every rung.
+    default = stopping()
+    assert (default.reduction_factor_for(), default.rung_count(), default.startup_trials_for()) == (4, 1, 0)
+    assert default.rung_spacing_for() == 4
+    rays = stopping(scheduler="asha_stopping")
+    assert (rays.reduction_factor_for(), rays.rung_count()) == (3, None)
+    assert stopping(rungs="all").rung_count() is None and stopping(rungs=2).rung_count() == 2
+
+
+@pytest.mark.parametrize("value", [0, -1, "three", True, 2.5])
+def test_a_rung_count_is_a_whole_number_or_all(value):
+    raw = small_sweep("x", early_stopping={"rungs": value})
+    assert errors_of(raw) == [f"early_stopping.rungs: must be a whole number >= 1, or all (got {value!r})"]
 
 
 def test_startup_trials_only_under_asha_and_fewer_than_the_trials():
