@@ -337,7 +337,9 @@ def test_a_worker_node_lost_mid_trial_retries_from_its_checkpoint(cluster, tmp_p
     workdir = tmp_path / "nodeloss"
     path = multinode_sweep(
         cluster, workdir, "nodeloss",
-        search={"num_trials": 1, "seed": 6, "max_failures": 1}, training={"max_steps": 60, "eval_every": 10},
+        # Long enough that the node is lost mid-trial: at 60 steps the trial once ended
+        # between its first evaluation reaching MLflow and the kill, with nothing to retry.
+        search={"num_trials": 1, "seed": 6, "max_failures": 1}, training={"max_steps": 150, "eval_every": 10},
     )
     seen_before = cluster.train_workers()
     driver = subprocess.Popen(
@@ -370,7 +372,7 @@ def test_a_worker_node_lost_mid_trial_retries_from_its_checkpoint(cluster, tmp_p
     assert trial.data.tags["sweeper.state"] == "completed", trial.data.tags
     steps = [step for step, _ in eval_history(cluster, trial.info.run_id)]
     # From its last checkpoint: no evaluation repeated, as a start from step 0 would.
-    assert steps == sorted(set(steps)) and steps[-1] == 60, steps
+    assert steps == sorted(set(steps)) and steps[-1] == 150, steps
     # The restart, as the trial's run records it: once, after the first evaluation. (The
     # state API's list of Train workers is no evidence: in CI it once listed one worker for
     # this sweep, and in another run both on the lost node's id.)
