@@ -187,8 +187,8 @@ class EarlyStoppingSpec(StrictModel):
         "1/reduction_factor train to the end (27 trials: 6 of them; a quarter of random search's steps). "
         "Measured against the former default's ladder (rungs 9, 27, 81 of 243 keeping a third) it found better "
         "configs on 16 of 25 runs over three tasks and worse on 5, as later rungs ranked the good trials no "
-        "better than the first (benchmarks/README.md, search quality). A number N: the first N rungs; all: every rung below max_steps (classic ASHA, with "
-        "reduction_factor 3).",
+        "better than the first (benchmarks/README.md, search quality). A number N: the first N rungs; all: "
+        "every rung below max_steps (classic ASHA, with reduction_factor 3).",
     )
     startup_trials: int | None = Field(
         None,
