@@ -2,7 +2,9 @@
 decides which placement the README recommends, so their rules are tested on histories
 small enough to work out by hand."""
 
-from benchmarks.search_quality import Outcome, median_pruning, oracle_screen, resampled_replay, successive_halving
+from benchmarks.search_quality import (
+    Outcome, median_pruning, oracle_screen, rank_correlations, resampled_replay, successive_halving,
+)
 
 # Four trials evaluated at steps 1, 2 and 4 (max_steps 4); trial 3 starts slowly and ends best.
 HISTORIES = [
@@ -62,3 +64,15 @@ def test_a_methods_best_within_a_budget_counts_every_trials_steps_so_far():
     assert outcome.best_within(3) == 1.9
     assert outcome.best_within(4) == 1.7
     assert outcome.best_within(0) == float("inf")
+
+
+def test_rank_correlation_against_the_best_or_the_final_eval_loss():
+    # Trial 0 leads at step 1 and has the best value (step 2), then overfits: last at the end.
+    overfitting = [
+        [(1, 2.0), (2, 1.0), (4, 3.0)],
+        [(1, 2.5), (2, 1.5), (4, 1.6)],
+        [(1, 3.0), (2, 2.0), (4, 2.1)],
+    ]
+    assert rank_correlations(overfitting, [1]) == {1: 1.0}
+    # Ranks at step 1 (1, 2, 3) against the final values' ranks (3, 1, 2): Spearman -0.5.
+    assert rank_correlations(overfitting, [1], final=True) == {1: -0.5}
