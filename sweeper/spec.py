@@ -228,10 +228,12 @@ class EarlyStoppingSpec(StrictModel):
         """early_stopping.rung_spacing, or its default: reduction_factor (ASHA's rungs)."""
         return self.rung_spacing if self.rung_spacing is not None else self.reduction_factor_for()
 
-    def rung_count(self) -> int | None:
+    def rung_count(self, searched: bool = True) -> int | None:
         """How many rungs rank the trials: early_stopping.rungs, its default (1 under the
-        sweeper's ASHA), or None for every rung below max_steps (rungs: all, Ray's ASHA)."""
-        if self.rungs == "all" or self.scheduler != "asha":
+        sweeper's ASHA), or None for every rung below max_steps (rungs: all, Ray's ASHA).
+        `searched`: whether the sweep has search.parameters; a sweep of one config runs
+        Ray's ASHA even under scheduler asha (search.make_scheduler)."""
+        if self.rungs == "all" or self.scheduler != "asha" or not searched:
             return None
         return self.rungs if self.rungs is not None else 1
 

@@ -76,7 +76,7 @@ def flat_params(spec: SweepSpec) -> dict[str, str]:
     flat["early_stopping.reduction_factor"] = str(stopping.reduction_factor_for())
     flat["early_stopping.startup_trials"] = str(stopping.startup_trials_for())
     flat["early_stopping.rung_spacing"] = str(stopping.rung_spacing_for())
-    flat["early_stopping.rungs"] = str(stopping.rung_count() or "all below max_steps")
+    flat["early_stopping.rungs"] = str(stopping.rung_count(searched=bool(searched)) or "all below max_steps")
     for path, distribution in searched.items():
         flat[path] = SEARCHED_PREFIX + json.dumps(distribution, separators=(",", ":"))
     return {k: v[:6000] for k, v in flat.items()}

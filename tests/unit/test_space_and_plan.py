@@ -6,6 +6,7 @@ from sweeper.errors import UserError
 from sweeper.plan import ClusterResources, TrialResources, asha_rungs, concurrency_limit, make_plan
 from sweeper.space import make_sampler, to_optuna_distributions
 from sweeper.spec import validate_spec
+from sweeper.tracking import flat_params
 from tests.conftest import REPO, small_sweep
 
 
@@ -173,3 +174,13 @@ def test_tpe_ignores_trials_still_running_such_as_those_paused_at_a_rung():
 
     assert next_rate(paused=True) == next_rate(paused=False)
     assert 1e-3 < next_rate(paused=True) < 1e-2
+
+
+def test_a_sweep_of_one_config_under_asha_plans_every_rung_as_rays_asha_ranks_it():
+    # No search.parameters: search.make_scheduler runs Ray's ASHA, which ranks at every rung
+    # below max_steps (grace period x eta^k), not the sweeper's one-rung screen.
+    raw = small_sweep("x", search={"num_trials": 1, "parameters": {}}, training={"max_steps": 90, "eval_every": 10})
+    raw["early_stopping"] = {"scheduler": "asha", "grace_period": 10}
+    plan = make_plan(validate_spec(raw, base_dir=REPO), ClusterResources(2, 0, 2, 0))
+    assert plan.rungs == [10, 40]
+    assert flat_params(plan.spec)["early_stopping.rungs"] == "all below max_steps"
