@@ -739,6 +739,8 @@ def main() -> None:
 
     seeds = [int(s) for s in args.seeds.split(",")]
     methods = args.methods.split(",")
+    if args.train_examples < 8:  # one batch of the fine-tuning (per_device_batch_size 8)
+        parser.error(f"--train-examples: at least 8 (one batch), got {args.train_examples}")
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
         parser.error(f"--methods: unknown {', '.join(unknown)}; valid: {', '.join(METHODS)}")
