@@ -53,21 +53,28 @@ def qa_text(rng: random.Random) -> str:
     return f"Q: {prompt}\nA: {answer}\n"
 
 
-def build(target: Path, text: Callable[[random.Random], str] = qa_text, steps: int = PRETRAIN_STEPS) -> None:
+def build(
+    target: Path,
+    text: Callable[[random.Random], str] = qa_text,
+    steps: int = PRETRAIN_STEPS,
+    hidden_size: int = 64,
+    layers: int = 2,
+) -> None:
     """Write config, weights and tokenizer of the tiny model to `target`, pretrained for
     `steps` on texts drawn by `text` (the defaults make the built-in model; benchmarks
-    build bases of their own with other texts)."""
+    build bases of their own, with other texts or wider and deeper: 16 dimensions per
+    attention head, an MLP 2.75x the hidden size)."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     tokenizer = build_tokenizer()
     config = LlamaConfig(
         vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=176,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=4,
+        hidden_size=hidden_size,
+        intermediate_size=hidden_size * 11 // 4,
+        num_hidden_layers=layers,
+        num_attention_heads=hidden_size // 16,
+        num_key_value_heads=hidden_size // 16,
         max_position_embeddings=1024,
         pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id,

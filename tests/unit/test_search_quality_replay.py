@@ -2,8 +2,10 @@
 decides which placement the README recommends, so their rules are tested on histories
 small enough to work out by hand."""
 
+import pytest
+
 from benchmarks.search_quality import (
-    Outcome, median_pruning, oracle_screen, rank_correlations, resampled_replay, successive_halving,
+    Outcome, median_pruning, oracle_screen, parse_shape, rank_correlations, resampled_replay, successive_halving,
 )
 
 # Four trials evaluated at steps 1, 2 and 4 (max_steps 4); trial 3 starts slowly and ends best.
@@ -76,3 +78,10 @@ def test_rank_correlation_against_the_best_or_the_final_eval_loss():
     assert rank_correlations(overfitting, [1]) == {1: 1.0}
     # Ranks at step 1 (1, 2, 3) against the final values' ranks (3, 1, 2): Spearman -0.5.
     assert rank_correlations(overfitting, [1], final=True) == {1: -0.5}
+
+
+def test_the_base_shape_reads_hidden_size_by_layers_and_refuses_what_tiny_cannot_build():
+    assert parse_shape("256x4") == (256, 4)
+    for shape in ("12x2", "256", "256x0", "x4"):
+        with pytest.raises(ValueError, match="HIDDENxLAYERS"):
+            parse_shape(shape)

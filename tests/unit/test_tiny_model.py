@@ -26,3 +26,10 @@ def test_build_pretrains_on_the_given_texts_for_the_given_steps(tmp_path):
 def test_the_built_in_models_texts_are_plain_question_and_answer():
     text = tiny.qa_text(random.Random(0))
     assert text.startswith("Q: ") and "\nA: " in text and text.endswith("\n")
+
+
+def test_build_makes_a_wider_and_deeper_base_when_asked(tmp_path):
+    tiny.build(tmp_path / "base", steps=1, hidden_size=32, layers=3)
+
+    config = AutoModelForCausalLM.from_pretrained(tmp_path / "base").config
+    assert (config.hidden_size, config.num_hidden_layers, config.num_attention_heads) == (32, 3, 2)
