@@ -11,7 +11,9 @@ rung's ranks say little about the end among the trials that compete there (the
 benchmark prints the rank correlations). The space is the issue's: learning rate log
 [1e-5, 1e-1], `lora.r`, `lora.alpha_per_rank` and `training.warmup_ratio` up to 0.2
 (more warmup steps than the first rung); `--space lora` narrows the learning rate to
-[1e-4, 1e-2] (SPACES).
+[1e-4, 1e-2] (SPACES). `--base-shape 256x4` builds the base wider and deeper (3.3M
+parameters against the tiny model's 0.13M), `--base-steps` and `--train-examples`
+pretrain it longer and fine-tune on fewer examples: the other tasks of benchmarks/README.md.
 
 Methods, on the same space and seeds:
 - random: random search, every trial to max_steps (in this process, no Ray); its
