@@ -749,7 +749,7 @@ def main() -> None:
     parser.add_argument(
         "--base-shape", default=BASE_SHAPE,
         help="the base's hidden size and layers, HIDDENxLAYERS; 256x4 (3.3M parameters) makes a task whose first "
-        "rung misleads (about 3x slower)",
+        "rung misleads (a trial costs about 4x the default shape's)",
     )
     parser.add_argument("--space", choices=SPACES, default="issue", help="the searched space (see SPACES)")
     parser.add_argument(
