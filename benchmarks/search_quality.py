@@ -146,8 +146,15 @@ METHODS: dict[str, dict | None] = {
     "asha_screen4": {"early_stopping": SCREEN},
     # the same with random configs instead of TPE's: what the search adds at this compute
     "asha_screen4_random": {"early_stopping": SCREEN, "search": {"method": "random"}},
+    # the screen keeping a sixth of 25 trials (4), and the last 2 trials suggested by TPE once
+    # every earlier trial has ended (4 full-length results, 21 values at step 9) and trained
+    # to max_steps unranked: what the loop's TPE does (suggest near full-length results and
+    # train the suggestion to the end), at the default's steps (25 x 9 + 4 x 234 + 2 x 243)
+    "asha_closing2": {"early_stopping": {"reduction_factor": 6}, "closing_trials": 2},
+    # the same with 3 closing trials after a screen keeping an eighth of 24 (3)
+    "asha_closing3": {"early_stopping": {"reduction_factor": 8}, "closing_trials": 3},
 }
-ON_THE_DEFAULTS = {"asha", "asha_stopping", "median", "asha_screen4", "asha_screen4_random"}
+ON_THE_DEFAULTS = {"asha", "asha_stopping", "median", "asha_screen4", "asha_screen4_random", "asha_closing2", "asha_closing3"}
 DEFAULT_METHODS = ["random", "optuna", "asha", "asha_ladder", "asha_stopping", "median"]
 
 
@@ -491,6 +498,35 @@ class RungModelTPE(optuna.samplers.BaseSampler):
         self.inner.reseed_rng()
 
 
+def closing_trials_limiter(num_trials: int, closing: int):
+    """A candidate: the sweep's last `closing` trials are suggested only once no earlier
+    trial is training (each has ended or waits at the rung, unpromoted), so TPE suggests
+    them from the screen's full-length results, and they train to max_steps unranked (as
+    startup trials do), as the Optuna loop trains its TPE's suggestions near its best
+    completed trials to the end. The hold is in the slot limiter, which sees the
+    scheduler's slots."""
+    from sweeper.promotion import SlotLimiter
+
+    class ClosingTrialsLimiter(SlotLimiter):
+        closers: set[str] = set()
+
+        def suggest(self, trial_id: str):
+            searcher = self.searcher
+            if trial_id in searcher.trials or len(searcher.trials) < num_trials - closing:
+                return super().suggest(trial_id)
+            training = self.scheduler.holding_slot - self.closers
+            if training or self.scheduler.ladder.ready:
+                return None  # Tune asks again
+            suggestion = super().suggest(trial_id)
+            if isinstance(suggestion, dict):
+                self.closers = self.closers | {trial_id}
+                searcher.startup.add(trial_id)
+                self.scheduler.mark_unranked([trial_id])
+            return suggestion
+
+    return ClosingTrialsLimiter
+
+
 def run_sweeper(settings: Settings, seed: int, name: str) -> Outcome:
     """One sweep through `run_sweep`, with the method's settings over the defaults."""
     import sweeper.search
@@ -506,7 +542,9 @@ def run_sweeper(settings: Settings, seed: int, name: str) -> Outcome:
         grace = -(-int(warmup) // settings.eval_every) * settings.eval_every
         sections["early_stopping"]["grace_period"] = max(settings.eval_every, grace)
     spec = bench_spec(f"bench-sq-{name}-{seed}", **sections)
-    make_sampler = sweeper.search.make_sampler
+    make_sampler, slot_limiter = sweeper.search.make_sampler, sweeper.search.SlotLimiter
+    if "closing_trials" in overrides:
+        sweeper.search.SlotLimiter = closing_trials_limiter(spec.search.num_trials, overrides["closing_trials"])
     if "sampler" in overrides:
         import optuna
 
@@ -533,7 +571,7 @@ def run_sweeper(settings: Settings, seed: int, name: str) -> Outcome:
     try:
         run = run_bench_sweep(spec, extra_callbacks=[EvaluationClock(outcome)])
     finally:
-        sweeper.search.make_sampler = make_sampler
+        sweeper.search.make_sampler, sweeper.search.SlotLimiter = make_sampler, slot_limiter
     outcome.wall_s = run.wall_seconds
     return outcome
 
@@ -697,6 +735,24 @@ def resampled_replay(histories: list, trials: int, rules: dict, draws: int = 400
             "mean_steps": statistics.fmean(steps for _, steps in results) if results else math.nan,
         }
     return found
+
+
+def paired_difference(bests: list[float], against: list[float], resamples: int = 10000, seed: int = 0) -> dict:
+    """A method's best eval loss minus another's, seed by seed (the same seed draws the
+    same task and first configs for both): the mean difference, a bootstrap 95% interval
+    of it, and on how many seeds the method was better, worse or equal (to 1e-4). An
+    interval that holds 0 says the seeds cannot tell the two apart."""
+    differences = [a - b for a, b in zip(bests, against, strict=True)]
+    rng = random.Random(seed)
+    means = sorted(statistics.fmean(rng.choices(differences, k=len(differences))) for _ in range(resamples))
+    return {
+        "mean": statistics.fmean(differences),
+        "low": means[int(0.025 * (resamples - 1))],
+        "high": means[int(0.975 * (resamples - 1))],
+        "better": sum(d < -1e-4 for d in differences),
+        "worse": sum(d > 1e-4 for d in differences),
+        "equal": sum(abs(d) <= 1e-4 for d in differences),
+    }
 
 
 def best_trial_ranks(histories: list[list[tuple[int, float]]], steps: list[int]) -> dict[int, int]:
@@ -871,6 +927,17 @@ def print_table(args, settings: Settings, methods: list[str], outcomes: dict, ra
         table.add_row(*row)
     console = Console(width=200)
     console.print(table)
+    if len(outcomes.get("optuna", [])) > 1:
+        loop = [o.best for o in outcomes["optuna"]]
+        figures["against_the_loop"] = {}
+        for method in (m for m in methods if m not in ("optuna", "random")):
+            paired = paired_difference([o.best for o in outcomes[method]], loop)
+            figures["against_the_loop"][method] = paired
+            console.print(
+                f"{method} minus the Optuna loop, seed by seed: mean {paired['mean']:+.4f} "
+                f"(95% interval {paired['low']:+.4f} to {paired['high']:+.4f}); better on {paired['better']}, "
+                f"worse on {paired['worse']}, equal on {paired['equal']} seeds"
+            )
     console.print(
         "rank correlation (Spearman, eval loss at a step vs the trial's best, random search's trials): "
         + ", ".join(f"step {s}: {c:.2f}" for s, c in correlations.items())

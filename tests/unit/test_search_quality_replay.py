@@ -85,3 +85,20 @@ def test_the_base_shape_reads_hidden_size_by_layers_and_refuses_what_tiny_cannot
     for shape in ("12x2", "256", "256x0", "x4"):
         with pytest.raises(ValueError, match="HIDDENxLAYERS"):
             parse_shape(shape)
+
+
+def test_the_paired_difference_compares_seed_by_seed_and_says_when_seeds_cannot_tell():
+    from benchmarks.search_quality import paired_difference
+
+    # Better by 0.01 on every seed: the interval is that one value, away from 0.
+    always = paired_difference([1.00, 2.00, 3.00], [1.01, 2.01, 3.01])
+    assert always["mean"] == pytest.approx(-0.01)
+    assert always["low"] == pytest.approx(-0.01) and always["high"] == pytest.approx(-0.01)
+    assert (always["better"], always["worse"], always["equal"]) == (3, 0, 0)
+    # Better on one seed, worse on another by as much, equal on a third: the interval holds 0.
+    mixed = paired_difference([1.00, 2.02, 3.00], [1.02, 2.00, 3.00])
+    assert mixed["mean"] == pytest.approx(0.0)
+    assert mixed["low"] < 0 < mixed["high"]
+    assert (mixed["better"], mixed["worse"], mixed["equal"]) == (1, 1, 1)
+    with pytest.raises(ValueError):
+        paired_difference([1.0, 2.0], [1.0])
