@@ -34,7 +34,8 @@ Per method: median and spread (min-max) of the best eval loss seen at any evalua
 total steps relative to random search, the best found within a quarter of random
 search's steps (every method at the issue's compute, the loop's and random search's
 first quarter included), steps until the best-so-far first reaches random search's
-median best, wall time. A second table replays rung placements and
+median best, wall time; then each sweeper method minus the loop seed by seed (the mean,
+a bootstrap 95% interval, better/worse/equal seeds). A second table replays rung placements and
 Hyperband-style brackets (`replay_brackets`) on random search's finished trials: which
 trial successive halving would keep, without running a sweep per placement.
 
@@ -149,12 +150,11 @@ METHODS: dict[str, dict | None] = {
     # the screen keeping a sixth of 25 trials (4), and the last 2 trials suggested by TPE once
     # every earlier trial has ended (4 full-length results, 21 values at step 9) and trained
     # to max_steps unranked: what the loop's TPE does (suggest near full-length results and
-    # train the suggestion to the end), at the default's steps (25 x 9 + 4 x 234 + 2 x 243)
+    # train the suggestion to the end), at the default's steps (25 x 9 + 4 x 234 + 2 x 243).
+    # Measured in session 16: no better than the default (benchmarks/README.md)
     "asha_closing2": {"early_stopping": {"reduction_factor": 6}, "closing_trials": 2},
-    # the same with 3 closing trials after a screen keeping an eighth of 24 (3)
-    "asha_closing3": {"early_stopping": {"reduction_factor": 8}, "closing_trials": 3},
 }
-ON_THE_DEFAULTS = {"asha", "asha_stopping", "median", "asha_screen4", "asha_screen4_random", "asha_closing2", "asha_closing3"}
+ON_THE_DEFAULTS = {"asha", "asha_stopping", "median", "asha_screen4", "asha_screen4_random", "asha_closing2"}
 DEFAULT_METHODS = ["random", "optuna", "asha", "asha_ladder", "asha_stopping", "median"]
 
 
