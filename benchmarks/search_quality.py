@@ -148,7 +148,7 @@ METHODS: dict[str, dict | None] = {
     # the same with random configs instead of TPE's: what the search adds at this compute
     "asha_screen4_random": {"early_stopping": SCREEN, "search": {"method": "random"}},
     # the screen keeping a sixth of 25 trials (4), and the last 2 trials suggested by TPE once
-    # every earlier trial has ended (4 full-length results, 21 values at step 9) and trained
+    # no earlier trial is training (4 full-length results, 21 values at step 9) and trained
     # to max_steps unranked: what the loop's TPE does (suggest near full-length results and
     # train the suggestion to the end), at the default's steps (25 x 9 + 4 x 234 + 2 x 243).
     # Measured in session 16: no better than the default (benchmarks/README.md)
@@ -508,7 +508,9 @@ def closing_trials_limiter(num_trials: int, closing: int):
     from sweeper.promotion import SlotLimiter
 
     class ClosingTrialsLimiter(SlotLimiter):
-        closers: set[str] = set()
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.closers: set[str] = set()
 
         def suggest(self, trial_id: str):
             searcher = self.searcher
@@ -519,7 +521,7 @@ def closing_trials_limiter(num_trials: int, closing: int):
                 return None  # Tune asks again
             suggestion = super().suggest(trial_id)
             if isinstance(suggestion, dict):
-                self.closers = self.closers | {trial_id}
+                self.closers.add(trial_id)
                 searcher.startup.add(trial_id)
                 self.scheduler.mark_unranked([trial_id])
             return suggestion

@@ -5,7 +5,8 @@ small enough to work out by hand."""
 import pytest
 
 from benchmarks.search_quality import (
-    Outcome, median_pruning, oracle_screen, parse_shape, rank_correlations, resampled_replay, successive_halving,
+    Outcome, median_pruning, oracle_screen, paired_difference, parse_shape, rank_correlations, resampled_replay,
+    successive_halving,
 )
 
 # Four trials evaluated at steps 1, 2 and 4 (max_steps 4); trial 3 starts slowly and ends best.
@@ -88,8 +89,6 @@ def test_the_base_shape_reads_hidden_size_by_layers_and_refuses_what_tiny_cannot
 
 
 def test_the_paired_difference_compares_seed_by_seed_and_says_when_seeds_cannot_tell():
-    from benchmarks.search_quality import paired_difference
-
     # Better by 0.01 on every seed: the interval is that one value, away from 0.
     always = paired_difference([1.00, 2.00, 3.00], [1.01, 2.01, 3.01])
     assert always["mean"] == pytest.approx(-0.01)
