@@ -516,9 +516,8 @@ def closing_trials_limiter(num_trials: int, closing: int):
             searcher = self.searcher
             if trial_id in searcher.trials or len(searcher.trials) < num_trials - closing:
                 return super().suggest(trial_id)
-            training = self.scheduler.holding_slot - self.closers
-            if training or self.scheduler.ladder.ready:
-                return None  # Tune asks again
+            if self.scheduler.holding_slot - self.closers:  # an earlier trial is training
+                return None  # Tune asks again; SlotLimiter holds for promoted trials itself
             suggestion = super().suggest(trial_id)
             if isinstance(suggestion, dict):
                 self.closers.add(trial_id)
