@@ -13,9 +13,14 @@ from tests.integration.conftest import start_driver, sweep_runs, wait_for
 
 pytestmark = pytest.mark.integration
 
-# $1 per core-second, so that a cap of a few dollars is hit a few seconds in.
+# $1 per core-second, so that a cap of tens of dollars is hit tens of seconds in.
 USD_PER_HOUR = 3600.0
-CAP = 16.0
+# The cap sits between the first report (two trials' setup and first rung, about $12 on a
+# fast 2-core machine, $23 on a slow one) and what the sweep would spend uncapped (twelve
+# first rungs, above $70 even on the fast one), so that it is hit with trials running
+# that have reported, on either machine.
+CAP = 48.0
+NUM_TRIALS = 12
 
 
 def capped_sweep(folder, name: str, num_trials: int, max_usd: float):
@@ -36,8 +41,7 @@ def capped_sweep(folder, name: str, num_trials: int, max_usd: float):
 
 
 def test_a_capped_sweep_stops_within_one_evaluation_interval_of_its_cap(tmp_path):
-    # Hit after the first two trials' first rung (about 6 s each).
-    path = capped_sweep(tmp_path, "capped", num_trials=6, max_usd=CAP)
+    path = capped_sweep(tmp_path, "capped", num_trials=NUM_TRIALS, max_usd=CAP)
     result = sweep("start", str(path), cwd=tmp_path, timeout=600)
     out = result.stdout
     # 1: no trial completed before the cap.
@@ -57,7 +61,7 @@ def test_a_capped_sweep_stops_within_one_evaluation_interval_of_its_cap(tmp_path
     assert intervals, "no trial reported before the cap: raise CAP"
     one_interval_usd = running_at_cap * max(intervals) / 3600 * USD_PER_HOUR
     assert CAP <= metrics["cost_usd_total"] <= CAP + one_interval_usd, (metrics["cost_usd_total"], one_interval_usd)
-    assert metrics["trials_total"] + metrics["budget_trials_not_started"] == 6
+    assert metrics["trials_total"] + metrics["budget_trials_not_started"] == NUM_TRIALS
 
 
 def evaluation_intervals(client, experiment_id: str, parent_run_id: str) -> list[float]:
