@@ -15,33 +15,38 @@ pytestmark = pytest.mark.integration
 
 # $1 per core-second, so that a cap of tens of dollars is hit tens of seconds in.
 USD_PER_HOUR = 3600.0
-# The cap sits between the first report (two trials' setup and first rung, about $12 on a
-# fast 2-core machine, $23 on a slow one) and what the sweep would spend uncapped (twelve
-# first rungs, above $70 even on the fast one), so that it is hit with trials running
-# that have reported, on either machine.
-CAP = 48.0
-NUM_TRIALS = 12
 
 
-def capped_sweep(folder, name: str, num_trials: int, max_usd: float):
-    """A sweep YAML whose evaluation intervals are 2-4 s (40 steps of a 32-example batch),
-    longer than the time Ray takes to stop a trial (up to 1.7 s on the busy 2-core
-    machine), priced so that a trial-second costs a dollar."""
+def capped_sweep(folder, name: str, num_trials: int, max_usd: float, max_steps: int = 120, startup_trials: int = 0):
+    """A sweep YAML whose evaluation intervals are 2-6 s per 40 steps of a 32-example batch
+    (two trials sharing the two cores; fast and slow 2-core machines), priced so that a
+    trial-second costs a dollar. The first rung is the first evaluation."""
     raw = small_sweep(
         name,
         data={"max_length": 128},
-        training={"max_steps": 120, "eval_every": 40, "per_device_batch_size": 32},
+        training={"max_steps": max_steps, "eval_every": 40, "per_device_batch_size": 32},
         search={"num_trials": num_trials, "seed": 1},
-        # No startup trial: every trial stops at its first rung, where the tests count the cost.
-        early_stopping={"grace_period": 40, "reduction_factor": 3, "startup_trials": 0},
+        # Without startup trials every trial stops at its first rung, where the tests count the cost.
+        early_stopping={"grace_period": 40, "reduction_factor": 3, "startup_trials": startup_trials},
         cost={"usd_per_hour": USD_PER_HOUR},
         budget={"max_usd": max_usd},
     )
     return write_yaml(folder / f"{name}.yaml", raw)
 
 
+CAP = 36.0
+# What Ray takes, beyond the trial's own interval, to end a trial it was asked to stop.
+STOP_SECONDS = 2.0
+
+
 def test_a_capped_sweep_stops_within_one_evaluation_interval_of_its_cap(tmp_path):
-    path = capped_sweep(tmp_path, "capped", num_trials=NUM_TRIALS, max_usd=CAP)
+    # The guard starts a trial only when its first rung fits under the cap, and commits a
+    # running trial's work only to its next rung: the cap is reached, rather than no more
+    # trials started below it, when running trials go on past what was committed. Two
+    # startup trials train on unranked to step 400 (ten intervals: over $60 on a fast
+    # 2-core machine, $100 on a slow one); both start, with two first rungs committed,
+    # and report before the cap (at about $10 and $17).
+    path = capped_sweep(tmp_path, "capped", num_trials=6, max_usd=CAP, max_steps=400, startup_trials=2)
     result = sweep("start", str(path), cwd=tmp_path, timeout=600)
     out = result.stdout
     # 1: no trial completed before the cap.
@@ -59,9 +64,10 @@ def test_a_capped_sweep_stops_within_one_evaluation_interval_of_its_cap(tmp_path
     assert running_at_cap >= 1
     intervals = evaluation_intervals(client, experiment.experiment_id, parent.info.run_id)
     assert intervals, "no trial reported before the cap: raise CAP"
-    one_interval_usd = running_at_cap * max(intervals) / 3600 * USD_PER_HOUR
+    # Far below the uncapped spend: each trial running at the cap ended by its next report.
+    one_interval_usd = running_at_cap * (max(intervals) + STOP_SECONDS) / 3600 * USD_PER_HOUR
     assert CAP <= metrics["cost_usd_total"] <= CAP + one_interval_usd, (metrics["cost_usd_total"], one_interval_usd)
-    assert metrics["trials_total"] + metrics["budget_trials_not_started"] == NUM_TRIALS
+    assert metrics["trials_total"] + metrics["budget_trials_not_started"] == 6
 
 
 def evaluation_intervals(client, experiment_id: str, parent_run_id: str) -> list[float]:
