@@ -16,6 +16,10 @@ from filelock import FileLock
 
 from tests.conftest import small_sweep, write_yaml
 
+# For the `ray start --block` nodes the tests start and end with end_process_group: no
+# drain on SIGTERM. Ray's drain (30 s by default) asks the GCS, which the same SIGTERM to
+# the head's process group has ended, so each head took the whole 30 s to go.
+NODE_ENV = {"RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"}
 
 def run_cli(*args, cwd, timeout=900) -> subprocess.CompletedProcess:
     env = {**os.environ, "COLUMNS": "200"}

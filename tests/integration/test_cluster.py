@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import end_process_group
+from tests.integration.conftest import NODE_ENV, end_process_group
 
 pytestmark = pytest.mark.integration
 
@@ -73,7 +73,7 @@ def head(tmp_path):
     port, dashboard = free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_AUTH", "RAY_ADDRESS"))}
     # A job's entrypoint runs `python` from the head's PATH, as on a cluster.yaml head.
-    env.update(HOME=str(home), PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}")
+    env.update(HOME=str(home), PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}", **NODE_ENV)
     # As on a machine where Ray ran before (or after `ray get-auth-token --generate`): with
     # a token in ~/.ray, `ray start --head` turns token authentication on.
     subprocess.run([RAY, "get-auth-token", "--generate"], env=env, capture_output=True, check=True, timeout=120)
@@ -102,7 +102,7 @@ def head(tmp_path):
 def start_worker_node(address: str, head_home: Path, tmp_path: Path) -> subprocess.Popen:
     """A second node joining the head as cluster.yaml's workers do: token mode, the head's token."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_AUTH", "RAY_ADDRESS"))}
-    env.update(HOME=str(head_home), RAY_AUTH_MODE="token")
+    env.update(HOME=str(head_home), RAY_AUTH_MODE="token", **NODE_ENV)
     log = open(tmp_path / "worker.log", "wb")
     return subprocess.Popen(
         [RAY, "start", "--block", "--address", address, "--num-cpus", "1", "--resources", '{"worker_marker": 1}',

@@ -32,7 +32,7 @@ import pytest
 
 from tests.conftest import small_sweep, write_yaml
 from tests.integration.s3_server import S3Server, free_port, s3_server
-from tests.integration.conftest import end_process_group, wait_for
+from tests.integration.conftest import NODE_ENV, end_process_group, wait_for
 from tests.integration.test_cluster import RAY, wait_for_port
 
 pytestmark = pytest.mark.integration
@@ -108,7 +108,7 @@ class MultiNodeCluster:
 def start_node(args: list[str], env: dict, log_path: Path) -> subprocess.Popen:
     log = open(log_path, "ab")
     try:
-        return subprocess.Popen([RAY, "start", "--block", *args], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        return subprocess.Popen([RAY, "start", "--block", *args], env={**env, **NODE_ENV}, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     finally:
         log.close()  # the child keeps its own descriptor
 
