@@ -21,6 +21,7 @@ from tests.conftest import small_sweep, write_yaml
 # the head's process group has ended, so each head took the whole 30 s to go.
 NODE_ENV = {"RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"}
 
+
 def run_cli(*args, cwd, timeout=900) -> subprocess.CompletedProcess:
     env = {**os.environ, "COLUMNS": "200"}
     return subprocess.run(
