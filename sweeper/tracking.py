@@ -267,7 +267,9 @@ class MlflowTracker:
         for record in self.book.trials.values():
             if record.trial_id in self.child_run_ids and record.trial_id not in self.trial_costs:
                 if not record.finished:
-                    if record.state != TrialState.PAUSED:  # a paused trial stopped spending when it paused
+                    # A paused trial stopped spending when it paused; a restored one that did
+                    # not run again, with the last driver.
+                    if record.state == TrialState.RUNNING:
                         record.ended_at = time.time()
                     record.state = TrialState.STOPPED
                 self._end_trial(record)

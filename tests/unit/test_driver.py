@@ -159,3 +159,22 @@ def test_the_live_table_has_no_startup_column_when_no_trial_is_one():
     console = Console(width=200, record=True)
     console.print(trial_table(book, ["training.learning_rate"]))
     assert "startup" not in console.export_text()
+
+
+def test_a_restored_trial_pruned_without_running_again_is_not_charged_for_the_wait():
+    """`sweep resume` rebuilds an unfinished trial as stopped, its earlier wall time kept;
+    pruned at its rung before it runs again, it spent nothing in this driver."""
+    book = SweepBook(metric="eval_loss", goal="minimize", max_steps=30)
+    book.trials["a"] = TrialRecord(
+        "a", 1, {}, state="stopped", history=[{"step": 10, "eval_loss": 3.0}],
+        started_at=1000.0, ended_at=1000.0, prior_wall_seconds=5.0,
+    )
+    book.trials["b"] = TrialRecord("b", 2, {}, state="stopped", started_at=1000.0, ended_at=1000.0, prior_wall_seconds=4.0)
+    driver = SweepDriver(book, [])
+    driver.on_trial_complete(0, [trial("a", "TERMINATED")], trial("a", "TERMINATED"))
+    assert (book.trials["a"].state, book.trials["a"].wall_seconds) == ("pruned", 5.0)
+    b = trial("b", number=2)
+    driver.on_trial_start(1, [b], b)  # runs again: its clock goes on from its 4 s
+    book.trials["b"].started_at -= 3.0
+    driver.on_trial_complete(2, [b], b)
+    assert 7.0 <= book.trials["b"].wall_seconds < 7.5
