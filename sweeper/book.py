@@ -93,6 +93,13 @@ class TrialRecord:
     def wall_seconds(self) -> float:
         return self.prior_wall_seconds + (self.ended_at or time.time()) - self.started_at
 
+    def stop_clock(self) -> None:
+        """The trial stops spending now, if it is running: a paused one stopped when it
+        paused, and one restored by `sweep resume` that did not run again stopped with
+        the last driver."""
+        if self.state == TrialState.RUNNING:
+            self.ended_at = time.time()
+
     @property
     def finished(self) -> bool:
         return self.state.finished

@@ -117,11 +117,7 @@ class SweepDriver(Callback):
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         record = self.book.trials[trial.trial_id]
-        # Only a running trial spends until now: a paused one stopped when it paused, and one
-        # restored by `sweep resume` and pruned at its rung without running again stopped
-        # with the last driver.
-        if record.state == TrialState.RUNNING:
-            record.ended_at = time.time()
+        record.stop_clock()
         record.state = TrialState.COMPLETED if record.step >= self.book.max_steps else TrialState.PRUNED
         self._tell("trial_finished", record)
 

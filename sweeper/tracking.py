@@ -267,10 +267,7 @@ class MlflowTracker:
         for record in self.book.trials.values():
             if record.trial_id in self.child_run_ids and record.trial_id not in self.trial_costs:
                 if not record.finished:
-                    # A paused trial stopped spending when it paused; a restored one that did
-                    # not run again, with the last driver.
-                    if record.state == TrialState.RUNNING:
-                        record.ended_at = time.time()
+                    record.stop_clock()
                     record.state = TrialState.STOPPED
                 self._end_trial(record)
         totals = sweep_cost(list(self.trial_costs.values()), list(self.savings.values()))
