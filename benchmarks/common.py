@@ -17,7 +17,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from sweeper.spec import SweepSpec, read_yaml, validate_spec
+from sweeper.spec.schema import SweepSpec, read_yaml, validate_spec
 
 REPO = Path(__file__).resolve().parent.parent
 QUICKSTART = REPO / "search_spaces" / "quickstart.yaml"
@@ -39,7 +39,7 @@ def bench_spec(name: str, output_dir: Path | None = None, **sections) -> SweepSp
 
 def run_bench_sweep(spec: SweepSpec, extra_callbacks: list | None = None):
     """The sweep as `sweep start` runs it, without its terminal output."""
-    from sweeper.launch import run_sweep
+    from sweeper.run.launch import run_sweep
 
     return run_sweep(spec, yaml_folder=QUICKSTART.parent, console=Console(quiet=True), extra_callbacks=extra_callbacks)
 

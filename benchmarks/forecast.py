@@ -22,7 +22,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from sweeper.spec import read_yaml, validate_spec
+from sweeper.spec.schema import read_yaml, validate_spec
 
 REPO = Path(__file__).resolve().parent.parent
 SWEEPS = {
@@ -36,7 +36,7 @@ def one_run(sweep: str) -> dict:
     """Run the sweep once here; forecast and actual from its parent run."""
     import mlflow
 
-    from sweeper.launch import run_sweep
+    from sweeper.run.launch import run_sweep
 
     path, sections = SWEEPS[sweep]
     raw = read_yaml(path)

@@ -1,5 +1,5 @@
 """Benchmark 1, per-trial overhead: a sweep of N trials of K steps on the built-in model
-(no early stopping, so every trial trains K steps), run through `sweeper.launch.run_sweep`.
+(no early stopping, so every trial trains K steps), run through `sweeper.run.launch.run_sweep`.
 
 Figures: per-trial setup (trial start to first optimizer step, as each trial reports it:
 median and p90) and the sweep's wall time against its minimum, where the minimum is
@@ -124,7 +124,7 @@ def main() -> None:
             (
                 "Train workers warm-started",
                 f"{figures['warm_started_workers']} of {len(trials)}",
-                "forked from the warm server (sweeper/warm_start.py)",
+                "forked from the warm server (sweeper/cluster/fork_server.py)",
             ),
             ("trial wall, median", f"{figures['trial_wall_median_s']:.1f} s", "driver: trial start -> trial end"),
             ("step time, plain process", f"{plain.seconds_per_step * 1000:.0f} ms", "sft.train without Ray, evals included"),

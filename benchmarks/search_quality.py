@@ -20,7 +20,7 @@ Methods, on the same space and seeds:
   evaluations give the rank correlation between the first rung and the end;
 - optuna: the loop a user writes by hand, in this process, one trial at a time:
   Optuna TPE (seeded) + MedianPruner, `trial.report` at every evaluation;
-- the sweeper's schedulers through `sweeper.launch.run_sweep` (as `sweep start` runs
+- the sweeper's schedulers through `sweeper.run.launch.run_sweep` (as `sweep start` runs
   them): `asha` is the sweeper's default (one rung at step 9 keeping a quarter),
   `asha_ladder` the default before it (rungs 9, 27, 81 keeping 1/eta, 4 startup trials),
   and candidate settings (see METHODS).
@@ -362,7 +362,7 @@ def random_configs(settings: Settings, seed: int) -> list[dict]:
     reads their warmups beside the histories that run_random saved)."""
     import optuna
 
-    from sweeper.space import parameters_to_optuna
+    from sweeper.search.space import parameters_to_optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # a line per study otherwise
     space = parameters_to_optuna(settings.space)
@@ -505,7 +505,7 @@ def closing_trials_limiter(num_trials: int, closing: int):
     startup trials do), as the Optuna loop trains its TPE's suggestions near its best
     completed trials to the end. The hold is in the slot limiter, which sees the
     scheduler's slots."""
-    from sweeper.promotion import SlotLimiter
+    from sweeper.search.asha import SlotLimiter
 
     class ClosingTrialsLimiter(SlotLimiter):
         def __init__(self, *args, **kwargs):
@@ -530,7 +530,7 @@ def closing_trials_limiter(num_trials: int, closing: int):
 
 def run_sweeper(settings: Settings, seed: int, name: str) -> Outcome:
     """One sweep through `run_sweep`, with the method's settings over the defaults."""
-    import sweeper.search
+    import sweeper.search.searcher
 
     overrides = METHODS[name]
     sections = settings.sections(seed)
@@ -543,18 +543,18 @@ def run_sweeper(settings: Settings, seed: int, name: str) -> Outcome:
         grace = -(-int(warmup) // settings.eval_every) * settings.eval_every
         sections["early_stopping"]["grace_period"] = max(settings.eval_every, grace)
     spec = bench_spec(f"bench-sq-{name}-{seed}", **sections)
-    make_sampler, slot_limiter = sweeper.search.make_sampler, sweeper.search.SlotLimiter
+    make_sampler, slot_limiter = sweeper.search.searcher.make_sampler, sweeper.search.searcher.SlotLimiter
     if "closing_trials" in overrides:
-        sweeper.search.SlotLimiter = closing_trials_limiter(spec.search.num_trials, overrides["closing_trials"])
+        sweeper.search.searcher.SlotLimiter = closing_trials_limiter(spec.search.num_trials, overrides["closing_trials"])
     if "sampler" in overrides:
         import optuna
 
-        from sweeper.space import startup_trials
+        from sweeper.search.space import startup_trials
 
         def make_sampler_with(spec):
             settings = {"n_startup_trials": startup_trials(spec.search.num_trials), **overrides["sampler"]}
             if settings.pop("rung_model", False):
-                from sweeper.plan import asha_rungs
+                from sweeper.plan.sweep_plan import asha_rungs
 
                 stopping, training = spec.early_stopping, spec.training
                 rungs = asha_rungs(
@@ -567,12 +567,12 @@ def run_sweeper(settings: Settings, seed: int, name: str) -> Outcome:
                 )
             return optuna.samplers.TPESampler(seed=spec.search.seed, **settings)
 
-        sweeper.search.make_sampler = make_sampler_with
+        sweeper.search.searcher.make_sampler = make_sampler_with
     outcome = Outcome(name, seed)
     try:
         run = run_bench_sweep(spec, extra_callbacks=[EvaluationClock(outcome)])
     finally:
-        sweeper.search.make_sampler, sweeper.search.SlotLimiter = make_sampler, slot_limiter
+        sweeper.search.searcher.make_sampler, sweeper.search.searcher.SlotLimiter = make_sampler, slot_limiter
     outcome.wall_s = run.wall_seconds
     return outcome
 
@@ -612,7 +612,7 @@ def successive_halving(
     max_steps unranked (early_stopping.startup_trials). With `warmups` (each trial's
     warmup steps), a trial still in its warmup at a rung goes on unranked. Returns (best
     eval loss seen by the trials as far as they trained, steps trained)."""
-    from sweeper.plan import rung_quota
+    from sweeper.plan.sweep_plan import rung_quota
 
     alive = list(range(startup, len(histories)))
     reached = {i: max_steps for i in range(startup)} | {i: rungs[0] if rungs else max_steps for i in alive}
@@ -668,7 +668,7 @@ def replay_brackets(histories, brackets: list[list[int]], max_steps: int, eta: f
 def replay_placements(settings: Settings) -> dict[str, list[list[int]]]:
     """Rung placements to replay on random search's trials: name -> brackets (rung lists),
     from the evaluation steps of the task."""
-    from sweeper.plan import asha_rungs
+    from sweeper.plan.sweep_plan import asha_rungs
 
     eta, every, top = settings.reduction_factor, settings.eval_every, settings.max_steps
     placements = {}
@@ -688,8 +688,8 @@ def replay_placements(settings: Settings) -> dict[str, list[list[int]]]:
 def resampling_rules(settings: Settings) -> dict:
     """What to replay on resampled draws of random search's trials: name -> a function of
     the drawn histories, in order, returning (best eval loss seen, steps trained)."""
-    from sweeper.plan import asha_rungs
-    from sweeper.spec import default_grace_period
+    from sweeper.plan.sweep_plan import asha_rungs
+    from sweeper.spec.schema import default_grace_period
 
     eta, top = settings.reduction_factor, settings.max_steps
     grace = default_grace_period(top, settings.eval_every)
@@ -877,8 +877,8 @@ def print_table(args, settings: Settings, methods: list[str], outcomes: dict, ra
     from rich.console import Console
     from rich.table import Table
 
-    from sweeper.plan import asha_rungs
-    from sweeper.spec import default_grace_period
+    from sweeper.plan.sweep_plan import asha_rungs
+    from sweeper.spec.schema import default_grace_period
 
     histories = [h for _, runs in sorted(random_by_seed.items()) for h in runs]
     # The former default's ladder (its first rung: grace_period's default).

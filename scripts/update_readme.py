@@ -3,7 +3,7 @@
 import re
 from pathlib import Path
 
-from sweeper.reference import markdown_reference
+from sweeper.spec.reference import markdown_reference
 
 readme = Path(__file__).resolve().parent.parent / "README.md"
 text = readme.read_text()

@@ -25,9 +25,9 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from reports.build import Report
-    from sweeper.launch import SweepRun
-    from sweeper.spec import SweepSpec
-    from sweeper.store import SweepStore
+    from sweeper.run.launch import SweepRun
+    from sweeper.spec.schema import SweepSpec
+    from sweeper.track.store import SweepStore
 
 __all__ = ["start", "sweeps", "status", "report", "SweepReportFiles"]
 
@@ -57,8 +57,8 @@ def start(
     """
     from rich.console import Console
 
-    from sweeper.launch import run_sweep
-    from sweeper.summary import print_summary
+    from sweeper.run.launch import run_sweep
+    from sweeper.track.summary import print_summary
 
     resolved, yaml_folder = _resolve_spec(spec)
     console = console or Console()
@@ -84,7 +84,7 @@ def start(
 
 def _resolve_spec(spec) -> tuple[SweepSpec, Path]:
     """The validated spec and the folder its relative paths (and git commit) come from."""
-    from sweeper.spec import SweepSpec, load_spec, validate_spec
+    from sweeper.spec.schema import SweepSpec, load_spec, validate_spec
 
     if isinstance(spec, SweepSpec):
         return spec, Path.cwd()
@@ -97,8 +97,8 @@ def _resolve_spec(spec) -> tuple[SweepSpec, Path]:
 def store(tracking_uri: str | None = None) -> SweepStore:
     """The MLflow store the CLI's read commands use: `tracking_uri`, else
     MLFLOW_TRACKING_URI, else sqlite:///mlflow.db in the working directory."""
-    from sweeper.mlflow_store import resolve_tracking_uri
-    from sweeper.store import SweepStore
+    from sweeper.track.mlflow_store import resolve_tracking_uri
+    from sweeper.track.store import SweepStore
 
     return SweepStore(resolve_tracking_uri(tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")))
 

@@ -17,7 +17,7 @@ __all__ = [
 ]
 
 # The Optuna study's file: in the sweep folder, and a copy with each of Tune's experiment
-# checkpoints in storage.uri's tune/ (sweeper/search.py).
+# checkpoints in storage.uri's tune/ (sweeper/search/searcher.py).
 STUDY_FILE = "optuna.db"
 
 
@@ -92,7 +92,7 @@ class Tag:
     STARTUP_TRIAL = "sweeper.startup_trial"
     TASK = "sweeper.task"
     PARENT_RUN_ID = "mlflow.parentRunId"  # MLflow's own tag for nested runs
-    # A promotion run (sweeper/promote.py) and the registered model version it creates.
+    # A promotion run (sweeper/promote/registry.py) and the registered model version it creates.
     SOURCE_SWEEP = "sweeper.source_sweep"
     SOURCE_PARENT_RUN_ID = "sweeper.source_parent_run_id"
     SOURCE_TRIAL_RUN_ID = "sweeper.source_trial_run_id"
@@ -102,7 +102,7 @@ class Tag:
 
 
 class VersionTag:
-    """Tags of a registered model version (sweeper/promote.py), beside Tag.TRIAL_NUMBER,
+    """Tags of a registered model version (sweeper/promote/registry.py), beside Tag.TRIAL_NUMBER,
     Tag.TRIAL_ID, Tag.METRIC and Tag.GOAL, which it shares with the runs."""
 
     SWEEP = "sweeper.sweep"

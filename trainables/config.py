@@ -1,6 +1,6 @@
 """The trial contract: what one trial trains, as a typed config. `TrialConfig` holds the
 task and the sections a trial's training loop reads (model, data, training, lora, dpo,
-resources, chaos); the sweep's schema (`sweeper.spec.SweepSpec`) is built from these same
+resources, chaos); the sweep's schema (`sweeper.spec.schema.SweepSpec`) is built from these same
 sections, so each key, default and help text is written once, here.
 
 The driver validates the whole sweep once, builds its `TrialConfig`

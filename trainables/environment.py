@@ -1,11 +1,11 @@
 """Environment variables that tell a trial's processes how they were started. Standard
-library only: `python -m sweeper.warm_start`, which starts every worker process of a
+library only: `python -m sweeper.cluster.fork_server`, which starts every worker process of a
 local sweep, imports this and must stay light."""
 
 from __future__ import annotations
 
 __all__ = ["WARM_STARTED_ENV"]
 
-# "1" in every process forked from the warm-start server (sweeper/warm_start.py); the
+# "1" in every process forked from the warm-start server (sweeper/cluster/fork_server.py); the
 # first report of a trial says whether its workers were (trainables/worker.py).
 WARM_STARTED_ENV = "SWEEPER_WARM_STARTED"

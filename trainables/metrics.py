@@ -24,7 +24,7 @@ SETUP_SECONDS = "setup_seconds"
 SETUP_PHASES = "setup_phases"  # first report only: where the setup time went
 # Times Ray Train restarted the trial's workers from its latest checkpoint after a worker
 # failed (a lost node, an out-of-memory kill; search.max_failures): added to the reports
-# after the first restart by the trial's Train controller (sweeper/trial.py), not the loops.
+# after the first restart by the trial's Train controller (sweeper/run/trial.py), not the loops.
 RESTARTS = "restarts"
 EVAL_REWARDS_CHOSEN = "eval_rewards_chosen"
 EVAL_REWARDS_REJECTED = "eval_rewards_rejected"

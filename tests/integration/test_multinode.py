@@ -80,7 +80,7 @@ class MultiNodeCluster:
         """The status of the sweep's latest Ray Job, through the Jobs SDK (HTTP)."""
         code = textwrap.dedent(f"""
             from ray.job_submission import JobSubmissionClient
-            from sweeper.jobs import latest_job
+            from sweeper.cluster.jobs import latest_job
             jobs = JobSubmissionClient({self.dashboard!r})
             print(jobs.get_job_status(latest_job(jobs, {sweep!r})))
         """)

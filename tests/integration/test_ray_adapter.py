@@ -1,4 +1,4 @@
-"""What sweeper/ray_adapter.py relies on, against a real local Ray cluster: a trial's
+"""What sweeper/cluster/ray_adapter.py relies on, against a real local Ray cluster: a trial's
 StoppableTorchTrainer runs Train's controller inside the trial's own actor (no controller
 actor, one placement-group cleaner per trial actor), and when Tune
 stops the trial its run is aborted: its placement group is removed and its CPUs go to
@@ -25,8 +25,8 @@ def stoppable_trial(config):
     from ray import tune
     from ray.train import RunConfig, ScalingConfig
 
-    from sweeper.ray_adapter import StoppableTorchTrainer, tune_stop_event
-    from sweeper.trial import ReportToTune
+    from sweeper.cluster.ray_adapter import StoppableTorchTrainer, tune_stop_event
+    from sweeper.run.trial import ReportToTune
 
     trainer = StoppableTorchTrainer(
         train_loop_per_worker=endless_loop,
@@ -92,7 +92,7 @@ def test_the_head_node_resource_places_an_actor_on_the_head(ray_cluster):
     """Trial actors ask for ON_THE_HEAD_NODE: Ray must still give its head that resource."""
     import ray
 
-    from sweeper.ray_adapter import ON_THE_HEAD_NODE
+    from sweeper.cluster.ray_adapter import ON_THE_HEAD_NODE
 
     @ray.remote(num_cpus=0, resources=ON_THE_HEAD_NODE)
     def where() -> str:

@@ -8,7 +8,7 @@ import optuna
 import pytest
 from mlflow.tracking import MlflowClient
 
-from sweeper.search import TUNE_TRIAL_ID_ATTR
+from sweeper.search.searcher import TUNE_TRIAL_ID_ATTR
 from tests.conftest import small_sweep, write_yaml
 from tests.integration.conftest import run_cli
 from tests.integration.test_tracking import runs_of

@@ -28,7 +28,7 @@ def _train_in_two_processes(rank: int, task: str, overrides: dict, out: str, por
     dist.init_process_group("gloo", rank=rank, world_size=2)
     import importlib
 
-    from sweeper.spec import validate_spec
+    from sweeper.spec.schema import validate_spec
     from trainables.data import tokenize_split
     from trainables.models import BUILTIN_TINY_MODEL, load_tokenizer, resolve_model_source
 
@@ -96,9 +96,9 @@ def test_dpo_under_zero2_zero3_and_fsdp_matches_ddp(tmp_path):
 def test_calibration_steps_deepspeed_and_fsdp_in_this_process():
     """`sweep start` calibrates in its own process, which no launcher made part of a
     process group; DeepSpeed's engine and FSDP step only inside one (a group of one here)."""
-    from sweeper.calibrate import calibrate
-    from sweeper.launch import prepare_data
-    from sweeper.spec import validate_spec
+    from sweeper.plan.calibrate import calibrate
+    from sweeper.run.launch import prepare_data
+    from sweeper.spec.schema import validate_spec
     from trainables.models import BUILTIN_TINY_MODEL, DEFAULT_CACHE_ROOT, resolve_model_source
 
     source = resolve_model_source(BUILTIN_TINY_MODEL)

@@ -6,8 +6,8 @@ import polars as pl
 import pytest
 import yaml
 
-from sweeper.plan import milestone_counts, steps_trained
-from sweeper.store import SweepStore
+from sweeper.plan.sweep_plan import milestone_counts, steps_trained
+from sweeper.track.store import SweepStore
 from tests.integration.conftest import run_cli as sweep
 
 pytestmark = pytest.mark.integration
@@ -36,7 +36,7 @@ def test_a_startup_trial_trains_to_the_end_whatever_its_rank(sweep_yaml, tmp_pat
     goes on."""
     import optuna
 
-    from sweeper.search import STARTUP_ATTR, TUNE_TRIAL_ID_ATTR
+    from sweeper.search.searcher import STARTUP_ATTR, TUNE_TRIAL_ID_ATTR
 
     path = sweep_yaml("startup", search={"num_trials": 4, "seed": 3}, early_stopping={"startup_trials": 1})
     result = sweep("start", str(path), cwd=tmp_path, timeout=600)

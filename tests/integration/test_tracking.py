@@ -10,7 +10,7 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from sweeper.spec import validate_spec, with_overrides
+from sweeper.spec.schema import validate_spec, with_overrides
 from tests.conftest import small_sweep, write_yaml
 from tests.integration.conftest import run_cli
 

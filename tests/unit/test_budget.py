@@ -3,13 +3,13 @@ import time
 import pytest
 from ray.tune.search import Searcher
 
-from sweeper.budget_guard import BudgetGuard, BudgetSearcher, BudgetStopper
-from sweeper.budget import BudgetSpec
+from sweeper.run.budget_guard import BudgetGuard, BudgetSearcher, BudgetStopper
+from sweeper.spec.budget import BudgetSpec
 from sweeper.errors import UserError
-from sweeper.forecast import TrialTiming
+from sweeper.plan.forecast import TrialTiming
 from sweeper.names import TrialState
-from sweeper.progress import SweepBook, TrialRecord
-from sweeper.spec import validate_spec
+from sweeper.run.janitor import SweepBook, TrialRecord
+from sweeper.spec.schema import validate_spec
 from tests.conftest import REPO, small_sweep
 
 # 1 core-hour costs $3.6, so one core-second costs $0.001.
@@ -152,7 +152,7 @@ def test_a_resumed_sweep_measures_its_restored_guard_on_the_new_book():
     count what the first driver's trials spent."""
     import pickle
 
-    from sweeper.planning import SweepBudget
+    from sweeper.plan.command import SweepBudget
 
     inner = Counting()
     guard = guard_with(book_with(), max_usd=0.05)
@@ -169,7 +169,7 @@ def test_a_resumed_sweep_measures_its_restored_guard_on_the_new_book():
 
 
 def test_a_resumed_sweep_without_a_budget_keeps_its_searcher():
-    from sweeper.planning import SweepBudget
+    from sweeper.plan.command import SweepBudget
 
     inner = Counting()
     budget = SweepBudget(spec=None, plan=None, forecast=None, guard=None)

@@ -1,4 +1,4 @@
-"""Joining a Ray cluster (sweeper/launch.py) without Ray: which address a sweep uses,
+"""Joining a Ray cluster (sweeper/run/launch.py) without Ray: which address a sweep uses,
 when it runs in token mode, how an address that does not answer is refused, where the
 warm-start server runs; and cluster.yaml against Ray's own cluster-launcher schema."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sweeper import launch
+from sweeper.run import launch
 from sweeper.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -96,7 +96,7 @@ def test_the_warm_start_server_runs_only_on_a_cluster_the_sweep_starts(tmp_path)
 
 
 def test_a_folder_holding_only_the_warm_start_log_is_not_an_existing_sweep(tmp_path):
-    from sweeper.spec import load_spec
+    from sweeper.spec.schema import load_spec
 
     spec = load_spec(ROOT / "search_spaces" / "quickstart.yaml").model_copy(update={"output_dir": tmp_path / "s"})
     (tmp_path / "s").mkdir()
@@ -131,7 +131,7 @@ fs-1234.efs.us-west-2.amazonaws.com:/ /mnt/shared nfs4 rw,vers=4.1 0 0
 
 
 def test_a_local_sweep_folder_is_refused_only_on_a_multi_node_cluster():
-    from sweeper import storage
+    from sweeper.cluster import storage
 
     storage.check_reachable_by_every_node("/home/me/sweeps/a", 1, MOUNTS)
     with pytest.raises(UserError, match=r"^storage.uri: the sweep's checkpoints would go to /home/me/sweeps/a .*\(ext4 .*2 node\(s\).*s3://bucket/prefix.*shared file system"):
@@ -140,7 +140,7 @@ def test_a_local_sweep_folder_is_refused_only_on_a_multi_node_cluster():
 
 
 def test_a_folder_on_a_shared_file_system_is_accepted_by_its_innermost_mount():
-    from sweeper import storage
+    from sweeper.cluster import storage
 
     storage.check_reachable_by_every_node("/mnt/shared/sweeps/a", 3, MOUNTS)
     assert storage.filesystem_type(Path("/mnt/shared/local-cache/x"), MOUNTS) == "xfs"
@@ -149,7 +149,7 @@ def test_a_folder_on_a_shared_file_system_is_accepted_by_its_innermost_mount():
 
 
 def test_a_submitted_sweep_needs_object_storage_or_an_absolute_folder_that_outlives_its_job(tmp_path):
-    from sweeper import jobs
+    from sweeper.cluster import jobs
 
     path = tmp_path / "s.yaml"
     path.write_text("name: s\noutput_dir: /mnt/sweeps/s\n")
@@ -162,14 +162,14 @@ def test_a_submitted_sweep_needs_object_storage_or_an_absolute_folder_that_outli
 
 
 def test_a_resume_job_fetches_a_sweep_with_object_storage_from_there():
-    from sweeper import jobs
+    from sweeper.cluster import jobs
 
     assert jobs.resume_args("s", None, "s3://b/s") == ["s", "--storage", "s3://b/s"]
     assert jobs.resume_args("s", "/mnt/sweeps/s", None) == ["s", "--sweep-dir", "/mnt/sweeps/s"]
 
 
 def test_the_yaml_travels_inside_the_jobs_working_dir_and_runs_through_the_cli(tmp_path):
-    from sweeper import jobs
+    from sweeper.cluster import jobs
 
     (tmp_path / "spaces").mkdir()
     assert jobs.working_dir_path(tmp_path / "spaces" / "a b.yaml", tmp_path) == "spaces/a b.yaml"
@@ -179,7 +179,7 @@ def test_the_yaml_travels_inside_the_jobs_working_dir_and_runs_through_the_cli(t
 
 
 def test_a_job_client_wants_the_dashboard_address():
-    from sweeper import jobs
+    from sweeper.cluster import jobs
 
     with pytest.raises(UserError, match=r"^--address: give the cluster's dashboard, http://HEAD:8265, got '10.0.0.5:6379'"):
         jobs.client("10.0.0.5:6379")

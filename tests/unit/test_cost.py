@@ -1,6 +1,6 @@
 import pytest
 
-from sweeper.cost import PRICE_TABLE, price_per_hour, pruning_saving, sweep_cost, trial_cost
+from sweeper.cost.prices import PRICE_TABLE, price_per_hour, pruning_saving, sweep_cost, trial_cost
 
 
 def test_trial_cost_is_accelerator_hours_times_price():

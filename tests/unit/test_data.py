@@ -61,7 +61,7 @@ def test_empty_file_and_wrong_fields(tmp_path, tokenizer):
 
 # ---------------------------------------------------------------- preference pairs (task dpo)
 
-from sweeper.spec import validate_spec  # noqa: E402
+from sweeper.spec.schema import validate_spec  # noqa: E402
 from trainables.data import PreferenceSplit, TokenizedSplit, preference_example, tokenize_split  # noqa: E402
 from tests.conftest import REPO, small_dpo_sweep, small_sweep  # noqa: E402
 
@@ -176,8 +176,8 @@ def test_model_config_transformers_cannot_read_is_a_keyed_input_error(tmp_path):
 
 
 def test_prepare_data_refuses_a_tokenizer_that_cannot_load(tmp_path):
-    from sweeper.launch import prepare_data
-    from sweeper.spec import validate_spec
+    from sweeper.run.launch import prepare_data
+    from sweeper.spec.schema import validate_spec
     from tests.conftest import REPO, small_sweep
 
     folder = tmp_path / "model"

@@ -3,7 +3,7 @@
 import pytest
 
 from sweeper.errors import UserError
-from sweeper.spec import validate_spec, with_overrides
+from sweeper.spec.schema import validate_spec, with_overrides
 from trainables.metrics import TASK_METRICS
 from tests.conftest import REPO, small_dpo_sweep, small_sweep
 

@@ -3,8 +3,8 @@ the record it updated; driven here as Tune drives it, with stand-ins for Tune's 
 
 from types import SimpleNamespace
 
-from sweeper.driver import SweepDriver
-from sweeper.book import SweepBook, TrialRecord
+from sweeper.run.driver import SweepDriver
+from sweeper.track.book import SweepBook, TrialRecord
 from sweeper.names import TrialState
 
 
@@ -121,8 +121,8 @@ def test_trials_are_numbered_as_tune_counts_them_and_a_number_in_use_is_not_give
 def test_the_searchers_marks_reach_the_record_before_any_listener_and_the_live_table_shows_them():
     from rich.console import Console
 
-    from sweeper.console import trial_table
-    from sweeper.earlier_sweeps import STARTUP_ATTR, WARM_START_ATTR
+    from sweeper.track.console import trial_table
+    from sweeper.search.warm_start import STARTUP_ATTR, WARM_START_ATTR
 
     marks = {"a": {STARTUP_ATTR: True}, "b": {WARM_START_ATTR: "earlier/t1"}}
     book = SweepBook(metric="eval_loss", goal="minimize", max_steps=30)
@@ -151,7 +151,7 @@ def cells(line: str) -> list[str]:
 def test_the_live_table_has_no_startup_column_when_no_trial_is_one():
     from rich.console import Console
 
-    from sweeper.console import trial_table
+    from sweeper.track.console import trial_table
 
     book = SweepBook(metric="eval_loss", goal="minimize", max_steps=30)
     driver = SweepDriver(book, [])

@@ -10,10 +10,10 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from sweeper.earlier_sweeps import WARM_START_ATTR, read_warm_start, trial_user_attrs
+from sweeper.search.warm_start import WARM_START_ATTR, read_warm_start, trial_user_attrs
 from sweeper.errors import UserError
-from sweeper.search import make_searcher
-from sweeper.spec import spec_to_yaml, validate_spec
+from sweeper.search.searcher import make_searcher
+from sweeper.spec.schema import spec_to_yaml, validate_spec
 from tests.conftest import small_sweep, write_yaml
 
 EARLIER_SPACE = {

@@ -3,10 +3,10 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from sweeper import calibrate as calibration
-from sweeper.calibrate import costliest_overrides, mean_timing, side_by_side
+from sweeper.plan import calibrate as calibration
+from sweeper.plan.calibrate import costliest_overrides, mean_timing, side_by_side
 from sweeper.cli import app
-from sweeper.forecast import (
+from sweeper.plan.forecast import (
     PEAK_TFLOPS,
     UTILISATION,
     TrialTiming,
@@ -15,8 +15,8 @@ from sweeper.forecast import (
     model_parameters,
     modelled_timing,
 )
-from sweeper.plan import ClusterResources, make_plan
-from sweeper.spec import validate_spec
+from sweeper.plan.sweep_plan import ClusterResources, make_plan
+from sweeper.spec.schema import validate_spec
 from tests.conftest import REPO, small_sweep
 
 CPU_BOX = ClusterResources(cpus=2, gpus=0, max_node_cpus=2, max_node_gpus=0)

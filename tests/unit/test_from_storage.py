@@ -9,8 +9,8 @@ import optuna
 import pytest
 
 from sweeper.errors import UserError
-from sweeper.from_storage import fetch_sweep
-from sweeper.spec import load_spec, spec_to_yaml, validate_spec
+from sweeper.run.from_storage import fetch_sweep
+from sweeper.spec.schema import load_spec, spec_to_yaml, validate_spec
 from tests.conftest import small_sweep
 
 
@@ -62,11 +62,11 @@ def test_what_cannot_be_resumed_from_storage_is_a_keyed_line(tmp_path):
 def test_a_sweep_resumed_in_another_folder_reuses_the_mlflow_runs_of_its_storage(tmp_path, monkeypatch):
     """The resumed tracker finds the sweep's parent run by its storage, not its old folder,
     and records the folder it continues in; a same-named sweep of other storage is not it."""
-    from sweeper.book import SweepBook, TrialRecord
-    from sweeper.mlflow_store import client_for
+    from sweeper.track.book import SweepBook, TrialRecord
+    from sweeper.track.mlflow_store import client_for
     from sweeper.names import Tag
-    from sweeper.plan import TrialResources
-    from sweeper.tracking import MlflowTracker
+    from sweeper.plan.sweep_plan import TrialResources
+    from sweeper.track.tracker import MlflowTracker
 
     monkeypatch.chdir(tmp_path)  # the tracker puts a SQLite store's artifacts in ./mlartifacts
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"

@@ -1,4 +1,4 @@
-"""The memory forecast (sweeper/memory.py): the arithmetic behaves as the memory of a
+"""The memory forecast (sweeper/cost/memory.py): the arithmetic behaves as the memory of a
 fine-tune does, the shipped GPU sweeps fit the cards they name, and a trial that fits no
 GPU is refused with one keyed line that names what would fit."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sweeper.memory import (
+from sweeper.cost.memory import (
     KNOWN_CONFIGS,
     Architecture,
     architecture_of,
@@ -20,7 +20,7 @@ from sweeper.memory import (
     refuse_if_unfit,
 )
 from sweeper.errors import UserError
-from sweeper.spec import load_spec, validate_spec
+from sweeper.spec.schema import load_spec, validate_spec
 from tests.conftest import REPO, small_sweep
 
 GPU_SWEEPS = sorted(

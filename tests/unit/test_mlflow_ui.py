@@ -3,11 +3,11 @@ training runs (MLflow 3 opens such an experiment on its runs, not on the GenAI t
 
 import pytest
 
-from sweeper.book import SweepBook
-from sweeper.mlflow_store import client_for
-from sweeper.plan import TrialResources
-from sweeper.spec import validate_spec
-from sweeper.tracking import MlflowTracker
+from sweeper.track.book import SweepBook
+from sweeper.track.mlflow_store import client_for
+from sweeper.plan.sweep_plan import TrialResources
+from sweeper.spec.schema import validate_spec
+from sweeper.track.tracker import MlflowTracker
 from tests.conftest import REPO, small_sweep
 
 

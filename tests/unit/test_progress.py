@@ -1,6 +1,6 @@
-from sweeper.book import SweepBook, TrialRecord
+from sweeper.track.book import SweepBook, TrialRecord
 from sweeper.names import TrialState
-from sweeper.progress import AdapterJanitor, error_reason
+from sweeper.run.janitor import AdapterJanitor, error_reason
 
 
 def record(tmp_path, number, state, loss, step=30):

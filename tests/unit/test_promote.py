@@ -8,14 +8,14 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from sweeper.plan import TrialResources
+from sweeper.plan.sweep_plan import TrialResources
 from sweeper.errors import UserError
-from sweeper.export import export_trial
-from sweeper.book import SweepBook, TrialRecord
-from sweeper.promote import check_registry, pinned_requirements, promote_trial, state_refusal
-from sweeper.spec import single_run_spec, validate_spec, with_overrides
-from sweeper.store import SweepStore
-from sweeper.tracking import MlflowTracker
+from sweeper.promote.export import export_trial
+from sweeper.track.book import SweepBook, TrialRecord
+from sweeper.promote.registry import check_registry, pinned_requirements, promote_trial, state_refusal
+from sweeper.spec.schema import single_run_spec, validate_spec, with_overrides
+from sweeper.track.store import SweepStore
+from sweeper.track.tracker import MlflowTracker
 from tests.conftest import REPO, small_sweep
 
 
@@ -125,7 +125,7 @@ def test_a_trial_id_of_digits_is_an_id_not_a_number():
     is looked up by its id (a shared test sweep drew 83639739 and promote failed)."""
     import polars as pl
 
-    from sweeper.store import matching_trials
+    from sweeper.track.store import matching_trials
 
     trials = pl.DataFrame({"trial_number": [1, 2], "trial_id": ["a1b2c3d4", "83639739"]})
     assert matching_trials(trials, "83639739")[0]["trial_number"] == 2
@@ -167,6 +167,6 @@ def test_the_adapter_files_are_peft_s_own_names():
     peft's save_pretrained writes and from_pretrained reads."""
     from peft.utils import CONFIG_NAME, SAFETENSORS_WEIGHTS_NAME
 
-    from sweeper.promote import ADAPTER_FILES
+    from sweeper.promote.registry import ADAPTER_FILES
 
     assert ADAPTER_FILES == (CONFIG_NAME, SAFETENSORS_WEIGHTS_NAME)

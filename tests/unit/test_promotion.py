@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import pytest
 from ray.tune.schedulers import TrialScheduler
 
-from sweeper.plan import promotion_steps
-from sweeper.promotion import PromotionASHA, RungLadder
+from sweeper.plan.sweep_plan import promotion_steps
+from sweeper.search.asha import PromotionASHA, RungLadder
 
 
 def test_a_rung_promotes_one_in_eta_and_the_best_waiting_first():
@@ -197,7 +197,7 @@ def test_nine_trials_train_exactly_the_rung_arithmetic():
 def test_startup_trials_train_to_the_end_and_the_others_follow_the_ladder_without_them():
     """early_stopping.startup_trials 2 of 11: the first two train to max_steps although
     they are the worst at every rung; the other 9 are promoted as 9 trials are."""
-    from sweeper.plan import milestone_counts, steps_trained
+    from sweeper.plan.sweep_plan import milestone_counts, steps_trained
 
     sched = scheduler(11, slots=2)
     sched.mark_unranked(["t0", "t1"])
@@ -233,7 +233,7 @@ def test_noisy_scores_and_slow_pauses_always_finish_within_the_budget(num_trials
 
 
 def test_for_resume_pauses_restored_trials_until_a_slot_is_free():
-    from sweeper.book import SweepBook, TrialRecord
+    from sweeper.track.book import SweepBook, TrialRecord
 
     book = SweepBook(metric="eval_loss", goal="minimize", max_steps=90)
     histories = {
@@ -266,8 +266,8 @@ def test_for_resume_pauses_restored_trials_until_a_slot_is_free():
 
 
 def plan_for(scheduler: str, parameters: bool = True):
-    from sweeper.plan import ClusterResources, make_plan
-    from sweeper.spec import validate_spec
+    from sweeper.plan.sweep_plan import ClusterResources, make_plan
+    from sweeper.spec.schema import validate_spec
     from tests.conftest import REPO, small_sweep
 
     search = {"num_trials": 9} if parameters else {"num_trials": 1, "parameters": {}}
@@ -277,8 +277,8 @@ def plan_for(scheduler: str, parameters: bool = True):
 
 
 def test_asha_is_by_promotion_with_the_plans_rungs_and_slots(tmp_path):
-    from sweeper.promotion import SlotLimiter
-    from sweeper.search import make_search
+    from sweeper.search.asha import SlotLimiter
+    from sweeper.search.searcher import make_search
 
     search_alg, sched, max_concurrent = make_search(plan_for("asha"), tmp_path)
     assert isinstance(sched, PromotionASHA) and isinstance(search_alg, SlotLimiter)
@@ -290,7 +290,7 @@ def test_asha_is_by_promotion_with_the_plans_rungs_and_slots(tmp_path):
 def test_asha_stopping_and_a_fixed_config_get_rays_asha(tmp_path):
     from ray.tune.schedulers import ASHAScheduler
 
-    from sweeper.search import make_search
+    from sweeper.search.searcher import make_search
 
     _, sched, max_concurrent = make_search(plan_for("asha_stopping"), tmp_path / "a")
     assert isinstance(sched, ASHAScheduler) and max_concurrent == 2
@@ -301,7 +301,7 @@ def test_asha_stopping_and_a_fixed_config_get_rays_asha(tmp_path):
 def test_the_limiter_asks_the_scheduler_for_a_slot():
     from ray.tune.search import Searcher
 
-    from sweeper.promotion import SlotLimiter
+    from sweeper.search.asha import SlotLimiter
 
     class OneConfig(Searcher):
         def suggest(self, trial_id):
@@ -324,7 +324,7 @@ def test_the_limiters_saved_state_leaves_the_live_scheduler_in_place():
     scheduler in the limiter stalled a resumed sweep (the limiter asked the stale copy)."""
     from ray.tune.search import Searcher
 
-    from sweeper.promotion import SlotLimiter
+    from sweeper.search.asha import SlotLimiter
 
     class OneConfig(Searcher):
         def suggest(self, trial_id):
@@ -342,7 +342,7 @@ def test_the_limiters_saved_state_leaves_the_live_scheduler_in_place():
 def test_for_resume_stops_a_trial_the_last_driver_ended_after_tune_saved():
     """A driver killed after pruning a paused trial, before Tune saved its state: Tune
     brings the trial back unfinished, the book (MLflow) has it pruned."""
-    from sweeper.book import SweepBook, TrialRecord
+    from sweeper.track.book import SweepBook, TrialRecord
 
     book = SweepBook(metric="eval_loss", goal="minimize", max_steps=90)
     book.trials["pruned"] = TrialRecord("pruned", 1, {}, state="pruned", history=[{"step": 10, "eval_loss": 5.0}])

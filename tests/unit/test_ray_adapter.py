@@ -1,4 +1,4 @@
-"""The parts of sweeper/ray_adapter.py that can be checked without a Ray cluster: the
+"""The parts of sweeper/cluster/ray_adapter.py that can be checked without a Ray cluster: the
 stop logic of a trial's TorchTrainer (with a stand-in for Train's controller), Ray's ID
 generator in forks, and MLflow's name checks. tests/integration/test_ray_adapter.py
 checks the rest against a real cluster."""
@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from sweeper import ray_adapter
+from sweeper.cluster import ray_adapter
 
 
 class FakeWorkerGroup:
@@ -91,7 +91,7 @@ def test_the_trainer_is_a_torch_trainer_and_pickles_by_reference():
 
 
 def test_importing_the_adapter_loads_neither_ray_nor_torch():
-    code = "import sys, sweeper.ray_adapter; print(sorted({'ray', 'torch', 'mlflow'} & set(sys.modules)))"
+    code = "import sys, sweeper.cluster.ray_adapter; print(sorted({'ray', 'torch', 'mlflow'} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=os.environ)
     assert out.stdout.strip() == "[]"
 
@@ -102,7 +102,7 @@ def test_forks_draw_their_own_ray_ids_after_classes_are_defined_under_the_guard(
     and forks then repeat each other's IDs (the probe must notice)."""
     code = """
 import ray
-from sweeper import ray_adapter
+from sweeper.cluster import ray_adapter
 with ray_adapter.actor_class_ids_from_urandom():
     @ray.remote
     class A:
@@ -134,7 +134,7 @@ def test_good_names_pass():
 def test_the_address_file_is_where_ray_start_records_its_head(tmp_path, monkeypatch):
     """`--address auto` probes the head named in this file; Ray keeps it in its temp folder
     (RAY_TMPDIR moves that folder), under the name `ray start` writes."""
-    from sweeper.ray_adapter import ray_address_file
+    from sweeper.cluster.ray_adapter import ray_address_file
 
     monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))
     assert ray_address_file() == tmp_path / "ray" / "ray_current_cluster"

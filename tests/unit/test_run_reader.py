@@ -7,14 +7,14 @@ import math
 
 import pytest
 
-from sweeper.book import SweepBook, TrialRecord
-from sweeper.mlflow_store import client_for
+from sweeper.track.book import SweepBook, TrialRecord
+from sweeper.track.mlflow_store import client_for
 from sweeper.names import RunKind, Tag
-from sweeper.plan import TrialResources
-from sweeper.run_reader import ClientRunReader, SqliteRunReader, reader_for
-from sweeper.spec import validate_spec
-from sweeper.store import SweepStore
-from sweeper.tracking import MlflowTracker
+from sweeper.plan.sweep_plan import TrialResources
+from sweeper.track.run_reader import ClientRunReader, SqliteRunReader, reader_for
+from sweeper.spec.schema import validate_spec
+from sweeper.track.store import SweepStore
+from sweeper.track.tracker import MlflowTracker
 from tests.conftest import REPO, small_sweep
 
 

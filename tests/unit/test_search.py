@@ -7,9 +7,9 @@ import shutil
 import optuna
 from optuna.trial import TrialState
 
-from sweeper.search import TUNE_TRIAL_ID_ATTR, StepAwareOptunaSearch
-from sweeper.space import to_optuna_distributions
-from sweeper.spec import validate_spec
+from sweeper.search.searcher import TUNE_TRIAL_ID_ATTR, StepAwareOptunaSearch
+from sweeper.search.space import to_optuna_distributions
+from sweeper.spec.schema import validate_spec
 from tests.conftest import REPO, small_sweep
 
 
@@ -115,7 +115,7 @@ def test_a_trial_optuna_has_finished_is_not_reported_to_or_told_again(tmp_path):
 def test_resume_tells_optuna_what_mlflow_recorded_after_the_last_tell(tmp_path):
     """The last driver died after MLflow recorded a trial's end and before Optuna heard of
     it: reconciled against the book, the study gets its reports and its end."""
-    from sweeper.progress import SweepBook, TrialRecord
+    from sweeper.run.janitor import SweepBook, TrialRecord
 
     search = make_search(tmp_path)
     for trial_id in ("a", "b", "c"):

@@ -5,7 +5,7 @@ from typer.testing import CliRunner
 
 from sweeper.cli import app
 from sweeper.errors import UserError
-from sweeper.spec import load_spec, validate_spec, with_overrides
+from sweeper.spec.schema import load_spec, validate_spec, with_overrides
 from tests.conftest import REPO, small_sweep, write_yaml
 
 SHIPPED = sorted((REPO / "search_spaces").glob("*.yaml"))
@@ -250,7 +250,7 @@ def test_cli_validate_missing_file(tmp_path):
 
 
 def test_readme_reference_matches_the_schema():
-    from sweeper.reference import markdown_reference
+    from sweeper.spec.reference import markdown_reference
 
     assert markdown_reference() in (REPO / "README.md").read_text(), "run: python scripts/update_readme.py"
 

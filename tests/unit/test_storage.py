@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from sweeper import storage
+from sweeper.cluster import storage
 from sweeper.errors import UserError
-from sweeper.spec import validate_spec
+from sweeper.spec.schema import validate_spec
 from tests.conftest import small_sweep
 
 

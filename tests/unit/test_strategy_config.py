@@ -7,8 +7,8 @@ import json
 import pytest
 
 from sweeper.errors import UserError
-from sweeper.reference import markdown_reference
-from sweeper.spec import validate_spec
+from sweeper.spec.reference import markdown_reference
+from sweeper.spec.schema import validate_spec
 from tests.conftest import REPO, small_sweep
 from trainables.strategies import deepspeed_config
 

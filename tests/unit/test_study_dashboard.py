@@ -16,9 +16,9 @@ import re
 import optuna
 import pytest
 
-from sweeper.search import StepAwareOptunaSearch
-from sweeper.space import to_optuna_distributions
-from sweeper.spec import validate_spec
+from sweeper.search.searcher import StepAwareOptunaSearch
+from sweeper.search.space import to_optuna_distributions
+from sweeper.spec.schema import validate_spec
 from tests.conftest import REPO, small_sweep
 
 

@@ -2,9 +2,9 @@
 processes get are environment strings. How the trial's TorchTrainer runs and stops is
 tested in tests/unit/test_ray_adapter.py and tests/integration/test_ray_adapter.py."""
 
-import sweeper.trial
-from sweeper.launch import TRIAL_SETTINGS
-from sweeper.trial import ReportToTune
+import sweeper.run.trial
+from sweeper.run.launch import TRIAL_SETTINGS
+from sweeper.run.trial import ReportToTune
 
 
 def test_reports_reach_tune_with_the_checkpoint_path(monkeypatch):
@@ -12,7 +12,7 @@ def test_reports_reach_tune_with_the_checkpoint_path(monkeypatch):
     from ray.train import Checkpoint
 
     reported = []
-    monkeypatch.setattr(sweeper.trial.tune, "report", reported.append)
+    monkeypatch.setattr(sweeper.run.trial.tune, "report", reported.append)
     local = Checkpoint("/sweeps/x/trials/t1/checkpoint_000001", filesystem=pyarrow.fs.LocalFileSystem())
     ReportToTune().after_report(None, [{"step": 10, "eval_loss": 4.2}, {"step": 10}], local)
     ReportToTune().after_report(None, [{"step": 20, "eval_loss": 4.0}], None)
@@ -27,7 +27,7 @@ def test_a_checkpoint_in_object_storage_reaches_tune_as_its_uri(monkeypatch):
     from ray.train import Checkpoint
 
     reported = []
-    monkeypatch.setattr(sweeper.trial.tune, "report", reported.append)
+    monkeypatch.setattr(sweeper.run.trial.tune, "report", reported.append)
     s3 = pyarrow.fs.S3FileSystem(region="us-east-1", endpoint_override="http://127.0.0.1:9", anonymous=True)
     ReportToTune().after_report(None, [{"step": 10}], Checkpoint("team/x/trials/t1/checkpoint_000001", filesystem=s3))
     assert reported == [{"step": 10, "checkpoint_path": "s3://team/x/trials/t1/checkpoint_000001"}]
@@ -35,7 +35,7 @@ def test_a_checkpoint_in_object_storage_reaches_tune_as_its_uri(monkeypatch):
 
 def test_reports_after_a_worker_failure_count_the_restarts(monkeypatch):
     reported = []
-    monkeypatch.setattr(sweeper.trial.tune, "report", reported.append)
+    monkeypatch.setattr(sweeper.run.trial.tune, "report", reported.append)
     callback = ReportToTune()
     callback.after_report(None, [{"step": 10}], None)
     callback.after_exception(None, {0: RuntimeError("node lost")})

@@ -1,4 +1,4 @@
-"""The warm server (sweeper/warm_start.py) with real processes, without a Ray cluster: a worker
+"""The warm server (sweeper/cluster/fork_server.py) with real processes, without a Ray cluster: a worker
 command run through the client runs as a fork of the server, with the client's
 arguments, environment, working directory and standard streams, and exits with its
 status; a killed client takes its worker with it; without a server the command runs as
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from sweeper.warm_start import SOCKET_ENV, Server
+from sweeper.cluster.fork_server import SOCKET_ENV, Server
 
 WORKER = textwrap.dedent(
     """
@@ -52,7 +52,7 @@ def run_client(socket_path, tmp_path, *args, **popen):
     script.write_text(WORKER)
     env = {**os.environ, "ASKED": "yes", SOCKET_ENV: str(socket_path)}
     return subprocess.Popen(
-        [sys.executable, "-m", "sweeper.warm_start", str(script), *args],
+        [sys.executable, "-m", "sweeper.cluster.fork_server", str(script), *args],
         env=env, cwd=tmp_path, stdout=subprocess.PIPE, text=True, **popen,
     )
 
@@ -111,7 +111,7 @@ def test_forked_workers_have_ray_train_loaded_and_draw_their_own_ids(server, tmp
     env = {**os.environ, SOCKET_ENV: str(socket_path)}
     drawn = [
         subprocess.run(
-            [sys.executable, "-m", "sweeper.warm_start", str(script)],
+            [sys.executable, "-m", "sweeper.cluster.fork_server", str(script)],
             env=env, capture_output=True, text=True, timeout=60, check=True,
         ).stdout.split()
         for _ in range(3)

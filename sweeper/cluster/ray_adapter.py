@@ -1,0 +1,349 @@
+"""The one place where sweeper uses private parts of Ray (2.60) and MLflow. Each entry
+says what it relies on and why no public API does it; tests/unit/test_ray_adapter.py and
+tests/integration/test_ray_adapter.py check that behaviour, so a Ray or MLflow upgrade
+that changes it fails there, not in a sweep.
+
+Nothing is imported at module level: `sweep promote` uses the MLflow entries without
+loading Ray or torch.
+
+Ray Train (a trial's TorchTrainer, sweeper/run/trial.py):
+- `StoppableTorchTrainer` runs Train's controller in the calling thread (the Tune trial's
+  own actor) instead of in an actor of its own, a process importing torch per trial; no
+  public option does that. It leaves out Ray Data's per-run actor when the run has no
+  Ray Datasets, and shares Train's placement-group cleaner among the runs of one trial
+  actor instead of starting one per run. Its `fit_until(stop)` aborts the run when
+  `stop` is set: Train's own `TrainController.abort` ends the process it runs in, here
+  the trial actor Tune reuses. `fit_until(stop, worker_repr=...)` also names the run's
+  Train workers: they show `worker_repr` as their Repr in the dashboard (the Actors page,
+  `repr_name` in /api/v0/actors). Ray takes an actor's Repr from its class's `__repr__`
+  when it is created, and Train creates its workers from a private class with no
+  option for one, so the run's worker group creates them from a subclass that has it
+  (tests/integration/test_dashboards.py reads the names back from the dashboard's REST
+  API during a sweep).
+- `tune_trial_number`: a trial's number in its sweep, from Tune's experiment tag
+  ("<n>_<params>", n counting the trials the search created); Tune has no public field
+  for it. It names trials (`TuneConfig(trial_name_creator=...)`) and numbers them in the
+  live table, MLflow and `sweep status`.
+- `tune_stop_event` is the event Tune sets when it stops a function trial; Tune offers
+  no public handle to it.
+Ray core (the warm-start fork server, sweeper/cluster/fork_server.py):
+- `RAY_TRAIN_WORKER_MODULES`: Train's worker-side modules, preloaded in the server.
+- `actor_class_ids_from_urandom` and `ids_differ_in_forks`: Ray's ID generator and the
+  ActorClassIDs drawn at import, which forks of one process must not share.
+Ray Tune (`sweep resume`, sweeper/run/launch.py and sweeper/search/asha.py):
+- `restore_tuner`: `Tuner.restore` takes no callbacks and does not hand out the
+  scheduler, searcher and stopper it restores; it brings back the first driver's
+  callbacks, pickled at the start, which this driver's live ones replace, and the
+  scheduler, searcher and stopper as pickled at the start, whose state the caller
+  rebuilds (the budget's stopper and searcher share one guard, which needs the new book).
+- `hold_restored_trial`: Tune starts every PENDING trial and a restored unfinished trial
+  comes back PENDING; `pause_trial` ignores a trial with no actor, so a scheduler that
+  keeps restored trials waiting at their rungs sets their status itself.
+Ray client (joining a cluster, sweeper/run/launch.py):
+- `ray_address_file`: where `ray start` writes the address that `--address auto` joins,
+  probed before joining so that a dead head is refused in seconds; Ray has no public
+  accessor for it.
+MLflow (sweeper/promote/registry.py):
+- `model_name_problem`, `alias_problem`: MLflow's own checks of a registered-model name
+  and alias, which it has only as private validators.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import threading
+
+__all__ = [
+    "StoppableTorchTrainer",
+    "tune_stop_event",
+    "tune_trial_number",
+    "RAY_TRAIN_WORKER_MODULES",
+    "actor_class_ids_from_urandom",
+    "ids_differ_in_forks",
+    "restore_tuner",
+    "hold_restored_trial",
+    "ray_address_file",
+    "ON_THE_HEAD_NODE",
+    "model_name_problem",
+    "alias_problem",
+]
+
+# How often a stoppable run checks whether it was asked to stop.
+STOP_POLL_SECONDS = 0.05
+
+
+# ---------------------------------------------------------------- Ray Train
+
+
+def __getattr__(name: str):
+    if name == "StoppableTorchTrainer":
+        return _stoppable_torch_trainer()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+@functools.cache
+def _stoppable_torch_trainer() -> type:
+    """Built on first use, so that importing this module loads neither Ray nor torch."""
+    import asyncio
+
+    import ray
+    from ray.train.torch import TorchTrainer
+    from ray.train.v2._internal.callbacks import DatasetsCallback
+    from ray.train.v2._internal.callbacks.placement_group_callback import PlacementGroupCleanerCallback
+    from ray.train.v2._internal.execution.controller import TrainController
+
+    class SharedPlacementGroupCleaner(PlacementGroupCleanerCallback):
+        """Train's safety net, one per trial actor instead of one per run: a detached
+        actor that watches the process running the controller and removes the placement
+        group last registered with it should that process die without ending its run (a
+        placement group outlives its creator actor until the job ends; Tune kills a
+        trial actor at the end of a sweep, or when it cannot reuse it). It ends when
+        that process dies. The trial actor runs one run at a time."""
+
+        cleaner_of_this_process = None
+
+        def after_controller_start(self, train_run_context) -> None:
+            cleaner = SharedPlacementGroupCleaner.cleaner_of_this_process
+            if cleaner is None:
+                super().after_controller_start(train_run_context)
+                SharedPlacementGroupCleaner.cleaner_of_this_process = self._cleaner
+            else:
+                self._cleaner = cleaner
+                self._controller_actor_id = ray.get_runtime_context().get_actor_id()
+
+        async def before_controller_shutdown(self) -> None:
+            """Kept watching for the next run: the run removes its own placement group."""
+
+        def before_controller_abort(self) -> None:
+            """As above."""
+
+    class StoppableTorchTrainer(TorchTrainer):
+        """A TorchTrainer whose controller runs in the calling thread, and which aborts
+        its run (workers killed, placement group removed) when `stop` is set."""
+
+        _stop: threading.Event | None = None
+        _worker_repr: str | None = None
+
+        def fit_until(self, stop: threading.Event, worker_repr: str | None = None):
+            """`fit()`, unless `stop` is set first: then the run is aborted and this
+            returns None. `worker_repr`: what the dashboard shows as the Repr of the
+            run's Train workers."""
+            self._stop, self._worker_repr = stop, worker_repr
+            return self.fit()
+
+        def _create_default_callbacks(self):
+            callbacks = []
+            for callback in super()._create_default_callbacks():
+                if isinstance(callback, DatasetsCallback) and not self.datasets:
+                    continue
+                if isinstance(callback, PlacementGroupCleanerCallback):
+                    callback = SharedPlacementGroupCleaner()
+                callbacks.append(callback)
+            return callbacks
+
+        def _initialize_and_run_controller(self, **controller_init_kwargs):
+            controller = TrainController(**controller_init_kwargs)
+            if self._worker_repr:
+                controller.worker_group_cls = worker_group_with_repr(self._worker_repr)
+            try:
+                asyncio.run(self._run_until_stopped(controller))
+            except BaseException:
+                # Tune stopped the trial while a report was waiting for it (the session
+                # ends the thread with SystemExit), or the loop itself failed.
+                abort_controller(controller)
+                raise
+            return controller.get_result()
+
+        async def _run_until_stopped(self, controller) -> None:
+            run = asyncio.ensure_future(controller.run())
+            while not run.done():
+                if self._stop is not None and self._stop.is_set():
+                    run.cancel()
+                    try:
+                        await run
+                    except asyncio.CancelledError:
+                        pass
+                    abort_controller(controller)
+                    return
+                await asyncio.wait({run}, timeout=STOP_POLL_SECONDS)
+            run.result()
+
+    # Pickled by reference, found again through this module's __getattr__.
+    StoppableTorchTrainer.__module__, StoppableTorchTrainer.__qualname__ = __name__, "StoppableTorchTrainer"
+    return StoppableTorchTrainer
+
+
+def worker_group_with_repr(worker_repr: str) -> type:
+    """Train's WorkerGroup, creating its workers from a RayTrainWorker subclass whose
+    `__repr__` is `worker_repr`: Ray reads an actor's Repr once, when it is created. A
+    class per run; Ray gives every class it exports an id of its own, so classes of one
+    name do not collide, and the Class column still says RayTrainWorker."""
+    from ray.train.v2._internal.execution.worker_group import WorkerGroup
+    from ray.train.v2._internal.execution.worker_group.worker import RayTrainWorker
+
+    def __repr__(self) -> str:
+        return worker_repr
+
+    worker_class = type("RayTrainWorker", (RayTrainWorker,), {"__repr__": __repr__})
+    return type("WorkerGroup", (WorkerGroup,), {"_worker_cls": worker_class})
+
+
+def abort_controller(controller) -> None:
+    """Train's `TrainController.abort` without its last step, which ends the process it
+    runs in: abort callbacks, the worker group aborted (its placement group removed),
+    the run's state ABORTED."""
+    from ray.train.v2._internal.execution.controller.state import AbortedState
+
+    if controller.get_state().is_terminal():
+        return
+    controller._controller_callback_manager.invoke_best_effort("before_controller_abort")
+    worker_group = controller.get_worker_group()
+    if worker_group is not None and worker_group.has_started():
+        worker_group.abort()
+    controller._set_state(AbortedState())
+
+
+def tune_stop_event() -> threading.Event:
+    """Set by Tune when it stops the calling function trial or hands its actor to the
+    next trial: the function-trainable session's."""
+    from ray.train._internal.session import get_session
+
+    return get_session().stop_event
+
+
+def tune_trial_number(trial) -> int:
+    """The number of a Tune trial in its sweep: 1 for the first trial the search
+    created, counting on through `sweep resume` (Tune saves its generator's counter).
+    Tune's experiment tag starts with the counter: its search generator (a searched
+    sweep) counts from 1 and appends the suggested values ("3_training.learning_rate=
+    0.0003"); its basic variant generator (a sweep that searches nothing) counts from 0
+    and appends nothing ("2")."""
+    counter, _, values = trial.experiment_tag.partition("_")
+    return int(counter) + (0 if values else 1)
+
+
+# ---------------------------------------------------------------- Ray core
+
+# What a Train worker process imports besides ray.train.torch: preloaded in the warm
+# server, a forked worker starts without importing them.
+RAY_TRAIN_WORKER_MODULES = (
+    "ray.train.v2._internal.execution.worker_group.worker",
+    "ray.train.v2._internal.execution.checkpoint.sync_actor",
+)
+
+
+@contextlib.contextmanager
+def actor_class_ids_from_urandom():
+    """While this is entered, `@ray.remote` classes draw their ActorClassID from
+    os.urandom instead of Ray's C++ ID generator, which seeds itself on its first draw:
+    imported in a fork server, Ray Train, Tune and Data define several classes, and forks
+    of a server whose generator is seeded all draw the same IDs after (seen: two trials'
+    Train runs got one placement group). Unseeded, each fork seeds its own."""
+    import ray.actor
+    from ray._raylet import ActorClassID
+
+    class UrandomActorClassID:
+        @staticmethod
+        def from_random():
+            return ActorClassID(os.urandom(ActorClassID.size()))
+
+    ray.actor.ActorClassID = UrandomActorClassID
+    try:
+        yield
+    finally:
+        ray.actor.ActorClassID = ActorClassID
+
+
+def ids_differ_in_forks() -> bool:
+    """Whether two forks of this process draw different random Ray IDs (they do unless
+    something seeded Ray's generator in this process before forking)."""
+    from ray._raylet import JobID, PlacementGroupID
+
+    drawn = []
+    for _ in range(2):
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.write(write_end, PlacementGroupID.of(JobID.from_int(1)).binary())
+            os._exit(0)
+        os.waitpid(pid, 0)
+        drawn.append(os.read(read_end, 64))
+        os.close(read_end)
+        os.close(write_end)
+    return drawn[0] != drawn[1]
+
+
+# ---------------------------------------------------------------- Ray Tune
+
+
+def restore_tuner(path: str, trainable, callbacks: list, storage_filesystem=None):
+    """`Tuner.restore(path, trainable, resume_unfinished=True)` with `callbacks` in place
+    of the ones pickled by the first driver. Returns (tuner, scheduler, search_alg,
+    stopper): the restored objects Tune will use, for the caller to rebuild their state."""
+    from ray import tune
+
+    tuner = tune.Tuner.restore(path, trainable=trainable, resume_unfinished=True, storage_filesystem=storage_filesystem)
+    run_config = tuner._local_tuner.get_run_config()
+    run_config.callbacks = callbacks
+    tune_config = tuner._local_tuner._tune_config
+    return tuner, tune_config.scheduler, tune_config.search_alg, run_config.stop
+
+
+def hold_restored_trial(trial) -> None:
+    """Keep a restored PENDING trial from being started: called in a scheduler's
+    `on_trial_add` (Tune files the trial under the status it has after that call), it
+    waits PAUSED until the scheduler picks it in `choose_trial_to_run`, or stops it."""
+    from ray.tune.experiment import Trial
+
+    trial.set_status(Trial.PAUSED)
+
+
+# Ray gives its head node this resource (`ray._common.constants.HEAD_NODE_RESOURCE_NAME`;
+# Ray Train pins its state actor with it); no public option places an actor on the head.
+# A trial's own actor asks for a sliver of it: that actor only waits on its TorchTrainer
+# (whose workers hold the CPUs and GPUs), and on the head it does not die with a worker
+# node, so Train's retry of a lost worker group can run (Tune does not retry the trial).
+ON_THE_HEAD_NODE = {"node:__internal_head__": 0.001}
+
+
+# ---------------------------------------------------------------- MLflow
+
+
+def model_name_problem(name: str) -> str | None:
+    """What MLflow finds wrong with `name` as a registered-model name, or None."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.utils.validation import _validate_model_name
+
+    try:
+        _validate_model_name(name)
+    except MlflowException as exc:
+        return exc.message
+    return None
+
+
+def alias_problem(alias: str) -> str | None:
+    """What MLflow finds wrong with `alias` as a model-version alias (reserved names such
+    as `latest` and `v3` included), or None."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.utils.validation import _validate_model_alias_name, _validate_model_alias_name_reserved
+
+    try:
+        _validate_model_alias_name(alias)
+        _validate_model_alias_name_reserved(alias)
+    except MlflowException as exc:
+        return exc.message
+    return None
+
+
+# ---------------------------------------------------------------- Ray client
+
+
+def ray_address_file():
+    """The file in which `ray start` records the address that `ray.init("auto")` joins."""
+    from pathlib import Path
+
+    from ray._common.utils import get_ray_address_file
+
+    return Path(get_ray_address_file(None))

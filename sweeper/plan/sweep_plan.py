@@ -1,0 +1,192 @@
+"""Plan: a validated spec plus the cluster's resources become everything the launcher
+needs (searcher, scheduler, per-trial resources, how many trials at once). Pure: the
+cluster's resources come in as numbers, so this runs and is tested without Ray."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from sweeper.errors import UserError
+from sweeper.spec.schema import SweepSpec
+
+
+@dataclass(frozen=True)
+class ClusterResources:
+    cpus: float
+    gpus: float
+    max_node_cpus: float
+    max_node_gpus: float
+    # Every other resource of the nodes (resources.custom asks for them): name -> (total, largest on a node).
+    custom: dict[str, tuple[float, float]] = field(default_factory=dict)
+
+    @classmethod
+    def from_ray(cls) -> "ClusterResources":
+        import ray
+
+        nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
+        names = {name for node in nodes for name in node} - {"CPU", "GPU"}
+        return cls(
+            cpus=sum(n.get("CPU", 0) for n in nodes),
+            gpus=sum(n.get("GPU", 0) for n in nodes),
+            max_node_cpus=max((n.get("CPU", 0) for n in nodes), default=0),
+            max_node_gpus=max((n.get("GPU", 0) for n in nodes), default=0),
+            custom={name: (sum(n.get(name, 0) for n in nodes), max(n.get(name, 0) for n in nodes)) for name in names},
+        )
+
+
+@dataclass(frozen=True)
+class TrialResources:
+    workers: int
+    cpus_per_worker: float
+    gpus_per_worker: float
+    custom_per_worker: dict[str, float] = field(default_factory=dict)  # resources.custom
+
+    @property
+    def cpus(self) -> float:
+        return self.workers * self.cpus_per_worker
+
+    @property
+    def gpus(self) -> float:
+        return self.workers * self.gpus_per_worker
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    spec: SweepSpec
+    trial_resources: TrialResources
+    concurrent_trials: int
+    cluster_slots: int
+    rungs: list[int]
+
+    def trials_per_milestone(self) -> list[tuple[int, int]] | None:
+        """(step, most trials that train to it) for ASHA by promotion, whose budget is
+        known before launch (`milestone_counts`). None for schedulers that decide as
+        trials arrive."""
+        spec = self.spec
+        if spec.early_stopping.scheduler != "asha" or not spec.search.parameters:
+            return None
+        stopping = spec.early_stopping
+        return milestone_counts(
+            spec.search.num_trials, self.rungs, spec.training.max_steps, stopping.reduction_factor_for(),
+            stopping.startup_trials_for(),
+        )
+
+    def step_budget(self) -> str:
+        """One line on the training steps the sweep will spend at most."""
+        spec = self.spec
+        full = spec.search.num_trials * spec.training.max_steps
+        counts = self.trials_per_milestone()
+        if counts is None:
+            how = "without early stopping" if spec.early_stopping.scheduler == "none" else "before early stopping"
+            return f"{full} training steps {how} ({spec.search.num_trials} trials x {spec.training.max_steps})"
+        steps = steps_trained(counts)
+        reach = ", ".join(f"{n} to step {milestone}" for milestone, n in counts)
+        return f"at most {steps} training steps ({reach}); {full} without early stopping"
+
+
+def concurrency_limit(trial: TrialResources, cluster: ClusterResources) -> int:
+    """How many trials fit on the cluster at once; raises UserError if not even one does."""
+    if trial.cpus_per_worker > cluster.max_node_cpus:
+        raise UserError(
+            f"resources.cpus_per_worker: {trial.cpus_per_worker:g} CPUs per worker, but the largest "
+            f"node has {cluster.max_node_cpus:g}; lower it or add bigger nodes"
+        )
+    if trial.gpus_per_worker > cluster.max_node_gpus:
+        raise UserError(
+            f"resources.gpus_per_worker: {trial.gpus_per_worker:g} GPUs per worker, but the largest "
+            f"node has {cluster.max_node_gpus:g}; lower it, set use_gpu: false, or add GPU nodes"
+        )
+    for name, amount in trial.custom_per_worker.items():
+        total, largest = cluster.custom.get(name, (0, 0))
+        if amount > largest:
+            raise UserError(
+                f"resources.custom.{name}: {amount:g} per worker, but "
+                + (f"the largest node has {largest:g}" if largest else "no node of the cluster has it")
+                + f"; start nodes with it (ray start --resources '{{\"{name}\": {amount:g}}}') or lower it"
+            )
+    slots = math.floor(cluster.cpus / trial.cpus + 1e-9)
+    if trial.gpus:
+        slots = min(slots, math.floor(cluster.gpus / trial.gpus + 1e-9))
+    for name, amount in trial.custom_per_worker.items():
+        slots = min(slots, math.floor(cluster.custom[name][0] / (amount * trial.workers) + 1e-9))
+    if slots < 1:
+        have = f"{cluster.cpus:g} CPUs, {cluster.gpus:g} GPUs"
+        need = f"{trial.cpus:g} CPUs, {trial.gpus:g} GPUs"
+        raise UserError(
+            f"resources.workers_per_trial: one trial needs {need} ({trial.workers} workers) but the "
+            f"cluster has {have}; lower workers_per_trial or cpus_per_worker"
+        )
+    return slots
+
+
+def rung_quota(ranked: int, reduction_factor: float) -> int:
+    """How many of the trials ranked at a rung go on from it: floor(n / eta). ASHA by
+    promotion lets at least one go on once no more trials can reach the rung."""
+    return math.floor(ranked / reduction_factor + 1e-9)
+
+
+def milestone_counts(
+    num_trials: int, rungs: list[int], max_steps: int, reduction_factor: float, startup_trials: int = 0
+) -> list[tuple[int, int]]:
+    """(step, most trials that train to it) for each rung and max_steps under ASHA by
+    promotion: every trial to the first rung, then at most max(1, floor(n / eta)) of the
+    n ranked at a rung on to the next milestone (failed trials only lower it). The
+    `startup_trials` train to max_steps unranked, beside the others' ladder.
+
+    >>> milestone_counts(9, [10, 30], 90, 3)
+    [(10, 9), (30, 3), (90, 1)]
+    >>> milestone_counts(11, [10, 30], 90, 3, startup_trials=2)
+    [(10, 11), (30, 5), (90, 3)]
+    """
+    reaching, counts = num_trials - startup_trials, []
+    for milestone in [*rungs, max_steps]:
+        counts.append((milestone, reaching + startup_trials))
+        reaching = max(1, rung_quota(reaching, reduction_factor))
+    return counts
+
+
+def steps_trained(counts: list[tuple[int, int]]) -> int:
+    """Training steps of the trials in `milestone_counts`: each trains from the milestone
+    before to the last one it reaches."""
+    previous = [0, *(milestone for milestone, _ in counts[:-1])]
+    return sum(n * (milestone - before) for (milestone, n), before in zip(counts, previous))
+
+
+def promotion_steps(num_trials: int, grace_period: int, max_steps: int, reduction_factor: float) -> int:
+    """The rung arithmetic: steps that ASHA by promotion trains at most for `num_trials`
+    trials, N to the first rung and the rung quota of them on to each next milestone.
+
+    >>> promotion_steps(9, grace_period=10, max_steps=90, reduction_factor=3)
+    210
+    """
+    rungs = asha_rungs(grace_period, max_steps, reduction_factor)
+    return steps_trained(milestone_counts(num_trials, rungs, max_steps, reduction_factor))
+
+
+def asha_rungs(grace_period: int, max_steps: int, spacing: float, count: int | None = None) -> list[int]:
+    """Steps at which ASHA compares trials: r, r*s, r*s^2, ... below max_steps, s the
+    rungs' spacing (ASHA's eta unless early_stopping.rung_spacing says otherwise), the
+    first `count` of them (early_stopping.rungs; all when None)."""
+    rungs, milestone = [], grace_period
+    while milestone < max_steps:
+        rungs.append(int(milestone))
+        milestone *= spacing
+    return rungs[:count]
+
+
+def make_plan(spec: SweepSpec, cluster: ClusterResources) -> SweepPlan:
+    resources = spec.resources
+    trial = TrialResources(
+        resources.workers_per_trial, resources.cpus_per_worker, resources.gpus_per_worker, dict(resources.custom)
+    )
+    slots = concurrency_limit(trial, cluster)
+    requested = spec.search.max_concurrent_trials or slots
+    concurrent = max(1, min(requested, slots, spec.search.num_trials))
+    stopping = spec.early_stopping
+    rungs = []
+    if stopping.scheduler in ("asha", "asha_stopping"):
+        grace_period = stopping.grace_period_for(spec.training.max_steps, spec.training.eval_every)
+        rungs = asha_rungs(grace_period, spec.training.max_steps, stopping.rung_spacing_for(),
+                           stopping.rung_count(searched=bool(spec.search.parameters)))
+    return SweepPlan(spec=spec, trial_resources=trial, concurrent_trials=concurrent, cluster_slots=slots, rungs=rungs)

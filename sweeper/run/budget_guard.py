@@ -1,0 +1,258 @@
+"""Enforcing `budget.*` while a sweep runs, through Ray Tune's public interfaces:
+
+- `BudgetSearcher` wraps the sweep's searcher and holds new trials back while starting
+  one more would commit work past a cap: what is spent, plus what each running trial
+  spends to its next rung, plus the new trial's start and first rung. It waits while
+  trials run (a pruned one frees its commitment), and says `Searcher.FINISHED` (no more
+  trials) once none runs or a cap is reached.
+- `BudgetStopper` is the `tune.RunConfig(stop=...)` stopper whose `stop_all()` becomes
+  true when a cap is reached; Tune asks it at every step of its loop and then stops the
+  running trials, each ended within about one evaluation interval of the cap (measured:
+  one interval for trials mid-interval, 0.5-1.7 s for trials still starting).
+
+What is spent is measured from the book as the sweep goes (each trial's wall time x its
+accelerators x the price, as sweeper/cost/prices.py computes the sweep's cost); the sweep's wall
+hours count from the book's start.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from ray.tune import Stopper
+from ray.tune.search import Searcher
+
+from sweeper.spec.budget import CAPS, BudgetSpec
+from sweeper.plan.forecast import TrialTiming, evaluations_between
+from sweeper.names import TrialState
+
+__all__ = ["BudgetGuard", "BudgetSearcher", "BudgetStopper", "Spent"]
+
+
+@dataclass(frozen=True)
+class Spent:
+    usd: float
+    wall_hours: float
+    accelerator_hours: float
+
+    def value(self, cap: str) -> float:
+        return {"max_usd": self.usd, "max_hours": self.wall_hours, "max_accelerator_hours": self.accelerator_hours}[cap]
+
+
+@dataclass
+class BudgetGuard:
+    """The caps, the book they are measured on, and what they cut."""
+
+    budget: BudgetSpec
+    book: object  # sweeper.run.janitor.SweepBook
+    accelerators_per_trial: float
+    usd_per_hour: float
+    timing: TrialTiming
+    milestones: list[int]  # rungs, then max_steps
+    eval_every: int
+    num_trials: int
+    # What happened: the cap that stopped the sweep, and the trials it cut.
+    reached_cap: str | None = None
+    held_back_by: str | None = None
+    stopped_trials: list[int] = field(default_factory=list)
+    spent_at_stop: Spent | None = None
+    suggested: set[str] = field(default_factory=set)  # trial ids let through, until they start
+
+    def __getstate__(self) -> dict:
+        # Tune saves its search algorithm and stopper with the experiment; the book is the
+        # live driver's, and a resumed sweep's guard gets its own book (attach).
+        return {**self.__dict__, "book": None}
+
+    def spent(self) -> Spent:
+        trial_seconds = sum(t.wall_seconds for t in self.book.trials.values())
+        accelerator_hours = trial_seconds / 3600 * self.accelerators_per_trial
+        return Spent(accelerator_hours * self.usd_per_hour, (time.time() - self.book.started_at) / 3600, accelerator_hours)
+
+    def caps(self) -> dict[str, float]:
+        return {key: getattr(self.budget, key) for key in CAPS if getattr(self.budget, key) is not None}
+
+    def reached(self) -> str | None:
+        """The first cap that what is spent has reached, or None."""
+        if self.book is None:
+            return None
+        spent = self.spent()
+        for cap, limit in self.caps().items():
+            if spent.value(cap) >= limit:
+                if self.reached_cap is None:
+                    self.reached_cap, self.spent_at_stop = cap, spent
+                    self.stopped_trials = [t.number for t in self.book.trials.values() if t.state == TrialState.RUNNING]
+                return cap
+        return None
+
+    def seconds_to_next_rung(self, step: int) -> float:
+        """A running trial's remaining seconds to its next milestone from `step`."""
+        following = next((m for m in self.milestones if m > step), self.milestones[-1])
+        evaluations = evaluations_between(step, following, self.eval_every, self.milestones[-1])
+        return max(0, following - step) * self.timing.step_seconds + evaluations * self.timing.eval_seconds
+
+    def first_rung_seconds(self) -> float:
+        first = self.milestones[0]
+        evaluations = evaluations_between(0, first, self.eval_every, self.milestones[-1])
+        return self.timing.setup_seconds + first * self.timing.step_seconds + evaluations * self.timing.eval_seconds
+
+    def running(self) -> list:
+        """The trials running now (paused ones wait at a rung and spend nothing)."""
+        if self.book is None:
+            return []
+        return [t for t in self.book.trials.values() if t.state == TrialState.RUNNING]
+
+    def starting(self) -> list[str]:
+        """Trials suggested but not in the book yet: Tune may ask for several in one loop
+        step, before the first has started."""
+        if self.book is None:
+            return []
+        self.suggested = {trial_id for trial_id in self.suggested if trial_id not in self.book.trials}
+        return sorted(self.suggested)
+
+    def new_trial_would_cross(self) -> str | None:
+        """The cap that one more trial would cross, counting the running trials' work to
+        their next rung and the first rung of those starting; None when it fits."""
+        if self.book is None:
+            return None
+        spent = self.spent()
+        running = self.running()
+        starting = len(self.starting())
+        committed_seconds = sum(self.seconds_to_next_rung(t.step) for t in running) + (starting + 1) * self.first_rung_seconds()
+        committed_hours = committed_seconds / 3600 * self.accelerators_per_trial
+        # Wall time: the new trial runs beside the others; it ends its first rung this late.
+        committed = Spent(
+            spent.usd + committed_hours * self.usd_per_hour,
+            spent.wall_hours + self.first_rung_seconds() / 3600,
+            spent.accelerator_hours + committed_hours,
+        )
+        for cap, limit in self.caps().items():
+            if committed.value(cap) > limit:
+                self.held_back_by = self.held_back_by or cap
+                return cap
+        return None
+
+    def not_started(self) -> int:
+        return max(0, self.num_trials - len(self.book.trials)) if self.book is not None else 0
+
+    def cut(self) -> bool:
+        return self.reached_cap is not None or (self.held_back_by is not None and self.not_started() > 0)
+
+    def summary(self) -> str | None:
+        """One line on what the caps cut, or None when they cut nothing."""
+        if not self.cut():
+            return None
+        parts = []
+        if self.reached_cap:
+            spent = self.spent_at_stop
+            stopped = ", ".join(str(n) for n in self.stopped_trials) or "none"
+            parts.append(
+                f"budget.{self.reached_cap} ({self.caps()[self.reached_cap]:g} {CAPS[self.reached_cap]}) reached at "
+                f"{spent.value(self.reached_cap):.4g}: stopped the running trials ({stopped})"
+            )
+        if self.held_back_by and self.not_started():
+            parts.append(
+                f"budget.{self.held_back_by}: {self.not_started()} of {self.num_trials} trials not started "
+                "(their first rung would have crossed the cap)"
+            )
+        return "; ".join(parts)
+
+    def as_tags_and_metrics(self) -> tuple[dict[str, str], dict[str, float]]:
+        """For the parent run: `sweeper.budget_stop` (the cap that cut the sweep, or none) and
+        what it cut."""
+        cap = self.reached_cap or (self.held_back_by if self.cut() else None)
+        tags = {"sweeper.budget_stop": cap or "none"}
+        if self.summary():
+            tags["sweeper.budget_cut"] = self.summary()[:5000]
+        metrics = {f"budget_{key}": value for key, value in self.caps().items()}
+        metrics["budget_trials_stopped"] = float(len(self.stopped_trials))
+        metrics["budget_trials_not_started"] = float(self.not_started() if self.cut() else 0)
+        return tags, metrics
+
+
+class BudgetSearcher(Searcher):
+    """A searcher that stops suggesting (`Searcher.FINISHED`) once one more trial would
+    commit work past a cap; otherwise its wrapped searcher answers. `searcher` is public,
+    as on Ray's ConcurrencyLimiter, so that Tune finds a limiter wrapped inside."""
+
+    def __init__(self, searcher: Searcher, guard: BudgetGuard):
+        self.searcher, self.guard = searcher, guard
+        super().__init__(metric=searcher.metric, mode=searcher.mode)
+
+    def set_search_properties(self, metric, mode, config, **spec) -> bool:
+        return self.searcher.set_search_properties(metric, mode, config, **spec)
+
+    def set_max_concurrency(self, max_concurrent: int) -> bool:
+        return self.searcher.set_max_concurrency(max_concurrent)
+
+    def suggest(self, trial_id: str):
+        if self.guard.reached():
+            return Searcher.FINISHED
+        if self.guard.new_trial_would_cross():
+            # Tune never asks a searcher again once it said FINISHED, and saves that with
+            # the experiment. While trials run, one may yet be pruned (its work to the next
+            # rung no longer counts) and make room: wait (None). With none running, what
+            # is committed can only grow: no more trials.
+            return None if self.guard.running() or self.guard.starting() else Searcher.FINISHED
+        suggestion = self.searcher.suggest(trial_id)
+        if suggestion not in (None, Searcher.FINISHED):
+            self.guard.suggested.add(trial_id)
+        return suggestion
+
+    def on_trial_result(self, trial_id: str, result: dict) -> None:
+        self.searcher.on_trial_result(trial_id, result)
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        self.searcher.on_trial_complete(trial_id, result=result, error=error)
+
+    def on_pause(self, trial_id: str) -> None:
+        self.searcher.on_pause(trial_id)
+
+    def on_unpause(self, trial_id: str) -> None:
+        self.searcher.on_unpause(trial_id)
+
+    def add_evaluated_point(self, *args, **kwargs):
+        return self.searcher.add_evaluated_point(*args, **kwargs)
+
+    def get_state(self) -> dict:
+        return self.searcher.get_state()
+
+    def set_state(self, state: dict) -> None:
+        self.searcher.set_state(state)
+
+    def save(self, checkpoint_path: str) -> None:
+        self.searcher.save(checkpoint_path)
+
+    def restore(self, checkpoint_path: str) -> None:
+        self.searcher.restore(checkpoint_path)
+
+
+class BudgetStopper(Stopper):
+    """Stops the whole sweep (`stop_all`) once a cap is reached."""
+
+    def __init__(self, guard: BudgetGuard):
+        self.guard = guard
+
+    def __call__(self, trial_id: str, result: dict) -> bool:
+        return False
+
+    def stop_all(self) -> bool:
+        return self.guard.reached() is not None
+
+
+def make_guard(spec, plan, book, forecast) -> BudgetGuard | None:
+    """The sweep's guard, or None without a `budget` section."""
+    if spec.budget is None:
+        return None
+    # The costliest config's timing: commitments are judged on the safe side.
+    timing = forecast.costliest or forecast.timing
+    return BudgetGuard(
+        budget=spec.budget,
+        book=book,
+        accelerators_per_trial=forecast.accelerators_per_trial,
+        usd_per_hour=forecast.usd_per_hour,
+        timing=timing,
+        milestones=[*plan.rungs, spec.training.max_steps],
+        eval_every=spec.training.eval_every,
+        num_trials=spec.search.num_trials,
+    )

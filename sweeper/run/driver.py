@@ -1,0 +1,152 @@
+"""The driver's one Tune callback, and the one place that rebuilds a sweep's state on
+resume.
+
+`SweepDriver` keeps the SweepBook (every trial's record) from Tune's events, then tells
+the listeners (MLflow tracking, the adapter janitor, the live table) about the record it
+just updated, in their order. A listener is any object with some of these methods, each
+called with the trial's TrialRecord once the book holds the event:
+
+- `trial_started(record)`: a trial starts, or continues (after a pause or a resume);
+- `trial_result(record)`: it reported; its last history entry is the new report;
+- `trial_paused(record)`: it was paused at a rung (ASHA by promotion);
+- `trial_finished(record)`: it completed, was pruned or failed (record.state says which).
+
+Listeners need no Ray: they see records, not Tune's trials.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Protocol
+
+from ray.tune import Callback
+
+from sweeper.track.book import SweepBook, TrialRecord
+from sweeper.search.warm_start import STARTUP_ATTR, WARM_START_ATTR
+from sweeper.names import TrialState
+from sweeper.run.janitor import error_reason, trial_error
+from sweeper.cluster.ray_adapter import tune_trial_number
+from trainables.metrics import REPORTED_KEYS
+
+__all__ = ["SweepDriver", "TrialListener", "rebuild_for_resume"]
+
+
+class TrialListener(Protocol):
+    """What a listener may implement (all optional; see the module docstring)."""
+
+    def trial_started(self, record: TrialRecord) -> None: ...
+
+    def trial_result(self, record: TrialRecord) -> None: ...
+
+    def trial_paused(self, record: TrialRecord) -> None: ...
+
+    def trial_finished(self, record: TrialRecord) -> None: ...
+
+
+class SweepDriver(Callback):
+    """Tune callback on the driver: updates the book first, then tells `listeners`."""
+
+    def __init__(self, book: SweepBook, listeners: list, trial_marks: Callable[[str], dict] | None = None):
+        self.book, self.listeners = book, listeners
+        # Tune trial id -> the Optuna user attributes the searcher gave it (startup
+        # trial, warm-start source): `earlier_sweeps.trial_user_attrs` over the sweep's
+        # study, or None where the sweep marks no trial.
+        self.trial_marks = trial_marks
+        # Every trial this driver's Tune run knows of (restored ones included).
+        self.known_to_tune: set[str] = set()
+
+    def _tell(self, event: str, record: TrialRecord) -> None:
+        for listener in self.listeners:
+            handler = getattr(listener, event, None)
+            if handler is not None:
+                handler(record)
+
+    def lost_trials(self) -> list[TrialRecord]:
+        """Unfinished trials of an earlier driver that Tune's saved state does not hold: that
+        driver died after starting them but before Tune saved its state, so `sweep resume`
+        cannot continue them (the search asks for other trials in their place)."""
+        if not self.known_to_tune:
+            return []
+        return [t for t in self.book.trials.values() if not t.finished and t.trial_id not in self.known_to_tune]
+
+    # ------------------------------------------------------------ Tune's events
+
+    def on_step_begin(self, iteration, trials, **info):
+        self.known_to_tune.update(trial.trial_id for trial in trials)
+        # Tune has no callback for a pause (ASHA by promotion): a paused trial is seen
+        # here, at the start of the loop step after it, before it can be resumed.
+        for trial in trials:
+            record = self.book.trials.get(trial.trial_id)
+            if trial.status == "PAUSED" and record is not None and record.state == TrialState.RUNNING:
+                record.state, record.ended_at = TrialState.PAUSED, time.time()
+                record.pauses += 1
+                self._tell("trial_paused", record)
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        record = self.book.trials.get(trial.trial_id)
+        if record is None:
+            record = TrialRecord(trial_id=trial.trial_id, number=self._number_of(trial), params=dict(trial.config))
+            if self.trial_marks is not None:
+                marks = self.trial_marks(trial.trial_id)
+                record.startup_trial = bool(marks.get(STARTUP_ATTR))
+                record.warm_start = marks.get(WARM_START_ATTR)
+            self.book.trials[trial.trial_id] = record
+        elif record.finished:  # restored as finished: nothing starts
+            return
+        else:  # continued after a pause or `sweep resume`
+            record.prior_wall_seconds = record.wall_seconds if record.ended_at else record.prior_wall_seconds
+            record.state, record.started_at, record.ended_at = TrialState.RUNNING, time.time(), None
+        self._tell("trial_started", record)
+
+    def _number_of(self, trial) -> int:
+        """Tune's number for the trial (its name says it too). A killed driver may have run
+        trials after Tune last saved its state, and Tune's count restarts below them: an
+        unfinished one is lost (discarded at the end) and its number goes to the trial
+        that takes its place; a finished one stays in MLflow with its number, and the
+        new trial gets the next free one."""
+        number = tune_trial_number(trial)
+        lost = {record.trial_id for record in self.lost_trials()}
+        taken = {record.number for record in self.book.trials.values() if record.trial_id not in lost}
+        return number if number not in taken else max(taken) + 1
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        record = self.book.trials[trial.trial_id]
+        record.history.append({k: result[k] for k in REPORTED_KEYS if k in result})
+        record.checkpoint_path = result.get("checkpoint_path", record.checkpoint_path)
+        self._tell("trial_result", record)
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        record = self.book.trials[trial.trial_id]
+        record.stop_clock()
+        record.state = TrialState.COMPLETED if record.step >= self.book.max_steps else TrialState.PRUNED
+        self._tell("trial_finished", record)
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        record = self.book.trials[trial.trial_id]
+        record.state = TrialState.FAILED
+        record.error = error_reason(trial_error(trial))
+        record.ended_at = time.time()
+        self._tell("trial_finished", record)
+
+
+def rebuild_for_resume(tracker, scheduler, searcher, study_url: str) -> None:
+    """A resumed sweep's state, rebuilt in one order from the one record that outlives a
+    killed driver, MLflow: the book from the sweep's MLflow runs (`tracker.reattach`),
+    the Optuna study opened at `study_url` (in the sweep's folder, wherever the first
+    driver kept it), then the rung ladder of ASHA by promotion from the book, with the
+    trials the study marks unranked, then the study cross-checked against the book (a
+    trial the last driver ended in MLflow but not in Optuna is told now). `scheduler`
+    and `searcher` are the restored tuner's (None where the sweep has none)."""
+    from sweeper.search.asha import PromotionASHA, SlotLimiter
+
+    tracker.reattach()
+    if isinstance(searcher, SlotLimiter):
+        searcher = searcher.searcher
+    if searcher is not None:
+        searcher.use_study(study_url)
+    if isinstance(scheduler, PromotionASHA):
+        scheduler.for_resume(tracker.book)
+        # Repeats and startup trials, from the study (the sweep folder's, not the first driver's path).
+        scheduler.mark_unranked(getattr(searcher, "unranked", ()))
+    if searcher is not None:
+        searcher.reconcile(tracker.book)

@@ -1,0 +1,97 @@
+"""One Tune trial: fit a Ray Train TorchTrainer on the trial's config. Each of its
+evaluations reaches Tune (and ASHA, and the searcher) as a Tune report.
+
+A trial is cheap to start because it starts as few processes as it can: Tune reuses the
+trial's actor for the next trial (`TuneConfig(reuse_actors=True)`, sweeper/run/launch.py),
+the Train controller runs inside that actor instead of in an actor of its own, and the
+Ray Data, report-queue and placement-group-cleaner actors that Ray starts for every run
+are left out (sweeper/cluster/ray_adapter.py). What remains new per trial is what the run needs:
+its placement group, its Train workers (which do the training) and Train's
+synchronization actor.
+
+When Tune stops the trial (ASHA pruned it, or the sweep is over), the Train run is
+aborted at once: its workers give their CPUs/GPUs back to the next trial instead of
+training on.
+"""
+
+from __future__ import annotations
+
+import time
+
+from ray import tune
+from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+from ray.train.v2.api.callback import UserCallback
+
+from sweeper.cluster import storage
+from sweeper.cluster.ray_adapter import StoppableTorchTrainer, tune_stop_event
+from trainables.config import TrialConfig
+from trainables.metrics import RESTARTS
+from trainables.worker import train_loop_per_worker
+
+
+def run_trial(
+    config: dict, trial_config: TrialConfig, max_failures: int, data: dict, cache_root: str, trials_dir: str
+) -> None:
+    """Tune's function trainable: this trial's TorchTrainer, fitted until it finishes or
+    Tune stops the trial. `config` holds the trial's sampled values (dotted path -> value),
+    applied to the sweep's `trial_config`; the Train workers receive the result.
+    `max_failures`: retries of the Train run from its latest checkpoint. Checkpoints go to
+    `trials_dir`, from the driver: s3://bucket/prefix/trials or an absolute folder (the
+    trial runs in Tune's working directory, where a relative sweep folder would resolve
+    somewhere else, Ray's session folder). Its file system is resolved here, on the
+    trial's node, from that node's AWS variables."""
+    started_at = time.time()
+    trial = trial_config.with_values(config)
+    resources = trial.resources
+    storage_filesystem, storage_path = storage.filesystem(trials_dir)
+    per_worker = {"CPU": resources.cpus_per_worker, **resources.custom}
+    if resources.gpus_per_worker:
+        per_worker["GPU"] = resources.gpus_per_worker
+    trainer = StoppableTorchTrainer(
+        train_loop_per_worker=train_loop_per_worker,
+        train_loop_config={
+            "trial": trial,
+            "data": data,
+            "cache_root": cache_root,
+            "started_at": started_at,
+        },
+        scaling_config=ScalingConfig(
+            num_workers=resources.workers_per_trial, use_gpu=resources.use_gpu, resources_per_worker=per_worker
+        ),
+        run_config=RunConfig(
+            name=tune.get_context().get_trial_id(),
+            storage_path=storage_path,
+            storage_filesystem=storage_filesystem,
+            callbacks=[ReportToTune()],
+            checkpoint_config=CheckpointConfig(num_to_keep=1),
+            # Ray Train restarts the worker group from the latest checkpoint.
+            failure_config=FailureConfig(max_failures=max_failures),
+        ),
+    )
+    # The dashboard shows the trial's name (sweep and trial number) as its workers' Repr.
+    trainer.fit_until(tune_stop_event(), worker_repr=tune.get_context().get_trial_name())
+
+
+class ReportToTune(UserCallback):
+    """Each report of the Train run becomes a Tune report of this trial, with the path of
+    its checkpoint (a URI for object storage) and, once a worker has failed and Train has
+    restarted the workers from that checkpoint, how often it has (RESTARTS: the trial's
+    MLflow run shows at which step). The controller runs in the trial's own thread
+    (StoppableTorchTrainer), so this is a plain `tune.report`; Ray's TuneReportCallback
+    instead passes reports through a queue actor, a process per trial."""
+
+    def __init__(self) -> None:
+        self.worker_failures = 0
+
+    def after_exception(self, run_context, worker_exceptions) -> None:
+        # Called once per failed poll of the worker group; Train then retries (or, past
+        # search.max_failures, ends the trial, and no report follows).
+        self.worker_failures += 1
+
+    def after_report(self, run_context, metrics, checkpoint) -> None:
+        result = dict(metrics[0])
+        if checkpoint is not None:
+            result["checkpoint_path"] = storage.uri_of(checkpoint.filesystem, checkpoint.path)
+        if self.worker_failures:
+            result[RESTARTS] = self.worker_failures
+        tune.report(result)

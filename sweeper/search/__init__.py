@@ -1,0 +1,13 @@
+"""The search: the space translated for Optuna, the Tune searcher over an Optuna study,
+ASHA by promotion (the default scheduler), warm starts from earlier sweeps, the study's
+URL and attribute keys, and optuna-dashboard on it.
+
+- `space`: our distributions -> Optuna's, and the sampler;
+- `searcher`: `StepAwareOptunaSearch` and `make_search` (searcher, scheduler, concurrency);
+- `study`: the study's file and URL, the attribute keys the searcher marks trials with;
+- `asha`: `PromotionASHA` and its slot limiter;
+- `warm_start`: the search's `warm_start` (earlier sweeps' trials);
+- `dashboard`: `sweep dashboard` (optuna-dashboard on the study).
+"""
+
+__all__ = ["space", "searcher", "study", "asha", "warm_start", "dashboard"]

@@ -1,0 +1,298 @@
+"""Searcher and scheduler for a plan: an Optuna study driven through Ray Tune's public
+`Searcher` interface and Optuna's ask-and-tell API, and an ASHA (by promotion or by
+stopping) / median-stopping scheduler on training steps."""
+
+from __future__ import annotations
+
+import math
+import os
+import pickle
+import sqlite3
+from contextlib import closing
+from pathlib import Path
+
+import optuna
+from optuna.trial import TrialState
+from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule
+from ray.tune.search import Searcher
+
+from sweeper import names
+from sweeper.search.warm_start import REPEAT_ATTR, STARTUP_ATTR, TUNE_TRIAL_ID_ATTR, WARM_START_ATTR
+from sweeper.names import STUDY_FILE
+from sweeper.plan.sweep_plan import SweepPlan
+from sweeper.search.asha import PromotionASHA, SlotLimiter
+from sweeper.search.space import make_sampler, to_optuna_distributions
+from sweeper.spec.schema import SweepSpec
+
+__all__ = [
+    "make_search", "make_searcher", "make_scheduler", "StepAwareOptunaSearch", "TIME_ATTR", "TUNE_TRIAL_ID_ATTR",
+    "optuna_storage_url", "copy_study",
+]
+
+TIME_ATTR = "step"
+
+
+class StepAwareOptunaSearch(Searcher):
+    """A Tune searcher over an Optuna study that reports every evaluation of a trial as an
+    intermediate value at its training step and tells Optuna the truth about how it ended:
+    COMPLETE with its last value when it trained to `max_steps`, PRUNED when the scheduler
+    stopped it earlier (Optuna keeps its last intermediate value, as with its own pruners),
+    FAIL when it failed or its metric is not finite.
+
+    Tune passes the result a trial is stopped on only to `on_trial_complete`, not to
+    `on_trial_result`; that result is reported there before the trial is told, so a trial
+    stopped at its first evaluation still carries its value.
+
+    The study is the state: this searcher keeps only the Tune-to-Optuna trial mapping,
+    and rebuilds it from the study's trial attributes when restored, so a trial Optuna
+    has already finished (a driver killed after telling it and before Tune saved its
+    state) is neither reported to nor told again.
+
+    Each experiment checkpoint of Tune's holds a copy of the study (`save_to_dir`), which
+    Tune uploads to storage.uri with its own state: a sweep whose folder is lost resumes
+    from storage alone, its study consistent with Tune's trials (`sweep resume --storage`).
+    """
+
+    def __init__(
+        self,
+        *,
+        space: dict[str, optuna.distributions.BaseDistribution],
+        metric: str,
+        mode: str,
+        sampler: optuna.samplers.BaseSampler,
+        max_steps: int,
+        study_name: str | None = None,
+        storage_url: str | None = None,
+        warm_start=None,
+        startup_trials: int = 0,
+    ):
+        super().__init__(metric=metric, mode=mode)
+        self.space, self.sampler, self.max_steps = space, sampler, max_steps
+        self.startup_trials = startup_trials
+        self.study_name, self.storage_url = study_name, storage_url
+        # A sweeper.search.warm_start.WarmStart: seeds the study once, while it is new.
+        self.warm_start = warm_start
+        self._open_study()
+
+    def _open_study(self) -> None:
+        self.storage = optuna.storages.RDBStorage(self.storage_url) if self.storage_url else optuna.storages.InMemoryStorage()
+        self.study = optuna.create_study(
+            study_name=self.study_name,
+            storage=self.storage,
+            sampler=self.sampler,
+            direction="minimize" if self.mode == "min" else "maximize",
+            load_if_exists=True,
+        )
+        self.study_name = self.study.study_name
+        if self.warm_start and not self.study.get_trials(deepcopy=False):
+            self.study.add_trials(self.warm_start.trials)
+            for params, source in self.warm_start.first_configs:
+                repeat = {REPEAT_ATTR: True} if source in self.warm_start.repeats else {}
+                self.study.enqueue_trial(params, user_attrs={WARM_START_ATTR: source, **repeat})
+        self.warm_start = None
+        # Tune trial id -> (Optuna trial number, its storage id); steps reported per trial.
+        self.trials: dict[str, tuple[int, int]] = {}
+        self.reported: dict[str, set[int]] = {}
+        self.finished: set[str] = set()
+        # Tune trials that repeat a run completed in an earlier sweep (warm start), and the
+        # sweep's first startup_trials others: both train to max_steps unranked.
+        self.repeats: set[str] = set()
+        self.startup: set[str] = set()
+        for frozen in self.study.get_trials(deepcopy=False):
+            tune_id = frozen.user_attrs.get(TUNE_TRIAL_ID_ATTR)
+            if tune_id is None:
+                continue
+            self.trials[tune_id] = (frozen.number, self._storage_id(frozen.number))
+            self.reported[tune_id] = set(frozen.intermediate_values)
+            if frozen.state.is_finished():
+                self.finished.add(tune_id)
+            if frozen.user_attrs.get(REPEAT_ATTR):
+                self.repeats.add(tune_id)
+            if frozen.user_attrs.get(STARTUP_ATTR):
+                self.startup.add(tune_id)
+
+    @property
+    def unranked(self) -> set[str]:
+        """The Tune trials that ASHA by promotion lets train to max_steps unranked."""
+        return self.repeats | self.startup
+
+    def __getstate__(self) -> dict:
+        # Tune pickles the searcher with the tuner: the study lives in its storage.
+        from_study = ("storage", "study", "trials", "reported", "finished", "repeats", "startup")
+        return {k: v for k, v in self.__dict__.items() if k not in from_study}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        # Tune unpickles the searcher of a resumed sweep with the study path of the driver
+        # that started it, which may be another folder or machine: no database is made
+        # there; `sweep resume` points it at the sweep's study first (`use_study`).
+        study_file = self._study_file()
+        if study_file is None or study_file.is_file():
+            self._open_study()
+
+    def _study_file(self) -> Path | None:
+        """The study's SQLite file (None for a study in memory)."""
+        return Path(self.storage_url.removeprefix("sqlite:///")) if self.storage_url else None
+
+    def use_study(self, storage_url: str) -> None:
+        """Continue with the study at `storage_url` (a resumed sweep's folder)."""
+        self.storage_url = storage_url
+        self._open_study()
+
+    def save(self, checkpoint_path: str) -> None:
+        """The sampler (its random state); everything else is in the study."""
+        with open(checkpoint_path, "wb") as file:
+            pickle.dump({"sampler": self.sampler}, file)
+
+    def restore(self, checkpoint_path: str) -> None:
+        with open(checkpoint_path, "rb") as file:
+            self.sampler = pickle.load(file)["sampler"]
+        self._open_study()
+
+    def save_to_dir(self, checkpoint_dir: str, session_str: str = "default") -> None:
+        """Tune's experiment checkpoint (Tune uploads `checkpoint_dir` to storage.uri's
+        `tune/`): the sampler, as `Searcher` saves it, and a copy of the study."""
+        super().save_to_dir(checkpoint_dir, session_str)
+        study_file = self._study_file()
+        if study_file is not None and study_file.is_file():
+            copy_study(study_file, Path(checkpoint_dir) / STUDY_FILE)
+
+    def suggest(self, trial_id: str) -> dict | None:
+        if trial_id in self.trials:  # asked before a restore
+            number, _ = self.trials[trial_id]
+            return dict(self.study.get_trials(deepcopy=False)[number].params)
+        ot_trial = self.study.ask(fixed_distributions=self.space)
+        ot_trial.set_user_attr(TUNE_TRIAL_ID_ATTR, trial_id)
+        self.trials[trial_id] = (ot_trial.number, self._storage_id(ot_trial.number))
+        self.reported[trial_id] = set()
+        if ot_trial.user_attrs.get(REPEAT_ATTR):  # an enqueued config (warm start)
+            self.repeats.add(trial_id)
+        elif len(self.startup) < self.startup_trials:
+            ot_trial.set_user_attr(STARTUP_ATTR, True)
+            self.startup.add(trial_id)
+        return dict(ot_trial.params)
+
+    def _storage_id(self, number: int) -> int:
+        study_id = self.storage.get_study_id_from_name(self.study_name)
+        return self.storage.get_trial_id_from_study_id_trial_number(study_id, number)
+
+    def on_trial_result(self, trial_id: str, result: dict) -> None:
+        self._report(trial_id, result)
+
+    def _report(self, trial_id: str, result: dict | None) -> None:
+        """The evaluation in `result` as an intermediate value at its training step, once
+        per step (a trial continued from a checkpoint reports its last step again)."""
+        if trial_id not in self.trials or trial_id in self.finished or not result:
+            return
+        value, step = result.get(self.metric), result.get(TIME_ATTR)
+        if value is None or step is None or not math.isfinite(value) or step in self.reported[trial_id]:
+            return
+        self.storage.set_trial_intermediate_value(self.trials[trial_id][1], int(step), float(value))
+        self.reported[trial_id].add(step)
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        if trial_id not in self.trials or trial_id in self.finished:
+            # Finished before: Tune also calls this for trials it stops when the sweep is
+            # stopped; such a trial, continued by `sweep resume`, stays as first told.
+            return
+        self._report(trial_id, result)
+        value = (result or {}).get(self.metric)
+        reached = (result or {}).get(TIME_ATTR, 0)
+        if error or (value is not None and not math.isfinite(value)):
+            state, value = TrialState.FAIL, None
+        elif value is None or reached < self.max_steps:
+            state, value = TrialState.PRUNED, None  # Optuna records the last intermediate value
+        else:
+            state = TrialState.COMPLETE
+        self.study.tell(self.trials[trial_id][0], value, state=state)
+        self.finished.add(trial_id)
+
+
+    def reconcile(self, book) -> None:
+        """For `sweep resume`: a trial that `book` (rebuilt from MLflow) has finished but
+        the study has not (the last driver died between the two) gets its reports and its
+        end told now."""
+        for trial_id, record in book.trials.items():
+            if trial_id not in self.trials or trial_id in self.finished or not record.finished:
+                continue
+            for report in record.history:
+                self._report(trial_id, report)
+            self.on_trial_complete(trial_id, record.history[-1] if record.history else None, error=record.state == names.TrialState.FAILED)
+
+
+def optuna_storage_url(sweep_dir: Path) -> str:
+    return f"sqlite:///{Path(sweep_dir) / STUDY_FILE}"
+
+
+def copy_study(source: Path, target: Path) -> None:
+    """Copy the SQLite study at `source` to `target` with SQLite's online backup, which
+    never copies half a write, and put it in place in one step (Tune may be uploading
+    the previous copy)."""
+    partial = target.with_name(f".{target.name}.partial")
+    with closing(sqlite3.connect(source)) as reading, closing(sqlite3.connect(partial)) as writing:
+        reading.backup(writing)
+    os.replace(partial, target)
+
+
+def make_searcher(spec: SweepSpec, sweep_dir: Path, warm_start=None) -> StepAwareOptunaSearch | None:
+    """Seeded Optuna search over the spec's dotted paths, with its study kept beside the
+    sweep (optuna-dashboard, resume, warm starts). None when nothing is searched (a
+    single run of a fixed config, such as a best_config.yaml). `warm_start` (a
+    sweeper.search.warm_start.WarmStart) seeds a new study."""
+    if not spec.search.parameters:
+        return None
+    Path(sweep_dir).mkdir(parents=True, exist_ok=True)
+    return StepAwareOptunaSearch(
+        space=to_optuna_distributions(spec),
+        metric=spec.search.metric,
+        mode=_mode(spec),
+        sampler=make_sampler(spec),
+        study_name=spec.name,
+        storage_url=optuna_storage_url(sweep_dir),
+        max_steps=spec.training.max_steps,
+        warm_start=warm_start,
+        startup_trials=spec.early_stopping.startup_trials_for(),
+    )
+
+
+def make_search(plan: SweepPlan, sweep_dir: Path, warm_start=None):
+    """(search_alg, scheduler, max_concurrent_trials) for the TuneConfig. With ASHA by
+    promotion the concurrency limit is the scheduler's (SlotLimiter): paused trials hold
+    no slot; otherwise Tune's own limiter counts running trials."""
+    searcher = make_searcher(plan.spec, sweep_dir, warm_start)
+    scheduler = make_scheduler(plan, searched=searcher is not None)
+    if isinstance(scheduler, PromotionASHA):
+        return SlotLimiter(searcher, scheduler), scheduler, None
+    return searcher, scheduler, plan.concurrent_trials
+
+
+def make_scheduler(plan: SweepPlan, searched: bool = True):
+    """The early-stopping scheduler. ASHA by promotion needs a searcher to hold back new
+    trials while promoted ones wait for a slot; a sweep of one fixed config (no
+    search.parameters) gets ASHA by stopping instead."""
+    spec = plan.spec
+    stopping = spec.early_stopping
+    grace_period = stopping.grace_period_for(spec.training.max_steps, spec.training.eval_every)
+    common = dict(time_attr=TIME_ATTR, metric=spec.search.metric, mode=_mode(spec))
+    if stopping.scheduler == "asha" and searched:
+        return PromotionASHA(
+            **common,
+            milestones=plan.rungs,
+            reduction_factor=stopping.reduction_factor_for(),
+            num_trials=spec.search.num_trials,
+            slots=plan.concurrent_trials,
+        )
+    if stopping.scheduler in ("asha", "asha_stopping"):
+        return ASHAScheduler(
+            **common,
+            max_t=spec.training.max_steps,
+            grace_period=grace_period,
+            reduction_factor=stopping.reduction_factor_for(),
+        )
+    if stopping.scheduler == "median":
+        return MedianStoppingRule(**common, grace_period=grace_period, min_samples_required=3)
+    return FIFOScheduler()
+
+
+def _mode(spec: SweepSpec) -> str:
+    return "min" if spec.search.goal == "minimize" else "max"

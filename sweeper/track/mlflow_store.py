@@ -1,0 +1,94 @@
+"""Where the sweep's MLflow store is and how to reach it: the tracking URI (with its
+default), a check that fails fast, a client, the experiment, and how a trial's state maps
+to an MLflow run status.
+
+Shared by the writer (`sweeper.track.tracker`, a Tune callback on the driver) and the readers
+(`sweeper.track.store`: `sweep list/status/report/promote`). No Ray here, and MLflow only when a
+client is made, so the read-only commands start without Ray's import.
+"""
+
+from __future__ import annotations
+
+import platform
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from sweeper.errors import UserError
+from sweeper.names import TrialState
+
+__all__ = [
+    "RUN_STATUS", "resolve_tracking_uri", "default_artifact_location", "check_tracking_uri", "client_for",
+    "ensure_experiment", "hardware_description",
+]
+
+# The MLflow run status a trial's child run ends with.
+RUN_STATUS = {
+    TrialState.COMPLETED: "FINISHED",
+    TrialState.PRUNED: "KILLED",
+    TrialState.FAILED: "FAILED",
+    TrialState.STOPPED: "KILLED",
+}
+
+
+def resolve_tracking_uri(uri: str | None, workdir: Path | None = None) -> str:
+    """The YAML's tracking.uri, or the default SQLite store in the working directory."""
+    if uri:
+        return uri
+    return f"sqlite:///{(workdir or Path.cwd()).resolve() / 'mlflow.db'}"
+
+
+def default_artifact_location(uri: str, workdir: Path | None = None) -> str | None:
+    """Artifacts beside a local SQLite store; a server decides its own."""
+    if uri.startswith("sqlite:"):
+        return ((workdir or Path.cwd()).resolve() / "mlartifacts").as_uri()
+    return None
+
+
+def check_tracking_uri(uri: str) -> None:
+    """Fail fast, before any trial starts or any query runs, if the store cannot be
+    reached. Raises UserError (key `tracking.uri`)."""
+    if uri.startswith(("http://", "https://")):
+        try:
+            with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=5) as response:
+                if response.status != 200:
+                    raise OSError(f"HTTP {response.status}")
+        except (OSError, urllib.error.URLError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise UserError(
+                f"tracking.uri: cannot reach MLflow at {uri} ({reason}); start the server "
+                "(mlflow server --backend-store-uri sqlite:///mlflow.db) or fix the URI"
+            ) from None
+    elif uri.startswith("sqlite:///"):
+        folder = Path(uri.removeprefix("sqlite:///")).parent
+        if not folder.is_dir():
+            raise UserError(f"tracking.uri: folder {folder} of the SQLite store does not exist; create it or fix the URI")
+    elif uri.startswith("file:") or "://" not in uri:
+        raise UserError(
+            f"tracking.uri: {uri!r} is a file store, which has no Model Registry; use sqlite:///path/mlflow.db "
+            "or an http:// MLflow server"
+        )
+
+
+def client_for(uri: str):
+    """An MlflowClient for the tracking store and Model Registry at `uri`."""
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=uri, registry_uri=uri)
+
+
+def ensure_experiment(client, name: str, artifact_location: str | None) -> str:
+    """The id of experiment `name`, created (with `artifact_location`) if it is new."""
+    experiment = client.get_experiment_by_name(name)
+    if experiment is not None:
+        return experiment.experiment_id
+    return client.create_experiment(name, artifact_location=artifact_location)
+
+
+def hardware_description(cluster) -> str:
+    """One line for the tag `sweeper.hardware`: the driver's machine and the cluster's
+    totals (`cluster`: a `sweeper.plan.sweep_plan.ClusterResources`)."""
+    return (
+        f"{platform.machine()} {platform.system()}; cluster {cluster.cpus:g} CPUs, {cluster.gpus:g} GPUs; "
+        f"driver python {platform.python_version()}"
+    )
