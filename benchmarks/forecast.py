@@ -22,7 +22,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from sweeper.spec.schema import read_yaml, validate_spec
+from sweeper.spec.load import read_yaml, validate_spec
 
 REPO = Path(__file__).resolve().parent.parent
 SWEEPS = {

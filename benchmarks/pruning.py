@@ -25,7 +25,7 @@ from ray.tune import Callback
 
 from benchmarks.common import bench_spec, print_figures, run_bench_sweep, save_json
 from sweeper.names import TrialState
-from sweeper.plan.sweep_plan import asha_rungs, promotion_steps
+from sweeper.plan.rungs import asha_rungs, promotion_steps
 from trainables.metrics import STEP
 
 

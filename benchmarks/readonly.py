@@ -43,7 +43,7 @@ def trial_outcomes(
     """(state, last step) per trial as ASHA by promotion leaves them: everyone to the first
     rung, the rung quota of them on to each next milestone; `failed` trials fail before
     their first evaluation."""
-    from sweeper.plan.sweep_plan import milestone_counts
+    from sweeper.plan.rungs import milestone_counts
 
     counts = milestone_counts(trials, rungs, max_steps, reduction_factor)
     outcomes = []
@@ -70,7 +70,7 @@ def write_sweep(folder: Path, trials: int, seed: int = 0) -> str:
     book = SweepBook(metric=spec.search.metric, goal=spec.search.goal, max_steps=spec.training.max_steps)
     # The experiment first, with its artifacts beside the store (not in the working folder).
     ensure_experiment(client_for(uri), spec.tracking.experiment, (folder / "mlartifacts").resolve().as_uri())
-    tracker = MlflowTracker(spec, book, uri, hardware="benchmark", trial_resources=plan.trial_resources)
+    tracker = MlflowTracker(spec, book, uri, hardware="benchmark")
     tracker.start_sweep(REPO)
     rng = random.Random(seed)
     outcomes = trial_outcomes(

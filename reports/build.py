@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import plotly.graph_objects as go
 import polars as pl
 
-from reports import figures
+import reports.figures as figures
 from reports.data import SweepData
 from reports.frames import (
     best_trial_number, best_trials, config_diff, cost_summary, leaderboard, metric_text, number, params_text, usd,

@@ -57,10 +57,13 @@ def start(
     """
     from rich.console import Console
 
+    from sweeper.cluster.connect import cluster_address
+    from sweeper.plan.checks import check_spec
     from sweeper.run.launch import run_sweep
     from sweeper.track.summary import print_summary
 
     resolved, yaml_folder = _resolve_spec(spec)
+    check_spec(resolved)
     console = console or Console()
     import ray
 
@@ -71,7 +74,7 @@ def start(
         run = run_sweep(
             resolved,
             yaml_folder=yaml_folder,
-            address=address or os.environ.get("RAY_ADDRESS"),
+            address=cluster_address(address, os.environ),
             overwrite=overwrite,
             console=console,
         )
@@ -84,7 +87,8 @@ def start(
 
 def _resolve_spec(spec) -> tuple[SweepSpec, Path]:
     """The validated spec and the folder its relative paths (and git commit) come from."""
-    from sweeper.spec.schema import SweepSpec, load_spec, validate_spec
+    from sweeper.spec.schema import SweepSpec
+    from sweeper.spec.load import load_spec, validate_spec
 
     if isinstance(spec, SweepSpec):
         return spec, Path.cwd()

@@ -13,7 +13,7 @@ from trainables.metrics import REPORTED_KEYS, STEP, TASK_METRICS
 
 __all__ = [
     "TrialState", "SweepStatus", "Tag", "RunKind", "RunMetric", "VersionTag", "REPORTED_KEYS", "STEP", "TASK_METRICS",
-    "STUDY_FILE",
+    "STUDY_FILE", "ForecastKey", "BudgetKey",
 ]
 
 # The Optuna study's file: in the sweep folder, and a copy with each of Tune's experiment
@@ -92,6 +92,9 @@ class Tag:
     STARTUP_TRIAL = "sweeper.startup_trial"
     TASK = "sweeper.task"
     PARENT_RUN_ID = "mlflow.parentRunId"  # MLflow's own tag for nested runs
+    # The budget cap that cut the sweep (or "none"), and what it cut in words (parent run).
+    BUDGET_STOP = "sweeper.budget_stop"
+    BUDGET_CUT = "sweeper.budget_cut"
     # A promotion run (sweeper/promote/registry.py) and the registered model version it creates.
     SOURCE_SWEEP = "sweeper.source_sweep"
     SOURCE_PARENT_RUN_ID = "sweeper.source_parent_run_id"
@@ -149,3 +152,36 @@ class RunMetric:
     def final(metric: str) -> str:
         """A trial's last value of `metric` (child run)."""
         return f"final_{metric}"
+
+
+class ForecastKey:
+    """The forecast on the parent run: every figure as a param when the sweep starts, and
+    the expected and worst-case totals again as metrics when it ends (`ENDING_METRICS`),
+    beside the actual cost, which reports compare them with."""
+
+    STEP_SECONDS = "forecast_step_seconds"
+    EVAL_SECONDS = "forecast_eval_seconds"
+    SETUP_SECONDS = "forecast_setup_seconds"
+    COSTLIEST_STEP_SECONDS = "forecast_costliest_step_seconds"
+    TIMING_SOURCE = "forecast_timing_source"
+    ASSUMPTION = "forecast_assumption"
+    EXPECTED_STEPS = "forecast_expected_steps"
+    EXPECTED_WALL_SECONDS = "forecast_expected_wall_seconds"
+    EXPECTED_ACCELERATOR_HOURS = "forecast_expected_accelerator_hours"
+    EXPECTED_USD = "forecast_expected_usd"
+    WORST_STEPS = "forecast_worst_steps"
+    WORST_WALL_SECONDS = "forecast_worst_wall_seconds"
+    WORST_ACCELERATOR_HOURS = "forecast_worst_accelerator_hours"
+    WORST_USD = "forecast_worst_usd"
+
+
+class BudgetKey:
+    """Metrics of the budget on the parent run when the sweep ends: each cap given
+    (`cap("max_usd")` is `budget_max_usd`) and the trials the caps cut."""
+
+    TRIALS_STOPPED = "budget_trials_stopped"
+    TRIALS_NOT_STARTED = "budget_trials_not_started"
+
+    @staticmethod
+    def cap(key: str) -> str:
+        return f"budget_{key}"

@@ -26,6 +26,25 @@ CHAT_TEMPLATE = (
 )
 
 
+# Byte-level: every byte is a token, and the special tokens after them.
+VOCAB_SIZE = 256 + len(SPECIAL_TOKENS)
+
+
+def shape(hidden_size: int = 64, layers: int = 2) -> dict:
+    """The model's shape as its config.json says it (the defaults: the built-in model), for
+    `build` and for the cost model, which reads it without building anything: 16
+    dimensions per attention head, an MLP 2.75x the hidden size, an untied head."""
+    return {
+        "vocab_size": VOCAB_SIZE,
+        "hidden_size": hidden_size,
+        "intermediate_size": hidden_size * 11 // 4,
+        "num_hidden_layers": layers,
+        "num_attention_heads": hidden_size // 16,
+        "num_key_value_heads": hidden_size // 16,
+        "tie_word_embeddings": False,
+    }
+
+
 def build_tokenizer():
     """Byte-level tokenizer: every text is representable, nothing is trained."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
@@ -63,23 +82,17 @@ def build(
     """Write config, weights and tokenizer of the tiny model to `target`, pretrained for
     `steps` on texts drawn by `text` (the defaults make the built-in model; benchmarks
     build bases of their own, with other texts or wider and deeper: 16 dimensions per
-    attention head, an MLP 2.75x the hidden size)."""
+    attention head, an MLP 2.75x the hidden size: `shape`)."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     tokenizer = build_tokenizer()
     config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=hidden_size,
-        intermediate_size=hidden_size * 11 // 4,
-        num_hidden_layers=layers,
-        num_attention_heads=hidden_size // 16,
-        num_key_value_heads=hidden_size // 16,
+        **shape(hidden_size, layers),
         max_position_embeddings=1024,
         pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id,
         bos_token_id=None,
-        tie_word_embeddings=False,
     )
     torch.manual_seed(SEED)
     model = LlamaForCausalLM(config)

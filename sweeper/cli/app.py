@@ -68,9 +68,9 @@ def validate(file: Path = typer.Argument(..., help="Sweep YAML file.")) -> None:
     """Check a sweep file without starting anything; every problem is listed (exit 2)."""
     from sweeper.search.warm_start import read_warm_start
     from sweeper.cost.memory import gpu_memory_gib, refuse_if_unfit
-    from sweeper.spec.schema import load_spec
+    from sweeper.plan.checks import load_checked_spec
 
-    spec = load_spec(file)
+    spec = load_checked_spec(file)
     for note in read_warm_start(spec).notes:
         errors.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False, soft_wrap=True)
     memory = refuse_if_unfit(spec, gpu_memory_gib(spec.cost.accelerator))
@@ -99,15 +99,15 @@ def start(
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing sweep of the same name."),
 ) -> None:
     """Validate FILE, then run the sweep: a live table while it runs, a summary at the end."""
-    from sweeper.spec.schema import load_spec
-
-    spec = load_spec(file)
+    from sweeper.cluster.connect import cluster_address
+    from sweeper.plan.checks import load_checked_spec
     from sweeper.run.launch import run_sweep
 
+    spec = load_checked_spec(file)
     run = run_sweep(
         spec,
         yaml_folder=file.resolve().parent,
-        address=address or os.environ.get("RAY_ADDRESS"),
+        address=cluster_address(address, os.environ),
         overwrite=overwrite,
         console=console,
     )
@@ -128,7 +128,7 @@ def plan(
     time, expected and worst-case wall time, accelerator-hours and USD, budget caps."""
     from sweeper.plan.command import plan_sweep
 
-    plan_sweep(file, address=address or os.environ.get("RAY_ADDRESS"), calibrate=calibrate, console=console)
+    plan_sweep(file, address=_ray_address(address), calibrate=calibrate, console=console)
 
 
 def _finish(run) -> None:
@@ -145,12 +145,17 @@ def _finish(run) -> None:
         raise SweepFailed(f"no trial completed ({len(run.book.trials)} started){reason}")
 
 
+def _ray_address(address: Optional[str]) -> Optional[str]:
+    """--address, else RAY_ADDRESS: read here, at the CLI's edge, and passed down."""
+    return address or os.environ.get("RAY_ADDRESS")
+
+
 SWEEP_DIR_HELP = "The sweep's folder (default ./sweeps/NAME)."
 JOB_ADDRESS_HELP = "The cluster's dashboard, http://HEAD:8265 (default: RAY_ADDRESS)."
 
 
 def _sweep_spec(name: str, sweep_dir: Optional[Path]):
-    from sweeper.spec.schema import load_spec
+    from sweeper.spec.load import load_spec
 
     folder = (sweep_dir or Path("sweeps") / name).resolve()
     if not (folder / "sweep.yaml").is_file():
@@ -170,6 +175,7 @@ def resume(
 ) -> None:
     """Continue a sweep after its driver died or was stopped: finished trials are kept,
     unfinished ones continue from their latest checkpoint, the search keeps its history."""
+    from sweeper.cluster.connect import cluster_address
     from sweeper.run.launch import resume_sweep
 
     if address and address.startswith(("http://", "https://")):
@@ -186,7 +192,7 @@ def resume(
             errors.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False, soft_wrap=True)
         sweep_dir = fetched.folder
     folder, _ = _sweep_spec(name, sweep_dir)
-    _finish(resume_sweep(folder, address=address or os.environ.get("RAY_ADDRESS"), console=console))
+    _finish(resume_sweep(folder, address=cluster_address(address, os.environ), console=console))
 
 
 @app.command()
@@ -198,7 +204,7 @@ def stop(
 ) -> None:
     """Stop a running sweep from another terminal: running trials stop gracefully, their
     MLflow runs are marked killed, and the sweep stays resumable (sweep resume NAME)."""
-    from sweeper.run.launch import stop_sweep
+    from sweeper.run.sweep_dir import stop_sweep
 
     if address and address.startswith(("http://", "https://")):
         from sweeper.cluster import jobs
@@ -240,10 +246,11 @@ def submit(
 
     name, sweep_dir, storage_uri = jobs.submitted_sweep(file)
     here = Path.cwd()
+    address = _ray_address(address)
     job = jobs.submit(name, (sweep_dir, storage_uri), "start", [jobs.working_dir_path(file, here)], address, here)
     console.print(f"Submitted sweep {name!r} as job {job.job_id}", highlight=False)
     console.print(f"Dashboard: {job.dashboard_url}", highlight=False, soft_wrap=True)
-    console.print(f"Follow it with: sweep logs {name} --address {address or os.environ.get('RAY_ADDRESS')}", highlight=False, soft_wrap=True)
+    console.print(f"Follow it with: sweep logs {name} --address {address}", highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -254,7 +261,7 @@ def logs(
     """Follow the output of a submitted sweep's latest job until it ends."""
     from sweeper.cluster import jobs
 
-    status = jobs.follow_logs(name, address, lambda text: typer.echo(text, nl=False))
+    status = jobs.follow_logs(name, _ray_address(address), lambda text: typer.echo(text, nl=False))
     console.print(f"Job of sweep {name!r}: {status}", highlight=False)
 
 

@@ -5,14 +5,13 @@ driver lives on the cluster, not on the machine that submitted it; `sweep logs`,
 
 from __future__ import annotations
 
-import os
 import shlex
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from sweeper.errors import UserError
-from sweeper.run.launch import auth_refused, auth_token_source, client_auth_settings
+from sweeper.cluster.connect import auth_problem, auth_refused, set_auth_mode_before_ray_loads
 
 SWEEP_METADATA = "sweeper_sweep"
 SWEEP_DIR_METADATA = "sweeper_sweep_dir"
@@ -49,12 +48,11 @@ def working_dir_path(file: Path, working_dir: Path) -> str:
 
 
 def client(address: str | None):
-    """A Jobs SDK client for the dashboard at `address` (else RAY_ADDRESS), in token mode
-    when a token is where Ray looks."""
-    address = address or os.environ.get("RAY_ADDRESS")
+    """A Jobs SDK client for the dashboard at `address` (the CLI's --address, else
+    RAY_ADDRESS), in token mode when a token is where Ray looks."""
     if not address or not address.startswith(("http://", "https://")):
         raise UserError(f"--address: give the cluster's dashboard, http://HEAD:8265, got {address!r}")
-    os.environ.update(client_auth_settings(os.environ, Path.home()))
+    set_auth_mode_before_ray_loads()
     from ray.job_submission import JobSubmissionClient
 
     try:
@@ -65,12 +63,7 @@ def client(address: str | None):
 
 def _connection_problem(address: str, exc: Exception) -> str:
     if auth_refused(exc):
-        if auth_token_source(os.environ, Path.home()) is None:
-            return (
-                f"--address: the Ray cluster at {address} requires an authentication token and none was found; "
-                "run `ray get-auth-token` on its head and put the token in ~/.ray/auth_token here"
-            )
-        return f"--address: the Ray cluster at {address} refused the token; run `ray get-auth-token` on its head"
+        return auth_problem(address)
     return f"--address: no Ray dashboard answers at {address} ({type(exc).__name__}); check the head's address and port (8265)"
 
 

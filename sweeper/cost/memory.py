@@ -4,20 +4,17 @@ micro-batch with and without gradient checkpointing, the logits, and what ZeRO o
 partitions over the trial's workers. `sweep validate` and `sweep start` print it; a trial
 that fits no GPU it could run on is refused with one keyed line naming what would fit.
 
-The architecture comes from the model's config only (never its weights): a local folder's
-config.json, the built-in tiny model's, a table of common hub models (so the forecast
-works offline), else the hub config through transformers. Pure arithmetic after that.
+The architecture comes from the model's config only (sweeper/cost/architecture.py, the
+same reader as the throughput model's). Pure arithmetic after that.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
+from sweeper.cost.architecture import Architecture, architecture_of
 from sweeper.errors import UserError
-from trainables.config import BUILTIN_TINY_MODEL
 
 __all__ = [
     "Architecture", "MemoryForecast", "forecast_trial_memory", "forecast", "GPU_MEMORY_GIB",
@@ -38,105 +35,6 @@ CUDA_CONTEXT_GIB = 1.0
 ALLOCATOR_SLACK = 1.1
 
 
-@dataclass(frozen=True)
-class Architecture:
-    """The numbers of a decoder-only transformer that memory depends on."""
-
-    hidden: int
-    layers: int
-    intermediate: int
-    heads: int
-    kv_heads: int
-    vocab: int
-    tied_embeddings: bool
-
-    @classmethod
-    def from_config(cls, config: dict) -> "Architecture":
-        heads = config["num_attention_heads"]
-        return cls(
-            hidden=config["hidden_size"],
-            layers=config["num_hidden_layers"],
-            intermediate=config["intermediate_size"],
-            heads=heads,
-            kv_heads=config.get("num_key_value_heads") or heads,
-            vocab=config["vocab_size"],
-            tied_embeddings=bool(config.get("tie_word_embeddings", False)),
-        )
-
-    @property
-    def kv_width(self) -> int:
-        return self.hidden // self.heads * self.kv_heads
-
-    def linear_shapes(self) -> dict[str, tuple[int, int]]:
-        """(in, out) of each projection of one layer, by the module name LoRA targets."""
-        h, i, kv = self.hidden, self.intermediate, self.kv_width
-        return {
-            "q_proj": (h, h), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (h, h),
-            "gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h),
-        }
-
-    @property
-    def layer_linear_params(self) -> int:
-        return sum(a * b for a, b in self.linear_shapes().values())
-
-    @property
-    def embedding_params(self) -> int:
-        return self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
-
-    @property
-    def params(self) -> int:
-        norms = (2 * self.layers + 1) * self.hidden
-        return self.layers * self.layer_linear_params + self.embedding_params + norms
-
-
-def _config(hidden, layers, intermediate, heads, kv_heads, vocab, tied) -> dict:
-    return {
-        "hidden_size": hidden, "num_hidden_layers": layers, "intermediate_size": intermediate,
-        "num_attention_heads": heads, "num_key_value_heads": kv_heads, "vocab_size": vocab,
-        "tie_word_embeddings": tied,
-    }
-
-
-# The published config.json numbers of common base models, so that a forecast needs no
-# download (hub ids not listed are read from the hub's config.json).
-KNOWN_CONFIGS = {
-    "meta-llama/Llama-3.1-8B": _config(4096, 32, 14336, 32, 8, 128256, False),
-    "meta-llama/Llama-3.1-70B": _config(8192, 80, 28672, 64, 8, 128256, False),
-    "meta-llama/Llama-3.2-1B": _config(2048, 16, 8192, 32, 8, 128256, True),
-    "meta-llama/Llama-3.2-3B": _config(3072, 28, 8192, 24, 8, 128256, True),
-    "Qwen/Qwen2.5-0.5B": _config(896, 24, 4864, 14, 2, 151936, True),
-    "Qwen/Qwen2.5-1.5B": _config(1536, 28, 8960, 12, 2, 151936, True),
-    "Qwen/Qwen2.5-7B": _config(3584, 28, 18944, 28, 4, 152064, False),
-    "mistralai/Mistral-7B-v0.3": _config(4096, 32, 14336, 32, 8, 32768, False),
-}
-for _name in list(KNOWN_CONFIGS):
-    KNOWN_CONFIGS[_name + "-Instruct"] = KNOWN_CONFIGS[_name]
-KNOWN_CONFIGS["meta-llama/Llama-3.1-8B-Instruct"] = KNOWN_CONFIGS["meta-llama/Llama-3.1-8B"]
-# trainables/tiny.py builds this one (its vocabulary: 256 bytes + 5 special tokens).
-KNOWN_CONFIGS[BUILTIN_TINY_MODEL] = _config(64, 2, 176, 4, 4, 261, False)
-
-
-def architecture_of(name_or_path: str) -> Architecture | None:
-    """The model's architecture from its config alone, or None when it cannot be read
-    (the forecast then says so and refuses nothing)."""
-    if name_or_path in KNOWN_CONFIGS:
-        return Architecture.from_config(KNOWN_CONFIGS[name_or_path])
-    folder = Path(name_or_path)
-    try:
-        if (folder / "adapter_config.json").is_file():
-            base = json.loads((folder / "adapter_config.json").read_text())["base_model_name_or_path"]
-            return architecture_of(base)
-        if (folder / "config.json").is_file():
-            return Architecture.from_config(_text_config(json.loads((folder / "config.json").read_text())))
-        from transformers import AutoConfig  # a hub id: its config.json only, no weights
-
-        return Architecture.from_config(_text_config(AutoConfig.from_pretrained(name_or_path).to_dict()))
-    except Exception:  # no network, no such model, an architecture without these fields
-        return None
-
-
-def _text_config(config: dict) -> dict:
-    return config.get("text_config") or config
 
 
 @dataclass(frozen=True)

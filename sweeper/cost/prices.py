@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["PRICE_TABLE", "TrialCost", "trial_cost", "pruning_saving", "SweepCost", "sweep_cost", "price_per_hour"]
+__all__ = [
+    "PRICE_TABLE", "TrialCost", "trial_cost", "pruning_saving", "SweepCost", "sweep_cost", "price_per_hour",
+    "accelerators_per_trial", "Rate", "sweep_rate",
+]
 
 # On-demand USD per accelerator-hour (per CPU core-hour for "cpu"), approximate; the
 # YAML's cost.prices overrides or extends these, cost.usd_per_hour overrides the lookup.
@@ -30,6 +33,35 @@ def price_per_hour(accelerator: str, usd_per_hour: float | None, prices: dict[st
     if usd_per_hour is not None:
         return usd_per_hour
     return {**PRICE_TABLE, **prices}[accelerator]
+
+
+def accelerators_per_trial(resources) -> float:
+    """What a trial's hours are counted in (`resources`: the spec's section): the GPUs of
+    the whole trial (workers x GPUs per worker), or its CPU cores when it uses no GPU."""
+    per_worker = resources.gpus_per_worker if resources.use_gpu else resources.cpus_per_worker
+    return resources.workers_per_trial * per_worker
+
+
+@dataclass(frozen=True)
+class Rate:
+    """What one second of one trial costs: the trial's accelerators at the sweep's price.
+    The one rule for accelerators x hours x price: the forecast, the budget check and
+    guard, and the tracker's trial costs all count with it."""
+
+    accelerator: str  # the price table's name (cost.accelerator, or the default card)
+    accelerators_per_trial: float
+    usd_per_hour: float  # per accelerator
+
+    def trial_cost(self, wall_seconds: float, tokens: float = 0.0) -> "TrialCost":
+        return trial_cost(wall_seconds, self.accelerators_per_trial, self.usd_per_hour, tokens)
+
+
+def sweep_rate(spec) -> Rate:
+    """The sweep's rate from its `cost` and `resources` sections. Raises KeyError for an
+    accelerator without a price (the schema refuses those, keyed `cost.accelerator`)."""
+    accelerator = spec.cost.resolved_accelerator(spec.resources.use_gpu)
+    usd_per_hour = price_per_hour(accelerator, spec.cost.usd_per_hour, spec.cost.prices)
+    return Rate(accelerator, accelerators_per_trial(spec.resources), usd_per_hour)
 
 
 @dataclass(frozen=True)

@@ -38,9 +38,12 @@ import statistics
 import time
 from dataclasses import dataclass, replace
 
-from sweeper.plan.forecast import RAY_TRIAL_START_SECONDS, TrialTiming
+from sweeper.cost.throughput import RAY_TRIAL_START_SECONDS
+from sweeper.plan.forecast import TrialTiming
 from sweeper.plan.sweep_plan import ClusterResources, SweepPlan
-from sweeper.spec.schema import NO_EARLY_STOPPING, CategoricalDist, IntUniformDist, SweepSpec, with_overrides
+from sweeper.spec.overrides import NO_EARLY_STOPPING, with_overrides
+from sweeper.spec.schema import CategoricalDist, SweepSpec
+from sweeper.spec.sections import IntUniformDist
 
 # Without a logging handler set up (`sweep plan`, a spawned copy) Python prints
 # bitsandbytes' import-time note about an optional CPU kernel package (`kernels`) to the

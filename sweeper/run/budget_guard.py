@@ -11,7 +11,7 @@
   one interval for trials mid-interval, 0.5-1.7 s for trials still starting).
 
 What is spent is measured from the book as the sweep goes (each trial's wall time x its
-accelerators x the price, as sweeper/cost/prices.py computes the sweep's cost); the sweep's wall
+accelerators x the price: `cost.prices.Rate`, as the tracker's trial costs); the sweep's wall
 hours count from the book's start.
 """
 
@@ -23,9 +23,12 @@ from dataclasses import dataclass, field
 from ray.tune import Stopper
 from ray.tune.search import Searcher
 
-from sweeper.spec.budget import CAPS, BudgetSpec
-from sweeper.plan.forecast import TrialTiming, evaluations_between
-from sweeper.names import TrialState
+from sweeper.cost.prices import Rate, sweep_rate
+from sweeper.cost.throughput import TrialTiming
+from sweeper.names import BudgetKey, Tag, TrialState
+from sweeper.plan.budget import CAPS
+from sweeper.plan.rungs import evaluations_between
+from sweeper.spec.budget import BudgetSpec
 
 __all__ = ["BudgetGuard", "BudgetSearcher", "BudgetStopper", "Spent"]
 
@@ -46,8 +49,7 @@ class BudgetGuard:
 
     budget: BudgetSpec
     book: object  # sweeper.run.janitor.SweepBook
-    accelerators_per_trial: float
-    usd_per_hour: float
+    rate: Rate  # what a trial's second costs (the tracker's trial costs use the same)
     timing: TrialTiming
     milestones: list[int]  # rungs, then max_steps
     eval_every: int
@@ -65,9 +67,8 @@ class BudgetGuard:
         return {**self.__dict__, "book": None}
 
     def spent(self) -> Spent:
-        trial_seconds = sum(t.wall_seconds for t in self.book.trials.values())
-        accelerator_hours = trial_seconds / 3600 * self.accelerators_per_trial
-        return Spent(accelerator_hours * self.usd_per_hour, (time.time() - self.book.started_at) / 3600, accelerator_hours)
+        cost = self.rate.trial_cost(sum(t.wall_seconds for t in self.book.trials.values()))
+        return Spent(cost.usd, (time.time() - self.book.started_at) / 3600, cost.accelerator_hours)
 
     def caps(self) -> dict[str, float]:
         return {key: getattr(self.budget, key) for key in CAPS if getattr(self.budget, key) is not None}
@@ -119,12 +120,12 @@ class BudgetGuard:
         running = self.running()
         starting = len(self.starting())
         committed_seconds = sum(self.seconds_to_next_rung(t.step) for t in running) + (starting + 1) * self.first_rung_seconds()
-        committed_hours = committed_seconds / 3600 * self.accelerators_per_trial
+        committed_cost = self.rate.trial_cost(committed_seconds)
         # Wall time: the new trial runs beside the others; it ends its first rung this late.
         committed = Spent(
-            spent.usd + committed_hours * self.usd_per_hour,
+            spent.usd + committed_cost.usd,
             spent.wall_hours + self.first_rung_seconds() / 3600,
-            spent.accelerator_hours + committed_hours,
+            spent.accelerator_hours + committed_cost.accelerator_hours,
         )
         for cap, limit in self.caps().items():
             if committed.value(cap) > limit:
@@ -161,12 +162,12 @@ class BudgetGuard:
         """For the parent run: `sweeper.budget_stop` (the cap that cut the sweep, or none) and
         what it cut."""
         cap = self.reached_cap or (self.held_back_by if self.cut() else None)
-        tags = {"sweeper.budget_stop": cap or "none"}
+        tags = {Tag.BUDGET_STOP: cap or "none"}
         if self.summary():
-            tags["sweeper.budget_cut"] = self.summary()[:5000]
-        metrics = {f"budget_{key}": value for key, value in self.caps().items()}
-        metrics["budget_trials_stopped"] = float(len(self.stopped_trials))
-        metrics["budget_trials_not_started"] = float(self.not_started() if self.cut() else 0)
+            tags[Tag.BUDGET_CUT] = self.summary()[:5000]
+        metrics = {BudgetKey.cap(key): value for key, value in self.caps().items()}
+        metrics[BudgetKey.TRIALS_STOPPED] = float(len(self.stopped_trials))
+        metrics[BudgetKey.TRIALS_NOT_STARTED] = float(self.not_started() if self.cut() else 0)
         return tags, metrics
 
 
@@ -249,8 +250,7 @@ def make_guard(spec, plan, book, forecast) -> BudgetGuard | None:
     return BudgetGuard(
         budget=spec.budget,
         book=book,
-        accelerators_per_trial=forecast.accelerators_per_trial,
-        usd_per_hour=forecast.usd_per_hour,
+        rate=sweep_rate(spec),
         timing=timing,
         milestones=[*plan.rungs, spec.training.max_steps],
         eval_every=spec.training.eval_every,

@@ -42,7 +42,7 @@ def fetch_sweep(name: str, uri: str, folder: Path) -> FetchedSweep:
         UserError: `uri` is no sweep storage or holds another sweep; `folder` holds
         another sweep, or this one with its driver still running.
     """
-    from sweeper.spec.schema import load_spec, spec_to_yaml
+    from sweeper.spec.load import load_spec, spec_to_yaml
 
     problem = storage.uri_problem(uri)
     if problem:
@@ -103,8 +103,8 @@ def _read(uri: str) -> bytes | None:
 def _refuse_another_sweep(folder: Path, uri: str) -> None:
     """The local folder may hold this sweep from before (its files are replaced by the
     ones in storage), never another sweep, nor this one while its driver runs."""
-    from sweeper.run.launch import running_driver_pid
-    from sweeper.spec.schema import load_spec
+    from sweeper.run.sweep_dir import running_driver_pid
+    from sweeper.spec.load import load_spec
 
     if not (folder / "sweep.yaml").is_file():
         return

@@ -16,7 +16,7 @@ from optuna.trial import TrialState
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule
 from ray.tune.search import Searcher
 
-from sweeper import names
+import sweeper.names as names  # its TrialState beside Optuna's
 from sweeper.search.warm_start import REPEAT_ATTR, STARTUP_ATTR, TUNE_TRIAL_ID_ATTR, WARM_START_ATTR
 from sweeper.names import STUDY_FILE
 from sweeper.plan.sweep_plan import SweepPlan

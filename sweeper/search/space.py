@@ -5,14 +5,8 @@ from __future__ import annotations
 
 import optuna
 
-from sweeper.spec.schema import (
-    CategoricalDist,
-    IntUniformDist,
-    LogUniformDist,
-    SearchSpec,
-    SweepSpec,
-    UniformDist,
-)
+from sweeper.spec.schema import CategoricalDist, LogUniformDist, SearchSpec, SweepSpec, UniformDist
+from sweeper.spec.sections import IntUniformDist
 
 __all__ = ["to_optuna_distributions", "parameters_to_optuna", "make_sampler"]
 

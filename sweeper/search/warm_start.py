@@ -28,7 +28,8 @@ from optuna.trial import FrozenTrial, TrialState
 from sweeper.errors import UserError
 from sweeper.names import STUDY_FILE
 from sweeper.search.space import to_optuna_distributions
-from sweeper.spec.schema import SweepSpec, WarmStartSpec
+from sweeper.spec.schema import SweepSpec
+from sweeper.spec.sections import WarmStartSpec
 
 __all__ = [
     "WarmStart", "read_warm_start", "trial_user_attrs", "WARM_START_ATTR", "REPEAT_ATTR", "STARTUP_ATTR",
@@ -107,7 +108,7 @@ def _earlier_trial_config(folder: Path):
     cannot be read (then none of its configs counts as a repeat)."""
     from pydantic import ValidationError
 
-    from sweeper.spec.schema import read_yaml
+    from sweeper.spec.load import read_yaml
 
     try:
         raw = read_yaml(folder / "sweep.yaml")

@@ -134,7 +134,7 @@ class SweepStore:
     def trial_spec(self, run, trial: dict):
         """A trial's values as one full run (`trial`: a `trials()` row): what best_config.yaml
         holds for the best trial, for any trial."""
-        from sweeper.spec.schema import single_run_spec
+        from sweeper.spec.overrides import single_run_spec
 
         spec = self.sweep_spec(run)
         return single_run_spec(spec, json.loads(trial["params"]), name=f"{spec.name}-trial-{trial['trial_number']}")
@@ -243,7 +243,7 @@ class SweepStore:
 
     def record(self, name: str | None = None, run=None) -> SweepRecord:
         """The parent run of sweep `name` as a SweepRecord."""
-        from sweeper.plan.sweep_plan import asha_rungs  # imports the schema (pydantic): not for list/status
+        from sweeper.plan.rungs import asha_rungs
 
         run = run or self.sweep_run(name)
         tags, params = run.data.tags, run.data.params

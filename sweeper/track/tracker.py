@@ -37,11 +37,13 @@ import time
 from pathlib import Path
 
 from sweeper.track.book import SweepBook, TrialRecord
-from sweeper.cost.prices import SweepCost, TrialCost, price_per_hour, pruning_saving, sweep_cost, trial_cost
+from sweeper.cost.prices import SweepCost, TrialCost, pruning_saving, sweep_cost, sweep_rate
 from sweeper.errors import UserError
 from sweeper.track.mlflow_store import RUN_STATUS, client_for, default_artifact_location, ensure_experiment
 from sweeper.names import RunKind, RunMetric, SweepStatus, Tag, TrialState
-from sweeper.spec.schema import SweepSpec, single_run_spec, spec_hash, spec_to_yaml
+from sweeper.spec.schema import SweepSpec
+from sweeper.spec.overrides import single_run_spec
+from sweeper.spec.load import spec_hash, spec_to_yaml
 from trainables.metrics import REPORTED_KEYS, SETUP_SECONDS, STEP
 
 # How a searched field's parent-run param begins; its distribution follows as JSON.
@@ -108,14 +110,10 @@ class MlflowTracker:
     """The single writer of the sweep's MLflow runs: a listener of the driver callback
     (sweeper/run/driver.py), told of each trial's events once the book holds them."""
 
-    def __init__(self, spec: SweepSpec, book: SweepBook, uri: str, hardware: str, trial_resources):
+    def __init__(self, spec: SweepSpec, book: SweepBook, uri: str, hardware: str):
         self.spec, self.book, self.uri = spec, book, uri
         self.hardware = hardware
-        # GPUs of a whole trial, or its CPU cores when it uses no GPU.
-        self.accelerators_per_trial = trial_resources.gpus or trial_resources.cpus
-        self.usd_per_hour = price_per_hour(
-            spec.cost.resolved_accelerator(spec.resources.use_gpu), spec.cost.usd_per_hour, spec.cost.prices
-        )
+        self.rate = sweep_rate(spec)  # what a trial's second costs
         self.client = client_for(uri)
         self.experiment_id = ensure_experiment(self.client, spec.tracking.experiment, default_artifact_location(uri))
         self.client.set_experiment_tag(self.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
@@ -146,7 +144,7 @@ class MlflowTracker:
             Tag.STORAGE_URI: spec.storage_uri,
             Tag.HARDWARE: self.hardware,
             Tag.ACCELERATOR: spec.cost.resolved_accelerator(spec.resources.use_gpu),
-            Tag.USD_PER_HOUR: str(self.usd_per_hour),
+            Tag.USD_PER_HOUR: str(self.rate.usd_per_hour),
             Tag.SEARCH_SPACE: json.dumps(spec.model_dump(mode="json")["search"]["parameters"]),
             **{f"{Tag.VERSIONS_PREFIX}{k}": v for k, v in package_versions().items()},
             **{f"{Tag.DATA_SHA256_PREFIX}{split}": sha for split, sha in self._data_hashes().items()},
@@ -162,6 +160,23 @@ class MlflowTracker:
         self.client.log_text(self.parent_run_id, spec_to_yaml(spec), "sweep.yaml")
         self._mark_running()
         return self.parent_run_id
+
+    def log_sweep_params(self, params: dict[str, str]) -> None:
+        """More params on the parent run (the forecast, when the sweep starts)."""
+        from mlflow.entities import Param
+
+        self.client.log_batch(self.parent_run_id, params=[Param(k, v) for k, v in params.items()])
+
+    def log_sweep_figures(self, metrics: dict[str, float], tags: dict[str, str]) -> None:
+        """More metrics and tags on the parent run (forecast and budget, when the sweep ends)."""
+        from mlflow.entities import Metric, RunTag
+
+        now = int(time.time() * 1000)
+        self.client.log_batch(
+            self.parent_run_id,
+            metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()],
+            tags=[RunTag(k, v) for k, v in tags.items()],
+        )
 
     def _mark_running(self) -> None:
         """The parent run says the sweep runs, and from which folder (a resume may be in another)."""
@@ -373,10 +388,12 @@ class MlflowTracker:
         if run_id is None or record.trial_id in self.trial_costs:
             return
         wall = record.wall_seconds
-        cost = trial_cost(wall, self.accelerators_per_trial, self.usd_per_hour, record.train_tokens)
+        cost = self.rate.trial_cost(wall, record.train_tokens)
         setup = record.setup_seconds or 0.0
         saving = (
-            pruning_saving(wall, setup, record.step, self.book.max_steps, self.accelerators_per_trial, self.usd_per_hour)
+            pruning_saving(
+                wall, setup, record.step, self.book.max_steps, self.rate.accelerators_per_trial, self.rate.usd_per_hour
+            )
             if record.state == TrialState.PRUNED
             else 0.0
         )

@@ -217,15 +217,14 @@ def test_bad_input_is_one_clear_line_and_exit_2(finished_sweep, tmp_path):
 def test_sweep_without_a_completed_trial_is_reported_and_exits_2(tmp_path, monkeypatch):
     """A sweep whose trials were all pruned or failed, written by the real MLflow writer."""
     from sweeper.track.book import SweepBook, TrialRecord
-    from sweeper.plan.sweep_plan import TrialResources
-    from sweeper.spec.schema import validate_spec
+    from sweeper.spec.load import validate_spec
     from sweeper.track.tracker import MlflowTracker
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     spec = validate_spec(small_sweep("stalled", output_dir=str(tmp_path / "sweeps")), base_dir=tmp_path)
     book = SweepBook(metric="eval_loss", goal="minimize", max_steps=30)
     monkeypatch.chdir(tmp_path)  # the tracker puts a SQLite store's artifacts in ./mlartifacts
-    tracker = MlflowTracker(spec, book, uri, hardware="test", trial_resources=TrialResources(1, 1, 0))
+    tracker = MlflowTracker(spec, book, uri, hardware="test")
     tracker.start_sweep(tmp_path)
     now = time.time()
     for trial_id, number, status, history in (

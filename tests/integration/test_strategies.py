@@ -28,7 +28,7 @@ def _train_in_two_processes(rank: int, task: str, overrides: dict, out: str, por
     dist.init_process_group("gloo", rank=rank, world_size=2)
     import importlib
 
-    from sweeper.spec.schema import validate_spec
+    from sweeper.spec.load import validate_spec
     from trainables.data import tokenize_split
     from trainables.models import BUILTIN_TINY_MODEL, load_tokenizer, resolve_model_source
 
@@ -97,15 +97,15 @@ def test_calibration_steps_deepspeed_and_fsdp_in_this_process():
     """`sweep start` calibrates in its own process, which no launcher made part of a
     process group; DeepSpeed's engine and FSDP step only inside one (a group of one here)."""
     from sweeper.plan.calibrate import calibrate
-    from sweeper.run.launch import prepare_data
-    from sweeper.spec.schema import validate_spec
+    from sweeper.plan.inputs import prepare_inputs
+    from sweeper.spec.load import validate_spec
     from trainables.models import BUILTIN_TINY_MODEL, DEFAULT_CACHE_ROOT, resolve_model_source
 
     source = resolve_model_source(BUILTIN_TINY_MODEL)
     for resources in ({"strategy": "deepspeed", "deepspeed": {"zero_stage": 3}}, {"strategy": "fsdp"}):
         search = {"num_trials": 2, "parameters": {"lora.r": {"distribution": "categorical", "values": [4, 8]}}}
         spec = validate_spec(small_sweep("c", resources={"workers_per_trial": 2, **resources}, search=search), base_dir=REPO)
-        data, _ = prepare_data(spec, DEFAULT_CACHE_ROOT)
+        data = prepare_inputs(spec, DEFAULT_CACHE_ROOT).data
         calibration = calibrate(spec, data, source, on_cluster=False)
         assert calibration.first.step_seconds > 0 and calibration.costliest.step_seconds > 0, resources
         assert "one worker of 2" in calibration.first.source

@@ -6,7 +6,7 @@ import polars as pl
 import pytest
 import yaml
 
-from sweeper.plan.sweep_plan import milestone_counts, steps_trained
+from sweeper.plan.rungs import milestone_counts, steps_trained
 from sweeper.track.store import SweepStore
 from tests.integration.conftest import run_cli as sweep
 

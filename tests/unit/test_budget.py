@@ -6,10 +6,12 @@ from ray.tune.search import Searcher
 from sweeper.run.budget_guard import BudgetGuard, BudgetSearcher, BudgetStopper
 from sweeper.spec.budget import BudgetSpec
 from sweeper.errors import UserError
-from sweeper.plan.forecast import TrialTiming
+from sweeper.cost.throughput import TrialTiming
 from sweeper.names import TrialState
 from sweeper.run.janitor import SweepBook, TrialRecord
-from sweeper.spec.schema import validate_spec
+from sweeper.cost.prices import Rate
+from sweeper.plan.checks import check_spec
+from sweeper.spec.load import validate_spec
 from tests.conftest import REPO, small_sweep
 
 # 1 core-hour costs $3.6, so one core-second costs $0.001.
@@ -22,8 +24,11 @@ def validate(**sections):
 
 
 def test_a_cap_below_one_trials_cost_is_a_keyed_error_at_validate_time():
+    """The schema takes the caps; the checks after it (sweep validate, plan, start) find
+    that none pays for one trial."""
+    spec = validate(cost=PRICE, budget={"max_usd": 1e-6, "max_hours": 1e-7, "max_accelerator_hours": 1e-9})
     with pytest.raises(UserError) as raised:
-        validate(cost=PRICE, budget={"max_usd": 1e-6, "max_hours": 1e-7, "max_accelerator_hours": 1e-9})
+        check_spec(spec)
     lines = raised.value.lines
     assert [line.split(":")[0] for line in lines] == ["budget.max_usd", "budget.max_hours", "budget.max_accelerator_hours"]
     assert "got 1e-06" in lines[0] and "raise it or leave it out" in lines[0]
@@ -31,6 +36,7 @@ def test_a_cap_below_one_trials_cost_is_a_keyed_error_at_validate_time():
 
 def test_caps_that_fit_a_trial_validate_and_unknown_keys_are_named():
     spec = validate(cost=PRICE, budget={"max_usd": 5, "max_hours": 1})
+    check_spec(spec)
     assert spec.budget.max_usd == 5 and spec.budget.max_accelerator_hours is None
     with pytest.raises(UserError) as raised:
         validate(budget={"max_usdollars": 5})
@@ -43,8 +49,7 @@ def guard_with(book: SweepBook, **caps) -> BudgetGuard:
     return BudgetGuard(
         budget=BudgetSpec(**caps),
         book=book,
-        accelerators_per_trial=1,
-        usd_per_hour=3.6,
+        rate=Rate("cpu", accelerators_per_trial=1, usd_per_hour=3.6),
         timing=TIMING,
         milestones=[10, 30, 90],
         eval_every=10,
@@ -152,7 +157,7 @@ def test_a_resumed_sweep_measures_its_restored_guard_on_the_new_book():
     count what the first driver's trials spent."""
     import pickle
 
-    from sweeper.plan.command import SweepBudget
+    from sweeper.run.budget import SweepBudget
 
     inner = Counting()
     guard = guard_with(book_with(), max_usd=0.05)
@@ -169,7 +174,7 @@ def test_a_resumed_sweep_measures_its_restored_guard_on_the_new_book():
 
 
 def test_a_resumed_sweep_without_a_budget_keeps_its_searcher():
-    from sweeper.plan.command import SweepBudget
+    from sweeper.run.budget import SweepBudget
 
     inner = Counting()
     budget = SweepBudget(spec=None, plan=None, forecast=None, guard=None)

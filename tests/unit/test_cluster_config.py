@@ -1,4 +1,4 @@
-"""Joining a Ray cluster (sweeper/run/launch.py) without Ray: which address a sweep uses,
+"""Joining a Ray cluster (sweeper/run/connect.py) without Ray: which address a sweep uses,
 when it runs in token mode, how an address that does not answer is refused, where the
 warm-start server runs; and cluster.yaml against Ray's own cluster-launcher schema."""
 
@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sweeper.run import launch
+from sweeper.cluster import connect
+from sweeper.run import sweep_dir
 from sweeper.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,49 +27,49 @@ ROOT = Path(__file__).resolve().parents[2]
     ],
 )
 def test_a_sweep_starts_its_own_cluster_unless_given_an_address(given, environ, expected):
-    assert launch.cluster_address(given, environ) == expected
-    assert launch.starts_own_cluster(launch.cluster_address(given, environ)) == (expected == "local")
+    assert connect.cluster_address(given, environ) == expected
+    assert connect.starts_own_cluster(connect.cluster_address(given, environ)) == (expected == "local")
 
 
 def test_a_token_is_found_where_ray_looks_in_ray_order(tmp_path):
     home = tmp_path / "home"
-    assert launch.auth_token_source({}, home) is None
+    assert connect.auth_token_source({}, home) is None
     (home / ".ray").mkdir(parents=True)
     (home / ".ray" / "auth_token").write_text("secret-in-home")
-    assert launch.auth_token_source({}, home) == str(home / ".ray" / "auth_token")
+    assert connect.auth_token_source({}, home) == str(home / ".ray" / "auth_token")
     token_file = tmp_path / "token"
     token_file.write_text("secret-in-file")
-    assert launch.auth_token_source({"RAY_AUTH_TOKEN_PATH": str(token_file)}, home) == str(token_file)
-    assert launch.auth_token_source({"RAY_AUTH_TOKEN": "secret-in-env", "RAY_AUTH_TOKEN_PATH": str(token_file)}, home) == "RAY_AUTH_TOKEN"
+    assert connect.auth_token_source({"RAY_AUTH_TOKEN_PATH": str(token_file)}, home) == str(token_file)
+    assert connect.auth_token_source({"RAY_AUTH_TOKEN": "secret-in-env", "RAY_AUTH_TOKEN_PATH": str(token_file)}, home) == "RAY_AUTH_TOKEN"
     # A path that names no file is not a token.
-    assert launch.auth_token_source({"RAY_AUTH_TOKEN_PATH": str(tmp_path / "missing")}, tmp_path) is None
+    assert connect.auth_token_source({"RAY_AUTH_TOKEN_PATH": str(tmp_path / "missing")}, tmp_path) is None
 
 
 def test_a_joining_client_uses_token_mode_only_when_a_token_exists_and_the_user_chose_no_mode(tmp_path):
-    assert launch.client_auth_settings({}, tmp_path) == {}
-    assert launch.client_auth_settings({"RAY_AUTH_TOKEN": "x"}, tmp_path) == {"RAY_AUTH_MODE": "token"}
-    assert launch.client_auth_settings({"RAY_AUTH_TOKEN": "x", "RAY_AUTH_MODE": "disabled"}, tmp_path) == {}
+    assert connect.client_auth_settings({}, tmp_path) == {}
+    assert connect.client_auth_settings({"RAY_AUTH_TOKEN": "x"}, tmp_path) == {"RAY_AUTH_MODE": "token"}
+    assert connect.client_auth_settings({"RAY_AUTH_TOKEN": "x", "RAY_AUTH_MODE": "disabled"}, tmp_path) == {}
 
 
 def test_the_refusal_without_a_token_says_how_to_get_one_and_never_shows_a_token(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.delenv("RAY_AUTH_TOKEN", raising=False)
     monkeypatch.delenv("RAY_AUTH_TOKEN_PATH", raising=False)
-    assert "ray get-auth-token" in launch._auth_problem("10.0.0.5:6379")
+    assert "ray get-auth-token" in connect.auth_problem("10.0.0.5:6379")
     monkeypatch.setenv("RAY_AUTH_TOKEN", "s3cr3t-token-value")
-    line = launch._auth_problem("10.0.0.5:6379")
+    line = connect.auth_problem("10.0.0.5:6379")
     assert line.startswith("--address:") and "RAY_AUTH_TOKEN" in line and "s3cr3t" not in line
 
 
 def test_the_probe_reads_host_and_port_from_every_address_form(tmp_path):
-    assert launch.bootstrap_endpoint("10.0.0.5:6379") == ("10.0.0.5", 6379)
-    assert launch.bootstrap_endpoint("ray://head.example:10001") == ("head.example", 10001)
+    assert connect.bootstrap_endpoint("10.0.0.5:6379") == ("10.0.0.5", 6379)
+    assert connect.bootstrap_endpoint("ray://head.example:10001") == ("head.example", 10001)
     address_file = tmp_path / "ray_current_cluster"
-    assert launch.bootstrap_endpoint("auto", address_file) is None
+    assert connect.bootstrap_endpoint("auto", address_file) is None
     address_file.write_text("127.0.0.1:46379\n")
-    assert launch.bootstrap_endpoint("auto", address_file) == ("127.0.0.1", 46379)
+    assert connect.bootstrap_endpoint("auto", address_file) == ("127.0.0.1", 46379)
     with pytest.raises(UserError, match=r"^--address: expected auto, HOST:PORT"):
-        launch.bootstrap_endpoint("head-without-port")
+        connect.bootstrap_endpoint("head-without-port")
 
 
 def test_an_address_that_does_not_answer_is_one_keyed_line_at_once():
@@ -76,9 +77,9 @@ def test_an_address_that_does_not_answer_is_one_keyed_line_at_once():
         closed.bind(("127.0.0.1", 0))
         port = closed.getsockname()[1]  # bound, never listening: connections are refused
         with pytest.raises(UserError, match=rf"^--address: no Ray cluster answers at 127.0.0.1:{port} "):
-            launch.check_reachable(f"127.0.0.1:{port}", ("127.0.0.1", port), timeout_s=5)
+            connect.check_reachable(f"127.0.0.1:{port}", ("127.0.0.1", port), timeout_s=5)
     with pytest.raises(UserError, match=r"^--address: auto found no running Ray cluster"):
-        launch.check_reachable("auto", None)
+        connect.check_reachable("auto", None)
 
 
 def test_an_address_that_answers_passes_the_probe():
@@ -86,25 +87,25 @@ def test_an_address_that_answers_passes_the_probe():
         listening.bind(("127.0.0.1", 0))
         listening.listen(1)
         port = listening.getsockname()[1]
-        launch.check_reachable(f"127.0.0.1:{port}", ("127.0.0.1", port), timeout_s=5)
+        connect.check_reachable(f"127.0.0.1:{port}", ("127.0.0.1", port), timeout_s=5)
 
 
 def test_the_warm_start_server_runs_only_on_a_cluster_the_sweep_starts(tmp_path):
-    assert launch.start_warm_server("auto", tmp_path / "warm_start.log") is None
-    assert launch.start_warm_server("127.0.0.1:6379", tmp_path / "warm_start.log") is None
-    assert launch.start_warm_server("local", tmp_path / "warm_start.log", use_gpu=True) is None
+    assert connect.start_warm_server("auto", tmp_path / "warm_start.log") is None
+    assert connect.start_warm_server("127.0.0.1:6379", tmp_path / "warm_start.log") is None
+    assert connect.start_warm_server("local", tmp_path / "warm_start.log", use_gpu=True) is None
 
 
 def test_a_folder_holding_only_the_warm_start_log_is_not_an_existing_sweep(tmp_path):
-    from sweeper.spec.schema import load_spec
+    from sweeper.spec.load import load_spec
 
     spec = load_spec(ROOT / "search_spaces" / "quickstart.yaml").model_copy(update={"output_dir": tmp_path / "s"})
     (tmp_path / "s").mkdir()
-    (tmp_path / "s" / launch.WARM_START_LOG).write_text("importing torch\n")
-    launch.refuse_existing_sweep(spec, overwrite=False)
+    (tmp_path / "s" / sweep_dir.WARM_START_LOG).write_text("importing torch\n")
+    sweep_dir.refuse_existing_sweep(spec, overwrite=False)
     (tmp_path / "s" / "sweep.yaml").write_text("name: old\n")
     with pytest.raises(UserError, match=r"^name: a sweep named"):
-        launch.refuse_existing_sweep(spec, overwrite=False)
+        sweep_dir.refuse_existing_sweep(spec, overwrite=False)
 
 
 def test_cluster_yaml_is_a_valid_ray_cluster_launcher_config():

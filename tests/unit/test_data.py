@@ -61,7 +61,7 @@ def test_empty_file_and_wrong_fields(tmp_path, tokenizer):
 
 # ---------------------------------------------------------------- preference pairs (task dpo)
 
-from sweeper.spec.schema import validate_spec  # noqa: E402
+from sweeper.spec.load import validate_spec
 from trainables.data import PreferenceSplit, TokenizedSplit, preference_example, tokenize_split  # noqa: E402
 from tests.conftest import REPO, small_dpo_sweep, small_sweep  # noqa: E402
 
@@ -175,9 +175,9 @@ def test_model_config_transformers_cannot_read_is_a_keyed_input_error(tmp_path):
         check_model_config(str(tmp_path))
 
 
-def test_prepare_data_refuses_a_tokenizer_that_cannot_load(tmp_path):
-    from sweeper.run.launch import prepare_data
-    from sweeper.spec.schema import validate_spec
+def test_preparing_the_inputs_refuses_a_tokenizer_that_cannot_load(tmp_path):
+    from sweeper.plan.inputs import prepare_inputs
+    from sweeper.spec.load import validate_spec
     from tests.conftest import REPO, small_sweep
 
     folder = tmp_path / "model"
@@ -187,7 +187,7 @@ def test_prepare_data_refuses_a_tokenizer_that_cannot_load(tmp_path):
     (folder / "tokenizer.json").write_text('{"not": "a tokenizer"}')
     spec = validate_spec(small_sweep("x", model={"name_or_path": str(folder)}), base_dir=REPO)
     with pytest.raises(InputError, match=r"^model.name_or_path: cannot load a tokenizer from "):
-        prepare_data(spec, tmp_path / "cache")
+        prepare_inputs(spec, tmp_path / "cache")
 
 
 def test_chat_messages_with_a_tokenizer_without_chat_template_are_a_keyed_error(tokenizer):

@@ -13,7 +13,7 @@ from optuna.trial import TrialState
 from sweeper.search.warm_start import WARM_START_ATTR, read_warm_start, trial_user_attrs
 from sweeper.errors import UserError
 from sweeper.search.searcher import make_searcher
-from sweeper.spec.schema import spec_to_yaml, validate_spec
+from sweeper.spec.load import spec_to_yaml, validate_spec
 from tests.conftest import small_sweep, write_yaml
 
 EARLIER_SPACE = {

@@ -6,17 +6,12 @@ from typer.testing import CliRunner
 from sweeper.plan import calibrate as calibration
 from sweeper.plan.calibrate import costliest_overrides, mean_timing, side_by_side
 from sweeper.cli import app
-from sweeper.plan.forecast import (
-    PEAK_TFLOPS,
-    UTILISATION,
-    TrialTiming,
-    evaluations_between,
-    forecast_sweep,
-    model_parameters,
-    modelled_timing,
-)
+from sweeper.cost.architecture import parameter_count
+from sweeper.cost.throughput import PEAK_TFLOPS, UTILISATION, TrialTiming, modelled_timing
+from sweeper.plan.forecast import forecast_sweep
+from sweeper.plan.rungs import evaluations_between
 from sweeper.plan.sweep_plan import ClusterResources, make_plan
-from sweeper.spec.schema import validate_spec
+from sweeper.spec.load import validate_spec
 from tests.conftest import REPO, small_sweep
 
 CPU_BOX = ClusterResources(cpus=2, gpus=0, max_node_cpus=2, max_node_gpus=0)
@@ -133,7 +128,7 @@ def test_evaluations_count_the_last_step_when_it_is_not_a_multiple():
 
 def test_throughput_model_is_six_times_parameters_times_tokens_over_peak():
     spec = spec_of(resources={"use_gpu": True, "gpus_per_worker": 1}, training={"precision": "bf16"}, cost={"accelerator": "h100"})
-    parameters = model_parameters(spec)
+    parameters = parameter_count(spec.model.name_or_path)
     timing = modelled_timing(spec, "h100", 1)
     tokens_per_step = 8 * 96  # batch 8 x data.max_length 96
     flops = PEAK_TFLOPS["h100"][0] * 1e12 * UTILISATION["gpu"]
@@ -152,9 +147,12 @@ def test_model_size_from_config_or_from_the_hub_name(tmp_path):
         (tmp_path / name).write_text("")
     local = spec_of(model={"name_or_path": str(tmp_path)})
     attention = 64 * 64 * 2 + 64 * 32 * 2  # q, o full; k, v with 2 of 4 heads
-    assert model_parameters(local) == 1000 * 64 + 2 * (attention + 3 * 64 * 128 + 2 * 64) + 64
-    assert model_parameters(spec_of(model={"name_or_path": "Qwen/Qwen2.5-0.5B-Instruct"})) == 500_000_000
-    assert model_parameters(spec_of(model={"name_or_path": "someone/mystery-model"})) is None
+    assert parameter_count(local.model.name_or_path) == 1000 * 64 + 2 * (attention + 3 * 64 * 128 + 2 * 64) + 64
+    # A hub id whose config is neither known nor cached: the size in its name.
+    assert parameter_count("someone/Mystery-0.5B-Instruct") == 500_000_000
+    assert parameter_count("someone/mystery-model") is None
+    # A known one: its published config, the same reader as the memory forecast's.
+    assert parameter_count("Qwen/Qwen2.5-0.5B-Instruct") == pytest.approx(0.494e9, rel=0.01)
 
 
 def test_costliest_config_takes_the_highest_cost_parameters():

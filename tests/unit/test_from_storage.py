@@ -10,7 +10,7 @@ import pytest
 
 from sweeper.errors import UserError
 from sweeper.run.from_storage import fetch_sweep
-from sweeper.spec.schema import load_spec, spec_to_yaml, validate_spec
+from sweeper.spec.load import load_spec, spec_to_yaml, validate_spec
 from tests.conftest import small_sweep
 
 
@@ -65,7 +65,6 @@ def test_a_sweep_resumed_in_another_folder_reuses_the_mlflow_runs_of_its_storage
     from sweeper.track.book import SweepBook, TrialRecord
     from sweeper.track.mlflow_store import client_for
     from sweeper.names import Tag
-    from sweeper.plan.sweep_plan import TrialResources
     from sweeper.track.tracker import MlflowTracker
 
     monkeypatch.chdir(tmp_path)  # the tracker puts a SQLite store's artifacts in ./mlartifacts
@@ -74,7 +73,7 @@ def test_a_sweep_resumed_in_another_folder_reuses_the_mlflow_runs_of_its_storage
     def tracker(output_dir, storage):
         spec = validate_spec(small_sweep("f", output_dir=str(output_dir), storage={"uri": str(storage)}), base_dir=tmp_path)
         book = SweepBook(metric="eval_loss", goal="minimize", max_steps=30)
-        return MlflowTracker(spec, book, uri, hardware="test", trial_resources=TrialResources(1, 1, 0))
+        return MlflowTracker(spec, book, uri, hardware="test")
 
     first = tracker(tmp_path / "gone", tmp_path / "store")
     first.start_sweep(tmp_path)

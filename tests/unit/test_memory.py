@@ -10,17 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sweeper.cost.memory import (
-    KNOWN_CONFIGS,
-    Architecture,
-    architecture_of,
-    forecast,
-    forecast_trial_memory,
-    gpu_memory_gib,
-    refuse_if_unfit,
-)
+from sweeper.cost.architecture import KNOWN_CONFIGS, Architecture, architecture_of
+from sweeper.cost.memory import forecast, forecast_trial_memory, gpu_memory_gib, refuse_if_unfit
 from sweeper.errors import UserError
-from sweeper.spec.schema import load_spec, validate_spec
+from sweeper.spec.load import load_spec, validate_spec
 from tests.conftest import REPO, small_sweep
 
 GPU_SWEEPS = sorted(

@@ -5,8 +5,7 @@ import pytest
 
 from sweeper.track.book import SweepBook
 from sweeper.track.mlflow_store import client_for
-from sweeper.plan.sweep_plan import TrialResources
-from sweeper.spec.schema import validate_spec
+from sweeper.spec.load import validate_spec
 from sweeper.track.tracker import MlflowTracker
 from tests.conftest import REPO, small_sweep
 
@@ -19,7 +18,7 @@ def make_tracker(folder, experiment):
         patch.chdir(folder)
         return MlflowTracker(
             spec, SweepBook(metric="eval_loss", goal="minimize", max_steps=30), f"sqlite:///{folder / 'mlflow.db'}",
-            hardware="test", trial_resources=TrialResources(1, 1, 0),
+            hardware="test",
         )
 
 

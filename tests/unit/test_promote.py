@@ -8,12 +8,12 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from sweeper.plan.sweep_plan import TrialResources
 from sweeper.errors import UserError
 from sweeper.promote.export import export_trial
 from sweeper.track.book import SweepBook, TrialRecord
 from sweeper.promote.registry import check_registry, pinned_requirements, promote_trial, state_refusal
-from sweeper.spec.schema import single_run_spec, validate_spec, with_overrides
+from sweeper.spec.overrides import single_run_spec, with_overrides
+from sweeper.spec.load import validate_spec
 from sweeper.track.store import SweepStore
 from sweeper.track.tracker import MlflowTracker
 from tests.conftest import REPO, small_sweep
@@ -87,7 +87,7 @@ def store(tmp_path_factory):
     book = SweepBook(metric="eval_loss", goal="minimize", max_steps=30)
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(folder)  # the tracker puts a SQLite store's artifacts in ./mlartifacts
-        tracker = MlflowTracker(spec, book, uri, hardware="test", trial_resources=TrialResources(1, 1, 0))
+        tracker = MlflowTracker(spec, book, uri, hardware="test")
     tracker.start_sweep(folder)
     results = {
         "t1_00001": ("completed", [(10, 2.0), (20, 1.6), (30, 1.5)]),

@@ -10,9 +10,8 @@ import pytest
 from sweeper.track.book import SweepBook, TrialRecord
 from sweeper.track.mlflow_store import client_for
 from sweeper.names import RunKind, Tag
-from sweeper.plan.sweep_plan import TrialResources
 from sweeper.track.run_reader import ClientRunReader, SqliteRunReader, reader_for
-from sweeper.spec.schema import validate_spec
+from sweeper.spec.load import validate_spec
 from sweeper.track.store import SweepStore
 from sweeper.track.tracker import MlflowTracker
 from tests.conftest import REPO, small_sweep
@@ -24,7 +23,7 @@ def write_sweep(folder, name, results, discard=(), **sections):
     book = SweepBook(metric="eval_loss", goal="minimize", max_steps=30)
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(folder)  # the tracker puts a SQLite store's artifacts in ./mlartifacts
-        tracker = MlflowTracker(spec, book, uri, hardware="test", trial_resources=TrialResources(1, 1, 0))
+        tracker = MlflowTracker(spec, book, uri, hardware="test")
     tracker.start_sweep(folder)
     for number, (trial_id, (state, losses)) in enumerate(results.items(), start=1):
         record = book.trials[trial_id] = TrialRecord(trial_id, number, {"training.learning_rate": 10.0 ** -number})

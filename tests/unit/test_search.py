@@ -9,7 +9,7 @@ from optuna.trial import TrialState
 
 from sweeper.search.searcher import TUNE_TRIAL_ID_ATTR, StepAwareOptunaSearch
 from sweeper.search.space import to_optuna_distributions
-from sweeper.spec.schema import validate_spec
+from sweeper.spec.load import validate_spec
 from tests.conftest import REPO, small_sweep
 
 

@@ -3,9 +3,10 @@ import optuna
 import pytest
 
 from sweeper.errors import UserError
-from sweeper.plan.sweep_plan import ClusterResources, TrialResources, asha_rungs, concurrency_limit, make_plan
+from sweeper.plan.sweep_plan import ClusterResources, TrialResources, concurrency_limit, make_plan
+from sweeper.plan.rungs import asha_rungs
 from sweeper.search.space import make_sampler, to_optuna_distributions
-from sweeper.spec.schema import validate_spec
+from sweeper.spec.load import validate_spec
 from sweeper.track.tracker import flat_params
 from tests.conftest import REPO, small_sweep
 
@@ -142,7 +143,7 @@ def test_asha_by_promotion_knows_its_step_budget_before_launch():
 
 
 def test_the_rung_arithmetic_counts_whole_trials_and_lets_one_through_a_closed_rung():
-    from sweeper.plan.sweep_plan import milestone_counts, promotion_steps, steps_trained
+    from sweeper.plan.rungs import milestone_counts, promotion_steps, steps_trained
 
     # 10 trials: floor(10/3) = 3 go on from step 10, max(1, floor(3/3)) = 1 from step 30.
     assert milestone_counts(10, [10, 30], 90, 3) == [(10, 10), (30, 3), (90, 1)]

@@ -5,15 +5,18 @@ from typer.testing import CliRunner
 
 from sweeper.cli import app
 from sweeper.errors import UserError
-from sweeper.spec.schema import load_spec, validate_spec, with_overrides
+from sweeper.plan.checks import check_spec, load_checked_spec
+from sweeper.spec.load import load_spec, validate_spec
+from sweeper.spec.overrides import with_overrides
 from tests.conftest import REPO, small_sweep, write_yaml
 
 SHIPPED = sorted((REPO / "search_spaces").glob("*.yaml"))
 
 
 def errors_of(raw: dict) -> list[str]:
+    """The keyed lines of the whole validation pass: the schema, then the checks that read the disk."""
     with pytest.raises(UserError) as caught:
-        validate_spec(raw, base_dir=REPO)
+        check_spec(validate_spec(raw, base_dir=REPO))
     return caught.value.lines
 
 
@@ -425,7 +428,7 @@ def test_model_folder_beside_the_yaml_is_local_not_a_hub_id(tmp_path):
 
 def errors_of_file(folder: Path, raw: dict) -> list[str]:
     with pytest.raises(UserError) as caught:
-        load_spec(write_yaml(folder / "s.yaml", raw))
+        load_checked_spec(write_yaml(folder / "s.yaml", raw))
     return caught.value.lines
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from sweeper.cluster import storage
 from sweeper.errors import UserError
-from sweeper.spec.schema import validate_spec
+from sweeper.spec.load import validate_spec
 from tests.conftest import small_sweep
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from sweeper.errors import UserError
 from sweeper.spec.reference import markdown_reference
-from sweeper.spec.schema import validate_spec
+from sweeper.spec.load import validate_spec
 from tests.conftest import REPO, small_sweep
 from trainables.strategies import deepspeed_config
 

@@ -18,7 +18,7 @@ import pytest
 
 from sweeper.search.searcher import StepAwareOptunaSearch
 from sweeper.search.space import to_optuna_distributions
-from sweeper.spec.schema import validate_spec
+from sweeper.spec.load import validate_spec
 from tests.conftest import REPO, small_sweep
 
 

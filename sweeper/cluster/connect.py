@@ -1,0 +1,227 @@
+"""Which Ray cluster a sweep runs on and how it joins it: the address (`--address`, else
+RAY_ADDRESS, else a local cluster of its own, resolved once at the CLI or API edge), a
+probe before joining, token auth and its one error message, the settings every trial
+process gets, and the warm-start server a local CPU sweep's workers fork from."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Mapping
+
+from sweeper.errors import UserError
+
+__all__ = [
+    "TRIAL_SETTINGS", "LOCAL_CLUSTER", "cluster_address", "starts_own_cluster", "auth_token_source",
+    "client_auth_settings", "set_auth_mode_before_ray_loads", "bootstrap_endpoint", "check_reachable",
+    "auth_refused", "auth_problem", "start_warm_server", "job_metadata", "start_ray",
+]
+
+
+# Ray Train and Tune settings for sweeps of many short trials. Ray reads them from the
+# environment of the trial processes (which run the Train controllers), so they are
+# given to every process of the sweep's Ray job as its runtime_env.
+TRIAL_SETTINGS = {
+    # The Train controller polls its workers this often: a report reaches Tune and ASHA,
+    # and a finished run is noticed, at most this late (Ray's default: 2 s, which let a
+    # pruned trial train on for seconds and left every finished trial's CPUs idle). A
+    # slower poll did not raise a trial's tokens/s measurably (benchmarks/README.md).
+    "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.1",
+    # A watcher actor per trial for node preemption: a process per trial. A preempted
+    # node's workers die, which Train's retry (search.max_failures) already handles.
+    "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
+    # How long Tune waits for a stopped trial's thread before reusing its actor; the
+    # trial aborts its Train run first (sweeper/run/trial.py), which takes about a second.
+    "TUNE_FUNCTION_THREAD_TIMEOUT_S": "20",
+}
+
+
+LOCAL_CLUSTER = "local"
+
+
+AUTH_MODE_ENV = "RAY_AUTH_MODE"
+
+
+PROBE_TIMEOUT_S = 10.0
+
+
+def cluster_address(address: str | None, environ: Mapping[str, str]) -> str:
+    """The Ray address a sweep uses: `--address`, else RAY_ADDRESS, else "local" (a new
+    cluster of its own). Never Ray's implicit join: `ray.init()` without an address joins
+    whatever `ray start` left in Ray's address file, even a head that is gone."""
+    return address or environ.get("RAY_ADDRESS") or LOCAL_CLUSTER
+
+
+def starts_own_cluster(address: str) -> bool:
+    return address == LOCAL_CLUSTER
+
+
+def auth_token_source(environ: Mapping[str, str], home: Path) -> str | None:
+    """Where Ray would find a cluster token for a client, in Ray's order (the variable's
+    name or the file's path, never the token itself); None when there is none."""
+    if environ.get("RAY_AUTH_TOKEN"):
+        return "RAY_AUTH_TOKEN"
+    for path in (environ.get("RAY_AUTH_TOKEN_PATH"), home / ".ray" / "auth_token"):
+        if path and Path(path).is_file():
+            return str(path)
+    return None
+
+
+def client_auth_settings(environ: Mapping[str, str], home: Path) -> dict[str, str]:
+    """Environment for a client joining a cluster: token mode when a token is where Ray
+    looks (a joining client defaults to RAY_AUTH_MODE=disabled and a `ray start --head`
+    cluster refuses it); an explicit RAY_AUTH_MODE is the user's choice and stays."""
+    if AUTH_MODE_ENV in environ or auth_token_source(environ, home) is None:
+        return {}
+    return {AUTH_MODE_ENV: "token"}
+
+
+def bootstrap_endpoint(address: str, address_file: Path | None = None) -> tuple[str, int] | None:
+    """The (host, port) a join first talks to: the GCS (HOST:PORT, or for "auto" the
+    address `ray start` wrote in Ray's address file) or the Ray Client server
+    (ray://HOST:PORT). None when there is nothing to probe (no address file for "auto")."""
+    if address == "auto":
+        if address_file is None or not address_file.is_file():
+            return None
+        address = address_file.read_text().strip()
+    address = address.removeprefix("ray://")
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise UserError(f"--address: expected auto, HOST:PORT or ray://HOST:PORT, got {address!r}")
+    return host.strip("[]"), int(port)
+
+
+def check_reachable(address: str, endpoint: tuple[str, int] | None, timeout_s: float = PROBE_TIMEOUT_S) -> None:
+    """Refuse, as one keyed line, an address whose cluster does not answer (ray.init
+    would retry "Failed to connect to GCS" without end)."""
+    import socket
+
+    if endpoint is None:
+        raise UserError(
+            f"--address: {address} found no running Ray cluster on this machine (no `ray start` address file); "
+            "start one with `ray start --head`, give HOST:PORT, or leave --address out to start a local cluster"
+        )
+    host, port = endpoint
+    try:
+        socket.create_connection((host, port), timeout=timeout_s).close()
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise UserError(
+            f"--address: no Ray cluster answers at {host}:{port} ({reason}); check that its head is running "
+            "(ray status on the head), give its address, or leave --address out to start a local cluster"
+        ) from None
+
+
+def auth_refused(exc: BaseException) -> bool:
+    text = f"{type(exc).__name__} {exc}"
+    words = ("InvalidAuthToken", "UNAUTHENTICATED", "authentication token", "AuthenticationError", "Authentication required", "Authentication failed")
+    return any(word in text for word in words)
+
+
+def start_warm_server(address: str, log_path: Path, use_gpu: bool = False):
+    """The warm-start server for a CPU sweep on a cluster it starts itself, on Linux
+    (sweeper/cluster/fork_server.py), started first so that it imports torch while the data is
+    tokenized and Ray starts; None when the sweep joins a cluster (the job's
+    py_executable would route every node's workers through a server that only this node
+    has), trains on GPUs (forked CUDA workers are not proven safe yet) or the platform
+    cannot host it. Its log goes to `log_path`."""
+    from sweeper.cluster import fork_server
+
+    if not starts_own_cluster(address) or use_gpu or not fork_server.supported():
+        return None
+    return fork_server.Server(fork_server.new_socket_path(), log_path)
+
+
+def job_metadata(spec, tracking_uri: str) -> dict[str, str]:
+    """The Ray job's metadata: the dashboard's Jobs page shows `job_name` as the job's
+    name, the rest on the job's page and in its REST API (/api/jobs/)."""
+    return {
+        "job_name": spec.name,
+        "sweeper.sweep": spec.name,
+        "sweeper.task": spec.task,
+        "sweeper.model": spec.model.name_or_path,
+        "sweeper.num_trials": str(spec.search.num_trials),
+        "sweeper.metric": f"{spec.search.metric} ({spec.search.goal})",
+        "sweeper.parameters": ", ".join(spec.search.parameters) or "none",
+        "sweeper.sweep_dir": str(spec.sweep_dir),
+        "sweeper.mlflow": f"{tracking_uri} (experiment {spec.tracking.experiment})",
+    }
+
+
+def start_ray(address: str, warm_server=None, metadata: dict[str, str] | None = None):
+    """Start a local cluster with its dashboard (`address` "local"), or join `address`
+    ("auto", HOST:PORT, ray://HOST:PORT) after checking that it answers, in token mode
+    when a token is where Ray looks. The dashboard stays on: besides monitoring, Ray
+    Train's placement-group cleanup needs it (without it finished trials kept their
+    resources and sweeps hung). `metadata`: the job's (job_metadata), shown by the
+    dashboard.
+
+    With a `warm_server` every worker process of the sweep's job is forked from it, with
+    Ray, torch, transformers and peft imported already: a trial's new Train worker skips
+    8-10 CPU-seconds of imports.
+
+    Raises:
+        UserError: the address is malformed, does not answer, or refuses this client's token.
+    """
+    joining = not starts_own_cluster(address)
+    if joining:
+        set_auth_mode_before_ray_loads()
+    import ray
+
+    if ray.is_initialized():
+        if warm_server:
+            warm_server.stop()  # the workers of a running Ray are started already
+        return ray.get_runtime_context(), None
+    from sweeper.cluster import fork_server
+    from sweeper.cluster.ray_adapter import ray_address_file
+
+    if joining:
+        check_reachable(address, bootstrap_endpoint(address, ray_address_file()))
+    runtime_env = {"env_vars": dict(TRIAL_SETTINGS)}
+    if warm_server:
+        warm_env = fork_server.runtime_env(warm_server.socket_path)
+        runtime_env = {"py_executable": warm_env["py_executable"], "env_vars": {**TRIAL_SETTINGS, **warm_env["env_vars"]}}
+    from ray.job_config import JobConfig
+
+    options = dict(
+        job_config=JobConfig(metadata=metadata or {}),
+        log_to_driver=False,
+        logging_level="WARNING",
+        configure_logging=True,
+        runtime_env=runtime_env,
+    )
+    if not joining:
+        options.update(include_dashboard=True, dashboard_host="127.0.0.1")
+    try:
+        context = ray.init(address=address, **options)
+    except Exception as exc:
+        # A refused token reaches ray.init only as "Failed to connect to Ray cluster" (the
+        # InvalidAuthToken is logged); the probe has shown that the address answers.
+        tokenless = isinstance(exc, ConnectionError) and auth_token_source(os.environ, Path.home()) is None
+        if joining and (auth_refused(exc) or tokenless):
+            raise UserError(auth_problem(address)) from None
+        raise
+    url = context.dashboard_url
+    return context, (f"http://{url}" if url and not url.startswith("http") else url)
+
+
+def auth_problem(address: str) -> str:
+    """The one message for a cluster that wants a token this client lacks or that it refused."""
+    source = auth_token_source(os.environ, Path.home())
+    if source is None:
+        return (
+            f"--address: the Ray cluster at {address} requires an authentication token and none was found; "
+            "run `ray get-auth-token` on its head and put the token in ~/.ray/auth_token here "
+            "(or set RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH)"
+        )
+    return (
+        f"--address: the Ray cluster at {address} refused the token from {source}; "
+        "run `ray get-auth-token` on its head and put that token there"
+    )
+
+
+def set_auth_mode_before_ray_loads() -> None:
+    """Ray reads its auth mode from the environment of the process that joins a cluster,
+    once, when it loads: a client about to join (ray.init, the Jobs SDK) sets it here,
+    the only place this package writes Ray's environment."""
+    os.environ.update(client_auth_settings(os.environ, Path.home()))

@@ -1,0 +1,99 @@
+"""What the `budget` caps mean before a sweep runs: against one trial's least cost (a cap
+that cannot pay for a single trial is refused by the checks) and against the forecast
+(`sweep plan` and `sweep start` print a line per cap)."""
+
+from __future__ import annotations
+
+from sweeper.cost.prices import accelerators_per_trial, sweep_rate
+from sweeper.cost.throughput import modelled_timing
+from sweeper.plan.forecast import Forecast
+from sweeper.plan.rungs import evaluations_between
+from sweeper.spec.budget import BudgetSpec
+
+__all__ = ["CAPS", "budget_problems", "budget_lines", "first_trial_cost"]
+
+
+# cap key -> (what it measures, unit formatter)
+CAPS: dict[str, str] = {"max_usd": "USD", "max_hours": "wall hours", "max_accelerator_hours": "accelerator-hours"}
+
+
+def budget_problems(spec) -> list[tuple[str, str]]:
+    """Keyed problems of `spec.budget`: a cap smaller than the least one trial spends (its
+    start and the steps to the first rung, from the throughput model, which needs no
+    measurement) cannot run a single trial."""
+    budget = spec.budget
+    if budget is None:
+        return []
+    least = first_trial_cost(spec)
+    if least is None:
+        return []
+    seconds, usd = least
+    trial = "one trial's start and first-rung steps cost about"
+    problems = []
+    if budget.max_usd is not None and budget.max_usd < usd:
+        problems.append((
+            "budget.max_usd",
+            f"{trial} ${usd:.6f} (throughput model, sweep plan --no-calibrate), got "
+            f"{budget.max_usd:g}; raise it or leave it out",
+        ))
+    if budget.max_hours is not None and budget.max_hours < seconds / 3600:
+        problems.append((
+            "budget.max_hours",
+            f"{trial} {seconds / 3600:.6f} h ({seconds:.1f} s), got {budget.max_hours:g}; "
+            "raise it or leave it out",
+        ))
+    accelerator_hours = seconds / 3600 * accelerators_per_trial(spec.resources)
+    if budget.max_accelerator_hours is not None and budget.max_accelerator_hours < accelerator_hours:
+        problems.append((
+            "budget.max_accelerator_hours",
+            f"{trial} {accelerator_hours:.6f} accelerator-hours, got "
+            f"{budget.max_accelerator_hours:g}; raise it or leave it out",
+        ))
+    return problems
+
+
+def budget_lines(budget: BudgetSpec, forecast: "Forecast") -> list[str]:
+    """What each cap means against the forecast, for `sweep plan` and `sweep start`."""
+    expected, worst = forecast.expected, forecast.worst
+    figures = {
+        "max_usd": (budget.max_usd, expected.usd, worst.usd),
+        "max_hours": (budget.max_hours, expected.wall_seconds / 3600, worst.wall_seconds / 3600),
+        "max_accelerator_hours": (budget.max_accelerator_hours, expected.accelerator_hours, worst.accelerator_hours),
+    }
+    lines = []
+    for key, (cap, expected_value, worst_value) in figures.items():
+        if cap is None:
+            continue
+        verdict = (
+            "the whole sweep fits"
+            if worst_value <= cap
+            else "the expected sweep fits; without pruning it would be cut"
+            if expected_value <= cap
+            else "the sweep is expected to be cut by it"
+        )
+        lines.append(
+            f"Budget {key}: {cap:g} {CAPS[key]} against {expected_value:.4g} expected, {worst_value:.4g} worst case: {verdict}"
+        )
+    return lines
+
+
+def first_trial_cost(spec) -> tuple[float, float] | None:
+    """(seconds, USD) of the least a trial spends, from the throughput model: its start and
+    the steps to the first rung (to max_steps without early stopping). None when the
+    model's size is unknown. Budgets smaller than this cannot run one trial."""
+    try:
+        rate = sweep_rate(spec)
+    except KeyError:
+        return None  # an unknown accelerator is reported by its own check
+    timing = modelled_timing(spec, rate.accelerator, rate.accelerators_per_trial)
+    if timing is None:
+        return None
+    stopping, training = spec.early_stopping, spec.training
+    first = (
+        stopping.grace_period_for(training.max_steps, training.eval_every)
+        if stopping.scheduler in ("asha", "asha_stopping")
+        else training.max_steps
+    )
+    evaluations = evaluations_between(0, first, training.eval_every, training.max_steps)
+    seconds = timing.setup_seconds + first * timing.step_seconds + evaluations * timing.eval_seconds
+    return seconds, rate.trial_cost(seconds).usd

@@ -1,0 +1,137 @@
+"""The sweep's folder and what lies in it: made new (never over an existing sweep unless
+asked), the files published beside remote storage, the warm-start server's log, and the
+pid of the driver running the sweep (`sweep stop` signals it, `sweep resume` refuses a
+sweep that still has one)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import time
+from pathlib import Path
+
+from sweeper.cluster import storage
+from sweeper.errors import UserError
+from sweeper.spec.load import spec_to_yaml
+from sweeper.spec.schema import SweepSpec
+
+__all__ = [
+    "refuse_existing_sweep", "prepare_sweep_dir", "PUBLISHED_FILES", "publish_sweep_files", "WARM_START_LOG",
+    "first_missing_folder", "forget_warm_start_log", "DRIVER_PID_FILE", "running_driver_pid",
+    "refuse_if_running", "refuse_if_read_only", "stop_sweep",
+]
+
+
+def refuse_existing_sweep(spec: SweepSpec, overwrite: bool) -> None:
+    """An existing sweep is never replaced unless asked (checked before Ray starts)."""
+    sweep_dir = spec.sweep_dir
+    if not overwrite and _sweep_files(sweep_dir):
+        raise UserError(
+            f"name: a sweep named {spec.name!r} already exists in {sweep_dir}; "
+            f"continue it with sweep resume {spec.name}, pick a new name, or pass --overwrite to replace it"
+        )
+
+
+def prepare_sweep_dir(spec: SweepSpec, overwrite: bool) -> Path:
+    """The sweep's folder, new. An existing sweep is never deleted unless asked."""
+    refuse_existing_sweep(spec, overwrite)
+    sweep_dir = spec.sweep_dir
+    for path in _sweep_files(sweep_dir):
+        shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    # With its folder pinned, so that `sweep resume --sweep-dir` works from any directory.
+    (sweep_dir / "sweep.yaml").write_text(spec_to_yaml(spec.model_copy(update={"output_dir": sweep_dir})))
+    return sweep_dir
+
+
+# What `sweep promote` and `sweep resume` need from a sweep besides its Tune state and
+# checkpoints, copied beside them when storage.uri is not the sweep folder.
+PUBLISHED_FILES = ("sweep.yaml", "tokenizer")
+
+
+def publish_sweep_files(spec: SweepSpec) -> None:
+    if spec.storage_uri == str(spec.sweep_dir):
+        return
+    for name in PUBLISHED_FILES:
+        storage.upload(spec.sweep_dir / name, storage.join(spec.storage_uri, name))
+
+
+# The warm-start server's log (sweeper/cluster/fork_server.py), in the sweep folder: the server
+# starts, and may write it, before the folder is prepared, so preparing keeps it.
+WARM_START_LOG = "warm_start.log"
+
+
+def _sweep_files(sweep_dir: Path) -> list[Path]:
+    """What a sweep left in its folder (the warm-start log of this start aside)."""
+    if not sweep_dir.is_dir():
+        return []
+    return [path for path in sweep_dir.iterdir() if path.name != WARM_START_LOG]
+
+
+def first_missing_folder(folder: Path) -> Path | None:
+    """The outermost of `folder` and its parents that does not exist yet, if any."""
+    missing = None
+    for candidate in (folder, *folder.parents):
+        if candidate.exists():
+            return missing
+        missing = candidate
+    return missing
+
+
+def forget_warm_start_log(sweep_dir: Path, made_for_the_log: Path | None) -> None:
+    """A start refused before the sweep began leaves nothing behind: the warm-start log,
+    written before the inputs were checked, goes, and so do the folders made for it."""
+    (sweep_dir / WARM_START_LOG).unlink(missing_ok=True)
+    if made_for_the_log is not None and not any(p.is_file() for p in made_for_the_log.rglob("*")):
+        shutil.rmtree(made_for_the_log, ignore_errors=True)
+
+
+DRIVER_PID_FILE = "driver.pid"
+
+
+def running_driver_pid(spec: SweepSpec) -> int | None:
+    """The pid of the live `sweep start/resume` process driving this sweep, if any."""
+    pid_file = spec.sweep_dir / DRIVER_PID_FILE
+    if not pid_file.is_file():
+        return None
+    try:
+        pid = int(pid_file.read_text())
+        os.kill(pid, 0)
+    except (ValueError, ProcessLookupError):
+        return None
+    except PermissionError:
+        pass
+    return pid
+
+
+def refuse_if_running(spec: SweepSpec) -> None:
+    pid = running_driver_pid(spec)
+    if pid is not None:
+        raise UserError(f"NAME: sweep {spec.name!r} is still running (driver pid {pid}); stop it first: sweep stop {spec.name}")
+
+
+def stop_sweep(spec: SweepSpec, timeout_s: float = 300) -> int:
+    """Ask the sweep's driver to stop (SIGINT: Tune stops the trials and saves its
+    state), then wait for it to close its runs and exit. Returns the driver's pid."""
+    pid = running_driver_pid(spec)
+    if pid is None:
+        raise UserError(f"NAME: sweep {spec.name!r} is not running (no live driver for {spec.sweep_dir})")
+    os.kill(pid, signal.SIGINT)
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        if running_driver_pid(spec) != pid:
+            return pid
+        time.sleep(0.5)
+    raise UserError(f"NAME: sweep {spec.name!r} (driver pid {pid}) did not stop within {timeout_s:.0f} s")
+
+
+def refuse_if_read_only(sweep_dir: Path) -> None:
+    """Resume writes the Tune state, checkpoints and the Optuna study into the sweep folder."""
+    written = [sweep_dir, sweep_dir / "tune", sweep_dir / "trials", sweep_dir / "optuna.db"]
+    read_only = [path for path in written if path.exists() and not os.access(path, os.W_OK)]
+    if read_only:
+        raise UserError(
+            f"NAME: cannot resume: {read_only[0]} is read-only; resume writes into the sweep folder "
+            f"{sweep_dir}; make it writable (chmod -R u+w, or remount it read-write)"
+        )

@@ -1,0 +1,152 @@
+"""A sweep YAML file -> a validated `SweepSpec`, or `UserError` with one keyed line per
+problem (every problem at once, the nearest valid key for a typo, keys given twice);
+and a spec back to YAML and to its stable hash."""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from sweeper.errors import UserError
+from sweeper.spec.paths import error_text, section_model
+from sweeper.spec.schema import SweepSpec
+from sweeper.spec.sections import SearchSpec
+from trainables.errors import FieldProblems
+
+
+def load_spec(path: str | Path) -> SweepSpec:
+    """Read and validate a sweep YAML file; raise UserError listing every problem."""
+    raw = read_yaml(path)
+    return validate_spec(raw, base_dir=Path(path).resolve().parent, source=str(path))
+
+
+def read_yaml(path: str | Path) -> dict:
+    """The mapping in a YAML file; UserError for a file that is missing, unreadable, not
+    YAML, not a mapping, or that gives a key twice (YAML itself would keep the last)."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{path}: no such file; give the path of a sweep YAML file")
+    try:
+        loader = yaml.SafeLoader(path.read_text())
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"{path}: cannot read: {exc}") from None
+    try:
+        node = loader.get_single_node()
+        duplicates = _duplicate_keys(node, path.name)
+        if duplicates:
+            raise UserError(*duplicates)
+        raw = loader.construct_document(node) if node is not None else None
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown position"
+        raise UserError(f"{path}: invalid YAML at {where}: {exc.problem}") from None
+    finally:
+        loader.dispose()
+    if not isinstance(raw, dict):
+        raise UserError(f"{path}: expected a mapping of keys (name, data, search, ...), got {type(raw).__name__}")
+    return raw
+
+
+def _duplicate_keys(node: yaml.Node | None, file_name: str, prefix: str = "", seen_nodes: set | None = None) -> list[str]:
+    """One keyed line per key given twice in the same mapping, anywhere in the document."""
+    seen_nodes = set() if seen_nodes is None else seen_nodes
+    if node is None or id(node) in seen_nodes:  # an alias points at a node already walked
+        return []
+    seen_nodes.add(id(node))
+    if isinstance(node, yaml.SequenceNode):
+        return [
+            line for index, item in enumerate(node.value)
+            for line in _duplicate_keys(item, file_name, f"{prefix}{index}.", seen_nodes)
+        ]
+    if not isinstance(node, yaml.MappingNode):
+        return []
+    problems, first_line = [], {}
+    for key_node, value_node in node.value:
+        key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
+        line = key_node.start_mark.line + 1
+        if key is not None and key != "<<" and key in first_line:
+            problems.append(
+                f"{prefix}{key}: given twice in {file_name}, at line {first_line[key]} and line {line}; keep one"
+            )
+        elif key is not None:
+            first_line[key] = line
+        problems += _duplicate_keys(value_node, file_name, f"{prefix}{key}.", seen_nodes)
+    return problems
+
+
+def validate_spec(raw: dict, base_dir: Path, source: str = "<yaml>") -> SweepSpec:
+    try:
+        return SweepSpec.model_validate(raw, context={"base_dir": base_dir})
+    except ValidationError as exc:
+        raise UserError(*(line for err in exc.errors() for line in _format_error(err, raw))) from None
+
+
+def _format_error(err: dict, raw: dict) -> list[str]:
+    """The keyed lines of one pydantic error: one line, or one per problem that a
+    cross-field validator raised (FieldProblems keys are relative to the error's location)."""
+    loc = [str(part) for part in err["loc"]]
+    # Discriminated unions add the tag to the location; it is not a YAML key.
+    if len(loc) >= 4 and loc[:2] == ["search", "parameters"] and loc[3] in {
+        "uniform", "log_uniform", "int_uniform", "categorical"}:
+        loc.pop(3)
+    key = ".".join(loc)
+    if err["type"] == "extra_forbidden":
+        return [f"{key}: unknown key; {_nearest_key(loc)}"]
+    if err["type"] == "missing":
+        return [f"{key}: required key is missing"]
+    cause = (err.get("ctx") or {}).get("error")
+    if isinstance(cause, FieldProblems):
+        return [f"{'.'.join([*loc, sub_key])}: {message}" for sub_key, message in cause.problems]
+    given = _value_at(raw, err["loc"])
+    got = f" (got {given!r})" if given is not _MISSING else ""
+    return [f"{key}: {error_text(err)}{got}"]
+
+
+
+
+_MISSING = object()
+
+
+def _value_at(raw: Any, loc: tuple) -> Any:
+    node = raw
+    for part in loc:
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and isinstance(part, int) and part < len(node):
+            node = node[part]
+        else:
+            return _MISSING
+    return node
+
+
+def _nearest_key(loc: list[str]) -> str:
+    model: Any = SweepSpec
+    for part in loc[:-1]:
+        if part in ("parameters",) and model is SearchSpec:
+            return "valid keys: distribution, low, high, step, log, values"
+        field = model.model_fields.get(part) if isinstance(model, type) else None
+        section = section_model(field.annotation) if field else None
+        if section:
+            model = section
+        else:
+            return "valid keys: distribution, low, high, step, log, values"
+    valid = list(model.model_fields)
+    given = loc[-1]
+    close = difflib.get_close_matches(given, valid, n=1, cutoff=0.5)
+    close = close or [v for v in valid if given.startswith(v) or v.startswith(given)][:1]
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return f"{hint}valid keys: {', '.join(valid)}"
+
+
+def spec_hash(spec: SweepSpec) -> str:
+    """Stable hash of the whole config, recorded with the sweep."""
+    return hashlib.sha256(spec.model_dump_json().encode()).hexdigest()[:12]
+
+
+def spec_to_yaml(spec: SweepSpec) -> str:
+    return yaml.safe_dump(spec.model_dump(mode="json", exclude_none=True), sort_keys=False)

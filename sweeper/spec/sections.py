@@ -1,0 +1,270 @@
+"""The driver's own sections of the sweep file: the search (its distributions, method,
+trial count and warm start), early_stopping, tracking, storage and cost. The sections a
+trial trains with live in `trainables/config.py`; `schema.SweepSpec` composes both."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import Field, ValidationInfo, field_validator, model_validator
+
+from trainables.config import StrictModel, resolve_relative_path
+from trainables.errors import FieldProblems
+
+
+class UniformDist(StrictModel):
+    distribution: Literal["uniform"]
+    low: float
+    high: float
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "UniformDist":
+        if not self.low < self.high:
+            raise FieldProblems([("low", f"must be < high, got low={self.low}, high={self.high}")])
+        return self
+
+
+class LogUniformDist(UniformDist):
+    distribution: Literal["log_uniform"]  # type: ignore[assignment]
+
+    @model_validator(mode="after")
+    def _positive(self) -> "LogUniformDist":
+        if self.low <= 0:
+            raise FieldProblems([("low", f"must be > 0 on a log scale, got {self.low}")])
+        return self
+
+
+class IntUniformDist(StrictModel):
+    distribution: Literal["int_uniform"]
+    low: int
+    high: int
+    step: int = Field(1, ge=1)
+    log: bool = False
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "IntUniformDist":
+        problems = []
+        if not self.low < self.high:
+            problems.append(("low", f"must be < high, got low={self.low}, high={self.high}"))
+        if self.log and self.low <= 0:
+            problems.append(("low", f"must be > 0 with log: true, got {self.low}"))
+        if self.log and self.step != 1:
+            problems.append(("step", "must be 1 with log: true (Optuna cannot combine them)"))
+        if problems:
+            raise FieldProblems(problems)
+        return self
+
+
+class CategoricalDist(StrictModel):
+    distribution: Literal["categorical"]
+    values: list[Union[bool, int, float, str]] = Field(min_length=1)
+
+
+Distribution = Annotated[
+    Union[UniformDist, LogUniformDist, IntUniformDist, CategoricalDist],
+    Field(discriminator="distribution"),
+]
+
+
+class WarmStartSpec(StrictModel):
+    sweep: str = Field(description="Name of an earlier sweep whose Optuna study seeds this search.")
+    top_k: int = Field(
+        3, ge=0, description="Its best this-many trials' configs run first (0: its trials only inform the sampler)."
+    )
+    sweep_dir: Path | None = Field(
+        None, description="The earlier sweep's folder; default: beside this sweep's folder (./sweeps/<sweep>)."
+    )
+
+    @field_validator("sweep_dir", mode="before")
+    @classmethod
+    def _relative_to_yaml(cls, value: Any, info: ValidationInfo) -> Any:
+        return resolve_relative_path(value, info)
+
+
+class SearchSpec(StrictModel):
+    method: Literal["tpe", "random", "grid"] = Field(
+        "tpe", description="Optuna sampler: tpe (default), random, or grid (categorical parameters only)."
+    )
+    metric: str = Field("eval_loss", description="Reported metric to optimise (see TASK_METRICS).")
+    goal: Literal["minimize", "maximize"] = Field("minimize", description="Direction of `metric`.")
+    num_trials: int = Field(8, ge=1, description="Trials to run (for grid: at most the grid size).")
+    max_concurrent_trials: int | None = Field(
+        None, ge=1, description="Cap on trials at once; default: as many as the cluster fits."
+    )
+    seed: int = Field(0, ge=0, description="Sampler seed: same seed, same sequence of configs.")
+    max_failures: int = Field(
+        1, ge=0, description="Retries of a failed trial (exception, NaN loss, lost worker) from its last checkpoint."
+    )
+    keep_best_adapters: int = Field(
+        3, ge=1, description="Adapter checkpoints kept for the best this-many finished trials; the rest are deleted as the sweep goes."
+    )
+    parameters: dict[str, Distribution] = Field(
+        default_factory=dict,
+        description="Dotted config path (e.g. training.learning_rate) -> distribution: "
+        "{distribution: uniform|log_uniform, low, high}, {distribution: int_uniform, low, "
+        "high, step, log}, or {distribution: categorical, values: [...]}.",
+    )
+    warm_start: list[WarmStartSpec] = Field(
+        default_factory=list,
+        description="Earlier sweeps to start from: {sweep: NAME, top_k: N} or a list of them. Their finished "
+        "trials are added to this search's study and their best top_k configs run first; parameters not in "
+        "this search space, or out of its range, are left out (one note each).",
+    )
+
+    @field_validator("warm_start", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: Any) -> Any:
+        return [value] if isinstance(value, dict) else value
+
+
+class EarlyStoppingSpec(StrictModel):
+    scheduler: Literal["asha", "asha_stopping", "median", "none"] = Field(
+        "asha",
+        description="Trial scheduler: asha (successive halving by promotion: a trial waits, paused, at each "
+        "rung until it ranks in the best 1/eta there, so the sweep trains what the rung arithmetic says; "
+        "each promotion of a paused trial costs one trial setup), asha_stopping (Ray's ASHA: decides when a "
+        "trial arrives at a rung, no pauses, early arrivals go on), median stopping, or none.",
+    )
+    grace_period: int | None = Field(
+        None,
+        ge=1,
+        description="Steps every trial trains before it can be stopped (ASHA's r: the first rung). Default: "
+        "training.max_steps / 27 rounded up to an evaluation, about 4% of training (243 steps, eval every 9: "
+        "step 9; 90 steps, eval every 10: step 10).",
+    )
+    reduction_factor: float | None = Field(
+        None,
+        ge=2,
+        description="ASHA's eta: keep 1/eta of the trials ranked at each rung. Default: 4 under asha (its one "
+        "rung keeps a quarter), 3 under asha_stopping.",
+    )
+    rung_spacing: float | None = Field(
+        None,
+        ge=2,
+        description="asha only: steps multiply by this from one rung to the next (rungs at grace_period x "
+        "rung_spacing^k below max_steps), where early_stopping.rungs asks for more than one. Default: "
+        "reduction_factor, as in ASHA. Spaced wider than reduction_factor, trials are ranked less often and "
+        "more go on from each rung (reduction_factor 2, rung_spacing 4, rungs: all: rungs 9, 36, 144 of 243, "
+        "keeping half at each; benchmarks/README.md, search quality).",
+    )
+    rungs: int | Literal["all"] | None = Field(
+        None,
+        description="asha only: how many rungs rank the trials; from the last one the trials that go on train "
+        "to max_steps. Default 1, a screen: every trial trains grace_period steps and the best "
+        "1/reduction_factor train to the end (27 trials: 6 of them; a quarter of random search's steps). "
+        "Measured against the former default's ladder (rungs 9, 27, 81 of 243 keeping a third) it found better "
+        "configs on 16 of 25 runs over three tasks and worse on 5, as later rungs ranked the good trials no "
+        "better than the first (benchmarks/README.md, search quality). A number N: the first N rungs; all: "
+        "every rung below max_steps (classic ASHA, with reduction_factor 3).",
+    )
+    startup_trials: int | None = Field(
+        None,
+        ge=0,
+        description="asha only: the sweep's first N trials train to max_steps without being ranked at the rungs "
+        "(as Optuna's MedianPruner lets its first 5 finish), so the search has full-length results before "
+        "early evaluations decide; each costs a whole trial's steps. Default 0: the screen was measured best "
+        "without them (with 4 of 27, TPE's good group held only those 4; benchmarks/README.md).",
+    )
+
+    @field_validator("rungs", mode="before")
+    @classmethod
+    def _count_or_all(cls, value: Any) -> Any:
+        # One line for a bad value, not one per member of the union.
+        if value is None or value == "all" or (type(value) is int and value >= 1):
+            return value
+        raise ValueError("must be a whole number >= 1, or all")
+
+    def grace_period_for(self, max_steps: int, eval_every: int) -> int:
+        """early_stopping.grace_period, or its default for training of `max_steps` steps
+        evaluated every `eval_every`: the first rung where the trials' ranks are read,
+        placed relative to max_steps (a fixed number of steps would judge a 2000-step run
+        at 0.5 % of its training, when early losses mislead most) and on an evaluation."""
+        if self.grace_period is not None:
+            return self.grace_period
+        return default_grace_period(max_steps, eval_every)
+
+    def reduction_factor_for(self) -> float:
+        """early_stopping.reduction_factor, or its default: 4 under the sweeper's ASHA (a
+        screen keeping a quarter: about a quarter of random search's steps with the
+        default grace period), 3 under Ray's ASHA (its rungs 1, 3, 9... of the grace period)."""
+        if self.reduction_factor is not None:
+            return self.reduction_factor
+        return 4.0 if self.scheduler == "asha" else 3.0
+
+    def rung_spacing_for(self) -> float:
+        """early_stopping.rung_spacing, or its default: reduction_factor (ASHA's rungs)."""
+        return self.rung_spacing if self.rung_spacing is not None else self.reduction_factor_for()
+
+    def rung_count(self, searched: bool = True) -> int | None:
+        """How many rungs rank the trials: early_stopping.rungs, its default (1 under the
+        sweeper's ASHA), or None for every rung below max_steps (rungs: all, Ray's ASHA).
+        `searched`: whether the sweep has search.parameters; a sweep of one config runs
+        Ray's ASHA even under scheduler asha (search.make_scheduler)."""
+        if self.rungs == "all" or self.scheduler != "asha" or not searched:
+            return None
+        return self.rungs if self.rungs is not None else 1
+
+    def startup_trials_for(self) -> int:
+        """early_stopping.startup_trials, or its default: none (benchmarks/README.md,
+        search quality: the screen without them found better configs than the ladder with 4)."""
+        if self.scheduler != "asha" or self.startup_trials is None:
+            return 0
+        return self.startup_trials
+
+
+def default_grace_period(max_steps: int, eval_every: int) -> int:
+    """max_steps / 27 rounded up to a multiple of eval_every: the first rung at about 4 %
+    of training, as in the search-quality benchmark's task (243 steps: step 9;
+    benchmarks/README.md)."""
+    return max(1, math.ceil(max_steps / 27 / eval_every)) * eval_every
+
+
+class TrackingSpec(StrictModel):
+    uri: str | None = Field(
+        None,
+        description="MLflow tracking URI (sqlite:///..., http://host:5000, ...); default: "
+        "sqlite:///mlflow.db in the working directory, artifacts in ./mlartifacts.",
+    )
+    experiment: str = Field("sweeper", min_length=1, description="MLflow experiment that holds the sweep's runs.")
+
+
+class StorageSpec(StrictModel):
+    uri: str | None = Field(
+        None,
+        description="Where Tune's experiment state and every trial's Train checkpoints go: a folder "
+        "(default: the sweep folder, ./sweeps/<name>), a shared file-system path mounted on every node, "
+        "or s3://bucket/prefix (endpoint and credentials from AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, "
+        "AWS_SECRET_ACCESS_KEY or AWS_PROFILE). A multi-node cluster needs s3:// or a shared path; "
+        "resume, promote and report read the checkpoints from here.",
+    )
+
+    @field_validator("uri", mode="before")
+    @classmethod
+    def _folder_relative_to_yaml(cls, value: Any, info: ValidationInfo) -> Any:
+        from sweeper.cluster.storage import is_remote, uri_problem
+
+        if value is None or not isinstance(value, str):
+            return value
+        problem = uri_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value.rstrip("/") if is_remote(value) else str(resolve_relative_path(value, info))
+
+
+class CostSpec(StrictModel):
+    accelerator: str | None = Field(
+        None,
+        description="Price-table key: cpu, a10g, l40s, a100-40gb, a100-80gb, h100, h200, rtx4090 "
+        "(or one of cost.prices); default: cpu without GPUs, a100-80gb with.",
+    )
+    usd_per_hour: float | None = Field(
+        None, ge=0, description="Price per accelerator-hour (per CPU core-hour on CPU); overrides the table."
+    )
+    prices: dict[str, float] = Field(
+        default_factory=dict, description="Extra or overriding price-table entries, USD per accelerator-hour."
+    )
+
+    def resolved_accelerator(self, use_gpu: bool) -> str:
+        return self.accelerator or ("a100-80gb" if use_gpu else "cpu")
