@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sweeper.errors import UserError
-from trainables.config import BUILTIN_TINY_MODEL
+from trainables.sections import BUILTIN_TINY_MODEL
 
 __all__ = [
     "Architecture", "MemoryForecast", "forecast_trial_memory", "forecast", "GPU_MEMORY_GIB",

@@ -1,6 +1,7 @@
 """The YAML contract: a pydantic schema that is the single source of truth for every key,
 its default, its valid values and its help text (`sweep reference` prints it). The
-sections a trial trains with are defined in `trainables/config.py` (the trial contract)
+sections a trial trains with are defined in `trainables/sections.py` and
+`trainables/resources.py` (put together in `trainables/config.py`, the trial contract)
 and composed here with the driver's own (search, early_stopping, tracking, cost).
 
 `load_spec(path)` turns a YAML file into a validated `SweepSpec` or raises `UserError`
@@ -23,20 +24,19 @@ from pydantic import BaseModel, Field, ValidationError, ValidationInfo, field_va
 
 from sweeper.spec.budget import BudgetSpec, budget_problems
 from sweeper.errors import UserError
-from trainables.config import (
+from trainables.config import TrialConfig, trial_problems
+from trainables.resources import ResourcesSpec
+from trainables.sections import (
     ChaosSpec,
     DataSpec,
     DpoSpec,
     LoraSpec,
     ModelSpec,
-    ResourcesSpec,
     StrictModel,
     Task,
     TrainingSpec,
-    TrialConfig,
     checks_files,
     resolve_relative_path,
-    trial_problems,
 )
 from trainables.errors import FieldProblems
 from trainables.metrics import TASK_METRICS
