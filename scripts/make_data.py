@@ -13,7 +13,7 @@ import json
 import random
 from pathlib import Path
 
-from trainables.tasks import make_task
+from trainables.toy_tasks import make_task
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 SYSTEM_PROMPT = "Answer with the result only."

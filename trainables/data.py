@@ -8,8 +8,9 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainables.config import HubSplit, TrialConfig
+from trainables.config import TrialConfig
 from trainables.errors import InputError
+from trainables.sections import HubSplit
 
 IGNORE_INDEX = -100
 

@@ -11,8 +11,8 @@ import torch
 from filelock import FileLock
 
 from trainables import tiny
-from trainables.config import BUILTIN_TINY_MODEL
 from trainables.errors import InputError
+from trainables.sections import BUILTIN_TINY_MODEL
 
 __all__ = [
     "BUILTIN_TINY_MODEL", "DEFAULT_CACHE_ROOT", "resolve_model_source", "adapter_base", "check_model_config",

@@ -66,7 +66,7 @@ def build_tokenizer():
 
 def qa_text(rng: random.Random) -> str:
     """One pretraining text: a task of the shipped family in plain "Q: ... A: ..." form."""
-    from trainables.tasks import make_task
+    from trainables.toy_tasks import make_task
 
     prompt, answer, _ = make_task(rng)
     return f"Q: {prompt}\nA: {answer}\n"

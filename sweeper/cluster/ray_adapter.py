@@ -128,8 +128,8 @@ def _stoppable_torch_trainer() -> type:
 
         def fit_until(self, stop: threading.Event, worker_repr: str | None = None):
             """`fit()`, unless `stop` is set first: then the run is aborted and this
-            returns None. `worker_repr`: what the dashboard shows as the Repr of the
-            run's Train workers."""
+            returns its Result, with no error, instead of raising. `worker_repr`: what
+            the dashboard shows as the Repr of the run's Train workers."""
             self._stop, self._worker_repr = stop, worker_repr
             return self.fit()
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainables import tiny
-from trainables.config import BUILTIN_TINY_MODEL
+from trainables.sections import BUILTIN_TINY_MODEL
 
 __all__ = ["Architecture", "KNOWN_CONFIGS", "architecture_of", "parameter_count"]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from trainables.config import StrictModel
+from trainables.sections import StrictModel
 
 __all__ = ["BudgetSpec"]
 

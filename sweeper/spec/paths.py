@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from trainables.config import ChaosSpec, DpoSpec, LoraSpec, TrainingSpec
+from trainables.sections import ChaosSpec, DpoSpec, LoraSpec, TrainingSpec
 
 
 # Config sections whose fields `search.parameters` may name by dotted path.

@@ -1,10 +1,11 @@
 """The YAML contract: a pydantic schema that is the single source of truth for every key,
 its default, its valid values and its help text (`sweep reference` prints it). The
-sections a trial trains with are defined in `trainables/config.py` (the trial contract),
-the driver's own in `sections.py`; `SweepSpec` composes them and holds the cross-field
-rules, each a keyed problem. No I/O beyond the trial sections' own file checks (under
-the `check_files` context): the checks that read the model's config, the cache or the
-output folder run after the schema, in `sweeper.plan.checks`.
+sections a trial trains with are defined in `trainables/sections.py` and
+`trainables/resources.py` (the trial contract, `trainables/config.py`), the driver's own
+in `sections.py`; `SweepSpec` composes them and holds the cross-field rules, each a keyed
+problem. No I/O beyond the trial sections' own file checks (under the `check_files`
+context): the checks that read the model's config, the cache or the output folder run
+after the schema, in `sweeper.plan.checks`.
 
 `sweeper.spec.load.load_spec(path)` turns a YAML file into a validated `SweepSpec`; a
 trial gets `SweepSpec.trial_config()` with its sampled values applied.
@@ -30,22 +31,22 @@ from sweeper.spec.sections import (
     TrackingSpec,
     UniformDist,
 )
-from trainables.config import (
+from trainables.config import TrialConfig, trial_problems
+from trainables.resources import ResourcesSpec
+from trainables.sections import (
     ChaosSpec,
     DataSpec,
     DpoSpec,
     LoraSpec,
     ModelSpec,
-    ResourcesSpec,
     StrictModel,
     Task,
     TrainingSpec,
-    TrialConfig,
     resolve_relative_path,
-    trial_problems,
 )
 from trainables.errors import FieldProblems
 from trainables.metrics import TASK_METRICS
+
 
 class SweepSpec(StrictModel):
     name: str = Field(

@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from trainables.config import StrictModel, resolve_relative_path
+from trainables.sections import StrictModel, resolve_relative_path
 from trainables.errors import FieldProblems
 
 

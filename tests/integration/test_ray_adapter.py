@@ -2,7 +2,9 @@
 StoppableTorchTrainer runs Train's controller inside the trial's own actor (no controller
 actor, one placement-group cleaner per trial actor), and when Tune
 stops the trial its run is aborted: its placement group is removed and its CPUs go to
-the next trial, also when Tune kills the trial's actor at the end."""
+the next trial, also when Tune kills the trial's actor at the end. Run in an actor of
+their own, `fit_until` returns once its `stop` is set, after Train's controller has run
+its abort hooks and recorded the run as aborted, and raises a run's failure as it is."""
 
 import time
 
@@ -45,10 +47,29 @@ def ray_cluster():
     ray.shutdown()
 
 
-def test_stopped_runs_release_their_workers_at_once_and_start_no_extra_actors(ray_cluster, tmp_path):
+def train_groups_left() -> list:
+    """Placement groups of Train runs not yet removed: Train's runs reserve CPUs, Tune's
+    trial actors only a token of memory."""
     import ray
+
+    return [pg for pg in ray.util.placement_group_table().values()
+            if pg["state"] != "REMOVED" and any("CPU" in bundle for bundle in pg["bundles"].values())]
+
+
+def wait_for_train_groups_removed(timeout_s: float = 30) -> list:
+    """The Train runs' placement groups still left after `timeout_s` (none, normally)."""
+    deadline = time.time() + timeout_s
+    while time.time() < deadline and train_groups_left():
+        time.sleep(0.1)
+    return train_groups_left()
+
+
+def test_stopped_runs_release_their_workers_at_once_and_start_no_extra_actors(ray_cluster, tmp_path):
     from ray import tune
     from ray.util.state import list_actors
+
+    # Actors of the other tests in this module are not this sweep's.
+    earlier_actors = {a.actor_id for a in list_actors(limit=1000)}
 
     class StopTimes(tune.Callback):
         def __init__(self):
@@ -72,20 +93,107 @@ def test_stopped_runs_release_their_workers_at_once_and_start_no_extra_actors(ra
     results = tuner.fit()
     assert [r.metrics["training_iteration"] for r in results] == [3, 3, 3]
     assert time.time() - started < 300
-    # Train's runs reserve CPUs; Tune's trial actors only a token of memory.
-    def train_groups_left():
-        return [pg for pg in ray.util.placement_group_table().values()
-                if pg["state"] != "REMOVED" and any("CPU" in bundle for bundle in pg["bundles"].values())]
-
-    deadline = time.time() + 30
-    while time.time() < deadline and train_groups_left():
-        time.sleep(0.1)
-    actors = list_actors(limit=1000)
-    assert train_groups_left() == [], [(a.class_name, a.state) for a in actors]
+    groups_left = wait_for_train_groups_removed()
+    actors = [a for a in list_actors(limit=1000) if a.actor_id not in earlier_actors]
+    assert groups_left == [], [(a.class_name, a.state) for a in actors]
     trial_actors = [a for a in actors if a.class_name == "ImplicitFunc"]
     cleaners = [a for a in actors if a.class_name == "PlacementGroupCleaner"]
     assert 1 <= len(cleaners) <= len(trial_actors) < 3, (cleaners, trial_actors)  # actors were reused
     assert "TrainController" not in {a.class_name for a in actors}
+
+
+class TrialActor:
+    """Runs StoppableTorchTrainers one after another in its own process, as a Tune trial's
+    actor does (Tune reuses it for the next trial)."""
+
+    def fit_until(self, train_loop, storage: str, stop_once_running: bool) -> dict:
+        """`train_loop` on one worker, through `StoppableTorchTrainer.fit_until(stop)`. If
+        `stop_once_running`, another thread sets `stop` once the run is RUNNING (its worker
+        started), as Tune does from the actor's main thread. Returns how fit_until ended
+        ("returned": its value, or "raised": the error's type and text), and "events": what
+        Train's controller told its callbacks through Ray Train's callback interface, its
+        abort hook (`before_controller_abort`) and each state it entered."""
+        import threading
+
+        from ray.train import RunConfig, ScalingConfig
+        from ray.train.v2._internal.execution.callback import ControllerCallback
+
+        from sweeper.cluster.ray_adapter import StoppableTorchTrainer
+
+        class ControllerEvents(ControllerCallback):
+            def __init__(self):
+                self.events = []
+
+            def before_controller_abort(self):
+                self.events.append("before_controller_abort")
+
+            def after_controller_state_update(self, previous_state, current_state):
+                self.events.append(type(current_state).__name__)
+
+        stop, recorder = threading.Event(), ControllerEvents()
+
+        def set_stop_once_running():
+            while not stop.is_set():
+                if "RunningState" in recorder.events:
+                    stop.set()
+                time.sleep(0.01)
+
+        trainer = StoppableTorchTrainer(
+            train_loop_per_worker=train_loop,
+            scaling_config=ScalingConfig(num_workers=1, resources_per_worker={"CPU": 1}),
+            run_config=RunConfig(storage_path=storage, callbacks=[recorder]),
+        )
+        if stop_once_running:
+            threading.Thread(target=set_stop_once_running, daemon=True).start()
+        try:
+            ended = {"returned": trainer.fit_until(stop)}
+        except Exception as exc:
+            ended = {"raised": f"{type(exc).__name__}: {exc}"}
+        finally:
+            stop.set()  # ends the thread should the run end before it was RUNNING
+        return {**ended, "events": recorder.events}
+
+
+@pytest.fixture(scope="module")
+def trial_actor(ray_cluster):
+    import ray
+
+    actor = ray.remote(num_cpus=0)(TrialActor).remote()
+    yield actor
+    ray.kill(actor)
+
+
+def test_a_stopped_run_is_aborted_and_fit_until_returns(trial_actor, tmp_path):
+    """Once `stop` is set, Train's controller runs its abort hooks, its workers are killed
+    and their placement group removed, the run is recorded ABORTED, and fit_until
+    returns (the run's Result, with no error) instead of raising or waiting for an end
+    the loop never reaches."""
+    import ray
+    from ray.util.state import list_actors
+
+    run = ray.get(trial_actor.fit_until.remote(endless_loop, str(tmp_path), stop_once_running=True), timeout=180)
+    assert "raised" not in run and run["returned"].error is None, run
+    assert "RunningState" in run["events"]
+    assert run["events"][-2:] == ["before_controller_abort", "AbortedState"], run["events"]
+    assert wait_for_train_groups_removed() == []
+    workers = list_actors(filters=[("class_name", "=", "RayTrainWorker"), ("state", "=", "ALIVE")], limit=1000)
+    assert workers == []
+
+
+def failing_loop(config):
+    raise ValueError("bad config")
+
+
+def test_a_run_that_fails_raises_its_error_and_is_not_aborted(trial_actor, tmp_path):
+    """A failure that is not a stop comes out of fit_until (Tune then fails the trial, and
+    the driver reads the loop's own error from it); the run ends ERRORED, not aborted."""
+    import ray
+
+    run = ray.get(trial_actor.fit_until.remote(failing_loop, str(tmp_path), stop_once_running=False), timeout=180)
+    assert "returned" not in run, run
+    assert "ValueError: bad config" in run["raised"], run["raised"]
+    assert run["events"][-1] == "ErroredState" and "before_controller_abort" not in run["events"], run["events"]
+    assert wait_for_train_groups_removed() == []
 
 
 def test_the_head_node_resource_places_an_actor_on_the_head(ray_cluster):

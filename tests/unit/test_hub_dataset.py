@@ -15,7 +15,7 @@ import pytest
 
 from sweeper.spec.load import spec_to_yaml, validate_spec
 from tests.conftest import REPO, SFT_EVAL, SFT_TRAIN, small_sweep
-from trainables.config import HubSplit
+from trainables.sections import HubSplit
 
 HUB_ID = "sweeper-test/chat"
 COMMIT = "89abcdef0123456789abcdef0123456789abcdef"

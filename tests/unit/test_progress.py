@@ -11,6 +11,8 @@ def record(tmp_path, number, state, loss, step=30):
 
 
 def test_janitor_keeps_the_best_k_finished_adapters(tmp_path):
+    """Told (as the driver tells its listeners) that a trial finished, the janitor removes
+    the adapters of every finished trial outside the best keep_best."""
     book = SweepBook(metric="eval_loss", goal="minimize", max_steps=30)
     trials = [
         record(tmp_path, 1, "completed", 3.0),
@@ -20,7 +22,7 @@ def test_janitor_keeps_the_best_k_finished_adapters(tmp_path):
         record(tmp_path, 5, "running", 0.1),
     ]
     book.trials = {t.trial_id: t for t in trials}
-    AdapterJanitor(book, keep_best=2)._sweep()
+    AdapterJanitor(book, keep_best=2).trial_finished(book.trials["t4"])  # the last to finish
     kept = {t.number for t in trials if (tmp_path / f"trial{t.number}" / "checkpoint").exists()}
     assert kept == {1, 2, 5}
 

@@ -1,84 +1,15 @@
-"""The parts of sweeper/cluster/ray_adapter.py that can be checked without a Ray cluster: the
-stop logic of a trial's TorchTrainer (with a stand-in for Train's controller), Ray's ID
-generator in forks, and MLflow's name checks. tests/integration/test_ray_adapter.py
-checks the rest against a real cluster."""
+"""The parts of sweeper/cluster/ray_adapter.py that can be checked without a Ray cluster:
+what the trial's TorchTrainer is, Ray's ID generator in forks, Tune's trial numbers, the
+labelled worker group, and MLflow's name checks. tests/integration/test_ray_adapter.py
+checks the rest against a real cluster, the stop logic of a trial's TorchTrainer among it."""
 
-import asyncio
 import os
 import subprocess
 import sys
-import threading
 
 import pytest
 
 from sweeper.cluster import ray_adapter
-
-
-class FakeWorkerGroup:
-    def __init__(self):
-        self.aborted = False
-
-    def has_started(self):
-        return True
-
-    def abort(self):
-        self.aborted = True
-
-
-class FakeController:
-    """Stands in for Train's controller: a run that never ends, or fails."""
-
-    def __init__(self, error: Exception | None = None):
-        self.error = error
-        self.worker_group = FakeWorkerGroup()
-        self.state = None
-        self.hooks = []
-        outer = self
-
-        class Hooks:
-            def invoke_best_effort(self, name):
-                outer.hooks.append(name)
-
-        self._controller_callback_manager = Hooks()
-
-    async def run(self):
-        if self.error:
-            raise self.error
-        await asyncio.sleep(3600)
-
-    def get_state(self):
-        class State:
-            def is_terminal(inner):
-                return self.state is not None
-
-        return State()
-
-    def get_worker_group(self):
-        return self.worker_group
-
-    def _set_state(self, state):
-        self.state = state
-
-
-def stoppable_trainer(stop):
-    trainer = ray_adapter.StoppableTorchTrainer.__new__(ray_adapter.StoppableTorchTrainer)
-    trainer._stop = stop
-    return trainer
-
-
-def test_a_stopped_run_is_aborted_and_returns():
-    stop = threading.Event()
-    controller = FakeController()
-    threading.Timer(0.2, stop.set).start()
-    asyncio.run(asyncio.wait_for(stoppable_trainer(stop)._run_until_stopped(controller), timeout=10))
-    assert controller.worker_group.aborted
-    assert controller.hooks == ["before_controller_abort"]
-    assert type(controller.state).__name__ == "AbortedState"
-
-
-def test_an_error_that_is_not_a_stop_is_raised():
-    with pytest.raises(ValueError, match="bad config"):
-        asyncio.run(stoppable_trainer(threading.Event())._run_until_stopped(FakeController(ValueError("bad config"))))
 
 
 def test_the_trainer_is_a_torch_trainer_and_pickles_by_reference():

@@ -1,5 +1,7 @@
-"""The task family behind the shipped data and the built-in model's pretraining text:
-small string and arithmetic tasks that a 2-layer model can partly learn."""
+"""Toy data: the family of small string and arithmetic tasks behind the shipped datasets
+(scripts/make_data.py) and the built-in model's pretraining text (trainables/tiny.py),
+which a 2-layer model can partly learn. Not a trial's task (sft or dpo): what its
+examples ask."""
 
 from __future__ import annotations
 
