@@ -37,29 +37,22 @@ class Architecture:
 
     @classmethod
     def from_config(cls, config: dict) -> "Architecture":
-        heads = config["num_attention_heads"]
+        heads, hidden = config["num_attention_heads"], config["hidden_size"]
         return cls(
-            hidden=config["hidden_size"],
-            layers=config["num_hidden_layers"],
-            intermediate=config["intermediate_size"],
-            heads=heads,
-            kv_heads=config.get("num_key_value_heads") or heads,
-            vocab=config["vocab_size"],
+            hidden, config["num_hidden_layers"], config["intermediate_size"], heads,
+            kv_heads=config.get("num_key_value_heads") or heads, vocab=config["vocab_size"],
             tied_embeddings=bool(config.get("tie_word_embeddings", False)),
-            head_dim=config.get("head_dim") or config["hidden_size"] // heads,
+            head_dim=config.get("head_dim") or hidden // heads,
         )
 
     @property
-    def attention_width(self) -> int:
-        return self.head_dim * self.heads
-
-    @property
     def kv_width(self) -> int:
+        """Width of the keys (and of the values): grouped heads share them."""
         return self.head_dim * self.kv_heads
 
     def linear_shapes(self) -> dict[str, tuple[int, int]]:
         """(in, out) of each projection of one layer, by the module name LoRA targets."""
-        h, i, q, kv = self.hidden, self.intermediate, self.attention_width, self.kv_width
+        h, i, q, kv = self.hidden, self.intermediate, self.head_dim * self.heads, self.kv_width
         return {
             "q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h),
             "gate_proj": (h, i), "up_proj": (h, i), "down_proj": (i, h),

@@ -48,7 +48,7 @@ class BudgetGuard:
     """The caps, the book they are measured on, and what they cut."""
 
     budget: BudgetSpec
-    book: object  # sweeper.run.janitor.SweepBook
+    book: object  # sweeper.track.book.SweepBook
     rate: Rate  # what a trial's second costs (the tracker's trial costs use the same)
     timing: TrialTiming
     milestones: list[int]  # rungs, then max_steps

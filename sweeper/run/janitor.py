@@ -1,6 +1,6 @@
 """What the driver does with finished trials besides booking them (`sweeper/run/driver.py`
-books them in `sweeper.track.book`): keep disk use bounded, and say in one line why a failed
-trial failed."""
+books them in `sweeper.track.book`): the adapter janitor keeps disk use bounded, and
+`error_reason` says in one line why a failed trial failed."""
 
 from __future__ import annotations
 

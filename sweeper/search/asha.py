@@ -181,7 +181,7 @@ class PromotionASHA(FIFOScheduler):
     promoted ones as slots free up (before any new trial is suggested: see SlotLimiter),
     and stops those left waiting at a closed rung.
 
-    `slots` is the plan's concurrency. `book` (sweeper.run.janitor.SweepBook) holds the
+    `slots` is the plan's concurrency. `book` (sweeper.track.book.SweepBook) holds the
     reports of trials a resumed sweep restores; see `for_resume`."""
 
     def __init__(

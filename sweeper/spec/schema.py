@@ -33,17 +33,8 @@ from sweeper.spec.sections import (
 )
 from trainables.config import TrialConfig, trial_problems
 from trainables.resources import ResourcesSpec
-from trainables.sections import (
-    ChaosSpec,
-    DataSpec,
-    DpoSpec,
-    LoraSpec,
-    ModelSpec,
-    StrictModel,
-    Task,
-    TrainingSpec,
-    resolve_relative_path,
-)
+from trainables.sections import ChaosSpec, DataSpec, DpoSpec, LoraSpec, ModelSpec, StrictModel, Task, TrainingSpec
+from trainables.sections import resolve_relative_path
 from trainables.errors import FieldProblems
 from trainables.metrics import TASK_METRICS
 

@@ -8,7 +8,7 @@ from sweeper.spec.budget import BudgetSpec
 from sweeper.errors import UserError
 from sweeper.cost.throughput import TrialTiming
 from sweeper.names import TrialState
-from sweeper.run.janitor import SweepBook, TrialRecord
+from sweeper.track.book import SweepBook, TrialRecord
 from sweeper.cost.prices import Rate
 from sweeper.plan.checks import check_spec
 from sweeper.spec.load import validate_spec
