@@ -1,0 +1,130 @@
+"""Commands that check, forecast, run, stop and continue a sweep on this machine or a
+cluster it joins: validate, start, plan, resume, stop."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.markup import escape
+
+from sweeper.cli.common import (
+    JOB_ADDRESS_HELP,
+    SWEEP_DIR_HELP,
+    console,
+    errors,
+    finish_run,
+    ray_address,
+    sweep_folder_and_spec,
+)
+
+
+def validate(file: Path = typer.Argument(..., help="Sweep YAML file.")) -> None:
+    """Check a sweep file without starting anything; every problem is listed (exit 2)."""
+    from sweeper.cost.memory import gpu_memory_gib, refuse_if_unfit
+    from sweeper.plan.checks import load_checked_spec
+    from sweeper.search.warm_start import read_warm_start
+
+    spec = load_checked_spec(file)
+    for note in read_warm_start(spec).notes:
+        errors.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False, soft_wrap=True)
+    memory = refuse_if_unfit(spec, gpu_memory_gib(spec.cost.accelerator))
+    console.print(
+        f"[green]ok[/green] {file}: sweep {spec.name!r}, task {spec.task}, {spec.search.num_trials} trials "
+        f"over {', '.join(spec.search.parameters)}"
+    )
+    if memory is not None and spec.resources.use_gpu:
+        console.print(escape(memory.describe()), highlight=False)
+
+
+def start(
+    file: Path = typer.Argument(..., help="Sweep YAML file."),
+    address: Optional[str] = typer.Option(
+        None, "--address", help="Ray cluster to join (default: RAY_ADDRESS, else a new local cluster)."
+    ),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing sweep of the same name."),
+) -> None:
+    """Validate FILE, then run the sweep: a live table while it runs, a summary at the end."""
+    from sweeper.cluster.connect import cluster_address
+    from sweeper.plan.checks import load_checked_spec
+    from sweeper.run.launch import run_sweep
+
+    spec = load_checked_spec(file)
+    run = run_sweep(
+        spec,
+        yaml_folder=file.resolve().parent,
+        address=cluster_address(address, os.environ),
+        overwrite=overwrite,
+        console=console,
+    )
+    finish_run(run)
+
+
+def plan(
+    file: Path = typer.Argument(..., help="Sweep YAML file."),
+    address: Optional[str] = typer.Option(
+        None, "--address", help="Ray cluster to size and calibrate on (default: this machine, as a local cluster)."
+    ),
+    calibrate: bool = typer.Option(
+        True, "--calibrate/--no-calibrate", help="Measure the step time (a few steps) or use the throughput model."
+    ),
+) -> None:
+    """Validate FILE and forecast the sweep without running it: step budget by rung, step
+    time, expected and worst-case wall time, accelerator-hours and USD, budget caps."""
+    from sweeper.plan.command import plan_sweep
+
+    plan_sweep(file, address=ray_address(address), calibrate=calibrate, console=console)
+
+
+def resume(
+    name: str = typer.Argument(..., help="Sweep name."),
+    sweep_dir: Optional[Path] = typer.Option(None, "--sweep-dir", help=SWEEP_DIR_HELP),
+    address: Optional[str] = typer.Option(None, "--address", help="Ray cluster to join (default: RAY_ADDRESS, else a new local cluster)."),
+    storage_uri: Optional[str] = typer.Option(
+        None, "--storage", help="The sweep's storage.uri, where its folder is gone (another machine or folder): "
+        "its sweep.yaml and Optuna study are fetched from there into --sweep-dir (default ./sweeps/NAME).",
+    ),
+) -> None:
+    """Continue a sweep after its driver died or was stopped: finished trials are kept,
+    unfinished ones continue from their latest checkpoint, the search keeps its history."""
+    from sweeper.cluster.connect import cluster_address
+    from sweeper.run.launch import resume_sweep
+
+    if address and address.startswith(("http://", "https://")):
+        from sweeper.cluster import jobs
+
+        job = jobs.resume(name, address, Path.cwd())
+        console.print(f"Submitted the resume of sweep {name!r} as job {job.job_id}\nDashboard: {job.dashboard_url}", highlight=False)
+        return
+    if storage_uri:
+        from sweeper.run.from_storage import fetch_sweep
+
+        fetched = fetch_sweep(name, storage_uri, sweep_dir or Path("sweeps") / name)
+        for note in fetched.notes:
+            errors.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False, soft_wrap=True)
+        sweep_dir = fetched.folder
+    folder, _ = sweep_folder_and_spec(name, sweep_dir)
+    finish_run(resume_sweep(folder, address=cluster_address(address, os.environ), console=console))
+
+
+def stop(
+    name: str = typer.Argument(..., help="Sweep name."),
+    sweep_dir: Optional[Path] = typer.Option(None, "--sweep-dir", help=SWEEP_DIR_HELP),
+    timeout: float = typer.Option(300, "--timeout", help="Seconds to wait for the driver to finish stopping."),
+    address: Optional[str] = typer.Option(None, "--address", help="For a submitted sweep: " + JOB_ADDRESS_HELP),
+) -> None:
+    """Stop a running sweep from another terminal: running trials stop gracefully, their
+    MLflow runs are marked killed, and the sweep stays resumable (sweep resume NAME)."""
+    from sweeper.run.sweep_dir import stop_sweep
+
+    if address and address.startswith(("http://", "https://")):
+        from sweeper.cluster import jobs
+
+        console.print(f"Stopped job {jobs.stop(name, address)} of sweep {name!r}; continue it with: sweep resume {name} --address {address}")
+        return
+    _, spec = sweep_folder_and_spec(name, sweep_dir)
+    pid = stop_sweep(spec, timeout_s=timeout)
+    console.print(f"Sweep {name!r} stopped (driver pid {pid}); continue it with: sweep resume {name}")
+
