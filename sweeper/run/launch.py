@@ -395,6 +395,7 @@ def run_sweep(
         from sweeper.search.searcher import make_search
 
         search_alg, scheduler, max_concurrent_trials = make_search(session.plan, sweep_dir, warm_start)
+        _trial_marks(search_alg, callbacks)
         search_alg = budget.searcher(search_alg)
         storage_filesystem, storage_path = storage.filesystem(spec.storage_uri)
         return tune.Tuner(
@@ -459,13 +460,14 @@ def resume_sweep(
     def restored_tuner(trainable, callbacks):
         from sweeper.run.driver import rebuild_for_resume
         from sweeper.cluster.ray_adapter import restore_tuner
-        from sweeper.search.searcher import optuna_storage_url
+        from sweeper.search.study import study_url
 
         storage_filesystem, experiment_path = storage.filesystem(experiment)
         tuner, scheduler, searcher, stopper = restore_tuner(experiment_path, trainable, callbacks, storage_filesystem)
         # The caps keep counting what the killed driver's trials spent (the book is rebuilt from MLflow).
         searcher = budget.reattach(searcher, stopper, book)
-        rebuild_for_resume(tracker, scheduler, searcher, optuna_storage_url(spec.sweep_dir))
+        rebuild_for_resume(tracker, scheduler, searcher, study_url(spec.sweep_dir))
+        _trial_marks(searcher, callbacks)
         return tuner
 
     run = _drive(spec, session, book, tracker, restored_tuner, console, started, cache_root, [], budget)
@@ -575,7 +577,7 @@ def _drive(
     trainable.__name__ = trainable_name(spec)
     live_table = LiveTable(book, list(spec.search.parameters), console)
     listeners = [tracker, AdapterJanitor(book, spec.search.keep_best_adapters), live_table]
-    driver = SweepDriver(book, listeners, trial_marks=_trial_marks(spec))
+    driver = SweepDriver(book, listeners)  # make_tuner hands it the searcher's marks (_trial_marks)
     tuner = make_tuner(trainable, [driver, *extra_callbacks])
     pid_file = sweep_dir / DRIVER_PID_FILE
     pid_file.write_text(str(os.getpid()))
@@ -594,14 +596,17 @@ def _drive(
     return SweepRun(spec, session.plan, book, session.dashboard_url, time.time() - started, cost, session.tracking_uri, interrupted)
 
 
-def _trial_marks(spec: SweepSpec):
-    """Where the driver reads what the searcher marked a trial with (a startup trial, a
-    warm start's source): the sweep's study; None where the sweep marks no trial."""
-    if not (spec.search.warm_start or spec.early_stopping.startup_trials_for()):
-        return None
-    from sweeper.search.warm_start import trial_user_attrs
+def _trial_marks(search_alg, callbacks: list) -> None:
+    """Where the driver in `callbacks` reads what the searcher marked a trial with (a
+    startup trial, a warm start's source): the sweep's searcher inside `search_alg`'s
+    wrappers, from its memory; nowhere where nothing is searched."""
+    from sweeper.run.driver import SweepDriver
+    from sweeper.search.searcher import optuna_searcher
 
-    return functools.partial(trial_user_attrs, spec.sweep_dir, spec.name)
+    searcher = optuna_searcher(search_alg)
+    for callback in callbacks:
+        if isinstance(callback, SweepDriver) and searcher is not None:
+            callback.trial_marks = searcher.marks
 
 
 DRIVER_PID_FILE = "driver.pid"
