@@ -521,7 +521,6 @@ def closing_trials_limiter(num_trials: int, closing: int):
             suggestion = super().suggest(trial_id)
             if isinstance(suggestion, dict):
                 self.closers.add(trial_id)
-                searcher.startup.add(trial_id)
                 self.scheduler.mark_unranked([trial_id])
             return suggestion
 

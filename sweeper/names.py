@@ -1,6 +1,7 @@
 """One spelling for the words the sweep's parts share: trial states and the `sweeper.*`
 MLflow tags that `sweep list/status`, reports and promotion query by. Metric keys live in
-`trainables/metrics.py` (the trials report them; trainables imports nothing from here).
+`trainables/metrics.py` (the trials report them; trainables imports nothing from here); the
+Optuna study's file, URL and attribute keys in `sweeper/search/study.py`.
 
 Pure Python: the read-only commands import it without Ray, torch or MLflow.
 """
@@ -13,12 +14,8 @@ from trainables.metrics import REPORTED_KEYS, STEP, TASK_METRICS
 
 __all__ = [
     "TrialState", "SweepStatus", "Tag", "RunKind", "RunMetric", "VersionTag", "REPORTED_KEYS", "STEP", "TASK_METRICS",
-    "STUDY_FILE", "ForecastKey", "BudgetKey",
+    "ForecastKey", "BudgetKey",
 ]
-
-# The Optuna study's file: in the sweep folder, and a copy with each of Tune's experiment
-# checkpoints in storage.uri's tune/ (sweeper/search/searcher.py).
-STUDY_FILE = "optuna.db"
 
 
 class TrialState(StrEnum):

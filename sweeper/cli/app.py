@@ -13,7 +13,10 @@ import typer
 from rich.markup import escape
 from typer.core import TyperGroup
 
-from sweeper.cli import jobs, promoting, reading, running
+import sweeper.cli.jobs as jobs
+import sweeper.cli.promoting as promoting
+import sweeper.cli.reading as reading
+import sweeper.cli.running as running
 from sweeper.cli.common import errors
 from sweeper.errors import SweepFailed
 from trainables.errors import InputError

@@ -22,7 +22,7 @@ from typing import Callable, Protocol
 from ray.tune import Callback
 
 from sweeper.track.book import SweepBook, TrialRecord
-from sweeper.search.warm_start import STARTUP_ATTR, WARM_START_ATTR
+from sweeper.search.study import STARTUP_ATTR, WARM_START_ATTR
 from sweeper.names import TrialState
 from sweeper.run.janitor import error_reason, trial_error
 from sweeper.cluster.ray_adapter import tune_trial_number
@@ -48,9 +48,10 @@ class SweepDriver(Callback):
 
     def __init__(self, book: SweepBook, listeners: list, trial_marks: Callable[[str], dict] | None = None):
         self.book, self.listeners = book, listeners
-        # Tune trial id -> the Optuna user attributes the searcher gave it (startup
-        # trial, warm-start source): `earlier_sweeps.trial_user_attrs` over the sweep's
-        # study, or None where the sweep marks no trial.
+        # Tune trial id -> what the searcher marked it with (startup trial, warm-start
+        # source): `StepAwareOptunaSearch.marks`, from the searcher's memory; None where
+        # nothing is searched. Set by the launch once the searcher exists (a resumed
+        # sweep's searcher is restored with the tuner, which needs this callback first).
         self.trial_marks = trial_marks
         # Every trial this driver's Tune run knows of (restored ones included).
         self.known_to_tune: set[str] = set()
@@ -137,16 +138,16 @@ def rebuild_for_resume(tracker, scheduler, searcher, study_url: str) -> None:
     trials the study marks unranked, then the study cross-checked against the book (a
     trial the last driver ended in MLflow but not in Optuna is told now). `scheduler`
     and `searcher` are the restored tuner's (None where the sweep has none)."""
-    from sweeper.search.asha import PromotionASHA, SlotLimiter
+    from sweeper.search.asha import PromotionASHA
+    from sweeper.search.searcher import optuna_searcher
 
     tracker.reattach()
-    if isinstance(searcher, SlotLimiter):
-        searcher = searcher.searcher
+    searcher = optuna_searcher(searcher)
     if searcher is not None:
-        searcher.use_study(study_url)
+        searcher.use_study(study_url)  # the trials' marks too, from the study
     if isinstance(scheduler, PromotionASHA):
         scheduler.for_resume(tracker.book)
         # Repeats and startup trials, from the study (the sweep folder's, not the first driver's path).
-        scheduler.mark_unranked(getattr(searcher, "unranked", ()))
+        scheduler.mark_unranked(searcher.unranked if searcher is not None else ())
     if searcher is not None:
         searcher.reconcile(tracker.book)

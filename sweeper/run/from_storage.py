@@ -16,7 +16,7 @@ from pathlib import Path
 
 from sweeper.cluster import storage
 from sweeper.errors import UserError
-from sweeper.names import STUDY_FILE
+from sweeper.search.study import STUDY_FILE, study_file
 
 __all__ = ["FetchedSweep", "fetch_sweep", "normalized_uri"]
 
@@ -69,7 +69,7 @@ def fetch_sweep(name: str, uri: str, folder: Path) -> FetchedSweep:
     if study is not None:
         partial = folder / f".{STUDY_FILE}.partial"
         partial.write_bytes(study)
-        partial.replace(folder / STUDY_FILE)
+        partial.replace(study_file(folder))
     elif spec.search.parameters:
         fetched.notes.append(
             f"{uri} holds no copy of the Optuna study yet (Tune saved no experiment checkpoint with one); "

@@ -115,6 +115,7 @@ def run_sweep(
         from sweeper.search.searcher import make_search
 
         search_alg, scheduler, max_concurrent_trials = make_search(context.plan, sweep_dir, warm_start)
+        _hand_the_driver_its_marks(search_alg, callbacks)
         storage_filesystem, storage_path = storage.filesystem(spec.storage_uri)
         return tune.Tuner(
             trainable,
@@ -170,13 +171,14 @@ def resume_sweep(
     def restored_tuner(trainable, callbacks):
         from sweeper.cluster.ray_adapter import restore_tuner
         from sweeper.run.driver import rebuild_for_resume
-        from sweeper.search.searcher import optuna_storage_url
+        from sweeper.search.study import study_url
 
         storage_filesystem, experiment_path = storage.filesystem(experiment)
         tuner, scheduler, searcher, stopper = restore_tuner(experiment_path, trainable, callbacks, storage_filesystem)
         # The caps keep counting what the killed driver's trials spent (the book is rebuilt from MLflow).
         searcher = context.budget.reattach(searcher, stopper, context.book)
-        rebuild_for_resume(context.tracker, scheduler, searcher, optuna_storage_url(spec.sweep_dir))
+        rebuild_for_resume(context.tracker, scheduler, searcher, study_url(spec.sweep_dir))
+        _hand_the_driver_its_marks(searcher, callbacks)
         return tuner
 
     return _fit_and_finish(context, restored_tuner, [])
@@ -302,7 +304,7 @@ def _fit_and_finish(context: SweepContext, make_tuner, extra_callbacks: list) ->
     console.print(f"MLflow: {context.tracking_uri} (experiment {spec.tracking.experiment!r}, run {spec.name!r})")
     live_table = LiveTable(book, list(spec.search.parameters), console)
     listeners = [tracker, AdapterJanitor(book, spec.search.keep_best_adapters), live_table]
-    driver = SweepDriver(book, listeners, trial_marks=_trial_marks(spec))
+    driver = SweepDriver(book, listeners)  # make_tuner hands it the searcher's marks
     tuner = make_tuner(_trainable(context), [driver, *extra_callbacks])
     pid_file = spec.sweep_dir / DRIVER_PID_FILE
     pid_file.write_text(str(os.getpid()))
@@ -324,11 +326,15 @@ def _fit_and_finish(context: SweepContext, make_tuner, extra_callbacks: list) ->
     return run
 
 
-def _trial_marks(spec: SweepSpec):
-    """Where the driver reads what the searcher marked a trial with (a startup trial, a
-    warm start's source): the sweep's study; None where the sweep marks no trial."""
-    if not (spec.search.warm_start or spec.early_stopping.startup_trials_for()):
-        return None
-    from sweeper.search.warm_start import trial_user_attrs
+def _hand_the_driver_its_marks(search_alg, callbacks: list) -> None:
+    """The driver in `callbacks` reads what the searcher marked each trial with (a startup
+    trial, a warm start's source) from the sweep's searcher inside `search_alg`'s
+    wrappers, in memory; nothing where nothing is searched. Called once the searcher
+    exists: on resume, only `restore_tuner` (which needs the driver) makes it."""
+    from sweeper.run.driver import SweepDriver
+    from sweeper.search.searcher import optuna_searcher
 
-    return functools.partial(trial_user_attrs, spec.sweep_dir, spec.name)
+    searcher = optuna_searcher(search_alg)
+    for callback in callbacks:
+        if isinstance(callback, SweepDriver) and searcher is not None:
+            callback.trial_marks = searcher.marks

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from sweeper.cluster import storage
 from sweeper.errors import UserError
+from sweeper.search.study import study_file
 from sweeper.spec.load import spec_to_yaml
 from sweeper.spec.schema import SweepSpec
 
@@ -128,7 +129,7 @@ def stop_sweep(spec: SweepSpec, timeout_s: float = 300) -> int:
 
 def refuse_if_read_only(sweep_dir: Path) -> None:
     """Resume writes the Tune state, checkpoints and the Optuna study into the sweep folder."""
-    written = [sweep_dir, sweep_dir / "tune", sweep_dir / "trials", sweep_dir / "optuna.db"]
+    written = [sweep_dir, sweep_dir / "tune", sweep_dir / "trials", study_file(sweep_dir)]
     read_only = [path for path in written if path.exists() and not os.access(path, os.W_OK)]
     if read_only:
         raise UserError(

@@ -11,7 +11,7 @@ import socket
 from pathlib import Path
 
 from sweeper.errors import UserError
-from sweeper.names import STUDY_FILE
+from sweeper.search.study import study_file, study_url
 
 __all__ = ["StudyDashboard", "study_dashboard", "serve"]
 
@@ -24,7 +24,7 @@ class StudyDashboard:
 
     @property
     def storage_url(self) -> str:
-        return f"sqlite:///{self.sweep_dir / STUDY_FILE}"
+        return study_url(self.sweep_dir)
 
     @property
     def url(self) -> str:
@@ -37,18 +37,18 @@ def study_dashboard(name: str, sweep_dir: Path, host: str = "127.0.0.1", port: i
     --sweep-dir or --port) otherwise."""
     import optuna
 
-    study_file = sweep_dir / STUDY_FILE
-    if not study_file.is_file():
+    path = study_file(sweep_dir)
+    if not path.is_file():
         raise UserError(
-            f"NAME: sweep {name!r} has no Optuna study at {study_file} (a sweep without search.parameters has "
+            f"NAME: sweep {name!r} has no Optuna study at {path} (a sweep without search.parameters has "
             "none); give --sweep-dir or check the name"
         )
-    storage = optuna.storages.RDBStorage(f"sqlite:///{study_file}")
+    storage = optuna.storages.RDBStorage(study_url(sweep_dir))
     try:
         study_id = storage.get_study_id_from_name(name)
     except KeyError:
         names = ", ".join(s.study_name for s in storage.get_all_studies()) or "none"
-        raise UserError(f"NAME: the study file {study_file} holds no study {name!r}; it holds: {names}") from None
+        raise UserError(f"NAME: the study file {path} holds no study {name!r}; it holds: {names}") from None
     finally:
         storage.remove_session()
     _check_port_free(host, port)

@@ -5,10 +5,7 @@ stopping) / median-stopping scheduler on training steps."""
 from __future__ import annotations
 
 import math
-import os
 import pickle
-import sqlite3
-from contextlib import closing
 from pathlib import Path
 
 import optuna
@@ -17,19 +14,23 @@ from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule
 from ray.tune.search import Searcher
 
 import sweeper.names as names  # its TrialState beside Optuna's
-from sweeper.search.warm_start import REPEAT_ATTR, STARTUP_ATTR, TUNE_TRIAL_ID_ATTR, WARM_START_ATTR
-from sweeper.names import STUDY_FILE
 from sweeper.plan.sweep_plan import SweepPlan
 from sweeper.search.asha import PromotionASHA, SlotLimiter
 from sweeper.search.space import make_sampler, to_optuna_distributions
+from sweeper.search.study import (
+    REPEAT_ATTR,
+    STARTUP_ATTR,
+    STUDY_FILE,
+    TIME_ATTR,
+    TUNE_TRIAL_ID_ATTR,
+    WARM_START_ATTR,
+    copy_study,
+    file_of_study_url,
+    study_url,
+)
 from sweeper.spec.schema import SweepSpec
 
-__all__ = [
-    "make_search", "make_searcher", "make_scheduler", "StepAwareOptunaSearch", "TIME_ATTR", "TUNE_TRIAL_ID_ATTR",
-    "optuna_storage_url", "copy_study",
-]
-
-TIME_ATTR = "step"
+__all__ = ["make_search", "make_searcher", "make_scheduler", "StepAwareOptunaSearch", "optuna_searcher"]
 
 
 class StepAwareOptunaSearch(Searcher):
@@ -43,10 +44,12 @@ class StepAwareOptunaSearch(Searcher):
     `on_trial_result`; that result is reported there before the trial is told, so a trial
     stopped at its first evaluation still carries its value.
 
-    The study is the state: this searcher keeps only the Tune-to-Optuna trial mapping,
-    and rebuilds it from the study's trial attributes when restored, so a trial Optuna
+    The study is the state: this searcher keeps only the Tune-to-Optuna trial mapping
+    and each trial's marks (the user attributes it gave the trial's Optuna trial, see
+    sweeper/search/study.py), which the driver reads through `marks`. It writes both to
+    the study as it goes and rebuilds them from there when restored, so a trial Optuna
     has already finished (a driver killed after telling it and before Tune saved its
-    state) is neither reported to nor told again.
+    state) is neither reported to nor told again, and a restored trial keeps its marks.
 
     Each experiment checkpoint of Tune's holds a copy of the study (`save_to_dir`), which
     Tune uploads to storage.uri with its own state: a sweep whose folder is lost resumes
@@ -94,31 +97,34 @@ class StepAwareOptunaSearch(Searcher):
         self.trials: dict[str, tuple[int, int]] = {}
         self.reported: dict[str, set[int]] = {}
         self.finished: set[str] = set()
-        # Tune trials that repeat a run completed in an earlier sweep (warm start), and the
-        # sweep's first startup_trials others: both train to max_steps unranked.
-        self.repeats: set[str] = set()
-        self.startup: set[str] = set()
+        # Tune trial id -> the user attributes of its Optuna trial (the trial's marks).
+        self._marks: dict[str, dict] = {}
         for frozen in self.study.get_trials(deepcopy=False):
             tune_id = frozen.user_attrs.get(TUNE_TRIAL_ID_ATTR)
             if tune_id is None:
                 continue
             self.trials[tune_id] = (frozen.number, self._storage_id(frozen.number))
             self.reported[tune_id] = set(frozen.intermediate_values)
+            self._marks[tune_id] = dict(frozen.user_attrs)
             if frozen.state.is_finished():
                 self.finished.add(tune_id)
-            if frozen.user_attrs.get(REPEAT_ATTR):
-                self.repeats.add(tune_id)
-            if frozen.user_attrs.get(STARTUP_ATTR):
-                self.startup.add(tune_id)
+
+    def marks(self, trial_id: str) -> dict:
+        """What the searcher marked Tune trial `trial_id` with when it suggested it: the
+        user attributes of its Optuna trial (sweeper/search/study.py: TUNE_TRIAL_ID_ATTR,
+        STARTUP_ATTR, WARM_START_ATTR, REPEAT_ATTR); empty for a trial it never suggested."""
+        return dict(self._marks.get(trial_id, {}))
 
     @property
     def unranked(self) -> set[str]:
-        """The Tune trials that ASHA by promotion lets train to max_steps unranked."""
-        return self.repeats | self.startup
+        """The Tune trials that ASHA by promotion lets train to max_steps unranked: those
+        that repeat a run completed in an earlier sweep (warm start), and the sweep's first
+        `startup_trials` others."""
+        return {t for t, marks in self._marks.items() if marks.get(REPEAT_ATTR) or marks.get(STARTUP_ATTR)}
 
     def __getstate__(self) -> dict:
         # Tune pickles the searcher with the tuner: the study lives in its storage.
-        from_study = ("storage", "study", "trials", "reported", "finished", "repeats", "startup")
+        from_study = ("storage", "study", "trials", "reported", "finished", "_marks")
         return {k: v for k, v in self.__dict__.items() if k not in from_study}
 
     def __setstate__(self, state: dict) -> None:
@@ -132,7 +138,7 @@ class StepAwareOptunaSearch(Searcher):
 
     def _study_file(self) -> Path | None:
         """The study's SQLite file (None for a study in memory)."""
-        return Path(self.storage_url.removeprefix("sqlite:///")) if self.storage_url else None
+        return file_of_study_url(self.storage_url) if self.storage_url else None
 
     def use_study(self, storage_url: str) -> None:
         """Continue with the study at `storage_url` (a resumed sweep's folder)."""
@@ -165,11 +171,12 @@ class StepAwareOptunaSearch(Searcher):
         ot_trial.set_user_attr(TUNE_TRIAL_ID_ATTR, trial_id)
         self.trials[trial_id] = (ot_trial.number, self._storage_id(ot_trial.number))
         self.reported[trial_id] = set()
-        if ot_trial.user_attrs.get(REPEAT_ATTR):  # an enqueued config (warm start)
-            self.repeats.add(trial_id)
-        elif len(self.startup) < self.startup_trials:
+        # A repeat (an enqueued warm-start config) is unranked already.
+        startup = sum(1 for marks in self._marks.values() if marks.get(STARTUP_ATTR))
+        if not ot_trial.user_attrs.get(REPEAT_ATTR) and startup < self.startup_trials:
             ot_trial.set_user_attr(STARTUP_ATTR, True)
-            self.startup.add(trial_id)
+        # Optuna's trial keeps what was set on it (and what enqueue_trial gave it) in memory.
+        self._marks[trial_id] = ot_trial.user_attrs
         return dict(ot_trial.params)
 
     def _storage_id(self, number: int) -> int:
@@ -220,18 +227,13 @@ class StepAwareOptunaSearch(Searcher):
             self.on_trial_complete(trial_id, record.history[-1] if record.history else None, error=record.state == names.TrialState.FAILED)
 
 
-def optuna_storage_url(sweep_dir: Path) -> str:
-    return f"sqlite:///{Path(sweep_dir) / STUDY_FILE}"
-
-
-def copy_study(source: Path, target: Path) -> None:
-    """Copy the SQLite study at `source` to `target` with SQLite's online backup, which
-    never copies half a write, and put it in place in one step (Tune may be uploading
-    the previous copy)."""
-    partial = target.with_name(f".{target.name}.partial")
-    with closing(sqlite3.connect(source)) as reading, closing(sqlite3.connect(partial)) as writing:
-        reading.backup(writing)
-    os.replace(partial, target)
+def optuna_searcher(search_alg) -> StepAwareOptunaSearch | None:
+    """The StepAwareOptunaSearch inside `search_alg` and its wrappers (the slot limiter,
+    the budget's searcher: each keeps the searcher it wraps as `searcher`, as Ray's
+    ConcurrencyLimiter does); None where there is none (nothing searched)."""
+    while search_alg is not None and not isinstance(search_alg, StepAwareOptunaSearch):
+        search_alg = getattr(search_alg, "searcher", None)
+    return search_alg
 
 
 def make_searcher(spec: SweepSpec, sweep_dir: Path, warm_start=None) -> StepAwareOptunaSearch | None:
@@ -248,7 +250,7 @@ def make_searcher(spec: SweepSpec, sweep_dir: Path, warm_start=None) -> StepAwar
         mode=_mode(spec),
         sampler=make_sampler(spec),
         study_name=spec.name,
-        storage_url=optuna_storage_url(sweep_dir),
+        storage_url=study_url(sweep_dir),
         max_steps=spec.training.max_steps,
         warm_start=warm_start,
         startup_trials=spec.early_stopping.startup_trials_for(),

@@ -26,29 +26,12 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, IntD
 from optuna.trial import FrozenTrial, TrialState
 
 from sweeper.errors import UserError
-from sweeper.names import STUDY_FILE
 from sweeper.search.space import to_optuna_distributions
+from sweeper.search.study import STUDY_FILE, TUNE_TRIAL_ID_ATTR, WARM_START_ATTR, study_file, study_url
 from sweeper.spec.schema import SweepSpec
 from sweeper.spec.sections import WarmStartSpec
 
-__all__ = [
-    "WarmStart", "read_warm_start", "trial_user_attrs", "WARM_START_ATTR", "REPEAT_ATTR", "STARTUP_ATTR",
-    "TUNE_TRIAL_ID_ATTR",
-]
-
-# The Optuna user attribute of a seeded trial (added or enqueued): where it came from,
-# "<earlier sweep>/<its Tune trial id>".
-WARM_START_ATTR = "warm_start_source"
-# The Optuna user attribute of an enqueued config that repeats a completed earlier run.
-REPEAT_ATTR = "warm_start_repeat"
-# The Optuna user attribute of one of the sweep's first `early_stopping.startup_trials`
-# trials, which train to max_steps unranked (sweeper/search/asha.py); kept in the study so
-# that a resumed sweep knows them again.
-STARTUP_ATTR = "startup_trial"
-# The Optuna trial's user attribute naming the Tune trial it was asked for (set by the
-# searcher, sweeper/search/searcher.py): with the study in its RDB, it maps Tune trials to Optuna
-# trials again after `sweep resume`, and a seeded trial to the run it became.
-TUNE_TRIAL_ID_ATTR = "tune_trial_id"
+__all__ = ["WarmStart", "read_warm_start"]
 
 
 @dataclass
@@ -133,18 +116,17 @@ def _earlier_study(spec: SweepSpec, source: WarmStartSpec, key: str) -> optuna.S
     folder = _earlier_folder(spec, source)
     if source.sweep == spec.name and folder == spec.sweep_dir:
         raise UserError(f"{key}.sweep: a sweep cannot warm-start from itself ({source.sweep!r}); name an earlier sweep")
-    study_file = folder / STUDY_FILE
-    if not study_file.is_file():
+    if not study_file(folder).is_file():
         raise UserError(
             f"{key}.sweep: no earlier sweep {source.sweep!r} at {folder} (no {STUDY_FILE}); give the name of a "
             f"finished sweep, or its folder as {key}.sweep_dir"
         )
-    storage = optuna.storages.RDBStorage(f"sqlite:///{study_file}")
+    storage = optuna.storages.RDBStorage(study_url(folder))
     try:
         study = optuna.load_study(study_name=source.sweep, storage=storage)
     except KeyError:
         held = ", ".join(s.study_name for s in storage.get_all_studies()) or "none"
-        raise UserError(f"{key}.sweep: {study_file} holds no study {source.sweep!r}; it holds: {held}") from None
+        raise UserError(f"{key}.sweep: {study_file(folder)} holds no study {source.sweep!r}; it holds: {held}") from None
     wanted = optuna.study.StudyDirection.MINIMIZE if spec.search.goal == "minimize" else optuna.study.StudyDirection.MAXIMIZE
     if study.direction != wanted:
         raise UserError(
@@ -203,21 +185,3 @@ def _range_text(distribution: BaseDistribution) -> str:
         return f"values {list(distribution.choices)}"
     return f"range [{distribution.low:g}, {distribution.high:g}]"
 
-
-def trial_user_attrs(sweep_dir: Path, study_name: str, tune_trial_id: str) -> dict:
-    """The Optuna user attributes the searcher gave Tune trial `tune_trial_id` of this
-    sweep: WARM_START_ATTR (where its config came from, "<earlier sweep>/<trial id>"),
-    STARTUP_ATTR; empty when the study does not hold the trial."""
-    study_file = Path(sweep_dir) / STUDY_FILE
-    if not study_file.is_file():
-        return {}
-    storage = optuna.storages.RDBStorage(f"sqlite:///{study_file}")
-    try:
-        for trial in optuna.load_study(study_name=study_name, storage=storage).get_trials(deepcopy=False):
-            if trial.user_attrs.get(TUNE_TRIAL_ID_ATTR) == tune_trial_id:
-                return dict(trial.user_attrs)
-    except KeyError:
-        return {}
-    finally:
-        storage.remove_session()
-    return {}

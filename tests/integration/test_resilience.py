@@ -48,7 +48,12 @@ def test_failing_trials_are_retried_then_failed_while_the_sweep_completes(tmp_pa
 
 
 def test_stop_kill_and_resume_keep_every_finished_trial(tmp_path):
-    raw = small_sweep("resumable", search={"num_trials": 5, "seed": 5}, training={"max_steps": 30, "eval_every": 10})
+    # With a startup trial: the trials each resumed driver starts get their marks from the
+    # searcher, which rebuilt them from the study, so no other trial becomes one.
+    raw = small_sweep(
+        "resumable", search={"num_trials": 5, "seed": 5}, training={"max_steps": 30, "eval_every": 10},
+        early_stopping={"startup_trials": 1},
+    )
     path = write_yaml(tmp_path / "resumable.yaml", raw)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
 
@@ -89,6 +94,7 @@ def test_stop_kill_and_resume_keep_every_finished_trial(tmp_path):
         assert final[trial_id].data.metrics["eval_loss"] == eval_loss
         assert final[trial_id].data.tags["sweeper.state"] in ("completed", "pruned")
     assert {c.data.tags["sweeper.state"] for c in children} <= {"completed", "pruned"}
+    assert sum(c.data.tags.get("sweeper.startup_trial") == "true" for c in children) == 1
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ import optuna
 import pytest
 from mlflow.tracking import MlflowClient
 
-from sweeper.search.searcher import TUNE_TRIAL_ID_ATTR
+from sweeper.search.study import TUNE_TRIAL_ID_ATTR, study_url
 from tests.conftest import small_sweep, write_yaml
 from tests.integration.conftest import run_cli
 from tests.integration.test_tracking import runs_of
@@ -27,7 +27,7 @@ def study_matches_mlflow(workdir, name: str) -> dict[str, dict[int, float]]:
         for run in children
     }
     state = {run.data.tags["sweeper.trial_id"]: run.data.tags["sweeper.state"] for run in children}
-    study = optuna.load_study(study_name=name, storage=f"sqlite:///{workdir / 'sweeps' / name / 'optuna.db'}")
+    study = optuna.load_study(study_name=name, storage=study_url(workdir / "sweeps" / name))
     optuna_trials = {t.user_attrs[TUNE_TRIAL_ID_ATTR]: t for t in study.get_trials()}
     assert set(optuna_trials) == set(mlflow_history)
     for trial_id, history in mlflow_history.items():

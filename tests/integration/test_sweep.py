@@ -36,13 +36,13 @@ def test_a_startup_trial_trains_to_the_end_whatever_its_rank(sweep_yaml, tmp_pat
     goes on."""
     import optuna
 
-    from sweeper.search.searcher import STARTUP_ATTR, TUNE_TRIAL_ID_ATTR
+    from sweeper.search.study import STARTUP_ATTR, TUNE_TRIAL_ID_ATTR, study_url
 
     path = sweep_yaml("startup", search={"num_trials": 4, "seed": 3}, early_stopping={"startup_trials": 1})
     result = sweep("start", str(path), cwd=tmp_path, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
     trials = SweepStore(f"sqlite:///{tmp_path / 'mlflow.db'}").trials("startup")
-    study = optuna.load_study(study_name="startup", storage=f"sqlite:///{tmp_path / 'sweeps' / 'startup' / 'optuna.db'}")
+    study = optuna.load_study(study_name="startup", storage=study_url(tmp_path / "sweeps" / "startup"))
     (startup,) = [t.user_attrs[TUNE_TRIAL_ID_ATTR] for t in study.get_trials() if t.user_attrs.get(STARTUP_ATTR)]
     assert study.get_trials()[0].user_attrs[TUNE_TRIAL_ID_ATTR] == startup
     steps = dict(zip(trials["trial_id"], trials["steps"]))

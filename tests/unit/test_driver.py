@@ -119,12 +119,24 @@ def test_trials_are_numbered_as_tune_counts_them_and_a_number_in_use_is_not_give
 
 
 def test_the_searchers_marks_reach_the_record_before_any_listener_and_the_live_table_shows_them():
+    """The driver reads each trial's marks from the searcher that suggested it, as Tune asks
+    the searcher before it starts the trial: a repeat of an earlier sweep's run keeps its
+    source, the first other trial is the one startup trial."""
+    import optuna
     from rich.console import Console
 
+    from sweeper.search.searcher import StepAwareOptunaSearch
+    from sweeper.search.space import to_optuna_distributions
+    from sweeper.search.warm_start import WarmStart
+    from sweeper.spec.load import validate_spec
     from sweeper.track.console import trial_table
-    from sweeper.search.warm_start import STARTUP_ATTR, WARM_START_ATTR
+    from tests.conftest import REPO, small_sweep
 
-    marks = {"a": {STARTUP_ATTR: True}, "b": {WARM_START_ATTR: "earlier/t1"}}
+    searcher = StepAwareOptunaSearch(
+        space=to_optuna_distributions(validate_spec(small_sweep("x"), base_dir=REPO)), metric="eval_loss",
+        mode="min", sampler=optuna.samplers.RandomSampler(seed=0), max_steps=30, startup_trials=1,
+        warm_start=WarmStart(first_configs=[({"training.learning_rate": 1e-3}, "earlier/t1")], repeats={"earlier/t1"}),
+    )
     book = SweepBook(metric="eval_loss", goal="minimize", max_steps=30)
     seen = []
 
@@ -132,16 +144,17 @@ def test_the_searchers_marks_reach_the_record_before_any_listener_and_the_live_t
         def trial_started(self, record):
             seen.append((record.trial_id, record.startup_trial, record.warm_start))
 
-    driver = SweepDriver(book, [Tracker()], trial_marks=lambda trial_id: marks.get(trial_id, {}))
+    driver = SweepDriver(book, [Tracker()], trial_marks=searcher.marks)
     for number, trial_id in enumerate("abc", start=1):
+        searcher.suggest(trial_id)
         driver.on_trial_start(0, [], trial(trial_id, number=number))
-    assert seen == [("a", True, None), ("b", False, "earlier/t1"), ("c", False, None)]
+    assert seen == [("a", False, "earlier/t1"), ("b", True, None), ("c", False, None)]
 
     console = Console(width=200, record=True)
     console.print(trial_table(book, ["training.learning_rate"]))
     header, *rows = [cells(line) for line in console.export_text().splitlines() if line[:1] in "┃│"]
     assert header[-1] == "startup trial"
-    assert [(row[0], row[-1]) for row in rows] == [("1", "yes"), ("2", "-"), ("3", "-")]
+    assert [(row[0], row[-1]) for row in rows] == [("1", "-"), ("2", "yes"), ("3", "-")]
 
 
 def cells(line: str) -> list[str]:

@@ -10,7 +10,8 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from sweeper.search.warm_start import WARM_START_ATTR, read_warm_start, trial_user_attrs
+from sweeper.search.study import REPEAT_ATTR, WARM_START_ATTR, study_url
+from sweeper.search.warm_start import read_warm_start
 from sweeper.errors import UserError
 from sweeper.search.searcher import make_searcher
 from sweeper.spec.load import spec_to_yaml, validate_spec
@@ -52,13 +53,16 @@ def test_finished_trials_seed_the_study_and_the_best_run_first(tmp_path):
     first, second, third = (search.suggest(trial_id) for trial_id in ("l0", "l1", "l2"))
     assert (first, second) == (configs["e1"], configs["e3"])  # best first
     assert third not in configs.values()
-    study = optuna.load_study(study_name="later", storage=f"sqlite:///{spec.sweep_dir / 'optuna.db'}")
+    study = optuna.load_study(study_name="later", storage=study_url(spec.sweep_dir))
     added = [t for t in study.trials if t.state.is_finished()]
     assert sorted(t.state for t in added) == sorted([TrialState.COMPLETE] * 3 + [TrialState.PRUNED])
     pruned = next(t for t in added if t.state == TrialState.PRUNED)
     assert pruned.intermediate_values == {10: 3.0}
-    assert trial_user_attrs(spec.sweep_dir, "later", "l0")[WARM_START_ATTR] == "earlier/e1"
-    assert WARM_START_ATTR not in trial_user_attrs(spec.sweep_dir, "later", "l2")
+    # The searcher tells the driver where each trial's config came from, and so does the
+    # study once it is reopened (`sweep resume`).
+    for marked in (search, make_searcher(spec, spec.sweep_dir)):
+        assert marked.marks("l0")[WARM_START_ATTR] == "earlier/e1"
+        assert WARM_START_ATTR not in marked.marks("l2")
 
 
 def test_parameters_outside_the_new_space_are_left_out_with_a_note(tmp_path):
@@ -111,8 +115,10 @@ def test_a_first_config_that_trains_the_earlier_run_again_is_a_repeat(tmp_path):
     search = make_searcher(spec, spec.sweep_dir, seed)
     assert search.suggest("l0") == configs["e1"] and search.suggest("l1") == configs["e0"]
     search.suggest("l2")  # sampled
-    assert search.repeats == {"l0", "l1"}
-    assert make_searcher(spec, spec.sweep_dir).repeats == {"l0", "l1"}  # from the study, after a restore
+    restored = make_searcher(spec, spec.sweep_dir)  # from the study, as after a restore
+    for marked in (search, restored):
+        assert {t for t in ("l0", "l1", "l2") if marked.marks(t).get(REPEAT_ATTR)} == {"l0", "l1"}
+        assert {"l0", "l1"} <= marked.unranked
 
 
 def test_a_first_config_is_no_repeat_when_the_run_would_differ(tmp_path):

@@ -10,6 +10,7 @@ import pytest
 
 from sweeper.errors import UserError
 from sweeper.run.from_storage import fetch_sweep
+from sweeper.search.study import study_url
 from sweeper.spec.load import load_spec, spec_to_yaml, validate_spec
 from tests.conftest import small_sweep
 
@@ -21,7 +22,7 @@ def stored_sweep(tmp_path, name="f", with_study=True):
     spec = validate_spec(small_sweep(name, storage={"uri": str(store)}), base_dir=tmp_path)
     (store / "sweep.yaml").write_text(spec_to_yaml(spec.model_copy(update={"output_dir": tmp_path / "gone"})))
     if with_study:
-        study = optuna.create_study(study_name=name, storage=f"sqlite:///{store / 'tune' / 'optuna.db'}")
+        study = optuna.create_study(study_name=name, storage=study_url(store / "tune"))
         study.add_trial(optuna.trial.create_trial(value=1.5, params={}, distributions={}))
     return store
 
@@ -32,7 +33,7 @@ def test_the_sweep_yaml_and_the_study_are_fetched_into_the_new_folder(tmp_path):
     assert fetched.folder == tmp_path / "here" and fetched.notes == []
     spec = load_spec(tmp_path / "here" / "sweep.yaml")
     assert (spec.sweep_dir, spec.storage_uri) == (tmp_path / "here", str(store))
-    (trial,) = optuna.load_study(study_name="f", storage=f"sqlite:///{tmp_path / 'here' / 'optuna.db'}").get_trials()
+    (trial,) = optuna.load_study(study_name="f", storage=study_url(tmp_path / "here")).get_trials()
     assert trial.value == 1.5
     assert fetch_sweep("f", str(store), tmp_path / "here").folder == tmp_path / "here"  # again: the same sweep
 

@@ -7,8 +7,10 @@ import shutil
 import optuna
 from optuna.trial import TrialState
 
-from sweeper.search.searcher import TUNE_TRIAL_ID_ATTR, StepAwareOptunaSearch
+from sweeper.search.searcher import StepAwareOptunaSearch, optuna_searcher
 from sweeper.search.space import to_optuna_distributions
+from sweeper.search.study import REPEAT_ATTR, STARTUP_ATTR, TUNE_TRIAL_ID_ATTR, WARM_START_ATTR, study_url
+from sweeper.search.warm_start import WarmStart
 from sweeper.spec.load import validate_spec
 from tests.conftest import REPO, small_sweep
 
@@ -18,12 +20,12 @@ def make_search(tmp_path, **settings):
     return StepAwareOptunaSearch(
         space=to_optuna_distributions(spec), metric="eval_loss", mode="min",
         sampler=optuna.samplers.RandomSampler(seed=0), max_steps=30,
-        study_name="x", storage_url=f"sqlite:///{tmp_path / 'optuna.db'}", **settings,
+        study_name="x", storage_url=study_url(tmp_path), **settings,
     )
 
 
 def study_trials(tmp_path):
-    return optuna.load_study(study_name="x", storage=f"sqlite:///{tmp_path / 'optuna.db'}").get_trials()
+    return optuna.load_study(study_name="x", storage=study_url(tmp_path)).get_trials()
 
 
 def test_stopped_trial_is_pruned_with_values_at_training_steps(tmp_path):
@@ -80,6 +82,58 @@ def test_the_first_startup_trials_are_unranked_and_a_restored_searcher_knows_the
     restored.suggest("t3")  # later trials climb the rungs
     assert restored.unranked == {"t0", "t1"}
 
+
+
+def test_the_marks_the_searcher_hands_out_are_those_it_wrote_to_the_study_also_after_a_restore(tmp_path):
+    """The driver reads each trial's marks from the searcher's memory; the study is their
+    durable copy, from which a searcher restored by `sweep resume` has them again."""
+    seed = WarmStart(
+        first_configs=[({"training.learning_rate": 1e-3}, "earlier/t1"), ({"training.learning_rate": 2e-3}, "earlier/t2")],
+        repeats={"earlier/t1"},
+    )
+    search = make_search(tmp_path, startup_trials=1, warm_start=seed)
+    for trial_id in "abc":
+        search.suggest(trial_id)
+    search.on_trial_complete("a", {"step": 30, "eval_loss": 1.0})
+
+    def in_study():
+        return {t.user_attrs[TUNE_TRIAL_ID_ATTR]: t.user_attrs for t in study_trials(tmp_path) if t.user_attrs}
+
+    written = in_study()
+    assert written == {
+        "a": {TUNE_TRIAL_ID_ATTR: "a", WARM_START_ATTR: "earlier/t1", REPEAT_ATTR: True},
+        "b": {TUNE_TRIAL_ID_ATTR: "b", WARM_START_ATTR: "earlier/t2", STARTUP_ATTR: True},
+        "c": {TUNE_TRIAL_ID_ATTR: "c"},
+    }
+    assert {trial_id: search.marks(trial_id) for trial_id in "abc"} == written
+    assert search.marks("never asked") == {}
+
+    # As `sweep resume` restores it: unpickled (the marks are not in the pickle), pointed
+    # at the sweep's study, then given its saved sampler.
+    pickled = pickle.dumps(search)
+    assert b"earlier/t1" not in pickled
+    search.save(str(tmp_path / "searcher.pkl"))
+    restored = pickle.loads(pickled)
+    restored.use_study(study_url(tmp_path))
+    restored.restore(str(tmp_path / "searcher.pkl"))
+    assert {trial_id: restored.marks(trial_id) for trial_id in "abc"} == written
+    assert restored.unranked == {"a", "b"}
+    restored.suggest("d")  # the one startup trial was b
+    assert restored.marks("d") == in_study()["d"] == {TUNE_TRIAL_ID_ATTR: "d"}
+
+
+def test_the_sweeps_searcher_is_found_inside_its_wrappers(tmp_path):
+    """The driver takes its marks from the sweep's searcher, which the slot limiter and the
+    budget's searcher wrap."""
+    from types import SimpleNamespace
+
+    from sweeper.run.budget_guard import BudgetSearcher
+    from sweeper.search.asha import SlotLimiter
+
+    search = make_search(tmp_path)
+    assert optuna_searcher(BudgetSearcher(SlotLimiter(search, SimpleNamespace(slots=2)), guard=None)) is search
+    assert optuna_searcher(search) is search
+    assert optuna_searcher(None) is None
 
 def test_a_restored_searcher_maps_tune_trials_to_the_study(tmp_path):
     """Resumed, Tune restores the searcher pickled with the tuner plus its saved state:
@@ -153,7 +207,7 @@ def test_each_tune_checkpoint_holds_a_copy_of_the_study_that_a_moved_sweep_conti
 
     restored = pickle.loads(pickled)
     assert not first.exists()  # no study made at the first driver's path
-    restored.use_study(f"sqlite:///{moved / 'optuna.db'}")
+    restored.use_study(study_url(moved))
     restored.on_trial_result("b", {"step": 20, "eval_loss": 2.5})
     restored.on_trial_complete("b", {"step": 30, "eval_loss": 2.0})
     a, b = study_trials(moved)

@@ -18,6 +18,7 @@ import pytest
 
 from sweeper.search.searcher import StepAwareOptunaSearch
 from sweeper.search.space import to_optuna_distributions
+from sweeper.search.study import study_url
 from sweeper.spec.load import validate_spec
 from tests.conftest import REPO, small_sweep
 
@@ -27,7 +28,7 @@ def write_study(sweep_dir):
     search = StepAwareOptunaSearch(
         space=to_optuna_distributions(spec), metric="eval_loss", mode="min",
         sampler=optuna.samplers.RandomSampler(seed=0), max_steps=30,
-        study_name="board", storage_url=f"sqlite:///{sweep_dir / 'optuna.db'}",
+        study_name="board", storage_url=study_url(sweep_dir),
     )
     for trial_id in ("done", "pruned", "paused"):
         search.suggest(trial_id)
