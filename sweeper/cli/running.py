@@ -23,14 +23,14 @@ from sweeper.cli.common import (
 
 def validate(file: Path = typer.Argument(..., help="Sweep YAML file.")) -> None:
     """Check a sweep file without starting anything; every problem is listed (exit 2)."""
-    from sweeper.cost.memory import gpu_memory_gib, refuse_if_unfit
+    from sweeper.cost.memory import forecast_trial_memory
     from sweeper.plan.checks import load_checked_spec
     from sweeper.search.warm_start import read_warm_start
 
     spec = load_checked_spec(file)
     for note in read_warm_start(spec).notes:
         errors.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False, soft_wrap=True)
-    memory = refuse_if_unfit(spec, gpu_memory_gib(spec.cost.accelerator))
+    memory = forecast_trial_memory(spec) if spec.resources.use_gpu else None
     console.print(
         f"[green]ok[/green] {file}: sweep {spec.name!r}, task {spec.task}, {spec.search.num_trials} trials "
         f"over {', '.join(spec.search.parameters)}"

@@ -18,7 +18,7 @@ from sweeper.errors import UserError
 
 __all__ = [
     "Architecture", "MemoryForecast", "forecast_trial_memory", "forecast", "GPU_MEMORY_GIB",
-    "gpu_memory_gib", "refuse_if_unfit", "cluster_gpu_memory_gib", "check_before_launch",
+    "gpu_memory_gib", "unfit_problems", "refuse_if_unfit", "cluster_gpu_memory_gib", "check_before_launch",
 ]
 
 GIB = 1024**3
@@ -203,17 +203,26 @@ def cluster_gpu_memory_gib() -> float | None:
     return max(sizes) if sizes else None
 
 
+def unfit_problems(spec, card_gib: float | None) -> list[tuple[str, str]]:
+    """A keyed problem (`resources`) when the trial does not fit a GPU of `card_gib`,
+    naming what would make it fit. Nothing is checked for CPU trials or when the card or
+    the model's config is unknown."""
+    estimate = forecast_trial_memory(spec) if spec.resources.use_gpu and card_gib is not None else None
+    if estimate is None or estimate.fits(card_gib):
+        return []
+    return [(
+        "resources",
+        f"a trial needs about {math.ceil(estimate.needs_gib())} GiB per GPU ({estimate.what}); "
+        f"the largest GPU has {card_gib:g} GiB; {_what_would_fit(spec, card_gib)}",
+    )]
+
+
 def refuse_if_unfit(spec, card_gib: float | None) -> MemoryForecast | None:
-    """The trial's forecast; raises UserError (keyed `resources`) when it does not fit a
-    GPU of `card_gib`, naming what would make it fit. Nothing is checked for CPU trials
-    or when the card or the model's config is unknown."""
-    estimate = forecast_trial_memory(spec)
-    if estimate is None or card_gib is None or not spec.resources.use_gpu or estimate.fits(card_gib):
-        return estimate
-    raise UserError(
-        f"resources: a trial needs about {math.ceil(estimate.needs_gib())} GiB per GPU ({estimate.what}); "
-        f"the largest GPU has {card_gib:g} GiB; {_what_would_fit(spec, card_gib)}"
-    )
+    """The trial's forecast; raises UserError (`unfit_problems`) when it does not fit."""
+    problems = unfit_problems(spec, card_gib)
+    if problems:
+        raise UserError(*(f"{key}: {message}" for key, message in problems))
+    return forecast_trial_memory(spec)
 
 
 def _what_would_fit(spec, card_gib: float) -> str:

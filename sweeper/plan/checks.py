@@ -1,8 +1,9 @@
 """The one validation pass of `sweep validate`, `sweep plan` and `sweep start` (and the
 Python API's start). The schema comes first (fields and cross-field rules, without
 reading anything but the trial sections' own files: `sweeper.spec.load`); then the
-checks that read the disk: the output folder can be made, and each budget cap can pay
-for one trial (which reads the model's config, here or in the Hugging Face cache).
+checks that read the disk: the output folder can be made, each budget cap can pay for
+one trial, and a GPU trial fits the card `cost.accelerator` names (both read the model's
+config, here or in the Hugging Face cache).
 Every problem is one keyed line; all of them are raised together. The checks that need
 the cluster (its GPUs' memory, its nodes' view of storage) run when Ray is up, in the
 launch."""
@@ -29,7 +30,10 @@ def load_checked_spec(path: str | Path) -> SweepSpec:
 
 def check_spec(spec: SweepSpec) -> None:
     """Raise UserError with every problem the disk shows of a valid spec, one keyed line each."""
-    problems = [*_output_dir_problems(spec), *budget_problems(spec)]
+    from sweeper.cost.memory import gpu_memory_gib, unfit_problems
+
+    card_gib = gpu_memory_gib(spec.cost.accelerator)
+    problems = [*_output_dir_problems(spec), *budget_problems(spec), *unfit_problems(spec, card_gib)]
     if problems:
         raise UserError(*(f"{key}: {message}" for key, message in problems))
 
