@@ -21,6 +21,17 @@ from tests.conftest import small_sweep, write_yaml
 # the head's process group has ended, so each head took the whole 30 s to go.
 NODE_ENV = {"RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"}
 
+# Every integration test ends within this bound (pytest-timeout) unless it sets its own:
+# a hang fails that test with the stack of every thread, which shows what it waited for,
+# instead of eating CI's 90 minutes. The slowest test today takes about 5 minutes.
+INTEGRATION_TIMEOUT_S = 600
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if item.get_closest_marker("integration") and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(INTEGRATION_TIMEOUT_S))
+
 
 def run_cli(*args, cwd, timeout=900) -> subprocess.CompletedProcess:
     env = {**os.environ, "COLUMNS": "200"}
