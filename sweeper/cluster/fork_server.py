@@ -3,7 +3,7 @@ torch, transformers and peft already imported, so that a trial's new processes (
 workers above all) start in a second or two instead of importing for 8-10 CPU-seconds.
 
 Ray starts every worker process of a job through the job's `py_executable`, which a
-local sweep sets to `python -m sweeper.cluster.fork_server` (sweeper/run/launch.py). That command is
+local sweep sets to `python -m sweeper.cluster.fork_server` (sweeper/cluster/connect.py). That command is
 the client: it hands its arguments, environment, working directory and standard streams
 to the server of this node over a Unix socket; the server forks a child that runs Ray's
 `default_worker.py` with them. The child registers with the raylet under its own pid

@@ -39,7 +39,7 @@ Ray Tune (`sweep resume`, sweeper/run/launch.py and sweeper/search/asha.py):
 - `hold_restored_trial`: Tune starts every PENDING trial and a restored unfinished trial
   comes back PENDING; `pause_trial` ignores a trial with no actor, so a scheduler that
   keeps restored trials waiting at their rungs sets their status itself.
-Ray client (joining a cluster, sweeper/run/launch.py):
+Ray client (joining a cluster, sweeper/cluster/connect.py):
 - `ray_address_file`: where `ray start` writes the address that `--address auto` joins,
   probed before joining so that a dead head is refused in seconds; Ray has no public
   accessor for it.

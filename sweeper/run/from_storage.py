@@ -1,6 +1,6 @@
 """`sweep resume NAME --storage URI`: a sweep resumed where its folder is gone (another
 machine, another folder, a Ray Job's fresh working_dir) from what its storage.uri holds:
-the sweep.yaml published when it started (sweeper/run/launch.py), Tune's state and every
+the sweep.yaml published when it started (sweeper/run/sweep_dir.py), Tune's state and every
 checkpoint, and the copy of the Optuna study that each of Tune's experiment checkpoints
 uploads beside Tune's own state (`tune/optuna.db`, sweeper/search/searcher.py). They are fetched
 into a local sweep folder, which `sweep resume` then continues like any other.
