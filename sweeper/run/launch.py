@@ -78,18 +78,19 @@ def run_sweep(
     spec: SweepSpec,
     *,
     yaml_folder: Path,
-    address: str = LOCAL_CLUSTER,
+    address: str | None = LOCAL_CLUSTER,
     overwrite: bool = False,
     console: Console | None = None,
     cache_root: Path = DEFAULT_CACHE_ROOT,
     extra_callbacks: list | None = None,
 ) -> SweepRun:
-    """Start a new sweep. Every input check (tracking store, cluster fit, data files)
+    """Start a new sweep on the cluster at `address` (resolved by the caller, as the CLI
+    resolves --address and RAY_ADDRESS; None: a local cluster of its own). Every input check (tracking store, cluster fit, data files)
     happens before the sweep folder or any MLflow run is written. `extra_callbacks` are
     more Tune callbacks for the driver (the benchmarks time results with one)."""
     from sweeper.search.warm_start import read_warm_start
 
-    context = SweepContext(spec, address, console or Console(), cache_root)
+    context = SweepContext(spec, address or LOCAL_CLUSTER, console or Console(), cache_root)
     refuse_existing_sweep(spec, overwrite)
     warm_start = read_warm_start(spec)
     _print_warm_start(warm_start, context.console)
@@ -97,7 +98,7 @@ def run_sweep(
     try:
         _setup_cluster_inputs_and_plan(context)
         context.budget = SweepBudget.forecast_sweep(
-            context.plan, context.inputs, context.console, on_cluster=not starts_own_cluster(address)
+            context.plan, context.inputs, context.console, on_cluster=not starts_own_cluster(context.address)
         )
     except BaseException:
         forget_warm_start_log(spec.sweep_dir, made_for_the_log)
@@ -145,7 +146,7 @@ def run_sweep(
 def resume_sweep(
     sweep_dir: Path,
     *,
-    address: str = LOCAL_CLUSTER,
+    address: str | None = LOCAL_CLUSTER,
     console: Console | None = None,
     cache_root: Path = DEFAULT_CACHE_ROOT,
 ) -> SweepRun:
@@ -155,7 +156,7 @@ def resume_sweep(
     from sweeper.spec.load import load_spec
 
     spec = load_spec(sweep_dir / "sweep.yaml")
-    context = SweepContext(spec, address, console or Console(), cache_root)
+    context = SweepContext(spec, address or LOCAL_CLUSTER, console or Console(), cache_root)
     refuse_if_read_only(sweep_dir)
     refuse_if_running(spec)
     experiment = storage.join(spec.storage_uri, "tune")
