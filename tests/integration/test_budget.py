@@ -116,7 +116,11 @@ def test_a_resumed_sweep_keeps_counting_against_its_cap(tmp_path):
     # Reached, or held back: the first rung of one more trial would have crossed it.
     assert "Budget: budget.max_usd" in result.stdout, result.stdout
     assert metrics["trials_total"] < 10
-    assert all(c.info.status != "RUNNING" for c in [parent, *children])
+    still_running = [
+        (c.data.tags.get("sweeper.kind"), c.data.tags.get("sweeper.trial_number"), c.data.tags.get("sweeper.state"))
+        for c in [parent, *children] if c.info.status == "RUNNING"
+    ]
+    assert not still_running, f"runs left RUNNING (kind, trial, state): {still_running}\n{result.stdout}"
     # Not more than the cap plus one evaluation interval (about 3 s = $3) of each trial
     # running at the cap: generous, this bound is about the count that survived the kill.
     assert metrics["cost_usd_total"] <= cap + 2 * 8.0, metrics["cost_usd_total"]
