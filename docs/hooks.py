@@ -265,7 +265,8 @@ def _key_rank(key: str) -> int:
 
 def _section_prefixes() -> dict[str, str]:
     """Schema class name -> its dotted place in the YAML ('TrainingSpec' -> 'training.')."""
-    from sweeper.spec.schema import SweepSpec, section_model
+    from sweeper.spec.paths import section_model
+    from sweeper.spec.schema import SweepSpec
 
     prefixes = {"UniformDist": "search.parameters.<name>.", "LogUniformDist": "search.parameters.<name>.",
                 "IntUniformDist": "search.parameters.<name>.", "CategoricalDist": "search.parameters.<name>."}
