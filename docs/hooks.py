@@ -357,6 +357,8 @@ def _problem_tuples(tree: ast.Module):
     FieldProblems: appended to a `problems` list, listed in one, returned by a
     `*_problems` function, or given to `FieldProblems(...)`."""
     def pairs(node):
+        if isinstance(node, ast.IfExp):
+            return pairs(node.body) + pairs(node.orelse)
         candidates = node.elts if isinstance(node, (ast.List, ast.Tuple)) and not _is_pair(node) else [node]
         if isinstance(node, ast.ListComp):
             candidates = [node.elt]
@@ -379,8 +381,7 @@ def _problem_tuples(tree: ast.Module):
                 elif _call_name(child) == "FieldProblems":
                     found = pairs(child.args[0])
             elif isinstance(child, ast.Assign) and any(isinstance(t, ast.Name) and "problem" in t.id for t in child.targets):
-                value = child.value
-                found = pairs(value.body) + pairs(value.orelse) if isinstance(value, ast.IfExp) else pairs(value)
+                found = pairs(child.value)
             elif isinstance(child, ast.Return) and child.value is not None and "problem" in (function_name or ""):
                 found = pairs(child.value)
             for pair in found:

@@ -180,7 +180,8 @@ def _model_folder(where, layers, hidden=64, intermediate=176, heads=4, kv_heads=
             shutil.copy(tiny_file, folder / file)
     config = json.loads((Path(tiny) / "config.json").read_text())
     config.update(num_hidden_layers=layers, hidden_size=hidden, intermediate_size=intermediate,
-                  num_attention_heads=heads, num_key_value_heads=kv_heads, vocab_size=vocab, tie_word_embeddings=False)
+                  num_attention_heads=heads, num_key_value_heads=kv_heads, vocab_size=vocab, tie_word_embeddings=False,
+                  head_dim=hidden // heads)
     (folder / "config.json").write_text(json.dumps(config))
     (folder / "model.safetensors").write_bytes(b"")
     return folder
