@@ -1,7 +1,7 @@
 """The `sweep` command: the group (`SweepCommands`) turns the errors a user can fix into
 keyed one-line messages and an exit status, once for all subcommands (tracebacks with
 --debug), and the table below registers the subcommands, which live one module per group
-(running, jobs, reading, promoting), each parsing its arguments and calling one module."""
+(scaffolding, running, jobs, reading, promoting), each parsing its arguments and calling one module."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import sweeper.cli.jobs as jobs
 import sweeper.cli.promoting as promoting
 import sweeper.cli.reading as reading
 import sweeper.cli.running as running
+import sweeper.cli.scaffolding as scaffolding
 from sweeper.cli.common import errors
 from sweeper.errors import SweepFailed
 from trainables.errors import InputError
@@ -64,8 +65,8 @@ def main(debug: bool = typer.Option(False, "--debug", help="Show tracebacks for 
 
 # The subcommands, in the order `sweep --help` lists them.
 COMMANDS = [
-    (running.validate, None), (reading.reference, None), (running.start, None), (running.plan, None),
-    (running.resume, None), (running.stop, None), (reading.dashboard, None), (jobs.submit, None),
+    (scaffolding.init, None), (running.validate, None), (reading.reference, None), (running.start, None),
+    (running.plan, None), (running.resume, None), (running.stop, None), (reading.dashboard, None), (jobs.submit, None),
     (jobs.logs, None), (reading.list_sweeps, "list"), (reading.status, None), (promoting.promote, None),
     (promoting.export, None), (reading.report, None),
 ]
