@@ -1,4 +1,4 @@
-"""The command that writes a first sweep file: init (the logic is `sweeper.scaffold`)."""
+"""The command that writes a first sweep file: init (the logic is the `sweeper.scaffold` package)."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def init(
 ) -> None:
     """Write a commented sweep YAML for a model and data: a search space from published
     guidance, max_length, batch and steps from the data's tokens, and the memory forecast for --gpu."""
-    from sweeper.scaffold import scaffold_sweep, write_sweep_file
+    from sweeper.scaffold.writer import scaffold_sweep, write_sweep_file
 
     command = " ".join(["sweep init", *sys.argv[2:]]) if sys.argv[1:2] == ["init"] else ""
     sweep = scaffold_sweep(

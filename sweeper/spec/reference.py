@@ -1,4 +1,4 @@
-"""The YAML reference, generated from the schema (README's table is this output)."""
+"""The YAML reference, generated from the schema (the docs' YAML reference page is this output)."""
 
 from __future__ import annotations
 

@@ -14,7 +14,9 @@ from typer.testing import CliRunner
 
 from sweeper.cli.app import app
 from sweeper.errors import UserError
-from sweeper.scaffold import EVALUATIONS, MAX_STEPS, Profile, max_lengths, scaffold_sweep, schedule
+from sweeper.scaffold.inputs import Profile
+from sweeper.scaffold.sizing import EVALUATIONS, MAX_STEPS, max_lengths, schedule
+from sweeper.scaffold.writer import scaffold_sweep
 from tests.conftest import REPO
 
 runner = CliRunner()
