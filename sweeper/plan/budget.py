@@ -4,7 +4,7 @@ that cannot pay for a single trial is refused by the checks) and against the for
 
 from __future__ import annotations
 
-from sweeper.cost.prices import accelerators_per_trial, sweep_rate
+from sweeper.cost.prices import sweep_rate
 from sweeper.cost.throughput import modelled_timing
 from sweeper.plan.forecast import Forecast
 from sweeper.plan.rungs import evaluations_between
@@ -13,7 +13,7 @@ from sweeper.spec.budget import BudgetSpec
 __all__ = ["CAPS", "budget_problems", "budget_lines", "first_trial_cost"]
 
 
-# cap key -> (what it measures, unit formatter)
+# cap key -> the unit it counts in
 CAPS: dict[str, str] = {"max_usd": "USD", "max_hours": "wall hours", "max_accelerator_hours": "accelerator-hours"}
 
 
@@ -42,7 +42,7 @@ def budget_problems(spec) -> list[tuple[str, str]]:
             f"{trial} {seconds / 3600:.6f} h ({seconds:.1f} s), got {budget.max_hours:g}; "
             "raise it or leave it out",
         ))
-    accelerator_hours = seconds / 3600 * accelerators_per_trial(spec.resources)
+    accelerator_hours = sweep_rate(spec).trial_cost(seconds).accelerator_hours
     if budget.max_accelerator_hours is not None and budget.max_accelerator_hours < accelerator_hours:
         problems.append((
             "budget.max_accelerator_hours",
