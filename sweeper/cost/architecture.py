@@ -4,7 +4,7 @@ the throughput model (parameters -> FLOPs and bytes) and the memory forecast.
 Where the config comes from, in order: the built-in tiny model's shape
 (`trainables.tiny.shape`), a table of common hub models (so that forecasts work
 offline), a local folder's config.json (an adapter folder: its base's), the Hugging Face
-cache, else the hub through transformers (config.json only). Failing all, a size in a
+cache, else (for the memory forecast only) the hub through transformers (config.json only). Failing all, a size in a
 hub id's name ("Qwen2.5-0.5B" is 0.5e9 parameters) still gives the parameter count.
 """
 
@@ -99,10 +99,11 @@ KNOWN_CONFIGS["meta-llama/Llama-3.1-8B-Instruct"] = KNOWN_CONFIGS["meta-llama/Ll
 KNOWN_CONFIGS[BUILTIN_TINY_MODEL] = tiny.shape()
 
 
-def architecture_of(name_or_path: str) -> Architecture | None:
+def architecture_of(name_or_path: str, from_hub: bool = True) -> Architecture | None:
     """The model's architecture from its config alone, or None when no config can be read
-    (no network, no such model, an architecture without these fields)."""
-    config = _config_of(name_or_path)
+    (no network, no such model, an architecture without these fields). `from_hub=False`:
+    never ask the hub (offline, Hugging Face retries for about 20 s before it gives up)."""
+    config = _config_of(name_or_path, from_hub)
     try:
         return Architecture.from_config(config) if config is not None else None
     except KeyError:
@@ -110,23 +111,24 @@ def architecture_of(name_or_path: str) -> Architecture | None:
 
 
 def parameter_count(name_or_path: str) -> int | None:
-    """Parameters of the base model (frozen and trainable): from its architecture, else
-    from a size in a hub id's name; None when neither says."""
-    arch = architecture_of(name_or_path)
+    """Parameters of the base model (frozen and trainable): from its architecture (known,
+    local or cached: the throughput model and the budget check never wait on the hub),
+    else from a size in a hub id's name; None when neither says."""
+    arch = architecture_of(name_or_path, from_hub=False)
     if arch is not None:
         return arch.params
     match = re.search(r"(\d+(?:\.\d+)?)[bB](?![a-zA-Z])", name_or_path.split("/")[-1])
     return int(float(match.group(1)) * 1e9) if match else None
 
 
-def _config_of(name_or_path: str) -> dict | None:
+def _config_of(name_or_path: str, from_hub: bool) -> dict | None:
     if name_or_path in KNOWN_CONFIGS:
         return KNOWN_CONFIGS[name_or_path]
     folder = Path(name_or_path).expanduser()
     try:
         if (folder / "adapter_config.json").is_file():
             base = json.loads((folder / "adapter_config.json").read_text())["base_model_name_or_path"]
-            return _config_of(base)
+            return _config_of(base, from_hub)
         if (folder / "config.json").is_file():
             return _text_config(json.loads((folder / "config.json").read_text()))
         from huggingface_hub import try_to_load_from_cache
@@ -134,6 +136,8 @@ def _config_of(name_or_path: str) -> dict | None:
         cached = try_to_load_from_cache(name_or_path, "config.json")
         if isinstance(cached, str):
             return _text_config(json.loads(Path(cached).read_text()))
+        if not from_hub:
+            return None
         from transformers import AutoConfig  # a hub id: its config.json only, no weights
 
         return _text_config(AutoConfig.from_pretrained(name_or_path).to_dict())
