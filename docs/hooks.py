@@ -9,7 +9,8 @@ A page asks for a generated part with a marker line, `<!-- generated: NAME -->`:
 - `keyed-errors`: every keyed message the code can refuse with, read from its syntax tree;
 - `stage-packages`: each `sweeper/` stage package's docstring, from its `__init__.py`;
 - `python-api`: the signatures and docstrings of `sweeper.api`'s public functions;
-- `benchmarks`: `benchmarks/README.md` itself, the one copy of the benchmark figures.
+- `benchmarks`: `benchmarks/README.md` itself, the one copy of the benchmark figures;
+- `quickstart-example`: `examples/quickstart.py` itself, as a code block.
 
 The functions are plain (text in, text out) so that tests can call them without MkDocs.
 """
@@ -167,6 +168,10 @@ def _docstring_markdown(docstring: str) -> str:
 
 def benchmarks() -> str:
     return (ROOT / "benchmarks" / "README.md").read_text()
+
+
+def quickstart_example() -> str:
+    return "```python\n" + (ROOT / "examples" / "quickstart.py").read_text() + "```"
 
 
 # ---------------------------------------------------------------- keyed errors
@@ -456,6 +461,7 @@ GENERATORS = {
     "stage-packages": stage_packages,
     "python-api": python_api,
     "benchmarks": benchmarks,
+    "quickstart-example": quickstart_example,
 }
 
 

@@ -81,6 +81,8 @@ def test_generated_pages_hold_what_the_code_says(site):
     first_heading = (REPO / "benchmarks" / "README.md").read_text().splitlines()[0].lstrip("# ")
     assert first_heading.split(":")[0] in _text(site, "benchmarks")
     assert "search.parameters.&lt;name&gt;.low" in _text(site, "reference/errors")
+    python_api = re.sub(r"<[^>]+>", "", _text(site, "guides/python-api"))  # code is highlighted span by span
+    assert "def quickstart_spec(" in python_api  # examples/quickstart.py, included
 
 
 def test_every_keyed_error_of_the_code_is_in_the_catalogue():
