@@ -307,7 +307,11 @@ def test_a_driver_killed_with_minus_9_is_resumed_without_retraining_a_completed_
     (parent,), children = sweep_runs(cluster, "killed")
     trial_ids = [c.data.tags["sweeper.trial_id"] for c in children]
     assert len(trial_ids) == len(set(trial_ids)) == 4, trial_ids
-    assert [r.info.status for r in [parent, *children] if r.info.status == "RUNNING"] == []
+    still_running = [
+        (r.data.tags.get("sweeper.kind"), r.data.tags.get("sweeper.trial_number"), r.data.tags.get("sweeper.state"))
+        for r in [parent, *children] if r.info.status == "RUNNING"
+    ]
+    assert not still_running, f"runs left RUNNING (kind, trial, state): {still_running}\n{resumed.stdout}"
     assert parent.info.status == "FINISHED"
     assert {c.data.tags["sweeper.state"] for c in children} == {"completed"}
     after = {c.data.tags["sweeper.trial_id"]: c for c in children}
@@ -424,6 +428,10 @@ def test_a_submitted_sweep_with_its_storage_on_s3_is_stopped_and_resumed_as_jobs
     finally:
         sweep_cli(cluster, "stop", "subs3", *jobs, cwd=workdir, timeout=120)  # a job left running by a failure
     (parent,), children = sweep_runs(cluster, "subs3")
-    assert [r.info.status for r in [parent, *children] if r.info.status == "RUNNING"] == []
+    still_running = [
+        (r.data.tags.get("sweeper.kind"), r.data.tags.get("sweeper.trial_number"), r.data.tags.get("sweeper.state"))
+        for r in [parent, *children] if r.info.status == "RUNNING"
+    ]
+    assert not still_running, f"runs left RUNNING (kind, trial, state): {still_running}\n{resumed.stdout}"
     assert parent.info.status == "FINISHED"
     assert sorted(c.data.tags["sweeper.state"] for c in children) == ["completed"] * 4
