@@ -20,6 +20,10 @@ Ray Train (a trial's TorchTrainer, sweeper/run/trial.py):
   option for one, so the run's worker group creates them from a subclass that has it
   (tests/integration/test_dashboards.py reads the names back from the dashboard's REST
   API during a sweep).
+- `controller_callback_class`: Train's `ControllerCallback`, the only interface through
+  which a run's controller tells its abort hook and state changes (the public
+  `ray.train.UserCallback` has only `after_report` and `after_exception`);
+  tests/integration/test_ray_adapter.py records a stopped run's abort with it.
 - `tune_trial_number`: a trial's number in its sweep, from Tune's experiment tag
   ("<n>_<params>", n counting the trials the search created); Tune has no public field
   for it. It names trials (`TuneConfig(trial_name_creator=...)`) and numbers them in the
@@ -57,6 +61,7 @@ import threading
 
 __all__ = [
     "StoppableTorchTrainer",
+    "controller_callback_class",
     "tune_stop_event",
     "tune_trial_number",
     "RAY_TRAIN_WORKER_MODULES",
@@ -203,6 +208,13 @@ def abort_controller(controller) -> None:
     if worker_group is not None and worker_group.has_started():
         worker_group.abort()
     controller._set_state(AbortedState())
+
+
+def controller_callback_class() -> type:
+    """Ray Train's controller callback base class (abort hook, state updates)."""
+    from ray.train.v2._internal.execution.callback import ControllerCallback
+
+    return ControllerCallback
 
 
 def tune_stop_event() -> threading.Event:

@@ -35,8 +35,6 @@ CUDA_CONTEXT_GIB = 1.0
 ALLOCATOR_SLACK = 1.1
 
 
-
-
 @dataclass(frozen=True)
 class MemoryForecast:
     """Bytes per GPU of one trial's worker at its peak (what torch.cuda.max_memory_allocated

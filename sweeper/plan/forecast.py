@@ -163,8 +163,6 @@ def forecast_sweep(plan: SweepPlan, timing: TrialTiming, costliest: TrialTiming 
     )
 
 
-
-
 def _duration(seconds: float) -> str:
     if seconds < 120:
         return f"{seconds:.0f} s"

@@ -107,8 +107,6 @@ def _format_error(err: dict, raw: dict) -> list[str]:
     return [f"{key}: {error_text(err)}{got}"]
 
 
-
-
 _MISSING = object()
 
 

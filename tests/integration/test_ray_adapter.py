@@ -116,11 +116,9 @@ class TrialActor:
         import threading
 
         from ray.train import RunConfig, ScalingConfig
-        from ray.train.v2._internal.execution.callback import ControllerCallback
+        from sweeper.cluster.ray_adapter import StoppableTorchTrainer, controller_callback_class
 
-        from sweeper.cluster.ray_adapter import StoppableTorchTrainer
-
-        class ControllerEvents(ControllerCallback):
+        class ControllerEvents(controller_callback_class()):
             def __init__(self):
                 self.events = []
 
