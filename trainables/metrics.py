@@ -8,7 +8,7 @@ from __future__ import annotations
 
 __all__ = [
     "STEP", "EVAL_LOSS", "EVAL_PERPLEXITY", "TRAIN_LOSS", "LEARNING_RATE", "TOKENS_PER_SECOND",
-    "TRAIN_TOKENS", "TRAIN_CPU_SHARE", "SETUP_SECONDS", "SETUP_PHASES", "RESTARTS", "EVAL_REWARDS_CHOSEN",
+    "TRAIN_TOKENS", "TRAIN_CPU_SHARE", "SETUP_SECONDS", "SETUP_PHASES", "RESTARTS", "PLACEMENT_GROUP", "EVAL_REWARDS_CHOSEN",
     "EVAL_REWARDS_REJECTED", "EVAL_REWARDS_MARGIN", "EVAL_REWARDS_ACCURACY", "TASK_METRICS", "REPORTED_KEYS",
 ]
 
@@ -26,6 +26,10 @@ SETUP_PHASES = "setup_phases"  # first report only: where the setup time went
 # failed (a lost node, an out-of-memory kill; search.max_failures): added to the reports
 # after the first restart by the trial's Train controller (sweeper/run/trial.py), not the loops.
 RESTARTS = "restarts"
+# The first report of each Train worker group: the hex id of the placement group holding
+# its workers, for the driver to remove the moment Tune is done with the trial
+# (sweeper/run/release.py). Not a metric: the book and MLflow leave it out.
+PLACEMENT_GROUP = "placement_group"
 EVAL_REWARDS_CHOSEN = "eval_rewards_chosen"
 EVAL_REWARDS_REJECTED = "eval_rewards_rejected"
 EVAL_REWARDS_MARGIN = "eval_rewards_margin"

@@ -94,6 +94,12 @@ class ResourcesSpec(StrictModel):
         description="Custom Ray resources reserved per worker, {name: amount}: workers run only on nodes that "
         "have them (ray start --resources '{\"trainer\": 1}'), e.g. to keep them off the head or on one node type.",
     )
+    worker_start_timeout_s: float | None = Field(
+        None, gt=0,
+        description="Seconds a trial waits for its workers to be placed and started before it fails, naming "
+        "the resources it asked for and what the cluster had free (the sweep then goes on). Default: ten times "
+        "the trial start the sweep measured (calibration, or a resumed sweep's trials), at least 60.",
+    )
 
     @field_validator("custom")
     @classmethod

@@ -16,6 +16,7 @@ import torch
 from trainables.common import final_report_of
 from trainables.config import TrialConfig
 from trainables.environment import WARM_STARTED_ENV
+from trainables.metrics import PLACEMENT_GROUP, SETUP_PHASES
 from trainables.models import resolve_model_source
 
 
@@ -61,14 +62,17 @@ def train_loop_per_worker(config: dict) -> None:
 
 class _RayReport:
     """`report(metrics, checkpoint_dir)` for the training loops, through Ray Train; the
-    first report also carries the setup phases."""
+    first report also carries the setup phases and the workers' placement group."""
 
     def __init__(self, setup_phases: dict[str, float]):
         self.setup_phases: dict[str, float] | None = setup_phases
 
     def __call__(self, metrics: dict, checkpoint_dir: str | None) -> None:
         if self.setup_phases is not None:
-            metrics = {**metrics, "setup_phases": self.setup_phases}
+            placement_group = ray.util.get_current_placement_group()
+            metrics = {**metrics, SETUP_PHASES: self.setup_phases}
+            if placement_group is not None:
+                metrics[PLACEMENT_GROUP] = placement_group.id.hex()
             self.setup_phases = None
         checkpoint = ray.train.Checkpoint.from_directory(checkpoint_dir) if checkpoint_dir else None
         ray.train.report(metrics, checkpoint=checkpoint)

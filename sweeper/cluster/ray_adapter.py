@@ -20,6 +20,10 @@ Ray Train (a trial's TorchTrainer, sweeper/run/trial.py):
   option for one, so the run's worker group creates them from a subclass that has it
   (tests/integration/test_dashboards.py reads the names back from the dashboard's REST
   API during a sweep).
+- `workers_never_started(error)`: whether a run failed because its worker group could
+  not be placed and started in time (Train's `WorkerGroupStartupTimeoutError`, wrapped in
+  its `ControllerError`); Train exports neither class publicly. The trial turns it into a
+  reason that names the resources (sweeper/run/trial.py).
 - `controller_callback_class`: Train's `ControllerCallback`, the only interface through
   which a run's controller tells its abort hook and state changes (the public
   `ray.train.UserCallback` has only `after_report` and `after_exception`);
@@ -62,6 +66,7 @@ import threading
 __all__ = [
     "StoppableTorchTrainer",
     "controller_callback_class",
+    "workers_never_started",
     "tune_stop_event",
     "tune_trial_number",
     "RAY_TRAIN_WORKER_MODULES",
@@ -208,6 +213,20 @@ def abort_controller(controller) -> None:
     if worker_group is not None and worker_group.has_started():
         worker_group.abort()
     controller._set_state(AbortedState())
+
+
+def workers_never_started(error: BaseException) -> bool:
+    """Whether `error` (what a TorchTrainer's fit raised) says the run's workers could not
+    be placed and started within Train's worker start timeout."""
+    from ray.train.v2._internal.exceptions import WorkerGroupStartupTimeoutError
+
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, WorkerGroupStartupTimeoutError):
+            return True
+        seen.add(id(error))
+        error = getattr(error, "controller_failure", None) or error.__cause__
+    return False
 
 
 def controller_callback_class() -> type:

@@ -25,6 +25,7 @@ from sweeper.plan.sweep_plan import ClusterResources, SweepPlan, make_plan
 from sweeper.run.budget import SweepBudget
 from sweeper.run.janitor import AdapterJanitor
 from sweeper.run.sweep_dir import (
+    DRIVER_LOG,
     DRIVER_PID_FILE,
     WARM_START_LOG,
     first_missing_folder,
@@ -72,6 +73,7 @@ class SweepContext:
     budget: SweepBudget | None = None
     book: SweepBook | None = None
     tracker: object = None  # sweeper.track.tracker.MlflowTracker
+    measured_setup_s: float | None = None  # one trial start, as the calibration measured it
 
 
 def run_sweep(
@@ -100,6 +102,7 @@ def run_sweep(
         context.budget = SweepBudget.forecast_sweep(
             context.plan, context.inputs, context.console, on_cluster=not starts_own_cluster(context.address)
         )
+        context.measured_setup_s = context.budget.forecast.timing.setup_seconds
     except BaseException:
         forget_warm_start_log(spec.sweep_dir, made_for_the_log)
         raise
@@ -268,9 +271,14 @@ def _trainable(context: SweepContext):
     from ray import tune
 
     from sweeper.cluster.ray_adapter import ON_THE_HEAD_NODE
-    from sweeper.run.trial import run_trial
+    from sweeper.run.trial import run_trial, worker_start_timeout
 
     spec = context.spec
+    timeout_s = worker_start_timeout(spec.resources.worker_start_timeout_s, context.measured_setup_s)
+    context.console.print(
+        f"A trial whose workers are not placed and started within {timeout_s:.0f} s fails, saying why "
+        "(resources.worker_start_timeout_s)", highlight=False,
+    )
     trainable = tune.with_parameters(
         run_trial,
         trial_config=spec.trial_config(),
@@ -279,6 +287,7 @@ def _trainable(context: SweepContext):
         data={"ref": ray.put(context.inputs.data)},
         cache_root=str(context.cache_root),
         trials_dir=storage.join(spec.storage_uri, "trials"),
+        worker_start_timeout_s=timeout_s,
     )
     # The trial's own process only waits on its TorchTrainer; the workers hold the CPUs
     # and GPUs. It stays on the head node (a lost worker node must not take it along).
@@ -294,6 +303,8 @@ def _fit_and_finish(context: SweepContext, make_tuner, extra_callbacks: list) ->
     what the caps cut. `make_tuner(trainable, callbacks)` builds the tuner, or restores
     it and the sweep's state (`sweep resume`)."""
     from sweeper.run.driver import SweepDriver
+    from sweeper.run.release import ReleaseFinishedRuns
+    from sweeper.run.watchdog import StallWatchdog
     from sweeper.track.console import LiveTable
 
     spec, plan, book, tracker, console = context.spec, context.plan, context.book, context.tracker, context.console
@@ -306,7 +317,8 @@ def _fit_and_finish(context: SweepContext, make_tuner, extra_callbacks: list) ->
     live_table = LiveTable(book, list(spec.search.parameters), console)
     listeners = [tracker, AdapterJanitor(book, spec.search.keep_best_adapters), live_table]
     driver = SweepDriver(book, listeners)  # make_tuner hands it the searcher's marks
-    tuner = make_tuner(_trainable(context), [driver, *extra_callbacks])
+    watchdog = StallWatchdog(live_table, spec.sweep_dir / DRIVER_LOG)
+    tuner = make_tuner(_trainable(context), [driver, ReleaseFinishedRuns(), watchdog, *extra_callbacks])
     pid_file = spec.sweep_dir / DRIVER_PID_FILE
     pid_file.write_text(str(os.getpid()))
     interrupted = True

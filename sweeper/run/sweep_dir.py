@@ -19,7 +19,7 @@ from sweeper.spec.schema import SweepSpec
 
 __all__ = [
     "refuse_existing_sweep", "prepare_sweep_dir", "PUBLISHED_FILES", "publish_sweep_files", "WARM_START_LOG",
-    "first_missing_folder", "forget_warm_start_log", "DRIVER_PID_FILE", "running_driver_pid",
+    "first_missing_folder", "forget_warm_start_log", "DRIVER_PID_FILE", "DRIVER_LOG", "running_driver_pid",
     "refuse_if_running", "refuse_if_read_only", "stop_sweep",
 ]
 
@@ -89,6 +89,9 @@ def forget_warm_start_log(sweep_dir: Path, made_for_the_log: Path | None) -> Non
 
 
 DRIVER_PID_FILE = "driver.pid"
+# What the driver noticed while the sweep ran (sweeper/run/watchdog.py: what the cluster
+# waited on when no trial reported for a while), appended to by each start and resume.
+DRIVER_LOG = "driver.log"
 
 
 def running_driver_pid(spec: SweepSpec) -> int | None:

@@ -11,11 +11,20 @@ synchronization actor.
 
 When Tune stops the trial (ASHA pruned it, or the sweep is over), the Train run is
 aborted at once: its workers give their CPUs/GPUs back to the next trial instead of
-training on.
+training on (and the driver removes the run's placement group itself the moment Tune is
+done with the trial: sweeper/run/release.py).
+
+No wait is without end: workers that cannot be placed and started within the sweep's
+worker start timeout (`worker_start_timeout`) fail the trial with `WorkersNotPlaced`,
+which names what the workers asked for and what the cluster had free. Ray Train does not
+retry that start (its `controller_failure_limit` is 0 here, where Ray's default retries
+without end); a run whose workers failed while training is retried from its checkpoint up
+to `search.max_failures` times.
 """
 
 from __future__ import annotations
 
+import os
 import time
 
 from ray import tune
@@ -23,14 +32,43 @@ from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 from ray.train.v2.api.callback import UserCallback
 
 from sweeper.cluster import storage
-from sweeper.cluster.ray_adapter import StoppableTorchTrainer, tune_stop_event
+from sweeper.cluster.placement import free_resources_text, resources_text
+from sweeper.cluster.ray_adapter import StoppableTorchTrainer, tune_stop_event, workers_never_started
 from trainables.config import TrialConfig
 from trainables.metrics import RESTARTS
 from trainables.worker import train_loop_per_worker
 
 
+# Ray Train reads its worker start timeout from this variable, in the process running the
+# Train controller (here the trial's own); it says so in its timeout error.
+WORKER_START_TIMEOUT_ENV = "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S"
+# The least time a trial's workers get to be placed and started, and how many measured
+# trial starts they get beyond it.
+WORKER_START_FLOOR_S = 60.0
+WORKER_START_MEASURED_TIMES = 10
+
+
+class WorkersNotPlaced(RuntimeError):
+    """A trial's workers could not be placed and started in time."""
+
+
+def worker_start_timeout(stated_s: float | None, measured_setup_s: float | None) -> float:
+    """How long a trial's workers may take to be placed and started: `resources.
+    worker_start_timeout_s` where the sweep states it, else ten times the measured trial
+    start (the calibration's, or a resumed sweep's median), never under a minute."""
+    if stated_s is not None:
+        return stated_s
+    return max(WORKER_START_FLOOR_S, WORKER_START_MEASURED_TIMES * (measured_setup_s or 0.0))
+
+
 def run_trial(
-    config: dict, trial_config: TrialConfig, max_failures: int, data: dict, cache_root: str, trials_dir: str
+    config: dict,
+    trial_config: TrialConfig,
+    max_failures: int,
+    data: dict,
+    cache_root: str,
+    trials_dir: str,
+    worker_start_timeout_s: float,
 ) -> None:
     """Tune's function trainable: this trial's TorchTrainer, fitted until it finishes or
     Tune stops the trial. `config` holds the trial's sampled values (dotted path -> value),
@@ -64,12 +102,23 @@ def run_trial(
             storage_filesystem=storage_filesystem,
             callbacks=[ReportToTune()],
             checkpoint_config=CheckpointConfig(num_to_keep=1),
-            # Ray Train restarts the worker group from the latest checkpoint.
-            failure_config=FailureConfig(max_failures=max_failures),
+            # Ray Train restarts the worker group from the latest checkpoint; a worker
+            # group that cannot start is not retried (the timeout above is the bound).
+            failure_config=FailureConfig(max_failures=max_failures, controller_failure_limit=0),
         ),
     )
-    # The dashboard shows the trial's name (sweep and trial number) as its workers' Repr.
-    trainer.fit_until(tune_stop_event(), worker_repr=tune.get_context().get_trial_name())
+    os.environ[WORKER_START_TIMEOUT_ENV] = f"{worker_start_timeout_s:g}"
+    try:
+        # The dashboard shows the trial's name (sweep and trial number) as its workers' Repr.
+        trainer.fit_until(tune_stop_event(), worker_repr=tune.get_context().get_trial_name())
+    except Exception as error:
+        if not workers_never_started(error):
+            raise
+        raise WorkersNotPlaced(
+            f"its {resources.workers_per_trial} worker(s) of {resources_text(per_worker)} each were not placed "
+            f"within {worker_start_timeout_s:g} s (resources.worker_start_timeout_s); the cluster had free: "
+            f"{free_resources_text()}"
+        ) from error
 
 
 class ReportToTune(UserCallback):

@@ -58,6 +58,7 @@ class LiveTable:
     def __init__(self, book: SweepBook, param_names: list[str], console: Console):
         self.book, self.param_names, self.console = book, param_names, console
         self.live: Live | None = None
+        self.waiting_on: list[str] | None = None  # the driver's watchdog's finding, under the table
 
     def __enter__(self) -> "LiveTable":
         if self.console.is_terminal:
@@ -77,7 +78,19 @@ class LiveTable:
         return {**self.__dict__, "console": None, "live": None}
 
     def _render(self) -> Table:
-        return trial_table(self.book, self.param_names)
+        table = trial_table(self.book, self.param_names)
+        if self.waiting_on:
+            table.caption = Text("\n".join(self.waiting_on), style="yellow")
+            table.caption_justify = "left"
+        return table
+
+    def waiting(self, lines: list[str] | None) -> None:
+        """What the sweep waits on (sweeper/run/watchdog.py), shown under the table; None
+        once a trial reports again. Printed as lines where the output is no terminal."""
+        self.waiting_on = lines
+        if lines and not self.live:
+            for line in lines:
+                self.console.print(line, markup=False, highlight=False)
 
     def trial_finished(self, record: TrialRecord) -> None:
         if not self.live:

@@ -109,3 +109,17 @@ def test_a_labelled_worker_group_creates_train_workers_whose_repr_is_the_label()
     assert issubclass(group, WorkerGroup) and issubclass(group._worker_cls, RayTrainWorker)
     assert group._worker_cls.__name__ == "RayTrainWorker"  # the dashboard's Class column
     assert repr(group._worker_cls()) == "sweep-demo-trial-4"
+
+
+def test_a_run_whose_workers_never_started_is_told_apart_from_other_failures():
+    from ray.train.v2._internal.exceptions import WorkerGroupStartupTimeoutError
+    from ray.train.v2.api.exceptions import ControllerError
+
+    timed_out = ControllerError(WorkerGroupStartupTimeoutError(num_workers=2))
+    assert ray_adapter.workers_never_started(timed_out)
+    try:  # as the trial sees it: raised from fit with the controller's error as its cause
+        raise RuntimeError("Training failed") from timed_out
+    except RuntimeError as error:
+        assert ray_adapter.workers_never_started(error)
+    assert not ray_adapter.workers_never_started(ControllerError(ValueError("bad config")))
+    assert not ray_adapter.workers_never_started(ValueError("loss is nan"))
