@@ -8,7 +8,8 @@ from __future__ import annotations
 
 __all__ = [
     "STEP", "EVAL_LOSS", "EVAL_PERPLEXITY", "TRAIN_LOSS", "LEARNING_RATE", "TOKENS_PER_SECOND",
-    "TRAIN_TOKENS", "TRAIN_CPU_SHARE", "SETUP_SECONDS", "SETUP_PHASES", "RESTARTS", "EVAL_REWARDS_CHOSEN",
+    "TRAIN_TOKENS", "TRAIN_CPU_SHARE", "SETUP_SECONDS", "SETUP_PHASES", "RESTARTS",
+    "OUT_OF_MEMORY_AT_MICRO_BATCH", "MICRO_BATCH", "EVAL_REWARDS_CHOSEN",
     "EVAL_REWARDS_REJECTED", "EVAL_REWARDS_MARGIN", "EVAL_REWARDS_ACCURACY", "TASK_METRICS", "REPORTED_KEYS",
 ]
 
@@ -26,6 +27,11 @@ SETUP_PHASES = "setup_phases"  # first report only: where the setup time went
 # failed (a lost node, an out-of-memory kill; search.max_failures): added to the reports
 # after the first restart by the trial's Train controller (sweeper/run/trial.py), not the loops.
 RESTARTS = "restarts"
+# Set once a step ran out of accelerator memory and the trial went on at half the
+# micro-batch (trainables/out_of_memory.py): the micro-batch that did not fit, and the one
+# the trial trains at since (with twice the gradient accumulation).
+OUT_OF_MEMORY_AT_MICRO_BATCH = "out_of_memory_at_micro_batch"
+MICRO_BATCH = "micro_batch"
 EVAL_REWARDS_CHOSEN = "eval_rewards_chosen"
 EVAL_REWARDS_REJECTED = "eval_rewards_rejected"
 EVAL_REWARDS_MARGIN = "eval_rewards_margin"
@@ -66,4 +72,6 @@ REPORTED_KEYS: tuple[str, ...] = (
     SETUP_SECONDS,
     SETUP_PHASES,
     RESTARTS,
+    OUT_OF_MEMORY_AT_MICRO_BATCH,
+    MICRO_BATCH,
 )

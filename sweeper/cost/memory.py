@@ -18,7 +18,7 @@ from sweeper.errors import UserError
 
 __all__ = [
     "Architecture", "MemoryForecast", "forecast_trial_memory", "forecast", "GPU_MEMORY_GIB",
-    "gpu_memory_gib", "unfit_problems", "refuse_if_unfit", "cluster_gpu_memory_gib", "check_before_launch",
+    "gpu_memory_gib", "trial_forecast_gib", "unfit_problems", "refuse_if_unfit", "cluster_gpu_memory_gib", "check_before_launch",
 ]
 
 GIB = 1024**3
@@ -152,6 +152,13 @@ def forecast_trial_memory(spec, lora_r: int | None = None) -> MemoryForecast | N
     if arch is None:
         return None
     return forecast(arch, **_settings(spec, lora_r if lora_r is not None else largest_rank(spec)))
+
+
+def trial_forecast_gib(trial) -> float | None:
+    """GiB of one trial's forecast (a TrialConfig: its own sampled rank and micro-batch),
+    from a config known here or cached (a trial never waits on the hub); None without one."""
+    arch = architecture_of(trial.model.name_or_path, from_hub=False)
+    return forecast(arch, **_settings(trial, trial.lora.r)).gib if arch is not None else None
 
 
 def largest_rank(spec) -> int:

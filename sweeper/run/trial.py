@@ -24,6 +24,7 @@ from ray.train.v2.api.callback import UserCallback
 
 from sweeper.cluster import storage
 from sweeper.cluster.ray_adapter import StoppableTorchTrainer, tune_stop_event
+from sweeper.cost.memory import trial_forecast_gib
 from trainables.config import TrialConfig
 from trainables.metrics import RESTARTS
 from trainables.worker import train_loop_per_worker
@@ -54,6 +55,8 @@ def run_trial(
             "data": data,
             "cache_root": cache_root,
             "started_at": started_at,
+            # For the reason of a trial that runs out of memory even at half its micro-batch.
+            "memory_forecast_gib": trial_forecast_gib(trial),
         },
         scaling_config=ScalingConfig(
             num_workers=resources.workers_per_trial, use_gpu=resources.use_gpu, resources_per_worker=per_worker
