@@ -220,8 +220,9 @@ def check_finite(loss: torch.Tensor, step: int) -> None:
 
 def inject_fault(chaos, step: int) -> float:
     """Apply config.chaos at its step: raise, kill this worker process, or return a loss
-    factor of NaN. Returns 1.0 (no fault) otherwise."""
-    if chaos.fault == "none" or step != chaos.at_step:
+    factor of NaN. Returns 1.0 (no fault) otherwise; `oom` is raised by the step's
+    micro-batches (trainables/out_of_memory.py)."""
+    if chaos.fault in ("none", "oom") or step != chaos.at_step:
         return 1.0
     if chaos.fault == "exception":
         raise RuntimeError(f"chaos.fault: injected exception at step {step}")

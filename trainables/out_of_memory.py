@@ -116,7 +116,7 @@ class MicroBatches:
         why = "" if self.halved else (
             ", which cannot be halved" + ("" if self.size == 1 else " in a trial of several workers or under deepspeed")
         )
-        forecast = f"forecast {self.forecast_gib:.1f} GiB" if self.forecast_gib is not None else "no forecast"
+        forecast = f"forecast {_size(self.forecast_gib)}" if self.forecast_gib is not None else "no forecast"
         return (
             f"out of memory at micro-batch {sizes} (step {step}){why}: {self._peak()}; "
             f"{forecast} at micro-batch {self.configured}"
@@ -124,6 +124,10 @@ class MicroBatches:
 
     def _peak(self) -> str:
         if self.device.type == "cuda":
-            total = torch.cuda.get_device_properties(self.device).total_memory
-            return f"peak {torch.cuda.max_memory_allocated(self.device) / GIB:.1f} GiB allocated of {total / GIB:.1f} GiB"
-        return f"peak resident {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2:.1f} GiB (CPU)"
+            total = torch.cuda.get_device_properties(self.device).total_memory / GIB
+            return f"peak {_size(torch.cuda.max_memory_allocated(self.device) / GIB)} allocated of {_size(total)}"
+        return f"peak resident {_size(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2)} (CPU)"
+
+
+def _size(gib: float) -> str:
+    return f"{gib:.1f} GiB" if gib >= 1 else f"{gib * 1024:.0f} MiB"

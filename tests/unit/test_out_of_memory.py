@@ -76,7 +76,7 @@ def test_running_out_again_at_half_fails_with_both_sizes_the_memory_and_the_fore
         batching.run(3, [list(range(8)), list(range(8, 16))], train_step)
     reason = str(failure.value)
     assert reason.startswith("out of memory at micro-batch 8 and again at 4 (step 3): peak resident "), reason
-    assert reason.endswith("GiB (CPU); forecast 12.3 GiB at micro-batch 8"), reason
+    assert reason.endswith(" (CPU); forecast 12.3 GiB at micro-batch 8"), reason
 
 
 def test_a_micro_batch_of_one_that_does_not_fit_fails_at_once():
