@@ -129,14 +129,9 @@ def build_strategy(trial: TrialConfig, workers: Workers, folder: Path | None = N
     shape = KNOWN_CONFIGS[trial.model.name_or_path]
     config = LlamaConfig(**shape, pad_token_id=0, bos_token_id=None, eos_token_id=1,
                          max_position_embeddings=max(4096, trial.data.max_length))
-    config._attn_implementation = trial.model.attn_implementation
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(torch.bfloat16)
-    try:
-        with torch.device(workers.device):
-            model = LlamaForCausalLM(config)
-    finally:
-        torch.set_default_dtype(previous)
+    with torch.device(workers.device):  # weights made where they train, in bf16 as load_base_model loads them
+        model = LlamaForCausalLM._from_config(config, dtype=torch.bfloat16,
+                                              attn_implementation=trial.model.attn_implementation)
     if trial.model.quantization != "none":
         model.save_pretrained(folder)
         del model
