@@ -218,6 +218,14 @@ def check_finite(loss: torch.Tensor, step: int) -> None:
         raise NonFiniteLossError(f"loss is {loss.item()} at step {step}; not training on it (lower training.learning_rate?)")
 
 
+def backward_micro_batch(strategy, loss: torch.Tensor, step: int) -> float:
+    """Backpropagate one micro-batch's loss once it is known finite (the strategy scales it
+    for accumulation); its value."""
+    check_finite(loss, step)
+    strategy.backward(loss)
+    return loss.item()
+
+
 def inject_fault(chaos, step: int) -> float:
     """Apply config.chaos at its step: raise, kill this worker process, or return a loss
     factor of NaN. Returns 1.0 (no fault) otherwise; `oom` is raised by the step's

@@ -31,7 +31,7 @@ from trainables.common import (
     Reporter,
     Throughput,
     autocast,
-    check_finite,
+    backward_micro_batch,
     current_workers,
     endless_batches,
     inject_fault,
@@ -132,7 +132,8 @@ def train_step(
     """Forward (reference and policy) and backward of one optimizer step's micro-batches
     of pairs (`parts`, pair indices): the step's mean loss and its tokens."""
     model, peft_model = strategy.model, strategy.peft_model
-    loss_sum, count, tokens = 0.0, 0, 0
+    losses: list[float] = []
+    tokens = 0
     for indices in parts:
         input_ids, labels = pair_batch(split, indices, pad_id, workers)
         with autocast(workers, config.training.precision):
@@ -140,12 +141,9 @@ def train_step(
                 reference = sequence_logps(peft_model, input_ids, labels, pad_id)
             policy = sequence_logps(model, input_ids, labels, pad_id)
             loss = dpo_loss(policy, reference, _answer_lengths(labels), config.dpo).losses.mean() * fault
-        check_finite(loss, step)
-        strategy.backward(loss)
-        loss_sum += loss.item()
-        count += 1
+        losses.append(backward_micro_batch(strategy, loss, step))
         tokens += int((input_ids != pad_id).sum())
-    return loss_sum / count, tokens
+    return sum(losses) / len(losses), tokens
 
 
 def pair_batch(split: PreferenceSplit, indices: list[int], pad_id: int, workers) -> tuple[torch.Tensor, torch.Tensor]:

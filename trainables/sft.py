@@ -18,7 +18,7 @@ from trainables.common import (
     Reporter,
     Throughput,
     autocast,
-    check_finite,
+    backward_micro_batch,
     count_targets,
     current_workers,
     endless_batches,
@@ -119,18 +119,16 @@ def train_step(
     """Forward and backward of one optimizer step's micro-batches (`parts`, example
     indices): the step's mean loss and its tokens."""
     model = strategy.model
-    loss_sum, count, tokens = 0.0, 0, 0
+    losses: list[float] = []
+    tokens = 0
     for indices in parts:
         input_ids = pad_batch([split.input_ids[i] for i in indices], pad_id).to(workers.device)
         labels = pad_batch([split.labels[i] for i in indices], IGNORE_INDEX).to(workers.device)
         with autocast(workers, training.precision):
             loss = model(input_ids=input_ids, attention_mask=input_ids != pad_id, labels=labels).loss * fault
-        check_finite(loss, step)
-        strategy.backward(loss)
-        loss_sum += loss.item()
-        count += 1
+        losses.append(backward_micro_batch(strategy, loss, step))
         tokens += int((input_ids != pad_id).sum())
-    return loss_sum / count, tokens
+    return sum(losses) / len(losses), tokens
 
 
 @torch.no_grad()
