@@ -88,6 +88,9 @@ class Tag:
     # to max_steps whatever their rank (ASHA by promotion); absent on the others.
     STARTUP_TRIAL = "sweeper.startup_trial"
     TASK = "sweeper.task"
+    # On a trial that ran out of accelerator memory and went on at half its micro-batch:
+    # "out of memory at micro-batch 8, went on at 4".
+    OUT_OF_MEMORY = "sweeper.out_of_memory"
     PARENT_RUN_ID = "mlflow.parentRunId"  # MLflow's own tag for nested runs
     # The budget cap that cut the sweep (or "none"), and what it cut in words (parent run).
     BUDGET_STOP = "sweeper.budget_stop"

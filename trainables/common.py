@@ -218,10 +218,19 @@ def check_finite(loss: torch.Tensor, step: int) -> None:
         raise NonFiniteLossError(f"loss is {loss.item()} at step {step}; not training on it (lower training.learning_rate?)")
 
 
+def backward_micro_batch(strategy, loss: torch.Tensor, step: int) -> float:
+    """Backpropagate one micro-batch's loss once it is known finite (the strategy scales it
+    for accumulation); its value."""
+    check_finite(loss, step)
+    strategy.backward(loss)
+    return loss.item()
+
+
 def inject_fault(chaos, step: int) -> float:
     """Apply config.chaos at its step: raise, kill this worker process, or return a loss
-    factor of NaN. Returns 1.0 (no fault) otherwise."""
-    if chaos.fault == "none" or step != chaos.at_step:
+    factor of NaN. Returns 1.0 (no fault) otherwise; `oom` is raised by the step's
+    micro-batches (trainables/out_of_memory.py)."""
+    if chaos.fault in ("none", "oom") or step != chaos.at_step:
         return 1.0
     if chaos.fault == "exception":
         raise RuntimeError(f"chaos.fault: injected exception at step {step}")

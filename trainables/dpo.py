@@ -21,6 +21,7 @@ trial's setup.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import torch
@@ -30,7 +31,7 @@ from trainables.common import (
     Reporter,
     Throughput,
     autocast,
-    check_finite,
+    backward_micro_batch,
     current_workers,
     endless_batches,
     inject_fault,
@@ -44,6 +45,7 @@ from trainables.common import (
     unwrap,
 )
 from trainables.config import TrialConfig
+from trainables.out_of_memory import MicroBatches
 from trainables.strategies import prepare
 from trainables.data import IGNORE_INDEX, PreferenceSplit
 
@@ -55,17 +57,18 @@ def train(
     report: Reporter,
     started_at: float,
     resume_from: str | None = None,
+    memory_forecast_gib: float | None = None,
 ) -> None:
     """DPO-train fresh LoRA adapters on `model_source` as `config` says, calling `report` at
     each evaluation. Arguments as in trainables/sft.py::train; `data` holds preference pairs."""
-    training, dpo = config.training, config.dpo
+    training = config.training
     workers = current_workers()
     seed_everything(training.seed)
 
     # The model spread over the workers as resources.strategy says (DDP, ZeRO, FSDP);
     # with the adapters disabled the same module is the reference.
     strategy = prepare(config, model_source, workers)
-    model, peft_model = strategy.model, strategy.peft_model
+    model = strategy.model
     pad_id = pad_token_id(model)
 
     # The reference never changes, so the eval pairs are scored under it once, here
@@ -75,10 +78,12 @@ def train(
 
     done_steps = resume(strategy, resume_from, workers) if resume_from else 0
 
-    # Data: this worker's shard of the train pairs, reshuffled each epoch by seed.
-    micro_batches = training.gradient_accumulation_steps
+    # Data: this worker's shard of the train pairs, reshuffled each epoch by seed, in
+    # micro-batches that are halved once if they run out of memory.
+    micro_batches = MicroBatches(config, strategy, workers, memory_forecast_gib)
+    accumulation = training.gradient_accumulation_steps
     batches = endless_batches(
-        len(train_split), training.per_device_batch_size, workers, training.seed, skip=done_steps * micro_batches
+        len(train_split), training.per_device_batch_size, workers, training.seed, skip=done_steps * accumulation
     )
 
     setup_seconds = None
@@ -87,21 +92,11 @@ def train(
     for step in range(done_steps + 1, training.max_steps + 1):
         model.train()
         throughput.start()
-        step_tokens = 0
-        step_loss = 0.0
         fault = inject_fault(config.chaos, step)
-        for _ in range(micro_batches):
-            indices = next(batches)
-            input_ids, labels = pair_batch(train_split, indices, pad_id, workers)
-            with autocast(workers, training.precision):
-                with torch.no_grad(), peft_model.disable_adapter():
-                    reference = sequence_logps(peft_model, input_ids, labels, pad_id)
-                policy = sequence_logps(model, input_ids, labels, pad_id)
-                loss = dpo_loss(policy, reference, _answer_lengths(labels), dpo).losses.mean() * fault
-            check_finite(loss, step)
-            strategy.backward(loss)
-            step_loss += loss.item() / micro_batches
-            step_tokens += int((input_ids != pad_id).sum())
+        step_batches = [next(batches) for _ in range(accumulation)]
+        step_loss, step_tokens = micro_batches.run(
+            step, step_batches, lambda parts: train_step(parts, strategy, train_split, pad_id, workers, config, fault, step)
+        )
         learning_rate = strategy.step()
         throughput.stop(step_tokens)
         losses_since_report.append(step_loss)
@@ -125,8 +120,30 @@ def train(
                 "train_tokens": tokens,
                 "train_cpu_share": cpu_seconds / seconds,
                 "setup_seconds": setup_seconds,
+                **micro_batches.report(),
             }
             report_with_checkpoint(report, metrics, strategy, workers)
+
+
+def train_step(
+    parts: Iterable[list[int]], strategy, split: PreferenceSplit, pad_id: int, workers, config: TrialConfig,
+    fault: float, step: int,
+) -> tuple[float, int]:
+    """Forward (reference and policy) and backward of one optimizer step's micro-batches
+    of pairs (`parts`, pair indices): the step's mean loss and its tokens."""
+    model, peft_model = strategy.model, strategy.peft_model
+    losses: list[float] = []
+    tokens = 0
+    for indices in parts:
+        input_ids, labels = pair_batch(split, indices, pad_id, workers)
+        with autocast(workers, config.training.precision):
+            with torch.no_grad(), peft_model.disable_adapter():
+                reference = sequence_logps(peft_model, input_ids, labels, pad_id)
+            policy = sequence_logps(model, input_ids, labels, pad_id)
+            loss = dpo_loss(policy, reference, _answer_lengths(labels), config.dpo).losses.mean() * fault
+        losses.append(backward_micro_batch(strategy, loss, step))
+        tokens += int((input_ids != pad_id).sum())
+    return sum(losses) / len(losses), tokens
 
 
 def pair_batch(split: PreferenceSplit, indices: list[int], pad_id: int, workers) -> tuple[torch.Tensor, torch.Tensor]:

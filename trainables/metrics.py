@@ -8,7 +8,8 @@ from __future__ import annotations
 
 __all__ = [
     "STEP", "EVAL_LOSS", "EVAL_PERPLEXITY", "TRAIN_LOSS", "LEARNING_RATE", "TOKENS_PER_SECOND",
-    "TRAIN_TOKENS", "TRAIN_CPU_SHARE", "SETUP_SECONDS", "SETUP_PHASES", "RESTARTS", "PLACEMENT_GROUP", "EVAL_REWARDS_CHOSEN",
+    "TRAIN_TOKENS", "TRAIN_CPU_SHARE", "SETUP_SECONDS", "SETUP_PHASES", "RESTARTS", "PLACEMENT_GROUP",
+    "OUT_OF_MEMORY_AT_MICRO_BATCH", "MICRO_BATCH", "EVAL_REWARDS_CHOSEN",
     "EVAL_REWARDS_REJECTED", "EVAL_REWARDS_MARGIN", "EVAL_REWARDS_ACCURACY", "TASK_METRICS", "REPORTED_KEYS",
 ]
 
@@ -30,6 +31,11 @@ RESTARTS = "restarts"
 # its workers, for the driver to remove the moment Tune is done with the trial
 # (sweeper/run/release.py). Not a metric: the book and MLflow leave it out.
 PLACEMENT_GROUP = "placement_group"
+# Set once a step ran out of accelerator memory and the trial went on at half the
+# micro-batch (trainables/out_of_memory.py): the micro-batch that did not fit, and the one
+# the trial trains at since (with twice the gradient accumulation).
+OUT_OF_MEMORY_AT_MICRO_BATCH = "out_of_memory_at_micro_batch"
+MICRO_BATCH = "micro_batch"
 EVAL_REWARDS_CHOSEN = "eval_rewards_chosen"
 EVAL_REWARDS_REJECTED = "eval_rewards_rejected"
 EVAL_REWARDS_MARGIN = "eval_rewards_margin"
@@ -70,4 +76,6 @@ REPORTED_KEYS: tuple[str, ...] = (
     SETUP_SECONDS,
     SETUP_PHASES,
     RESTARTS,
+    OUT_OF_MEMORY_AT_MICRO_BATCH,
+    MICRO_BATCH,
 )

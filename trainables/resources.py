@@ -76,10 +76,12 @@ BUILT_IN_RESOURCES = ("CPU", "GPU", "memory", "object_store_memory")
 class ResourcesSpec(StrictModel):
     workers_per_trial: int = Field(1, ge=1, description="Ray Train workers (data-parallel ranks) per trial.")
     cpus_per_worker: float = Field(1, gt=0, description="CPUs reserved per worker.")
-    gpus_per_worker: float = Field(
-        0, ge=0,
+    gpus_per_worker: float | Literal["auto"] = Field(
+        0.0,
         description="GPUs reserved per worker (1 when use_gpu). A fraction packs several one-worker trials "
-        "on one GPU (0.5: two trials per GPU); each worker uses the GPU Ray assigned it.",
+        "on one GPU (0.5: two trials per GPU); each worker uses the GPU Ray assigned it. auto: the most "
+        "one-worker trials whose memory forecasts fit one GPU with 15% of it left free (at most 16), on the "
+        "GPU type the cluster reports, else cost.accelerator's; refused where not even one fits.",
     )
     use_gpu: bool = Field(False, description="Train on GPUs (NCCL); otherwise CPU (gloo).")
     strategy: Literal["ddp", "deepspeed", "fsdp"] = Field(
@@ -98,8 +100,21 @@ class ResourcesSpec(StrictModel):
         None, gt=0,
         description="Seconds a trial waits for its workers to be placed and started before it fails, naming "
         "the resources it asked for and what the cluster had free (the sweep then goes on). Default: ten times "
-        "the trial start the sweep measured (calibration, or a resumed sweep's trials), at least 60.",
+        "the trial start the calibration measured, at least 60 (a resumed sweep: 60).",
     )
+
+    @field_validator("gpus_per_worker", mode="before")
+    @classmethod
+    def _number_or_auto(cls, value: Any) -> Any:
+        if value == "auto":
+            return value
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            number = -1.0
+        if not number >= 0:
+            raise ValueError("must be a number >= 0 or auto")
+        return number
 
     @field_validator("custom")
     @classmethod
@@ -120,6 +135,8 @@ class ResourcesSpec(StrictModel):
 
     @model_validator(mode="after")
     def _gpu_consistent(self) -> "ResourcesSpec":
+        if self.gpus_per_worker == "auto":
+            return self._auto_packing_consistent()
         if self.use_gpu and self.gpus_per_worker == 0:
             object.__setattr__(self, "gpus_per_worker", 1.0)
         problems = []
@@ -139,6 +156,20 @@ class ResourcesSpec(StrictModel):
             problems.append((
                 "gpus_per_worker",
                 f"above 1 it must be a whole number, got {self.gpus_per_worker:g}",
+            ))
+        if problems:
+            raise FieldProblems(problems)
+        return self
+
+    def _auto_packing_consistent(self) -> "ResourcesSpec":
+        problems = []
+        if not self.use_gpu:
+            problems.append(("gpus_per_worker", "auto packs trials on GPUs but use_gpu is false; set resources.use_gpu: true"))
+        if self.workers_per_trial > 1:
+            problems.append((
+                "gpus_per_worker",
+                f"auto packs one-worker trials on a GPU, but workers_per_trial is {self.workers_per_trial}; set "
+                "gpus_per_worker: 1, or workers_per_trial: 1",
             ))
         if problems:
             raise FieldProblems(problems)

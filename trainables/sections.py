@@ -298,7 +298,10 @@ class DpoSpec(StrictModel):
 class ChaosSpec(StrictModel):
     """Deliberate faults, for testing how a deployment handles failing trials."""
 
-    fault: Literal["none", "exception", "nan_loss", "kill_worker"] = Field(
-        "none", description="Fault injected into the training loop at chaos.at_step (testing only; searchable, e.g. by grid)."
+    fault: Literal["none", "exception", "nan_loss", "kill_worker", "oom"] = Field(
+        "none",
+        description="Fault injected into the training loop at chaos.at_step (testing only; searchable, e.g. by grid): "
+        "exception, nan_loss, kill_worker, or oom (the step's micro-batch of training.per_device_batch_size runs "
+        "out of memory, half of it fits: the trial goes on at half, or fails where it is 1).",
     )
     at_step: int = Field(1, ge=1, description="Optimizer step at which chaos.fault happens, on every attempt.")

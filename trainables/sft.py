@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Iterable
 
 import torch
 
@@ -17,7 +18,7 @@ from trainables.common import (
     Reporter,
     Throughput,
     autocast,
-    check_finite,
+    backward_micro_batch,
     count_targets,
     current_workers,
     endless_batches,
@@ -31,6 +32,7 @@ from trainables.common import (
     sum_across_workers,
 )
 from trainables.config import TrialConfig
+from trainables.out_of_memory import MicroBatches
 from trainables.strategies import prepare
 from trainables.data import IGNORE_INDEX, TokenizedSplit
 
@@ -42,13 +44,15 @@ def train(
     report: Reporter,
     started_at: float,
     resume_from: str | None = None,
+    memory_forecast_gib: float | None = None,
 ) -> None:
     """Fine-tune `model_source` with LoRA as `config` says, calling `report` at each evaluation.
 
     `config` is the trial's config, its sampled values applied; `data` holds the
     tokenized "train" and "eval" splits; `started_at` is when the trial started (time.time()),
     for the setup-seconds metric; `resume_from` is a checkpoint directory to continue from
-    (a retried or resumed trial).
+    (a retried or resumed trial); `memory_forecast_gib` is the trial's memory forecast,
+    for the reason of a trial that runs out of memory.
     """
     training = config.training
     workers = current_workers()
@@ -60,11 +64,13 @@ def train(
     pad_id = pad_token_id(model)
     done_steps = resume(strategy, resume_from, workers) if resume_from else 0
 
-    # Data: this worker's shard of the train split, reshuffled each epoch by seed.
+    # Data: this worker's shard of the train split, reshuffled each epoch by seed, in
+    # micro-batches that are halved once if they run out of memory.
     train_split, eval_split = data["train"], data["eval"]
-    micro_batches = training.gradient_accumulation_steps
+    micro_batches = MicroBatches(config, strategy, workers, memory_forecast_gib)
+    accumulation = training.gradient_accumulation_steps
     batches = endless_batches(
-        len(train_split), training.per_device_batch_size, workers, training.seed, skip=done_steps * micro_batches
+        len(train_split), training.per_device_batch_size, workers, training.seed, skip=done_steps * accumulation
     )
 
     setup_seconds = None
@@ -73,19 +79,11 @@ def train(
     for step in range(done_steps + 1, training.max_steps + 1):
         model.train()
         throughput.start()
-        step_tokens = 0
-        step_loss = 0.0
         fault = inject_fault(config.chaos, step)
-        for _ in range(micro_batches):
-            indices = next(batches)
-            input_ids = pad_batch([train_split.input_ids[i] for i in indices], pad_id).to(workers.device)
-            labels = pad_batch([train_split.labels[i] for i in indices], IGNORE_INDEX).to(workers.device)
-            with autocast(workers, training.precision):
-                loss = model(input_ids=input_ids, attention_mask=input_ids != pad_id, labels=labels).loss * fault
-            check_finite(loss, step)
-            strategy.backward(loss)
-            step_loss += loss.item() / micro_batches
-            step_tokens += int((input_ids != pad_id).sum())
+        step_batches = [next(batches) for _ in range(accumulation)]
+        step_loss, step_tokens = micro_batches.run(
+            step, step_batches, lambda parts: train_step(parts, strategy, train_split, pad_id, workers, training, fault, step)
+        )
         learning_rate = strategy.step()
         throughput.stop(step_tokens)
         losses_since_report.append(step_loss)
@@ -93,7 +91,7 @@ def train(
             setup_seconds = time.time() - started_at
 
         if step % training.eval_every == 0 or step == training.max_steps:
-            eval_loss = evaluate(model, eval_split, training, workers, pad_id)
+            eval_loss = evaluate(model, eval_split, training, workers, pad_id, batch_size=micro_batches.size)
             tokens, seconds, cpu_seconds = throughput.take()
             train_loss_sum, count, tokens, seconds, cpu_seconds = sum_across_workers(
                 sum(losses_since_report), len(losses_since_report), tokens, seconds, cpu_seconds
@@ -110,16 +108,36 @@ def train(
                 "train_tokens": tokens,
                 "train_cpu_share": cpu_seconds / seconds,
                 "setup_seconds": setup_seconds,
+                **micro_batches.report(),
             }
             report_with_checkpoint(report, metrics, strategy, workers)
 
 
+def train_step(
+    parts: Iterable[list[int]], strategy, split: TokenizedSplit, pad_id: int, workers, training, fault: float, step: int
+) -> tuple[float, int]:
+    """Forward and backward of one optimizer step's micro-batches (`parts`, example
+    indices): the step's mean loss and its tokens."""
+    model = strategy.model
+    losses: list[float] = []
+    tokens = 0
+    for indices in parts:
+        input_ids = pad_batch([split.input_ids[i] for i in indices], pad_id).to(workers.device)
+        labels = pad_batch([split.labels[i] for i in indices], IGNORE_INDEX).to(workers.device)
+        with autocast(workers, training.precision):
+            loss = model(input_ids=input_ids, attention_mask=input_ids != pad_id, labels=labels).loss * fault
+        losses.append(backward_micro_batch(strategy, loss, step))
+        tokens += int((input_ids != pad_id).sum())
+    return sum(losses) / len(losses), tokens
+
+
 @torch.no_grad()
-def evaluate(model, split: TokenizedSplit, training, workers, pad_id: int) -> float:
-    """Mean loss per target token over the whole eval split (all workers together)."""
+def evaluate(model, split: TokenizedSplit, training, workers, pad_id: int, batch_size: int | None = None) -> float:
+    """Mean loss per target token over the whole eval split (all workers together), in
+    batches of `batch_size` (training.per_device_batch_size unless given)."""
     model.eval()
     loss_sum, target_count = 0.0, 0
-    for indices in shard_batches(len(split), training.per_device_batch_size, workers):
+    for indices in shard_batches(len(split), batch_size or training.per_device_batch_size, workers):
         input_ids = pad_batch([split.input_ids[i] for i in indices], pad_id).to(workers.device)
         labels = pad_batch([split.labels[i] for i in indices], IGNORE_INDEX).to(workers.device)
         with autocast(workers, training.precision):

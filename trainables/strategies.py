@@ -38,6 +38,9 @@ DEEPSPEED_TAG = "deepspeed"
 class Strategy(Protocol):
     model: torch.nn.Module  # what the loop calls forward on (wrapped for the strategy)
     peft_model: torch.nn.Module  # the PeftModel inside (disable_adapter for DPO's reference)
+    # Micro-batches per optimizer step, which backward scales by: ddp and fsdp only
+    # (doubled when a trial goes on at half the micro-batch, trainables/out_of_memory.py).
+    micro_batches: int
 
     def backward(self, loss: torch.Tensor) -> None:
         """Backward of one micro-batch's mean loss (scaled for accumulation here)."""

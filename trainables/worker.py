@@ -23,7 +23,8 @@ from trainables.models import resolve_model_source
 def train_loop_per_worker(config: dict) -> None:
     """Ray Train's loop of one worker. `config`: "trial", the TrialConfig with this trial's
     sampled values applied; "data", {"ref": object ref of the tokenized splits};
-    "cache_root", where built-in models are built; "started_at", when the trial started."""
+    "cache_root", where built-in models are built; "started_at", when the trial started;
+    "memory_forecast_gib", the trial's memory forecast (None where there is none)."""
     started_at = config["started_at"]
     # Where a trial's setup time goes, in seconds since the trial started, and whether
     # this process was forked from the warm server (1) or started cold (0); the first
@@ -46,18 +47,22 @@ def train_loop_per_worker(config: dict) -> None:
     task = importlib.import_module(f"trainables.{trial.task}")
     setup_phases["data_and_task_ready"] = time.time() - started_at
     report = _RayReport(setup_phases)
+    forecast = config.get("memory_forecast_gib")
     # Set when Ray Train retries this trial after a failure, or when a resumed sweep
     # restarts it: the run's latest checkpoint.
     checkpoint = ray.train.get_checkpoint()
     if checkpoint is None:
-        task.train(trial, data, model_source, report=report, started_at=started_at)
+        task.train(trial, data, model_source, report=report, started_at=started_at, memory_forecast_gib=forecast)
         return
     with checkpoint.as_directory() as resume_from:
         final = final_report_of(resume_from, trial.training.max_steps)
         if final is not None:  # nothing left to train: tell the driver how it ended
             report(final, resume_from if ray.train.get_context().get_world_rank() == 0 else None)
             return
-        task.train(trial, data, model_source, report=report, started_at=started_at, resume_from=resume_from)
+        task.train(
+            trial, data, model_source, report=report, started_at=started_at, resume_from=resume_from,
+            memory_forecast_gib=forecast,
+        )
 
 
 class _RayReport:

@@ -18,7 +18,8 @@ from sweeper.errors import UserError
 
 __all__ = [
     "Architecture", "MemoryForecast", "forecast_trial_memory", "forecast", "GPU_MEMORY_GIB",
-    "gpu_memory_gib", "unfit_problems", "refuse_if_unfit", "cluster_gpu_memory_gib", "check_before_launch",
+    "gpu_memory_gib", "trial_forecast_gib", "unfit_problems", "refuse_if_unfit", "cluster_gpu_memory_gib", "check_before_launch",
+    "GpuPacking", "gpu_packing", "with_gpu_packing", "launch_card_gib", "PACKING_MARGIN", "MOST_TRIALS_PER_GPU",
 ]
 
 GIB = 1024**3
@@ -154,6 +155,13 @@ def forecast_trial_memory(spec, lora_r: int | None = None) -> MemoryForecast | N
     return forecast(arch, **_settings(spec, lora_r if lora_r is not None else largest_rank(spec)))
 
 
+def trial_forecast_gib(trial) -> float | None:
+    """GiB of one trial's forecast (a TrialConfig: its own sampled rank and micro-batch),
+    from a config known here or cached (a trial never waits on the hub); None without one."""
+    arch = architecture_of(trial.model.name_or_path, from_hub=False)
+    return forecast(arch, **_settings(trial, trial.lora.r)).gib if arch is not None else None
+
+
 def largest_rank(spec) -> int:
     """The largest lora.r a trial of the sweep can sample (its fixed rank if not searched)."""
     dist = spec.search.parameters.get("lora.r")
@@ -253,13 +261,84 @@ def _what_would_fit(spec, card_gib: float) -> str:
     return " or ".join(fixes)
 
 
+# resources.gpus_per_worker: auto leaves this share of a GPU's memory free, and packs
+# at most this many trials on one GPU (beyond a few, packed trials only queue for its cores).
+PACKING_MARGIN = 0.15
+MOST_TRIALS_PER_GPU = 16
+
+
+@dataclass(frozen=True)
+class GpuPacking:
+    """What `resources.gpus_per_worker: auto` came to on a card."""
+
+    trials_per_gpu: int
+    card_gib: float
+    estimate: MemoryForecast
+
+    @property
+    def gpus_per_worker(self) -> float:
+        return 1 / self.trials_per_gpu
+
+    def describe(self) -> str:
+        return (
+            f"GPU packing (resources.gpus_per_worker: auto): {self.trials_per_gpu} trial(s) per {self.card_gib:g} GiB "
+            f"GPU, gpus_per_worker {self.gpus_per_worker:.4g} (each needs about {self.estimate.needs_gib():.1f} GiB; "
+            f"{PACKING_MARGIN:.0%} of the GPU left free)"
+        )
+
+
+def gpu_packing(spec, card_gib: float | None) -> GpuPacking:
+    """The most one-worker trials whose forecasts (each with its CUDA context and the
+    allocator's slack: `MemoryForecast.needs_gib`) fit a card of `card_gib` with
+    PACKING_MARGIN of it left free, at most MOST_TRIALS_PER_GPU. Raises UserError keyed
+    resources.gpus_per_worker where not even one fits, or the card or the model's config
+    is unknown."""
+    if card_gib is None:
+        raise UserError(
+            "resources.gpus_per_worker: auto needs the GPU's memory, but the cluster's nodes report no known "
+            f"accelerator type and cost.accelerator names none; set cost.accelerator (one of "
+            f"{', '.join(sorted(GPU_MEMORY_GIB))}) or a number"
+        )
+    estimate = forecast_trial_memory(spec)
+    if estimate is None:
+        raise UserError(
+            f"resources.gpus_per_worker: auto needs the memory forecast, but the config of "
+            f"{spec.model.name_or_path!r} cannot be read; set a number"
+        )
+    usable = card_gib * (1 - PACKING_MARGIN)
+    trials = min(MOST_TRIALS_PER_GPU, math.floor(usable / estimate.needs_gib() + 1e-9))
+    if trials < 1:
+        raise UserError(
+            f"resources.gpus_per_worker: auto: one trial needs about {math.ceil(estimate.needs_gib())} GiB "
+            f"({estimate.what}), more than the {usable:.0f} GiB that a {card_gib:g} GiB GPU leaves with "
+            f"{PACKING_MARGIN:.0%} free; {_what_would_fit(spec, usable)}"
+        )
+    return GpuPacking(trials, card_gib, estimate)
+
+
+def with_gpu_packing(spec, card_gib: float | None):
+    """`spec` with `resources.gpus_per_worker: auto` replaced by `gpu_packing`'s fraction
+    for a card of `card_gib`, and the packing (None where the spec gives a number)."""
+    if spec.resources.gpus_per_worker != "auto":
+        return spec, None
+    packing = gpu_packing(spec, card_gib)
+    resources = spec.resources.model_copy(update={"gpus_per_worker": packing.gpus_per_worker})
+    return spec.model_copy(update={"resources": resources}), packing
+
+
+def launch_card_gib(spec) -> float | None:
+    """The memory of the cluster's largest GPU (the accelerator types Ray detected), else
+    of cost.accelerator's card. Needs Ray up."""
+    return cluster_gpu_memory_gib() or gpu_memory_gib(spec.cost.accelerator)
+
+
 def check_before_launch(spec, console) -> None:
     """At `sweep start`/`resume`, with Ray up: print the forecast of a GPU sweep and refuse
     it (UserError) when it fits no GPU of the cluster (the accelerator types Ray detected,
     else cost.accelerator's card)."""
     if not spec.resources.use_gpu:
         return
-    card = cluster_gpu_memory_gib() or gpu_memory_gib(spec.cost.accelerator)
+    card = launch_card_gib(spec)
     estimate = refuse_if_unfit(spec, card)
     if estimate is not None:
         fits = f"; fits the {card:g} GiB GPUs" if card else ""

@@ -33,9 +33,28 @@ def check_spec(spec: SweepSpec) -> None:
     from sweeper.cost.memory import gpu_memory_gib, unfit_problems
 
     card_gib = gpu_memory_gib(spec.cost.accelerator)
-    problems = [*_output_dir_problems(spec), *budget_problems(spec), *unfit_problems(spec, card_gib)]
-    if problems:
-        raise UserError(*(f"{key}: {message}" for key, message in problems))
+    spec, packing_lines = _packed_for_checks(spec, card_gib)
+    unfit = [] if packing_lines else unfit_problems(spec, card_gib)  # the packing's line says it already
+    problems = [*_output_dir_problems(spec), *budget_problems(spec), *unfit]
+    if problems or packing_lines:
+        raise UserError(*packing_lines, *(f"{key}: {message}" for key, message in problems))
+
+
+def _packed_for_checks(spec: SweepSpec, card_gib: float | None) -> tuple[SweepSpec, list[str]]:
+    """`resources.gpus_per_worker: auto` sized on cost.accelerator's card, and its problem;
+    one GPU per trial where no card is named (the cluster's GPU decides at start) or it
+    is refused, so that the other checks count with a number."""
+    from sweeper.cost.memory import with_gpu_packing
+
+    if spec.resources.gpus_per_worker != "auto":
+        return spec, []
+    one_gpu = spec.model_copy(update={"resources": spec.resources.model_copy(update={"gpus_per_worker": 1.0})})
+    if card_gib is None:
+        return one_gpu, []
+    try:
+        return with_gpu_packing(spec, card_gib)[0], []
+    except UserError as refused:
+        return one_gpu, refused.lines
 
 
 def _output_dir_problems(spec: SweepSpec) -> list[tuple[str, str]]:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from sweeper.cost.memory import gpu_memory_gib, launch_card_gib, with_gpu_packing
 from sweeper.cost.prices import sweep_rate
 from sweeper.cost.throughput import modelled_timing
 from sweeper.errors import UserError
@@ -85,8 +86,13 @@ def plan_sweep(file: Path, *, address: str | None, calibrate: bool, console: Con
         # a keyed line when the address does not answer or refuses the token.
         start_ray(address, metadata={"job_name": f"{spec.name} (sweep plan)"})
         cluster = ClusterResources.from_ray()
+        card_gib = launch_card_gib(spec)
     else:
         cluster = local_cluster()  # calibrated in this process (and its copies): the same hardware
+        card_gib = gpu_memory_gib(spec.cost.accelerator)
+    spec, packing = with_gpu_packing(spec, card_gib)
+    if packing is not None:
+        console.print(packing.describe(), highlight=False, soft_wrap=True)
     plan = make_plan(spec, cluster)
     inputs = prepare_inputs(spec, DEFAULT_CACHE_ROOT) if calibrate else None
     console.print(

@@ -169,7 +169,7 @@ def resume_sweep(
         )
     _setup_cluster_inputs_and_plan(context)
     # No forecast of its own: the first driver logged it. The caps come back with the searcher.
-    context.budget = SweepBudget(spec, context.plan, forecast=None)
+    context.budget = SweepBudget(context.spec, context.plan, forecast=None)
     _setup_tracker(context)
 
     def restored_tuner(trainable, callbacks):
@@ -219,8 +219,10 @@ def _print_warm_start(warm_start, console: Console) -> None:
 
 def _setup_cluster_inputs_and_plan(context: SweepContext) -> None:
     """Checks and set-up shared by start and resume: the tracking store answers, the data
-    is tokenized, Ray is up, the plan fits the cluster. Nothing is written yet."""
-    from sweeper.cost.memory import check_before_launch
+    is tokenized, Ray is up, `resources.gpus_per_worker: auto` is sized on the cluster's
+    GPU (context.spec then holds the number), the plan fits the cluster. Nothing is
+    written yet."""
+    from sweeper.cost.memory import check_before_launch, launch_card_gib, with_gpu_packing
     from sweeper.track.mlflow_store import check_tracking_uri, hardware_description, resolve_tracking_uri
 
     spec, console = context.spec, context.console
@@ -242,6 +244,12 @@ def _setup_cluster_inputs_and_plan(context: SweepContext) -> None:
 
         nodes = sum(1 for node in ray.nodes() if node.get("Alive"))
         storage.check_reachable_by_every_node(spec.storage_uri, nodes, storage.read_mounts())
+    # resources.gpus_per_worker: auto, sized on the cluster's GPU: every step from here on
+    # (plan, budget, tracking, the trials) reads the number it came to.
+    context.spec, packing = with_gpu_packing(spec, launch_card_gib(spec))
+    spec = context.spec
+    if packing is not None:
+        console.print(packing.describe(), highlight=False, soft_wrap=True)
     cluster = ClusterResources.from_ray()
     context.plan = make_plan(spec, cluster)
     context.hardware = hardware_description(cluster)

@@ -34,6 +34,7 @@ from ray.train.v2.api.callback import UserCallback
 from sweeper.cluster import storage
 from sweeper.cluster.placement import free_resources_text, resources_text
 from sweeper.cluster.ray_adapter import StoppableTorchTrainer, tune_stop_event, workers_never_started
+from sweeper.cost.memory import trial_forecast_gib
 from trainables.config import TrialConfig
 from trainables.metrics import RESTARTS
 from trainables.worker import train_loop_per_worker
@@ -54,8 +55,8 @@ class WorkersNotPlaced(RuntimeError):
 
 def worker_start_timeout(stated_s: float | None, measured_setup_s: float | None) -> float:
     """How long a trial's workers may take to be placed and started: `resources.
-    worker_start_timeout_s` where the sweep states it, else ten times the measured trial
-    start (the calibration's, or a resumed sweep's median), never under a minute."""
+    worker_start_timeout_s` where the sweep states it, else ten times the trial start the
+    calibration measured, never under a minute (a resumed sweep, not calibrated: a minute)."""
     if stated_s is not None:
         return stated_s
     return max(WORKER_START_FLOOR_S, WORKER_START_MEASURED_TIMES * (measured_setup_s or 0.0))
@@ -92,6 +93,8 @@ def run_trial(
             "data": data,
             "cache_root": cache_root,
             "started_at": started_at,
+            # For the reason of a trial that runs out of memory even at half its micro-batch.
+            "memory_forecast_gib": trial_forecast_gib(trial),
         },
         scaling_config=ScalingConfig(
             num_workers=resources.workers_per_trial, use_gpu=resources.use_gpu, resources_per_worker=per_worker

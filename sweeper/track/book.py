@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from sweeper.names import TrialState
-from trainables.metrics import SETUP_PHASES, SETUP_SECONDS, STEP, TRAIN_TOKENS
+from trainables.metrics import (
+    MICRO_BATCH, OUT_OF_MEMORY_AT_MICRO_BATCH, SETUP_PHASES, SETUP_SECONDS, STEP, TRAIN_TOKENS,
+)
 
 __all__ = ["TrialRecord", "SweepBook", "best_of", "better"]
 
@@ -88,6 +90,16 @@ class TrialRecord:
     @property
     def train_tokens(self) -> float:
         return sum(report.get(TRAIN_TOKENS, 0) for report in self.history)
+
+    @property
+    def out_of_memory(self) -> str | None:
+        """`out of memory at micro-batch 8, went on at 4` once a step of the trial ran out of
+        memory and it went on at half the micro-batch (trainables/out_of_memory.py); else None."""
+        for report in self.history:
+            if OUT_OF_MEMORY_AT_MICRO_BATCH in report:
+                at, went_on_at = int(report[OUT_OF_MEMORY_AT_MICRO_BATCH]), int(report[MICRO_BATCH])
+                return f"out of memory at micro-batch {at}, went on at {went_on_at}"
+        return None
 
     @property
     def wall_seconds(self) -> float:

@@ -29,6 +29,9 @@ def print_summary(run, console: Console) -> None:
         worst = best_of(completed, lambda t: t.last(book.metric), opposite)
         if worst is not best:  # ASHA by promotion often lets one trial complete
             console.print(f"Worst completed trial {worst.number}: {book.metric}={worst.last(book.metric):.4f}")
+    for trial in sorted(book.trials.values(), key=lambda t: t.number):
+        if trial.out_of_memory:
+            console.print(f"trial {trial.number}: {trial.out_of_memory}", highlight=False)
     cost = run.cost
     unit = "GPU-hours" if spec.resources.use_gpu else "CPU core-hours"
     per_million = f", ${cost.usd_per_million_tokens:.4f} per million tokens" if cost.usd_per_million_tokens else ""

@@ -20,7 +20,9 @@ Run layout (tag and metric names in `sweeper.names`; tags are the query keys of
   (its words: completed | pruned at step N | failed: reason); params = sampled values;
   sweeper.cluster.fork_server (<earlier sweep>/<trial id>) on a trial whose config an earlier sweep
   gave (search.warm_start); metric histories by step; setup_seconds, cost_usd, accelerator_hours, tokens,
-  usd_per_million_tokens, pauses (at rungs, ASHA by promotion). Run status FINISHED
+  usd_per_million_tokens, pauses (at rungs, ASHA by promotion); on a trial that ran out of
+  memory and went on at half its micro-batch, metrics out_of_memory_at_micro_batch and
+  micro_batch and the tag sweeper.out_of_memory (in words). Run status FINISHED
   (completed), KILLED (pruned or stopped), FAILED (failed).
 - promotion (written by sweeper/promote/registry.py, not here): nested under a trial's run, tag
   sweeper.kind=promotion; it holds the logged model of a registered version.
@@ -44,7 +46,7 @@ from sweeper.names import RunKind, RunMetric, SweepStatus, Tag, TrialState
 from sweeper.spec.schema import SweepSpec
 from sweeper.spec.overrides import single_run_spec
 from sweeper.spec.load import spec_hash, spec_to_yaml
-from trainables.metrics import REPORTED_KEYS, SETUP_SECONDS, STEP
+from trainables.metrics import OUT_OF_MEMORY_AT_MICRO_BATCH, REPORTED_KEYS, SETUP_SECONDS, STEP
 
 # How a searched field's parent-run param begins; its distribution follows as JSON.
 SEARCHED_PREFIX = "searched: "
@@ -363,7 +365,7 @@ class MlflowTracker:
             )
 
     def trial_result(self, record: TrialRecord) -> None:
-        from mlflow.entities import Metric
+        from mlflow.entities import Metric, RunTag
 
         run_id = self.child_run_ids.get(record.trial_id)
         if run_id is None or not record.history:
@@ -376,7 +378,9 @@ class MlflowTracker:
             for key, value in report.items()
             if key not in (STEP, SETUP_SECONDS) and isinstance(value, (int, float))
         ]
-        self.client.log_batch(run_id, metrics=metrics)
+        # Its micro-batch halved after running out of memory: said in words too.
+        tags = [RunTag(Tag.OUT_OF_MEMORY, record.out_of_memory)] if OUT_OF_MEMORY_AT_MICRO_BATCH in report else []
+        self.client.log_batch(run_id, metrics=metrics, tags=tags)
 
     def trial_finished(self, record: TrialRecord) -> None:
         self._end_trial(record)

@@ -132,3 +132,74 @@ def _env() -> dict:
     import os
 
     return dict(os.environ)
+
+
+# ---------------------------------------------------------------- resources.gpus_per_worker: auto
+
+
+def packed_sweep(tmp_path, **sections) -> dict:
+    """The 8B sweep with gpus_per_worker: auto (its own settings: LoRA r 64, micro-batch 4 x 2048, checkpointing)."""
+    resources = {"use_gpu": True, "gpus_per_worker": "auto", "workers_per_trial": 1, **sections.pop("resources", {})}
+    return gpu_sweep(tmp_path, resources=resources, **sections)
+
+
+def test_auto_packs_the_most_trials_that_leave_a_sixth_of_the_gpu_free(tmp_path):
+    from sweeper.cost.memory import PACKING_MARGIN, gpu_packing, with_gpu_packing
+
+    spec = validate_spec(packed_sweep(tmp_path), base_dir=REPO)
+    needs = forecast_trial_memory(spec).needs_gib()
+    for card in (24 / (1 - PACKING_MARGIN) + 1, 80, 141):
+        if needs > card * (1 - PACKING_MARGIN):
+            continue
+        packing = gpu_packing(spec, card)
+        n = packing.trials_per_gpu
+        assert n * needs <= card * (1 - PACKING_MARGIN) < (n + 1) * needs, (card, n, needs)
+    packed, packing = with_gpu_packing(spec, 141)
+    assert packed.resources.gpus_per_worker == pytest.approx(1 / packing.trials_per_gpu)
+    assert packed.trial_config().resources.gpus_per_worker == packed.resources.gpus_per_worker
+    assert re.match(r"GPU packing \(resources.gpus_per_worker: auto\): \d+ trial\(s\) per 141 GiB GPU", packing.describe())
+    # A number is left as it is.
+    numbered = validate_spec(gpu_sweep(tmp_path), base_dir=REPO)
+    assert with_gpu_packing(numbered, 80) == (numbered, None)
+
+
+def test_auto_packs_a_small_model_many_times_but_at_most_sixteen(tmp_path):
+    from sweeper.cost.memory import MOST_TRIALS_PER_GPU, forecast, gpu_packing
+
+    spec = validate_spec(packed_sweep(tmp_path, model={"name_or_path": "Qwen/Qwen2.5-0.5B-Instruct"},
+                                      training={"per_device_batch_size": 1}, data={"max_length": 512}), base_dir=REPO)
+    assert gpu_packing(spec, 141).trials_per_gpu == MOST_TRIALS_PER_GPU
+    forecast_1b = forecast(architecture_of("meta-llama/Llama-3.2-1B"), **{**BASE, "micro_batch": 1, "sequence": 512})
+    assert forecast_1b.needs_gib() * 4 <= 80 * 0.85  # the GPU check's packing case: four 1B trials fit an 80 GB card
+
+
+def test_auto_where_one_trial_does_not_fit_is_one_keyed_line_naming_the_fix(tmp_path):
+    from sweeper.cost.memory import gpu_packing
+
+    spec = validate_spec(packed_sweep(tmp_path, training={"gradient_checkpointing": False}), base_dir=REPO)
+    with pytest.raises(UserError) as error:
+        gpu_packing(spec, 24)
+    (line,) = error.value.lines
+    assert re.match(
+        r"resources.gpus_per_worker: auto: one trial needs about \d+ GiB \(8\.0B in bf16, LoRA r=64, micro-batch 4 x "
+        r"2048 without gradient checkpointing\), more than the 20 GiB that a 24 GiB GPU leaves with 15% free; set .*nf4",
+        line,
+    ), line
+    with pytest.raises(UserError, match=r"^resources.gpus_per_worker: auto needs the GPU's memory"):
+        gpu_packing(spec, None)
+
+
+def test_auto_is_refused_at_validate_on_the_named_card_and_for_several_workers(tmp_path):
+    from sweeper.plan.checks import check_spec
+
+    fits = validate_spec(packed_sweep(tmp_path, cost={"accelerator": "h100"}), base_dir=REPO)
+    check_spec(fits)  # does not raise: sized on the h100 here, on the cluster's GPU at start
+    unfit = validate_spec(packed_sweep(tmp_path, cost={"accelerator": "a10g"}), base_dir=REPO)
+    with pytest.raises(UserError) as error:
+        check_spec(unfit)
+    assert [line.split(":")[0] for line in error.value.lines] == ["resources.gpus_per_worker"]
+    with pytest.raises(UserError, match=r"resources.gpus_per_worker: auto packs one-worker trials on a GPU, but "
+                                        r"workers_per_trial is 2; set gpus_per_worker: 1, or workers_per_trial: 1"):
+        from sweeper.spec.load import validate_spec as validate
+
+        validate(packed_sweep(tmp_path, resources={"workers_per_trial": 2}), base_dir=REPO)

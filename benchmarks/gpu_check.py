@@ -1,0 +1,622 @@
+"""The GPU check: real figures for what a GPU sweep runs, in one command of under five
+minutes, against our forecasts. On the GPU machine (see benchmarks/README.md, "GPU check"):
+
+    bash benchmarks/gpu_check.sh $OUT            # installs the wheels that travelled, then this
+    python benchmarks/gpu_check.py OUT_DIR --cpu # a tiny shape on CPU, the same code (the suite runs it)
+
+Writes OUT_DIR/gpu_check.md and OUT_DIR/gpu_check.json: one line per measurement, each with
+its figure and our forecast where we have one, or the reason it was skipped.
+
+No Ray, Optuna, MLflow, trl or DeepSpeed is needed (none of them is on the GPU machine, and
+Ray's wheel alone is over what one command can carry): each line runs the trial's own step
+from trainables/ (`sft.train_step`, `dpo.train_step`, through `MicroBatches.run`, which
+handles running out of memory, and the ddp `Strategy`) on a model of a real architecture
+built from its config with random weights on the GPU (no download is possible there).
+Only the model's setup differs from a trial's: built from its config on the device instead
+of read from a folder (QLoRA's base is written to a folder and read back through
+`load_base_model`, as a trial reads it, to be quantized). Forecasts: the memory forecast of
+`sweep plan` (sweeper/cost/memory.py) and the dense bf16 peaks of sweeper/cost/throughput.py,
+both fixed before the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:  # run as a script from anywhere: the repo's packages
+    sys.path.insert(0, str(REPO))
+
+import torch  # noqa: E402
+
+from sweeper.cost.architecture import KNOWN_CONFIGS, Architecture  # noqa: E402
+from sweeper.cost.memory import forecast_trial_memory  # noqa: E402
+from sweeper.cost.throughput import PEAK_TFLOPS  # noqa: E402
+from trainables import dpo, sft  # noqa: E402
+from trainables.common import Workers, endless_batches  # noqa: E402
+from trainables.config import TrialConfig  # noqa: E402
+from trainables.data import IGNORE_INDEX, PreferenceSplit, TokenizedSplit  # noqa: E402
+from trainables.models import add_lora, load_base_model, prepare_for_training  # noqa: E402
+from trainables.out_of_memory import MicroBatches, TrialOutOfMemory  # noqa: E402
+from trainables.sections import BUILTIN_TINY_MODEL  # noqa: E402
+from trainables.strategies import DdpStrategy  # noqa: E402
+
+GIB = 1024**3
+MODEL_1B, MODEL_8B = "meta-llama/Llama-3.2-1B", "meta-llama/Llama-3.1-8B"
+# The targets of the issue that asked for this check (benchmarks/README.md, "GPU check").
+MFU_TARGET, MEMORY_TOLERANCE, PACKING_TARGET = 0.30, 0.15, 2.0
+# A micro-batch that fills the GPU: the largest power of two whose forecast leaves this
+# share of the card free (as resources.gpus_per_worker: auto does), at most this many.
+FILL_MARGIN, LARGEST_MICRO_BATCH = 0.15, 32
+PACKING_COPIES = 4
+
+
+@dataclass
+class Line:
+    name: str
+    what: str
+    figure: str = ""
+    forecast: str = ""
+    verdict: str = ""
+    skipped: str = ""  # the reason, where the line did not run
+    values: dict = field(default_factory=dict)
+
+    def cells(self) -> list[str]:
+        if self.skipped:
+            return [self.name, self.what, f"skipped: {self.skipped}", "", ""]
+        return [self.name, self.what, self.figure, self.forecast or "no forecast", self.verdict]
+
+
+@dataclass
+class Setting:
+    """Where the check runs: the shapes, sizes and timings of each line."""
+
+    device: torch.device
+    model_1b: str
+    model_8b: str
+    sequence: int
+    timed_steps: int
+    warmup_steps: int
+    packing_sequence: int
+    packing_seconds: float
+    card_gib: float | None
+    peak_tflops: float | None  # dense bf16 peak of the device (all cores on a CPU)
+    deadline: float
+
+    @property
+    def cpu(self) -> bool:
+        return self.device.type == "cpu"
+
+    def time_left(self) -> float:
+        return self.deadline - time.time()
+
+
+# ---------------------------------------------------------------- the trial of a line
+
+
+def trial_config(model: str, setting: Setting, *, micro_batch: int, sequence: int, checkpointing: bool,
+                 quantization: str = "none", task: str = "sft", chaos: str = "none") -> TrialConfig:
+    """The TrialConfig a sweep's trial of this shape would get (bf16, sdpa, LoRA r 16 on
+    every projection, ddp, one worker)."""
+    raw = {
+        "task": task,
+        "model": {"name_or_path": model, "quantization": quantization, "attn_implementation": "sdpa"},
+        "data": {"train": "unused.jsonl", "eval": "unused.jsonl", "max_length": sequence},
+        "training": {"max_steps": 1000, "eval_every": 1000, "per_device_batch_size": micro_batch,
+                     "precision": "bf16", "gradient_checkpointing": checkpointing, "learning_rate": 1e-4},
+        "lora": {"r": 16, "alpha": 32, "dropout": 0.05},
+        "resources": {"use_gpu": not setting.cpu},
+        "chaos": {"fault": chaos, "at_step": 1},
+        **({"dpo": {"beta": 0.1, "max_prompt_length": sequence // 2}} if task == "dpo" else {}),
+    }
+    return TrialConfig.model_validate(raw, context={"check_files": False})
+
+
+def build_strategy(trial: TrialConfig, workers: Workers, folder: Path | None = None) -> DdpStrategy:
+    """The trial's model (random weights of the shape trial.model names, on the device)
+    with fresh adapters, as `trainables.strategies.prepare` makes it, and its ddp strategy.
+    A quantized base is written to `folder` and read back quantized, as a trial loads it."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    shape = KNOWN_CONFIGS[trial.model.name_or_path]
+    config = LlamaConfig(**shape, pad_token_id=0, bos_token_id=None, eos_token_id=1,
+                         max_position_embeddings=max(4096, trial.data.max_length))
+    with torch.device(workers.device):  # weights made where they train, in bf16 as load_base_model loads them
+        model = LlamaForCausalLM._from_config(config, dtype=torch.bfloat16,
+                                              attn_implementation=trial.model.attn_implementation)
+    if trial.model.quantization != "none":
+        model.save_pretrained(folder)
+        del model
+        free_memory()
+        model = load_base_model(str(folder), trial.training.precision, quantization=trial.model.quantization,
+                                attn_implementation=trial.model.attn_implementation, device=workers.device)
+    model = prepare_for_training(model, trial.model.quantization, trial.training.gradient_checkpointing)
+    return DdpStrategy(trial, add_lora(model, trial.lora), workers)
+
+
+def random_split(rows: int, sequence: int, vocab: int, seed: int) -> TokenizedSplit:
+    """Rows of `sequence` random tokens (never the pad token 0), every token a target."""
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(2, vocab, (rows, sequence), generator=generator).tolist()
+    return TokenizedSplit(input_ids=ids, labels=[list(row) for row in ids])
+
+
+def random_pairs(rows: int, sequence: int, vocab: int) -> PreferenceSplit:
+    """Pairs with a shared prompt of half the sequence; only the answers are targets."""
+    chosen, rejected = random_split(rows, sequence, vocab, 1), random_split(rows, sequence, vocab, 2)
+    prompt = sequence // 2
+    for row in range(rows):
+        rejected.input_ids[row][:prompt] = chosen.input_ids[row][:prompt]
+        for split in (chosen, rejected):
+            split.labels[row] = [IGNORE_INDEX] * prompt + split.input_ids[row][prompt:]
+    return PreferenceSplit(chosen, rejected)
+
+
+@dataclass
+class Measured:
+    tokens: int
+    seconds: float
+    peak_gib: float | None
+    micro_batch: int  # the micro-batch the steps ended at (halved after running out of memory)
+    out_of_memory: str = ""  # the reason of a trial that could not go on
+
+
+def train_steps(trial: TrialConfig, workers: Workers, steps: int, warmup: int, folder: Path | None = None) -> Measured:
+    """`warmup` then `steps` optimizer steps of the trial's own step function, timed after
+    the warm-up; the peak memory over all of them (the model's build included). The model
+    is gone from the device when this returns."""
+    try:
+        return _timed_steps(trial, workers, steps, warmup, folder)
+    finally:
+        free_memory()  # the frame that held the model has ended
+
+
+def _timed_steps(trial: TrialConfig, workers: Workers, steps: int, warmup: int, folder: Path | None) -> Measured:
+    reset_peak(workers)
+    strategy = build_strategy(trial, workers, folder)
+    task = dpo if trial.task == "dpo" else sft
+    vocab = KNOWN_CONFIGS[trial.model.name_or_path]["vocab_size"]
+    training = trial.training
+    rows = training.per_device_batch_size * training.gradient_accumulation_steps * (steps + warmup)
+    split = (random_pairs if trial.task == "dpo" else lambda r, s, v: random_split(r, s, v, 0))(rows, trial.data.max_length, vocab)
+    micro_batches = MicroBatches(trial, strategy, workers, memory_forecast_gib=forecast_gib(trial))
+    batches = endless_batches(len(split), training.per_device_batch_size, workers, seed=0)
+    config = trial if trial.task == "dpo" else training
+    tokens, started = 0, time.perf_counter()
+    try:
+        for step in range(1, warmup + steps + 1):
+            if step == warmup + 1:
+                synchronize(workers)
+                tokens, started = 0, time.perf_counter()
+            step_batches = [next(batches) for _ in range(training.gradient_accumulation_steps)]
+            _, step_tokens = micro_batches.run(
+                step, step_batches,
+                lambda parts: task.train_step(parts, strategy, split, 0, workers, config, 1.0, step),  # noqa: B023
+            )
+            strategy.step()
+            tokens += step_tokens
+        synchronize(workers)
+        return Measured(tokens, time.perf_counter() - started, peak_gib(workers), micro_batches.size)
+    except TrialOutOfMemory as failed:
+        return Measured(0, 0.0, peak_gib(workers), micro_batches.size, out_of_memory=str(failed))
+
+
+def forecast_gib(trial: TrialConfig) -> float | None:
+    estimate = forecast_trial_memory(trial, lora_r=trial.lora.r)
+    return estimate.gib if estimate is not None else None
+
+
+def fill_micro_batch(setting: Setting, model: str, checkpointing: bool) -> int:
+    """The largest power-of-two micro-batch whose forecast leaves FILL_MARGIN of the card
+    free (2 on a CPU)."""
+    if setting.cpu or setting.card_gib is None:
+        return 2
+    size = 1
+    while size < LARGEST_MICRO_BATCH:
+        estimate = forecast_trial_memory(trial_config(model, setting, micro_batch=size * 2, sequence=setting.sequence,
+                                                      checkpointing=checkpointing), lora_r=16)
+        if estimate.needs_gib() > setting.card_gib * (1 - FILL_MARGIN):
+            break
+        size *= 2
+    return size
+
+
+# ---------------------------------------------------------------- the lines
+
+
+def sft_line(setting: Setting, workers: Workers, name: str, size: str, checkpointing: bool,
+             quantization: str = "none") -> Line:
+    model = setting.model_8b if size == "8B" else setting.model_1b
+    micro = fill_micro_batch(setting, model, checkpointing) if quantization == "none" else (2 if setting.cpu else 8)
+    trial = trial_config(model, setting, micro_batch=micro, sequence=setting.sequence, checkpointing=checkpointing,
+                         quantization=quantization)
+    what = (f"LoRA SFT {'QLoRA nf4' if quantization == 'nf4' else 'bf16'} sdpa, {size} shape, micro-batch {micro} x "
+            f"{setting.sequence}{', gradient checkpointing' if checkpointing else ''}")
+    with tempfile.TemporaryDirectory(prefix="gpu-check-base-") as folder:
+        measured = train_steps(trial, workers, setting.timed_steps, setting.warmup_steps, Path(folder))
+    line = Line(name, what)
+    if measured.out_of_memory:
+        line.figure = f"did not fit: {measured.out_of_memory}"
+        line.verdict = "forecast too low" if quantization == "none" else ""
+        return line
+    tokens_per_second = measured.tokens / measured.seconds
+    arch = Architecture.from_config(KNOWN_CONFIGS[model])
+    matmul_params = arch.layers * arch.layer_linear_params + arch.vocab * arch.hidden  # the head, not the lookup
+    lora_flops = 4 * matmul_params * measured.tokens
+    attention_flops = 12 * arch.layers * setting.sequence * arch.heads * arch.head_dim * measured.tokens
+    figures = [f"{tokens_per_second:,.0f} tokens/s"]
+    verdicts = []
+    if setting.peak_tflops:
+        mfu = lora_flops / measured.seconds / (setting.peak_tflops * 1e12)
+        mfu_attention = (lora_flops + attention_flops) / measured.seconds / (setting.peak_tflops * 1e12)
+        figures.append(f"MFU {mfu:.1%} (4 x {count(matmul_params)} x tokens; {mfu_attention:.1%} with attention)")
+        line.values.update(mfu=mfu, mfu_with_attention=mfu_attention)
+        if size == "1B" and not checkpointing and not setting.cpu:
+            verdicts.append(f"MFU {'meets' if mfu >= MFU_TARGET else 'below'} the {MFU_TARGET:.0%} target")
+    if measured.micro_batch != micro:
+        figures.append(f"went on at micro-batch {measured.micro_batch} after running out of memory at {micro}")
+    line.figure = "; ".join(figures)
+    line.values.update(tokens_per_second=tokens_per_second, micro_batch=measured.micro_batch)
+    memory_line(line, setting, trial, measured, verdicts)
+    return line
+
+
+def memory_line(line: Line, setting: Setting, trial: TrialConfig, measured: Measured, verdicts: list[str]) -> None:
+    """The peak against the forecast (of the micro-batch the steps ended at)."""
+    estimate = forecast_trial_memory(trial.with_values({"training.per_device_batch_size": measured.micro_batch}),
+                                     lora_r=trial.lora.r)
+    line.forecast = f"{size(estimate.gib)} ({estimate.what})" if estimate else ""
+    if measured.peak_gib is None:
+        line.figure += "; peak memory n/a (CPU: no allocator peak)"
+    else:
+        line.figure += f"; peak {size(measured.peak_gib)} allocated"
+        line.values["peak_gib"] = measured.peak_gib
+        if estimate:
+            error = estimate.gib / measured.peak_gib - 1
+            line.values["forecast_gib"], line.values["forecast_error"] = estimate.gib, error
+            verdicts.append(f"forecast {error:+.0%} ({'within' if abs(error) <= MEMORY_TOLERANCE else 'outside'} 15%)")
+    line.verdict = "; ".join(verdicts)
+
+
+def qlora_line(setting: Setting, workers: Workers) -> Line:
+    import importlib.util
+
+    if importlib.util.find_spec("bitsandbytes") is None:
+        return Line("qlora_8b", "QLoRA nf4, 8B shape, gradient checkpointing",
+                    skipped="bitsandbytes is not installed (its wheel, 41 MiB, did not travel)")
+    if setting.cpu:
+        return Line("qlora_8b", "QLoRA nf4, 8B shape, gradient checkpointing",
+                    skipped="bitsandbytes' 4-bit kernels are for GPUs; on a CPU the check runs no QLoRA")
+    return sft_line(setting, workers, "qlora_8b", "8B", checkpointing=True, quantization="nf4")
+
+
+def dpo_line(setting: Setting, workers: Workers) -> Line:
+    micro = 2 if setting.cpu else 4
+    trial = trial_config(setting.model_1b, setting, micro_batch=micro, sequence=setting.sequence,
+                         checkpointing=False, task="dpo")
+    measured = train_steps(trial, workers, steps=1, warmup=1)
+    line = Line("dpo_1b", f"DPO one step (our loop, trainables/dpo.py; trl not needed), 1B shape, "
+                          f"{micro} pairs x {setting.sequence}")
+    if measured.out_of_memory:
+        line.figure = f"did not fit: {measured.out_of_memory}"
+        return line
+    line.figure = f"{measured.tokens / measured.seconds:,.0f} tokens/s"
+    memory_line(line, setting, trial, measured, [])
+    return line
+
+
+def oom_lines(setting: Setting, workers: Workers) -> list[Line]:
+    """A micro-batch that cannot fit and whose half can (by the forecast), and a sequence
+    so long that micro-batch 1 cannot fit: what out-of-memory handling does with each. On
+    a CPU, where nothing runs out, the `oom` chaos fault stands in (the same handling)."""
+    chaos = "oom" if setting.cpu else "none"
+    if setting.cpu:
+        halving_micro, long_sequence = 4, setting.sequence
+    else:
+        halving_micro = 1
+        while forecast_trial_memory(trial_config(setting.model_1b, setting, micro_batch=halving_micro,
+                                                 sequence=setting.sequence, checkpointing=False),
+                                    lora_r=16).needs_gib() < 1.3 * setting.card_gib:
+            halving_micro *= 2
+        long_sequence = 131072
+    lines = []
+    for name, micro, sequence in (("oom_halved", halving_micro, setting.sequence), ("oom_at_1", 1, long_sequence)):
+        trial = trial_config(setting.model_1b, setting, micro_batch=micro, sequence=sequence, checkpointing=False,
+                             chaos=chaos)
+        estimate = forecast_trial_memory(trial, lora_r=16)
+        measured = train_steps(trial, workers, steps=1, warmup=0)
+        line = Line(name, f"out of memory for real: 1B shape, micro-batch {micro} x {sequence}, no checkpointing"
+                          + (" (injected: chaos.fault oom, a CPU has no memory limit to reach)" if setting.cpu else ""))
+        line.forecast = size(estimate.gib) + (
+            f", needs {estimate.needs_gib():.1f} GiB of {setting.card_gib:.1f}" if setting.card_gib else "")
+        if measured.out_of_memory:
+            line.figure = f"trial fails: {measured.out_of_memory}"
+        elif measured.micro_batch != micro:
+            line.figure = f"went on at micro-batch {measured.micro_batch} after running out at {micro}"
+        else:
+            line.figure = f"it fit at micro-batch {micro} (peak {size(measured.peak_gib or 0)}): nothing ran out"
+        line.values.update(micro_batch=measured.micro_batch, failed=bool(measured.out_of_memory))
+        lines.append(line)
+    return lines
+
+
+def packing_lines(setting: Setting, out: Path) -> list[Line]:
+    """One 1B trial alone, then PACKING_COPIES side by side on the same GPU (separate
+    processes, as packed trials are), each at micro-batch 1 x packing_sequence."""
+    import importlib.util
+
+    ray_line = Line("packing_ray", f"{PACKING_COPIES} one-worker trials at gpus_per_worker 0.25 through Ray Tune")
+    if importlib.util.find_spec("ray") is None:
+        ray_line.skipped = ("ray is not installed (its wheel is 75.6 MiB, over the 64 MiB a command carries, and "
+                            "Tune needs more besides); the next line packs plain processes instead")
+    else:
+        ray_line.skipped = "ray is installed, but this check packs plain processes only; run a sweep to see Tune's packing"
+    alone = run_side_by_side(setting, out, copies=1)
+    packed = run_side_by_side(setting, out, copies=PACKING_COPIES)
+    line = Line("packing_1b", f"{PACKING_COPIES} processes sharing the {'CPU' if setting.cpu else 'GPU'}, 1B shape, "
+                              f"micro-batch 1 x {setting.packing_sequence}, against one alone")
+    if not alone or len(packed) != PACKING_COPIES:
+        line.figure = f"a copy did not report (alone: {len(alone)}, packed: {len(packed)} of {PACKING_COPIES})"
+        return [line, ray_line]
+    alone_rate = alone[0]["tokens"] / alone[0]["seconds"]
+    rates = [copy["tokens"] / copy["seconds"] for copy in packed]
+    ratio = sum(rates) / alone_rate
+    line.figure = (f"total {sum(rates):,.0f} tokens/s = {ratio:.2f}x one alone ({alone_rate:,.0f}); each "
+                   + ", ".join(f"{rate:,.0f}" for rate in rates))
+    peaks = [copy["peak_gib"] for copy in packed if copy["peak_gib"] is not None]
+    if peaks:
+        line.figure += f"; peak {max(peaks):.1f} GiB per copy"
+    if not setting.cpu:  # on a CPU the copies share its cores: the target is for a GPU
+        line.verdict = f"{'meets' if ratio >= PACKING_TARGET else 'below'} the {PACKING_TARGET:g}x target"
+    line.values.update(alone_tokens_per_second=alone_rate, tokens_per_second=rates, ratio=ratio)
+    return [line, ray_line]
+
+
+def run_side_by_side(setting: Setting, out: Path, copies: int) -> list[dict]:
+    """`copies` processes, each training one trial (`packing_copy`), released together once
+    all have warmed up; what each reported. New processes on a GPU (CUDA cannot be used in
+    a child forked after it started); forked on a CPU, which spares each the imports."""
+    import multiprocessing
+
+    folder = Path(tempfile.mkdtemp(prefix="gpu-check-packing-", dir=out))
+    go = folder / "go"
+    context = multiprocessing.get_context("fork" if setting.cpu else "spawn")
+    processes = [
+        context.Process(target=packing_copy, args=(str(folder), copy, setting.cpu, setting.packing_sequence,
+                                                   setting.packing_seconds))
+        for copy in range(copies)
+    ]
+    for process in processes:
+        process.start()
+    deadline = time.time() + 120
+    while time.time() < deadline and not all((folder / f"ready-{copy}").exists() for copy in range(copies)):
+        if any(process.exitcode not in (None, 0) for process in processes):
+            break
+        time.sleep(0.1)
+    go.touch()
+    results = []
+    for copy, process in enumerate(processes):
+        process.join(timeout=setting.packing_seconds + 60)
+        if process.is_alive():
+            process.kill()
+            process.join()
+        result = folder / f"result-{copy}.json"
+        if result.exists():
+            results.append(json.loads(result.read_text()))
+    for leftover in folder.iterdir():
+        leftover.unlink()
+    folder.rmdir()
+    return results
+
+
+def packing_copy(folder: str, copy: int, cpu: bool, sequence: int, seconds: float) -> None:
+    """One packed trial: the 1B shape at micro-batch 1, warmed up, then trained for
+    `seconds` once the go file appears in `folder`; its tokens, seconds and peak memory
+    into folder/result-<copy>.json."""
+    folder_path = Path(folder)
+    device = torch.device("cpu") if cpu else torch.device("cuda", torch.cuda.current_device())
+    workers = Workers(0, 1, device)
+    if cpu:
+        torch.set_num_threads(1)
+    model = BUILTIN_TINY_MODEL if cpu else MODEL_1B
+    trial = trial_config(model, _Where(cpu), micro_batch=1, sequence=sequence, checkpointing=False)
+    strategy = build_strategy(trial, workers)
+    split = random_split(64, sequence, KNOWN_CONFIGS[model]["vocab_size"], copy)
+    batches = endless_batches(len(split), 1, workers, seed=copy)
+
+    def step() -> int:
+        _, tokens = sft.train_step([next(batches)], strategy, split, 0, workers, trial.training, 1.0, 1)
+        strategy.step()
+        return tokens
+
+    for _ in range(3):
+        step()
+    synchronize(workers)
+    (folder_path / f"ready-{copy}").touch()
+    while not (folder_path / "go").exists():
+        time.sleep(0.02)
+    tokens, started = 0, time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        tokens += step()
+    synchronize(workers)
+    result = {"tokens": tokens, "seconds": time.perf_counter() - started, "peak_gib": peak_gib(workers)}
+    (folder_path / f"result-{copy}.json").write_text(json.dumps(result))
+
+
+@dataclass
+class _Where:
+    """What trial_config reads of a Setting, in a packed copy."""
+
+    cpu: bool
+
+
+# ---------------------------------------------------------------- device helpers
+
+
+def size(gib: float) -> str:
+    return f"{gib:.2f} GiB" if gib >= 1 else f"{gib * 1024:.1f} MiB"
+
+
+def count(parameters: int) -> str:
+    return f"{parameters / 1e9:.2f}B" if parameters >= 1e8 else f"{parameters / 1e6:.2f}M"
+
+
+def synchronize(workers: Workers) -> None:
+    if workers.device.type == "cuda":
+        torch.cuda.synchronize(workers.device)
+
+
+def reset_peak(workers: Workers) -> None:
+    if workers.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(workers.device)
+
+
+def peak_gib(workers: Workers) -> float | None:
+    return torch.cuda.max_memory_allocated(workers.device) / GIB if workers.device.type == "cuda" else None
+
+
+def free_memory() -> None:
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def peak_tflops_of(device: torch.device) -> tuple[str, float | None]:
+    """The device's name and its dense bf16 peak from PEAK_TFLOPS (None for a GPU the table
+    lacks); a CPU counts its threads at the table's per-core figure."""
+    if device.type == "cpu":
+        return f"CPU ({torch.get_num_threads()} threads)", PEAK_TFLOPS["cpu"][0] * torch.get_num_threads()
+    name = torch.cuda.get_device_name(device)
+    memory_gib = torch.cuda.get_device_properties(device).total_memory / GIB
+    lowered = name.lower().replace(" ", "")
+    for key in ("h200", "h100", "l40s", "a10g", "rtx4090"):
+        if key.removeprefix("rtx") in lowered:
+            return name, PEAK_TFLOPS[key][0]
+    if "a100" in lowered:
+        return name, PEAK_TFLOPS["a100-80gb" if memory_gib > 50 else "a100-40gb"][0]
+    return name, None
+
+
+def make_setting(args: argparse.Namespace) -> Setting:
+    device = torch.device("cpu") if args.cpu else torch.device("cuda", torch.cuda.current_device())
+    _, peak = peak_tflops_of(device)
+    card = None if args.cpu else torch.cuda.get_device_properties(device).total_memory / GIB
+    tiny = BUILTIN_TINY_MODEL
+    return Setting(
+        device=device,
+        model_1b=tiny if args.cpu else MODEL_1B,
+        model_8b=tiny if args.cpu else MODEL_8B,
+        sequence=args.sequence or (64 if args.cpu else 1024),
+        timed_steps=2 if args.cpu else 6,
+        warmup_steps=1 if args.cpu else 2,
+        packing_sequence=args.sequence or (64 if args.cpu else 512),
+        packing_seconds=args.seconds or (1.5 if args.cpu else 12.0),
+        card_gib=card,
+        peak_tflops=peak,
+        deadline=time.time() + args.budget_s,
+    )
+
+
+# ---------------------------------------------------------------- the check
+
+
+# Each line, in the order they run (the likeliest to be wanted first, QLoRA's slow load last).
+LINES = ("sft_1b", "sft_1b_checkpointing", "sft_8b_checkpointing", "dpo_1b", "packing", "oom", "qlora_8b")
+# About what a line takes on an H100, to skip it rather than overrun the check's budget.
+LINE_SECONDS = {"sft_1b": 20, "sft_1b_checkpointing": 20, "sft_8b_checkpointing": 40, "dpo_1b": 15,
+                "packing": 70, "oom": 25, "qlora_8b": 90}
+
+
+def run_check(args: argparse.Namespace) -> list[Line]:
+    setting = make_setting(args)
+    workers = Workers(0, 1, setting.device)
+    runs = {
+        "sft_1b": lambda: [sft_line(setting, workers, "sft_1b", "1B", checkpointing=False)],
+        "sft_1b_checkpointing": lambda: [sft_line(setting, workers, "sft_1b_checkpointing", "1B", checkpointing=True)],
+        "sft_8b_checkpointing": lambda: [sft_line(setting, workers, "sft_8b_checkpointing", "8B", checkpointing=True)],
+        "dpo_1b": lambda: [dpo_line(setting, workers)],
+        "packing": lambda: packing_lines(setting, Path(args.out)),
+        "oom": lambda: oom_lines(setting, workers),
+        "qlora_8b": lambda: [qlora_line(setting, workers)],
+    }
+    chosen = args.lines.split(",") if args.lines else LINES
+    lines: list[Line] = []
+    for name in LINES:
+        if name not in chosen:
+            continue
+        if not setting.cpu and setting.time_left() < LINE_SECONDS[name]:
+            lines.append(Line(name, "", skipped=f"the check's {args.budget_s:g} s budget is nearly spent"))
+            continue
+        started = time.time()
+        try:
+            lines += runs[name]()
+        except Exception as error:  # noqa: BLE001 - a line that breaks is reported, the others still run
+            lines.append(Line(name, "", skipped=f"it raised {type(error).__name__}: {str(error).splitlines()[0][:300]}"))
+        print(f"[gpu_check] {name}: {time.time() - started:.1f} s", flush=True)
+    return lines
+
+
+def write_table(lines: list[Line], out: Path, args: argparse.Namespace, seconds: float) -> str:
+    import importlib.metadata as metadata
+
+    device = torch.device("cpu") if args.cpu else torch.device("cuda", torch.cuda.current_device())
+    name, peak = peak_tflops_of(device)
+    versions = {}
+    for package in ("torch", "transformers", "peft", "accelerate", "pydantic", "bitsandbytes"):
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = "not installed"
+    header = [
+        f"# GPU check on {name}{' (--cpu: tiny shape for every line)' if args.cpu else ''}",
+        "",
+        f"bf16 dense peak {peak:g} TFLOP/s (sweeper/cost/throughput.py)" if peak else "bf16 peak: not in the table",
+        "; ".join(f"{k} {v}" for k, v in versions.items()) + f"; {seconds:.0f} s",
+        "",
+        "| line | what | figure | forecast | against target |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    rows = ["| " + " | ".join(cell.replace("|", "/") for cell in line.cells()) + " |" for line in lines]
+    table = "\n".join(header + rows) + "\n"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "gpu_check.md").write_text(table)
+    document = {"device": name, "peak_tflops": peak, "versions": versions, "seconds": seconds, "cpu": args.cpu,
+                "lines": [asdict(line) for line in lines]}
+    (out / "gpu_check.json").write_text(json.dumps(document, indent=2))
+    return table
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    parser.add_argument("out", help="folder the table is written to (gpu_check.md, gpu_check.json)")
+    parser.add_argument("--cpu", action="store_true", help="a tiny shape on the CPU: the same code, in seconds")
+    parser.add_argument("--lines", default="", help=f"comma-separated subset of: {', '.join(LINES)}")
+    parser.add_argument("--budget-s", type=float, default=270.0, help="lines that would end past this are skipped")
+    parser.add_argument("--sequence", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--seconds", type=float, default=0.0, help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if not args.cpu and not torch.cuda.is_available():
+        print("gpu_check: no CUDA device here; run with --cpu for the tiny shape on the CPU", file=sys.stderr)
+        return 2
+    started = time.time()
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    lines = run_check(args)
+    print(write_table(lines, Path(args.out), args, time.time() - started), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    sys.exit(main())
