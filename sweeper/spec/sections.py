@@ -95,7 +95,10 @@ class SearchSpec(StrictModel):
     )
     seed: int = Field(0, ge=0, description="Sampler seed: same seed, same sequence of configs.")
     max_failures: int = Field(
-        1, ge=0, description="Retries of a failed trial (exception, NaN loss, lost worker) from its last checkpoint."
+        1, ge=0,
+        description="Retries of a failed trial (exception, NaN loss, lost worker) from its last checkpoint (Ray "
+        "Train's FailureConfig.max_failures). Workers that cannot be placed and started are not retried: Train's "
+        "controller_failure_limit is 0, and the trial fails after resources.worker_start_timeout_s.",
     )
     keep_best_adapters: int = Field(
         3, ge=1, description="Adapter checkpoints kept for the best this-many finished trials; the rest are deleted as the sweep goes."

@@ -1,0 +1,179 @@
+"""A sweep never waits on what nobody uses (issue 32), on a real token-authenticated Ray
+head started here (2 CPUs and one custom `trainer` resource) that the sweeps join with
+--address, with the machine loaded by one low-priority CPU-bound process per core:
+
+- every placement group of a Train run is removed once Tune is done with its trial: a
+  watcher joined to the cluster samples the placement-group table (Ray's state) through
+  the sweep, and never sees more groups holding CPUs than the sweep has trial slots (a
+  pruned or paused trial's group kept alive while the next trial's waits to be placed
+  is what hung sweeps on busy machines), nor any left at the end;
+- a trial whose workers cannot be placed (the `trainer` resource it asks for is held by
+  another program after the pre-flight saw it on the cluster) fails within its stated
+  bound, with a reason naming what it asked for and what was free; the sweep ends with
+  exit 1 and no MLflow run left RUNNING."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import small_sweep, write_yaml
+from tests.integration.conftest import NODE_ENV, end_process_group, sweep_runs
+from tests.integration.test_cluster import RAY, free_port, wait_for_port
+
+pytestmark = pytest.mark.integration
+
+SLOTS = 2  # the head's CPUs; each trial's one worker takes one
+
+# Joined to the cluster: every 0.1 s, the placement groups holding at least one CPU that
+# are placed or waiting to be, as one JSON line.
+WATCHER = textwrap.dedent(
+    """
+    import json, sys, time, ray
+    from ray.util.placement_group import placement_group_table
+    ray.init(address=sys.argv[1], log_to_driver=False, logging_level="ERROR")
+    print("WATCHING", flush=True)
+    while True:
+        groups = {
+            group_id: group["state"]
+            for group_id, group in placement_group_table().items()
+            if group["state"] in ("CREATED", "PENDING", "RESCHEDULING")
+            and any(bundle.get("CPU", 0) >= 1 for bundle in group["bundles"].values())
+        }
+        print(json.dumps({"t": time.time(), "groups": groups}), flush=True)
+        time.sleep(0.1)
+    """
+)
+
+# Joined to the cluster: holds every `trainer` of the cluster until killed.
+HOLDER = textwrap.dedent(
+    """
+    import sys, time, ray
+    from ray.util.placement_group import placement_group
+    ray.init(address=sys.argv[1], log_to_driver=False, logging_level="ERROR")
+    group = placement_group([{"trainer": 1}])
+    ray.get(group.ready(), timeout=60)
+    print("HOLDING", flush=True)
+    time.sleep(3600)
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """A token head with 2 CPUs and 1 trainer, ended by its pid; yields (address, env)."""
+    root = tmp_path_factory.mktemp("never-hang")
+    home = root / "home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_AUTH", "RAY_ADDRESS"))}
+    env.update(HOME=str(home), **NODE_ENV)
+    subprocess.run([RAY, "get-auth-token", "--generate"], env=env, capture_output=True, check=True, timeout=120)
+    port = free_port()
+    ray_temp = tempfile.mkdtemp(prefix="nhray-", dir="/tmp")  # Unix socket paths must stay short
+    with open(root / "head.log", "wb") as log:
+        head = subprocess.Popen(
+            [RAY, "start", "--head", "--block", "--port", str(port), "--dashboard-port", str(free_port()),
+             "--num-cpus", str(SLOTS), "--resources", '{"trainer": 1}', "--temp-dir", ray_temp,
+             "--ray-client-server-port", str(free_port()), "--min-worker-port", "0", "--max-worker-port", "0"],
+            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+    try:
+        wait_for_port(port, head)
+        client_env = {**env, "RAY_AUTH_TOKEN_PATH": str(home / ".ray" / "auth_token"), "COLUMNS": "200"}
+        yield f"127.0.0.1:{port}", client_env
+    finally:
+        end_process_group(head)
+        shutil.rmtree(ray_temp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def joined(script: str, address: str, env: dict, ready: str, out: Path):
+    """`script` running joined to the cluster (its output in `out`) once it printed
+    `ready`, ended by its pid afterwards."""
+    with open(out, "w") as log:
+        process = subprocess.Popen([sys.executable, "-c", script, address], env={**env, "RAY_AUTH_MODE": "token"},
+                                   stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.time() + 120
+        while ready not in out.read_text():
+            assert process.poll() is None and time.time() < deadline, out.read_text()
+            time.sleep(0.2)
+        yield process
+    finally:
+        end_process_group(process, grace_s=5)
+
+
+@contextlib.contextmanager
+def loaded_machine():
+    """One low-priority CPU-bound process per core, ended by pid."""
+    burners = [
+        subprocess.Popen(["nice", "-n", "19", sys.executable, "-c", "while 1: pass"]) for _ in range(os.cpu_count() or 2)
+    ]
+    try:
+        yield
+    finally:
+        for burner in burners:
+            burner.kill()
+            burner.wait()
+
+
+def start(yaml_path: Path, address: str, env: dict, cwd: Path, timeout: float) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "sweeper.cli", "start", str(yaml_path), "--address", address],
+                          cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def test_a_trial_tune_is_done_with_gives_its_cpus_back_before_the_next_is_placed(cluster, tmp_path):
+    address, env = cluster
+    raw = small_sweep("released", search={"num_trials": 5, "seed": 1},
+                      training={"max_steps": 30, "eval_every": 10})
+    raw["output_dir"] = str(tmp_path / "sweeps" / "released")
+    spec = write_yaml(tmp_path / "released.yaml", raw)
+    samples_file = tmp_path / "watch.jsonl"
+    with loaded_machine(), joined(WATCHER, address, env, "WATCHING", samples_file):
+        done = start(spec, address, env, tmp_path, timeout=240)
+        time.sleep(1)  # the last trial's group, removed as the sweep ended, seen so
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    samples = [json.loads(line) for line in samples_file.read_text().splitlines() if line.startswith("{")]
+    during = [s for s in samples if s["groups"]]
+    assert during, "the watcher saw no trial's placement group"
+    most = max(during, key=lambda s: len(s["groups"]))
+    assert len(most["groups"]) <= SLOTS, f"more groups than slots at {most['t']}: {most['groups']}"
+    assert samples[-1]["groups"] == {}, f"left at the end: {samples[-1]['groups']}"
+    # The case that hung: trials pruned or paused while others waited to start.
+    assert "pruned at step 10" in done.stdout, done.stdout[-3000:]
+    assert len({group for s in during for group in s["groups"]}) > SLOTS
+
+
+def test_a_trial_whose_workers_cannot_be_placed_fails_within_its_bound_saying_why(cluster, tmp_path):
+    address, env = cluster
+    raw = small_sweep("unplaced", search={"num_trials": 1},
+                      resources={"custom": {"trainer": 1}, "worker_start_timeout_s": 10})
+    raw["output_dir"] = str(tmp_path / "sweeps" / "unplaced")
+    spec = write_yaml(tmp_path / "unplaced.yaml", raw)
+    with joined(HOLDER, address, env, "HOLDING", tmp_path / "holder.log"):
+        started = time.time()
+        done = start(spec, address, env, tmp_path, timeout=180)
+        took = time.time() - started
+    out = done.stdout + done.stderr
+    assert done.returncode == 1, out[-3000:]
+    reason = (
+        "WorkersNotPlaced: its 1 worker(s) of 1 CPU, 1 trainer each were not placed within 10 s "
+        "(resources.worker_start_timeout_s); the cluster had free: "
+    )
+    assert "error: no trial completed (1 started)" in out and reason in " ".join(out.split()), out[-3000:]
+    assert took < 120, f"the sweep took {took:.0f} s to fail a trial bounded at 10 s"
+    parents, children = sweep_runs(f"sqlite:///{tmp_path / 'mlflow.db'}", "unplaced")
+    assert len(parents) == 1 and len(children) == 1
+    assert all(run.info.status != "RUNNING" for run in parents + children), [
+        (run.data.tags["sweeper.kind"], run.info.status) for run in parents + children
+    ]
