@@ -8,9 +8,10 @@ machine the run then outlived the trial, and the next trial waited for CPUs that
 used (issue 32). Train's own cleaner only acts once the actor process dies, by polling.
 
 So the driver removes the group itself: each worker group's first report names its
-placement group (trainables/worker.py), and at the start of every step of Tune's loop,
-before Tune starts any trial, each trial that is paused, pruned, completed or failed
-has its group removed and the removal confirmed by the cluster. The run in the cached
+placement group (trainables/worker.py); as Tune ends a trial (pruned, completed,
+failed), and at the start of every step of Tune's loop, before Tune starts any trial,
+for each trial that is paused, pruned, completed or failed, the group is removed and
+the removal confirmed by the cluster. The run in the cached
 actor is already over for Tune: resetting the actor for the next trial, or ending it,
 ends that run, which finds its workers gone."""
 
@@ -47,6 +48,17 @@ class ReleaseFinishedRuns(Callback):
         for trial in trials:
             if trial.status in DONE_WITH and trial.trial_id in self.held:
                 self._release(trial.trial_id)
+
+    # A stopped trial's actor may already run the next trial (Tune reuses it, resetting
+    # it, before these two calls): that aborts the old run, and removing its group here
+    # makes sure of it when the abort did not finish in Tune's reset time.
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        if trial.trial_id in self.held:
+            self._release(trial.trial_id)
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        if trial.trial_id in self.held:
+            self._release(trial.trial_id)
 
     def on_experiment_end(self, trials, **info):
         for trial_id in list(self.held):

@@ -134,8 +134,7 @@ def start(yaml_path: Path, address: str, env: dict, cwd: Path, timeout: float) -
 
 def test_a_trial_tune_is_done_with_gives_its_cpus_back_before_the_next_is_placed(cluster, tmp_path):
     address, env = cluster
-    raw = small_sweep("released", search={"num_trials": 5, "seed": 1},
-                      training={"max_steps": 30, "eval_every": 10})
+    raw = small_sweep("released", search={"num_trials": 4, "seed": 1}, training={"max_steps": 20, "eval_every": 10})
     raw["output_dir"] = str(tmp_path / "sweeps" / "released")
     spec = write_yaml(tmp_path / "released.yaml", raw)
     samples_file = tmp_path / "watch.jsonl"

@@ -99,3 +99,17 @@ def test_the_watchdog_is_quiet_while_nothing_runs(tmp_path, monkeypatch):
     dog = watchdog.StallWatchdog(Table(), tmp_path / "driver.log", clock=clock)
     clock.now += 3600
     dog.on_step_end(1, [trial("a", "PAUSED"), trial("b", "TERMINATED")])
+
+
+def test_a_trial_that_ends_has_its_group_released_at_once(monkeypatch):
+    released = []
+    monkeypatch.setattr(release, "release_placement_group", lambda group: released.append(group) or True)
+    callback = release.ReleaseFinishedRuns()
+    pruned, failed = trial("a", "RUNNING"), trial("b", "RUNNING")
+    callback.on_trial_result(0, [], pruned, {PLACEMENT_GROUP: "pg-a"})
+    callback.on_trial_result(0, [], failed, {PLACEMENT_GROUP: "pg-b"})
+    callback.on_trial_complete(1, [], pruned)
+    callback.on_trial_error(1, [], failed)
+    pruned.status, failed.status = "TERMINATED", "ERROR"
+    callback.on_step_begin(2, [pruned, failed])
+    assert released == ["pg-a", "pg-b"]
