@@ -103,7 +103,8 @@ class FinishedSweep:
 @pytest.fixture(scope="session")
 def finished_sweep(tmp_path_factory) -> FinishedSweep:
     workdir = tmp_path_factory.mktemp("shared-sweep")
-    raw = small_sweep("shared", search={"num_trials": 5, "seed": 3})
+    # Calibrated, as `sweep start` does by default (the other small sweeps skip it).
+    raw = small_sweep("shared", search={"num_trials": 5, "seed": 3}, cost={"calibrate": True})
     path = write_yaml(workdir / "shared.yaml", raw)
     result = run_cli("start", str(path), cwd=workdir, timeout=600)
     return FinishedSweep(workdir, path, result, "shared")
