@@ -85,7 +85,11 @@ def token_head(root: Path):
     process = subprocess.Popen(
         [RAY, "start", "--head", "--block", "--port", str(port), "--dashboard-port", str(dashboard),
          "--num-cpus", "1", "--resources", '{"head_marker": 1}', "--temp-dir", ray_temp,
-         "--ray-client-server-port", str(free_port()), "--min-worker-port", "0", "--max-worker-port", "0"],
+         "--ray-client-server-port", str(free_port()), "--min-worker-port", "0", "--max-worker-port", "0",
+         # Not Ray's default 52365, which another Ray on the machine (a sweep's local
+         # cluster still ending) may hold: without its agent the head refuses jobs ("No
+         # available agent to submit job").
+         "--dashboard-agent-listen-port", str(free_port())],
         env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )
     try:
@@ -139,8 +143,7 @@ def join(address: str, tmp_path: Path, **env_extra) -> subprocess.CompletedProce
 
 
 # First the tests with a head of their own: the module's head starts after them, so that
-# no two heads run at once (with two, a job's submission was refused: "No available agent
-# to submit job").
+# no two heads run at once.
 def test_a_submitted_sweep_runs_as_a_job_that_logs_stop_and_resume_reach(own_head, tmp_path):
     address, token_file = own_head
     dashboard = HEAD_DASHBOARDS[address]
