@@ -159,7 +159,10 @@ def cluster(tmp_path_factory):
                   "--object-store-memory", str(200 * 1024**2)]
         head = stack.enter_context(ended_at_exit(start_node(
             ["--head", "--port", str(port), "--dashboard-port", str(dashboard), "--num-cpus", "1",
-             "--ray-client-server-port", str(free_port()), "--temp-dir", ray_temp(), *common],
+             "--ray-client-server-port", str(free_port()), "--temp-dir", ray_temp(), *common,
+             # Not Ray's default 52365, which another Ray on the machine may hold: without
+             # its agent the head refuses jobs ("No available agent to submit job").
+             "--dashboard-agent-listen-port", str(free_port())],
             base, root / "head.log",
         )))
         wait_for_port(port, head)
