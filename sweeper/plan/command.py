@@ -53,7 +53,8 @@ def sweep_forecast(plan: SweepPlan, cluster: ClusterResources, inputs: SweepInpu
     if timing is None:
         raise UserError(
             f"model.name_or_path: the size of {spec.model.name_or_path!r} is unknown (no config.json here or in "
-            "the Hugging Face cache, no size in the name); run sweep plan without --no-calibrate"
+            "the Hugging Face cache, no size in the name); calibrate instead: sweep plan without --no-calibrate, "
+            "sweep start with cost.calibrate true"
         )
     return forecast_sweep(plan, timing)
 

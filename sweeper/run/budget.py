@@ -24,8 +24,10 @@ class SweepBudget:
 
     @classmethod
     def forecast_sweep(cls, plan: SweepPlan, inputs: SweepInputs, console: Console, on_cluster: bool) -> "SweepBudget":
-        """Calibrate and print the forecast (before the sweep's clock starts; Ray is up)."""
-        forecast = sweep_forecast(plan, ClusterResources.from_ray(), inputs, on_cluster=on_cluster)
+        """Calibrate (unless cost.calibrate is false: the throughput model) and print the
+        forecast (before the sweep's clock starts; Ray is up)."""
+        measured = inputs if plan.spec.cost.calibrate else None
+        forecast = sweep_forecast(plan, ClusterResources.from_ray(), measured, on_cluster=on_cluster)
         print_forecast(forecast, plan.spec, console)
         return cls(plan.spec, plan, forecast)
 

@@ -268,6 +268,11 @@ class CostSpec(StrictModel):
     prices: dict[str, float] = Field(
         default_factory=dict, description="Extra or overriding price-table entries, USD per accelerator-hour."
     )
+    calibrate: bool = Field(
+        True,
+        description="sweep start: measure a few training steps before the sweep to forecast its time and cost "
+        "(seconds of calibration); false forecasts from the throughput model (rougher, needs the model's size).",
+    )
 
     def resolved_accelerator(self, use_gpu: bool) -> str:
         return self.accelerator or ("a100-80gb" if use_gpu else "cpu")

@@ -1,5 +1,6 @@
 """One real sweep shared by the integration tests that only read what it left behind
-(terminal output, sweep folder, MLflow store): 5 trials on 2 slots with ASHA."""
+(terminal output, sweep folder, MLflow store): 5 trials on 2 slots with ASHA, the first
+a startup trial."""
 
 from __future__ import annotations
 
@@ -103,7 +104,9 @@ class FinishedSweep:
 @pytest.fixture(scope="session")
 def finished_sweep(tmp_path_factory) -> FinishedSweep:
     workdir = tmp_path_factory.mktemp("shared-sweep")
-    raw = small_sweep("shared", search={"num_trials": 5, "seed": 3})
+    # Calibrated, as `sweep start` does by default (the other small sweeps skip it).
+    raw = small_sweep("shared", search={"num_trials": 5, "seed": 3}, early_stopping={"startup_trials": 1},
+                      cost={"calibrate": True})
     path = write_yaml(workdir / "shared.yaml", raw)
     result = run_cli("start", str(path), cwd=workdir, timeout=600)
     return FinishedSweep(workdir, path, result, "shared")

@@ -7,6 +7,7 @@ answers, is refused in one keyed line."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -64,11 +65,11 @@ def wait_for_port(port: int, process: subprocess.Popen, timeout_s: float = 120) 
     raise AssertionError(f"the head node did not listen on {port}")
 
 
-@pytest.fixture
-def head(tmp_path):
-    """A token-authenticated head node in its own process (its own HOME, so its token is
-    its own), ended by its pid whatever the test did."""
-    home = tmp_path / "head-home"
+@contextlib.contextmanager
+def token_head(root: Path):
+    """A token-authenticated head node in its own process (its own HOME under `root`, so
+    its token is its own), ended by its pid whatever the tests did."""
+    home = root / "head-home"
     home.mkdir()
     port, dashboard = free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_AUTH", "RAY_ADDRESS"))}
@@ -77,14 +78,18 @@ def head(tmp_path):
     # As on a machine where Ray ran before (or after `ray get-auth-token --generate`): with
     # a token in ~/.ray, `ray start --head` turns token authentication on.
     subprocess.run([RAY, "get-auth-token", "--generate"], env=env, capture_output=True, check=True, timeout=120)
-    log = open(tmp_path / "head.log", "wb")
+    log = open(root / "head.log", "wb")
     # Ray's Unix sockets live under its temp folder; pytest's tmp_path is too long a path.
     ray_temp = tempfile.mkdtemp(prefix="h8ray-", dir="/tmp")
     RAY_TEMP[f"127.0.0.1:{port}"] = ray_temp
     process = subprocess.Popen(
         [RAY, "start", "--head", "--block", "--port", str(port), "--dashboard-port", str(dashboard),
          "--num-cpus", "1", "--resources", '{"head_marker": 1}', "--temp-dir", ray_temp,
-         "--ray-client-server-port", str(free_port()), "--min-worker-port", "0", "--max-worker-port", "0"],
+         "--ray-client-server-port", str(free_port()), "--min-worker-port", "0", "--max-worker-port", "0",
+         # Not Ray's default 52365, which another Ray on the machine (a sweep's local
+         # cluster still ending) may hold: without its agent the head refuses jobs ("No
+         # available agent to submit job").
+         "--dashboard-agent-listen-port", str(free_port())],
         env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
     )
     try:
@@ -97,6 +102,23 @@ def head(tmp_path):
         end_process_group(process)
         log.close()
         shutil.rmtree(ray_temp, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def head(tmp_path_factory):
+    """One head for the module's tests that leave it as they found it (joins, a refusal,
+    `sweep plan`): a head start and end is about 6 s."""
+    with token_head(tmp_path_factory.mktemp("cluster")) as started:
+        yield started
+
+
+@pytest.fixture
+def own_head(tmp_path):
+    """A head of the test's own: one that a second node joins (a node's end is seen by
+    the head only after its health checks, which would size later tests' plans), or
+    that runs a job."""
+    with token_head(tmp_path) as started:
+        yield started
 
 
 def start_worker_node(address: str, head_home: Path, tmp_path: Path) -> subprocess.Popen:
@@ -120,70 +142,10 @@ def join(address: str, tmp_path: Path, **env_extra) -> subprocess.CompletedProce
     return subprocess.run([sys.executable, "-c", JOIN, address], env=env, capture_output=True, text=True, timeout=120)
 
 
-def test_a_sweep_joins_a_token_cluster_with_the_token_where_ray_looks(head, tmp_path):
-    address, token_file = head
-    assert token_file.is_file(), "the head wrote no token"
-    token = token_file.read_text().strip()
-    joined = join(address, tmp_path, RAY_AUTH_TOKEN_PATH=str(token_file))
-    assert "JOINED 1 1.0" in joined.stdout, joined.stdout + joined.stderr
-    assert token not in joined.stdout + joined.stderr
-
-
-def test_without_a_token_the_refusal_is_one_keyed_line_naming_ray_get_auth_token(head, tmp_path):
-    address, token_file = head
-    started = time.time()
-    refused = join(address, tmp_path)
-    assert refused.returncode == 2, refused.stdout + refused.stderr
-    assert f"USER ERROR --address: the Ray cluster at {address} requires an authentication token" in refused.stdout
-    assert "ray get-auth-token" in refused.stdout
-    assert time.time() - started < 60
-
-
-def sweep_cli(*args, cwd: Path, env: dict, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sweeper.cli", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-
-
-def test_a_sweep_joining_two_nodes_with_its_folder_on_one_disk_is_refused(head, tmp_path):
-    address, token_file = head
-    worker = start_worker_node(address, token_file.parent.parent, tmp_path)
-    try:
-        join_env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_AUTH", "RAY_ADDRESS"))}
-        join_env.update(RAY_AUTH_TOKEN_PATH=str(token_file), COLUMNS="200")
-        deadline = time.time() + 90
-        while "worker_marker" not in _resources(address, tmp_path, token_file):
-            assert worker.poll() is None, (tmp_path / "worker.log").read_text()
-            assert time.time() < deadline, "the worker node did not join"
-            time.sleep(1)
-        quickstart = Path(__file__).resolve().parents[2] / "search_spaces" / "quickstart.yaml"
-        refused = sweep_cli("start", str(quickstart), "--address", address, cwd=tmp_path, env=join_env)
-        assert refused.returncode == 2, refused.stdout + refused.stderr
-        assert "error: storage.uri: the sweep's checkpoints would go to" in refused.stderr
-        assert "2 node" not in refused.stderr and "1 node(s)" in refused.stderr
-        assert token_file.read_text().strip() not in refused.stdout + refused.stderr
-    finally:
-        end_process_group(worker)
-
-
-def _resources(address: str, tmp_path: Path, token_file: Path) -> str:
-    script = "import ray; ray.init(address=%r, log_to_driver=False); print(sorted(ray.cluster_resources()))" % address
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_AUTH", "RAY_ADDRESS"))}
-    env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token_file), HOME=str(tmp_path))
-    return subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120).stdout
-
-
-def test_an_address_where_nothing_answers_is_one_keyed_line_within_seconds(tmp_path):
-    port = free_port()
-    quickstart = Path(__file__).resolve().parents[2] / "search_spaces" / "quickstart.yaml"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_ADDRESS")}
-    started = time.time()
-    refused = sweep_cli("start", str(quickstart), "--address", f"127.0.0.1:{port}", cwd=tmp_path, env=env, timeout=120)
-    assert refused.returncode == 2, refused.stdout + refused.stderr
-    assert f"error: --address: no Ray cluster answers at 127.0.0.1:{port}" in refused.stderr
-    assert time.time() - started < 60
-
-
-def test_a_submitted_sweep_runs_as_a_job_that_logs_stop_and_resume_reach(head, tmp_path):
-    address, token_file = head
+# First the tests with a head of their own: the module's head starts after them, so that
+# no two heads run at once.
+def test_a_submitted_sweep_runs_as_a_job_that_logs_stop_and_resume_reach(own_head, tmp_path):
+    address, token_file = own_head
     dashboard = HEAD_DASHBOARDS[address]
     root = Path(__file__).resolve().parents[2]
     workdir = tmp_path / "project"
@@ -218,23 +180,66 @@ def test_a_submitted_sweep_runs_as_a_job_that_logs_stop_and_resume_reach(head, t
     assert token_file.read_text().strip() not in "".join(r.stdout + r.stderr for r in (submitted, stopped, logs, resumed))
 
 
-def test_auto_with_an_address_file_naming_a_dead_head_is_one_keyed_line_within_seconds(tmp_path):
-    # What `ray start --head` leaves behind when its head is ended without `ray stop`.
-    ray_tmp = Path(tempfile.mkdtemp(prefix="h8stale-", dir="/tmp"))
+def test_a_sweep_joining_two_nodes_with_its_folder_on_one_disk_is_refused(own_head, tmp_path):
+    address, token_file = own_head
+    worker = start_worker_node(address, token_file.parent.parent, tmp_path)
     try:
-        (ray_tmp / "ray").mkdir()
-        port = free_port()
-        (ray_tmp / "ray" / "ray_current_cluster").write_text(f"127.0.0.1:{port}\n")
+        join_env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_AUTH", "RAY_ADDRESS"))}
+        join_env.update(RAY_AUTH_TOKEN_PATH=str(token_file), COLUMNS="200")
+        deadline = time.time() + 90
+        while "worker_marker" not in _resources(address, tmp_path, token_file):
+            assert worker.poll() is None, (tmp_path / "worker.log").read_text()
+            assert time.time() < deadline, "the worker node did not join"
+            time.sleep(1)
         quickstart = Path(__file__).resolve().parents[2] / "search_spaces" / "quickstart.yaml"
-        env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_ADDRESS")}
-        env["RAY_TMPDIR"] = str(ray_tmp)
-        started = time.time()
-        refused = sweep_cli("start", str(quickstart), "--address", "auto", cwd=tmp_path, env=env, timeout=120)
+        refused = sweep_cli("start", str(quickstart), "--address", address, cwd=tmp_path, env=join_env)
         assert refused.returncode == 2, refused.stdout + refused.stderr
-        assert f"error: --address: no Ray cluster answers at 127.0.0.1:{port}" in refused.stderr
-        assert time.time() - started < 60
+        assert "error: storage.uri: the sweep's checkpoints would go to" in refused.stderr
+        assert "2 node" not in refused.stderr and "1 node(s)" in refused.stderr
+        assert token_file.read_text().strip() not in refused.stdout + refused.stderr
     finally:
-        shutil.rmtree(ray_tmp, ignore_errors=True)
+        end_process_group(worker)
+
+
+def test_a_sweep_joins_a_token_cluster_with_the_token_where_ray_looks(head, tmp_path):
+    address, token_file = head
+    assert token_file.is_file(), "the head wrote no token"
+    token = token_file.read_text().strip()
+    joined = join(address, tmp_path, RAY_AUTH_TOKEN_PATH=str(token_file))
+    assert "JOINED 1 1.0" in joined.stdout, joined.stdout + joined.stderr
+    assert token not in joined.stdout + joined.stderr
+
+
+def test_without_a_token_the_refusal_is_one_keyed_line_naming_ray_get_auth_token(head, tmp_path):
+    address, token_file = head
+    started = time.time()
+    refused = join(address, tmp_path)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert f"USER ERROR --address: the Ray cluster at {address} requires an authentication token" in refused.stdout
+    assert "ray get-auth-token" in refused.stdout
+    assert time.time() - started < 60
+
+
+def sweep_cli(*args, cwd: Path, env: dict, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "sweeper.cli", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def _resources(address: str, tmp_path: Path, token_file: Path) -> str:
+    script = "import ray; ray.init(address=%r, log_to_driver=False); print(sorted(ray.cluster_resources()))" % address
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_AUTH", "RAY_ADDRESS"))}
+    env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=str(token_file), HOME=str(tmp_path))
+    return subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120).stdout
+
+
+def test_an_address_where_nothing_answers_is_one_keyed_line_within_seconds(tmp_path):
+    port = free_port()
+    quickstart = Path(__file__).resolve().parents[2] / "search_spaces" / "quickstart.yaml"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_ADDRESS")}
+    started = time.time()
+    refused = sweep_cli("start", str(quickstart), "--address", f"127.0.0.1:{port}", cwd=tmp_path, env=env, timeout=120)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert f"error: --address: no Ray cluster answers at 127.0.0.1:{port}" in refused.stderr
+    assert time.time() - started < 60
 
 
 def test_plan_sizes_the_sweep_on_the_cluster_it_joins(head, tmp_path):
@@ -252,3 +257,22 @@ def test_plan_sizes_the_sweep_on_the_cluster_it_joins(head, tmp_path):
     assert "Expected:" in planned.stdout and "nothing was started" in planned.stdout
     assert not (tmp_path / "sweeps").exists()
     assert token_file.read_text().strip() not in planned.stdout + planned.stderr
+
+
+def test_auto_with_an_address_file_naming_a_dead_head_is_one_keyed_line_within_seconds(tmp_path):
+    # What `ray start --head` leaves behind when its head is ended without `ray stop`.
+    ray_tmp = Path(tempfile.mkdtemp(prefix="h8stale-", dir="/tmp"))
+    try:
+        (ray_tmp / "ray").mkdir()
+        port = free_port()
+        (ray_tmp / "ray" / "ray_current_cluster").write_text(f"127.0.0.1:{port}\n")
+        quickstart = Path(__file__).resolve().parents[2] / "search_spaces" / "quickstart.yaml"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_ADDRESS")}
+        env["RAY_TMPDIR"] = str(ray_tmp)
+        started = time.time()
+        refused = sweep_cli("start", str(quickstart), "--address", "auto", cwd=tmp_path, env=env, timeout=120)
+        assert refused.returncode == 2, refused.stdout + refused.stderr
+        assert f"error: --address: no Ray cluster answers at 127.0.0.1:{port}" in refused.stderr
+        assert time.time() - started < 60
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)

@@ -159,7 +159,10 @@ def cluster(tmp_path_factory):
                   "--object-store-memory", str(200 * 1024**2)]
         head = stack.enter_context(ended_at_exit(start_node(
             ["--head", "--port", str(port), "--dashboard-port", str(dashboard), "--num-cpus", "1",
-             "--ray-client-server-port", str(free_port()), "--temp-dir", ray_temp(), *common],
+             "--ray-client-server-port", str(free_port()), "--temp-dir", ray_temp(), *common,
+             # Not Ray's default 52365, which another Ray on the machine may hold: without
+             # its agent the head refuses jobs ("No available agent to submit job").
+             "--dashboard-agent-listen-port", str(free_port())],
             base, root / "head.log",
         )))
         wait_for_port(port, head)
@@ -237,6 +240,7 @@ def test_two_worker_trials_spread_over_both_worker_nodes_with_checkpoints_in_s3(
     path = multinode_sweep(
         cluster, workdir, "spread",
         search={"num_trials": 2, "seed": 2}, resources={"workers_per_trial": 2, "cpus_per_worker": 1},
+        cost={"calibrate": True},  # `sweep start --address` calibrates as Ray tasks on the cluster (the others skip it)
     )
     seen_before = cluster.train_workers()
     started = sweep_cli(cluster, "start", str(path), "--address", cluster.address, cwd=workdir)
@@ -272,7 +276,7 @@ def test_promote_and_report_from_another_folder_read_the_checkpoint_from_s3(clus
 
 def test_a_driver_killed_with_minus_9_is_resumed_without_retraining_a_completed_trial(cluster, tmp_path):
     workdir = tmp_path / "killed"
-    path = multinode_sweep(cluster, workdir, "killed", search={"num_trials": 4, "seed": 4})
+    path = multinode_sweep(cluster, workdir, "killed", search={"num_trials": 3, "seed": 4})
 
     def completed():
         return [c for c in sweep_runs(cluster, "killed")[1] if c.data.tags.get("sweeper.state") == "completed"]
@@ -292,7 +296,7 @@ def test_a_driver_killed_with_minus_9_is_resumed_without_retraining_a_completed_
     before = {
         c.data.tags["sweeper.trial_id"]: (c.info.end_time, eval_history(cluster, c.info.run_id)) for c in completed()
     }
-    assert 1 <= len(before) < 4, before
+    assert 1 <= len(before) < 3, before
     written = {trial_id: checkpoints(trial_id) for trial_id in before}
     assert all(written.values()), written
 
@@ -306,7 +310,7 @@ def test_a_driver_killed_with_minus_9_is_resumed_without_retraining_a_completed_
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     (parent,), children = sweep_runs(cluster, "killed")
     trial_ids = [c.data.tags["sweeper.trial_id"] for c in children]
-    assert len(trial_ids) == len(set(trial_ids)) == 4, trial_ids
+    assert len(trial_ids) == len(set(trial_ids)) == 3, trial_ids
     still_running = [
         (r.data.tags.get("sweeper.kind"), r.data.tags.get("sweeper.trial_number"), r.data.tags.get("sweeper.state"))
         for r in [parent, *children] if r.info.status == "RUNNING"
@@ -397,7 +401,7 @@ def test_a_submitted_sweep_with_its_storage_on_s3_is_stopped_and_resumed_as_jobs
     workdir = tmp_path / "submitted"
     # Long enough that the stop lands mid-sweep (20-step trials finished before it did).
     path = multinode_sweep(
-        cluster, workdir, "subs3", search={"num_trials": 4, "seed": 8}, training={"max_steps": 60, "eval_every": 10}
+        cluster, workdir, "subs3", search={"num_trials": 3, "seed": 8}, training={"max_steps": 60, "eval_every": 10}
     )
     jobs = ("--address", cluster.dashboard)
     try:
@@ -420,7 +424,7 @@ def test_a_submitted_sweep_with_its_storage_on_s3_is_stopped_and_resumed_as_jobs
         assert stopped.returncode == 0 and "Stopped job sweep-subs3-" in stopped.stdout, stopped.stdout + stopped.stderr
         logs = sweep_cli(cluster, "logs", "subs3", *jobs, cwd=workdir, timeout=180)
         assert logs.returncode == 0 and "Job of sweep 'subs3': STOPPED" in logs.stdout, logs.stdout + logs.stderr
-        assert "Sweep 'subs3': 4 trials" in logs.stdout, logs.stdout
+        assert "Sweep 'subs3': 3 trials" in logs.stdout, logs.stdout
         resumed = sweep_cli(cluster, "resume", "subs3", *jobs, cwd=workdir, timeout=120)
         assert resumed.returncode == 0 and "Submitted the resume of sweep 'subs3' as job" in resumed.stdout, resumed.stdout + resumed.stderr
         finished = sweep_cli(cluster, "logs", "subs3", *jobs, cwd=workdir, timeout=480)
@@ -434,4 +438,4 @@ def test_a_submitted_sweep_with_its_storage_on_s3_is_stopped_and_resumed_as_jobs
     ]
     assert not still_running, f"runs left RUNNING (kind, trial, state): {still_running}\n{resumed.stdout}"
     assert parent.info.status == "FINISHED"
-    assert sorted(c.data.tags["sweeper.state"] for c in children) == ["completed"] * 4
+    assert sorted(c.data.tags["sweeper.state"] for c in children) == ["completed"] * 3

@@ -2,6 +2,7 @@
 driver, and bad input at start."""
 
 import json
+import re
 import signal
 from pathlib import Path
 
@@ -43,7 +44,11 @@ def test_failing_trials_are_retried_then_failed_while_the_sweep_completes(tmp_pa
     assert reasons["kill_worker"] == "failed: a worker process died (killed, out of memory, or crashed)"
     assert parent.info.status == "FINISHED"
     # Ray Train's failure policy retried each faulty trial once (max_failures: 1), then raised.
-    logs = "".join(p.read_text() for p in Path("/tmp/ray/session_latest/logs/train").glob("ray-train-sys-controller-*.log"))
+    # This sweep's Ray session (Tune prints its folder), not session_latest: on a shared
+    # machine another cluster may have started since.
+    session = re.search(r"/tmp/ray/(session_[\w.-]+)/", result.stdout + result.stderr)
+    train_logs = Path("/tmp/ray") / (session.group(1) if session else "session_latest") / "logs" / "train"
+    logs = "".join(p.read_text() for p in train_logs.glob("ray-train-sys-controller-*.log"))
     assert logs.count("[FailurePolicy] RETRY") == 3 and logs.count("[FailurePolicy] RAISE") == 3
 
 
@@ -108,8 +113,6 @@ def test_stop_kill_and_resume_keep_every_finished_trial(tmp_path):
     ],
 )
 def test_bad_input_at_start_is_one_keyed_line_and_starts_nothing(tmp_path, case, sections, expected):
-    import re
-
     (tmp_path / "empty.jsonl").write_text("")
     (tmp_path / "broken.jsonl").write_text(json.dumps({"prompt": "a", "completion": "b"}) + "\n{oops\n")
     if "data" in sections:

@@ -1,7 +1,9 @@
-"""2-trial sweeps through `sweep start` under each real-size strategy on CPUs (DeepSpeed
+"""One-trial sweeps through `sweep start` under each real-size strategy on CPUs (DeepSpeed
 ZeRO-2 and ZeRO-3 with 2 workers per trial, FSDP with 2 workers, QLoRA nf4 with gradient
 checkpointing; DPO under ZeRO-3): each trains, checkpoints, and survives kill -9 of its
-driver plus `sweep resume`, the killed trial continuing from its checkpoint."""
+driver plus `sweep resume`, the killed trial continuing from its checkpoint. (One trial:
+a second one, started fresh by the resume, showed nothing of the strategy's checkpoint
+that the first does not; starting the rest of a resumed sweep is test_resilience's.)"""
 
 from __future__ import annotations
 
@@ -38,11 +40,11 @@ def eval_losses(client: MlflowClient, run_id: str) -> list[tuple[int, float]]:
 
 @pytest.mark.timeout(600)  # a hang fails the test instead of blocking CI
 @pytest.mark.parametrize("case", list(CASES))
-def test_a_two_trial_sweep_trains_checkpoints_and_survives_kill_9_and_resume(tmp_path, case):
+def test_a_sweep_trains_checkpoints_and_survives_kill_9_and_resume(tmp_path, case):
     name = f"strategy-{case}"
     sweep, strategy_sections, resume_state = CASES[case]
     sections = {
-        "search": {"num_trials": 2, "seed": 7,
+        "search": {"num_trials": 1, "seed": 7,
                    "parameters": {"training.learning_rate": {"distribution": "log_uniform", "low": 3e-3, "high": 1e-2}}},
         "training": TRAINING,
         "early_stopping": {"scheduler": "none"},
@@ -77,8 +79,8 @@ def test_a_two_trial_sweep_trains_checkpoints_and_survives_kill_9_and_resume(tmp
     result = run_cli("resume", name, cwd=tmp_path, timeout=420)
     assert result.returncode == 0, result.stdout + result.stderr
     (parent,), children = sweep_runs(uri, name)
-    assert parent.info.status == "FINISHED" and parent.data.metrics["trials_total"] == 2
-    assert sorted(c.data.tags["sweeper.state"] for c in children) == ["completed", "completed"], [c.data.tags for c in children]
+    assert parent.info.status == "FINISHED" and parent.data.metrics["trials_total"] == 1
+    assert [c.data.tags["sweeper.state"] for c in children] == ["completed"], [c.data.tags for c in children]
     for child in children:
         history = eval_losses(client, child.info.run_id)
         steps = [step for step, _ in history]
@@ -91,4 +93,4 @@ def test_a_two_trial_sweep_trains_checkpoints_and_survives_kill_9_and_resume(tmp
         checkpoint = Path(child.data.tags["sweeper.checkpoint_path"])
         assert (checkpoint / "adapter_model.safetensors").is_file(), sorted(p.name for p in checkpoint.iterdir())
         assert (checkpoint / resume_state).exists(), sorted(p.name for p in checkpoint.iterdir())
-    assert interrupted_id in {c.data.tags["sweeper.trial_id"] for c in children}
+    assert [c.data.tags["sweeper.trial_id"] for c in children] == [interrupted_id]

@@ -21,41 +21,38 @@ def test_more_trials_than_slots_finishes_with_pruning(finished_sweep):
     assert "Ray dashboard: http://127.0.0.1:" in result.stdout
     assert "Best trial" in result.stdout  # the end-of-sweep summary printed
     trials = SweepStore(finished_sweep.tracking_uri).trials("shared")
-    # ASHA by promotion: of 5 trials ranked at step 10, max(1, floor(5/3)) = 1 goes on.
-    assert sorted(zip(trials["state"], trials["steps"])) == [("completed", 30)] + [("pruned", 10)] * 4
-    assert trials["steps"].sum() == steps_trained(milestone_counts(5, [10], 30, 3)) == 70
-    assert trials["status"].to_list().count("pruned at step 10") == 4
+    # ASHA by promotion: the startup trial trains on unranked; of the 4 others ranked at
+    # step 10, max(1, floor(4/3)) = 1 goes on.
+    assert sorted(zip(trials["state"], trials["steps"])) == [("completed", 30)] * 2 + [("pruned", 10)] * 3
+    assert trials["steps"].sum() == steps_trained(milestone_counts(5, [10], 30, 3, startup_trials=1)) == 90
+    assert trials["status"].to_list().count("pruned at step 10") == 3
     assert trials["setup_seconds"].min() > 0
     assert (finished_sweep.workdir / "sweeps" / "shared" / "optuna.db").is_file()
     assert (finished_sweep.workdir / "sweeps" / "shared" / "tokenizer" / "tokenizer.json").is_file()
 
 
-def test_a_startup_trial_trains_to_the_end_whatever_its_rank(sweep_yaml, tmp_path):
-    """early_stopping.startup_trials 1 of 4: the first trial the study gave out trains to
-    max_steps unranked; the other 3 are ranked at step 10, where max(1, floor(3/3)) = 1
-    goes on."""
+def test_a_startup_trial_trains_to_the_end_whatever_its_rank(finished_sweep):
+    """early_stopping.startup_trials 1 of the shared sweep's 5: the first trial the study
+    gave out trains to max_steps unranked (the other 4: test_more_trials_than_slots...)."""
     import optuna
 
     from sweeper.search.study import STARTUP_ATTR, TUNE_TRIAL_ID_ATTR, study_url
 
-    path = sweep_yaml("startup", search={"num_trials": 4, "seed": 3}, early_stopping={"startup_trials": 1})
-    result = sweep("start", str(path), cwd=tmp_path, timeout=600)
+    result, workdir = finished_sweep.result, finished_sweep.workdir
     assert result.returncode == 0, result.stdout + result.stderr
-    trials = SweepStore(f"sqlite:///{tmp_path / 'mlflow.db'}").trials("startup")
-    study = optuna.load_study(study_name="startup", storage=study_url(tmp_path / "sweeps" / "startup"))
+    trials = SweepStore(finished_sweep.tracking_uri).trials("shared")
+    study = optuna.load_study(study_name="shared", storage=study_url(workdir / "sweeps" / "shared"))
     (startup,) = [t.user_attrs[TUNE_TRIAL_ID_ATTR] for t in study.get_trials() if t.user_attrs.get(STARTUP_ATTR)]
     assert study.get_trials()[0].user_attrs[TUNE_TRIAL_ID_ATTR] == startup
     steps = dict(zip(trials["trial_id"], trials["steps"]))
     states = dict(zip(trials["trial_id"], trials["state"]))
     assert (states[startup], steps[startup]) == ("completed", 30)
-    assert sorted(states.values()) == ["completed", "completed", "pruned", "pruned"]
-    assert trials["steps"].sum() == steps_trained(milestone_counts(4, [10], 30, 3, startup_trials=1)) == 80
     # MLflow, the live output and `sweep status` say which trial it was.
     assert dict(zip(trials["trial_id"], trials["startup_trial"])) == {t: t == startup for t in states}
     number = dict(zip(trials["trial_id"], trials["trial_number"]))[startup]
     live_lines = [line for line in result.stdout.splitlines() if "(startup trial)" in line]
     assert [line.split(":")[0] for line in live_lines] == [f"trial {number}"], result.stdout
-    status = sweep("status", "startup", cwd=tmp_path, timeout=120)
+    status = sweep("status", "shared", cwd=workdir, timeout=120)
     assert status.returncode == 0, status.stdout + status.stderr
     rows = [line.split("│") for line in status.stdout.splitlines() if line.count("│") > 3]
     marked = [int(cells[1]) for cells in rows if cells[1].strip().isdigit() and cells[-2].strip() == "yes"]

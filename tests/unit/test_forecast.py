@@ -250,3 +250,24 @@ def test_report_shows_the_forecast_beside_the_actual_and_the_budget_cut():
     assert rows["forecast cost (expected / worst case)"] == "$0.500000 / $2.00"
     assert rows["cut by the budget"] == "2 running trials stopped, 3 not started"
     assert forecast_rows({"cost_usd_total": 1.0}) == []
+
+
+def test_sweep_start_with_cost_calibrate_false_forecasts_from_the_throughput_model(monkeypatch):
+    from rich.console import Console
+
+    from sweeper.plan import calibrate as calibrate_module
+    from sweeper.run.budget import SweepBudget
+
+    def no_calibration(*args, **kwargs):
+        raise AssertionError("calibrated although cost.calibrate is false")
+
+    monkeypatch.setattr(calibrate_module, "calibrate", no_calibration)
+    monkeypatch.setattr(ClusterResources, "from_ray", classmethod(lambda cls: CPU_BOX))
+    spec = validate_spec(small_sweep("m", cost={"calibrate": False}), base_dir=REPO)
+    console = Console(record=True, width=200)
+    budget = SweepBudget.forecast_sweep(make_plan(spec, CPU_BOX), object(), console, on_cluster=False)
+    assert "throughput model" in budget.forecast.timing.source
+    assert "throughput model" in console.export_text()
+    default = small_sweep("d")
+    del default["cost"]  # the tests' small sweeps skip calibration
+    assert validate_spec(default, base_dir=REPO).cost.calibrate is True  # measured by default
