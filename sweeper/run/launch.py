@@ -102,7 +102,7 @@ def run_sweep(
         context.budget = SweepBudget.forecast_sweep(
             context.plan, context.inputs, context.console, on_cluster=not starts_own_cluster(context.address)
         )
-        context.measured_setup_s = context.budget.forecast.timing.setup_seconds
+        context.measured_setup_s = context.budget.forecast.timing.setup_seconds if context.budget.forecast else None
     except BaseException:
         forget_warm_start_log(spec.sweep_dir, made_for_the_log)
         raise

@@ -222,6 +222,10 @@ class MlflowTracker:
                     metrics.get(RunMetric.TOKENS, 0.0),
                 )
                 self.savings[record.trial_id] = metrics.get(RunMetric.SAVED_BY_PRUNING_USD, 0.0)
+                if child.info.status == "RUNNING":
+                    # The killed driver tagged the trial finished but died before it
+                    # ended the run (_end_trial's last write): end it now, as it ended.
+                    self.client.set_terminated(child.info.run_id, status=RUN_STATUS[record.state])
         self.client.update_run(self.parent_run_id, status="RUNNING")
         self._mark_running()
 

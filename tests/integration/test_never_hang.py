@@ -84,7 +84,8 @@ def cluster(tmp_path_factory):
         head = subprocess.Popen(
             [RAY, "start", "--head", "--block", "--port", str(port), "--dashboard-port", str(free_port()),
              "--num-cpus", str(SLOTS), "--resources", '{"trainer": 1}', "--temp-dir", ray_temp,
-             "--ray-client-server-port", str(free_port()), "--min-worker-port", "0", "--max-worker-port", "0"],
+             "--ray-client-server-port", str(free_port()), "--min-worker-port", "0", "--max-worker-port", "0",
+             "--dashboard-agent-listen-port", str(free_port())],
             env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )
     try:
@@ -134,7 +135,8 @@ def start(yaml_path: Path, address: str, env: dict, cwd: Path, timeout: float) -
 
 def test_a_trial_tune_is_done_with_gives_its_cpus_back_before_the_next_is_placed(cluster, tmp_path):
     address, env = cluster
-    raw = small_sweep("released", search={"num_trials": 4, "seed": 1}, training={"max_steps": 20, "eval_every": 10})
+    raw = small_sweep("released", search={"num_trials": 4, "seed": 1}, training={"max_steps": 20, "eval_every": 10},
+                      cost={"calibrate": False})
     raw["output_dir"] = str(tmp_path / "sweeps" / "released")
     spec = write_yaml(tmp_path / "released.yaml", raw)
     samples_file = tmp_path / "watch.jsonl"
@@ -155,7 +157,7 @@ def test_a_trial_tune_is_done_with_gives_its_cpus_back_before_the_next_is_placed
 
 def test_a_trial_whose_workers_cannot_be_placed_fails_within_its_bound_saying_why(cluster, tmp_path):
     address, env = cluster
-    raw = small_sweep("unplaced", search={"num_trials": 1},
+    raw = small_sweep("unplaced", search={"num_trials": 1}, cost={"calibrate": False},
                       resources={"custom": {"trainer": 1}, "worker_start_timeout_s": 10})
     raw["output_dir"] = str(tmp_path / "sweeps" / "unplaced")
     spec = write_yaml(tmp_path / "unplaced.yaml", raw)

@@ -88,3 +88,34 @@ def test_a_sweep_resumed_in_another_folder_reuses_the_mlflow_runs_of_its_storage
     assert resumed.parent_run_id == first.parent_run_id and list(resumed.book.trials) == ["a"]
     parent = client_for(uri).get_run(first.parent_run_id)
     assert parent.data.tags[Tag.SWEEP_DIR] == str(tmp_path / "here")
+
+
+def test_a_trial_tagged_finished_by_a_driver_killed_before_it_ended_the_run_is_ended_on_resume(tmp_path, monkeypatch):
+    """_end_trial writes the trial's state, then ends its run: a driver killed with -9
+    between the two left the run RUNNING, which no later driver ended (seen in the
+    kill -9 tests as 'a run left RUNNING')."""
+    from sweeper.names import Tag, TrialState
+    from sweeper.track.book import SweepBook, TrialRecord
+    from sweeper.track.mlflow_store import client_for
+    from sweeper.track.tracker import MlflowTracker
+
+    monkeypatch.chdir(tmp_path)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+
+    def tracker():
+        spec = validate_spec(small_sweep("k", output_dir=str(tmp_path / "k")), base_dir=tmp_path)
+        return MlflowTracker(spec, SweepBook(metric="eval_loss", goal="minimize", max_steps=30), uri, hardware="test")
+
+    killed = tracker()
+    killed.start_sweep(tmp_path)
+    record = killed.book.trials["a"] = TrialRecord("a", 1, {})
+    killed.trial_started(record)
+    run_id = killed.child_run_ids["a"]
+    client = client_for(uri)
+    client.set_tag(run_id, Tag.STATE, TrialState.COMPLETED)  # the first write; killed before the second
+    assert client.get_run(run_id).info.status == "RUNNING"
+
+    resumed = tracker()
+    resumed.reattach()
+    assert resumed.book.trials["a"].state == TrialState.COMPLETED
+    assert client.get_run(run_id).info.status == "FINISHED"
