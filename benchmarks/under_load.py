@@ -14,6 +14,7 @@ sweeps before) and how many were left when the sweep ended.
 from __future__ import annotations
 
 import argparse
+from collections import Counter
 import json
 import os
 import subprocess
@@ -64,6 +65,10 @@ class PlacementGroupSampler(Callback):
     def on_experiment_end(self, trials, **info):
         self._stop.set()
         self.left_at_end = self._holding()
+
+    def __getstate__(self) -> dict:
+        # Tune pickles its callbacks with the experiment state; the thread is runtime-only.
+        return {"every_s": self.every_s, "most": self.most, "left_at_end": self.left_at_end}
 
 
 def load_beside(cores: int) -> list[subprocess.Popen]:
@@ -121,7 +126,9 @@ def main() -> None:
             for number in range(1, args.runs + 1):
                 result = one_run(yaml_name, sections, args.timeout)
                 figures["runs"][f"{label} #{number}"] = result
-                outcome = "HUNG (ended)" if result["hung"] else f"{result.get('trials', result)}"
+                outcome = "HUNG (ended at --timeout)" if result["hung"] else (
+                    ", ".join(f"{n} {state}" for state, n in sorted(Counter(result["trials"]).items()))
+                    if "trials" in result else f"exit {result.get('failed')}")
                 rows.append((f"{label}, run {number}", f"{result['wall_s']:.0f} s", (
                     f"most CPU placement groups at once {result.get('most_groups', '-')}, left at end "
                     f"{result.get('left_at_end', '-')}; {outcome}")))
