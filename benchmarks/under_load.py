@@ -14,7 +14,6 @@ sweeps before) and how many were left when the sweep ended.
 from __future__ import annotations
 
 import argparse
-from collections import Counter
 import json
 import os
 import subprocess
@@ -22,6 +21,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 from ray.tune import Callback
