@@ -10,7 +10,8 @@ head started here (2 CPUs and one custom `trainer` resource) that the sweeps joi
 - a trial whose workers cannot be placed (the `trainer` resource it asks for is held by
   another program after the pre-flight saw it on the cluster) fails within its stated
   bound, with a reason naming what it asked for and what was free; the sweep ends with
-  exit 1 and no MLflow run left RUNNING."""
+  exit 1 and no MLflow run left RUNNING; what the driver's watchdog would write about
+  that cluster names the held group and the free resources."""
 
 from __future__ import annotations
 
@@ -65,6 +66,17 @@ HOLDER = textwrap.dedent(
     ray.get(group.ready(), timeout=60)
     print("HOLDING", flush=True)
     time.sleep(3600)
+    """
+)
+
+
+# Joined to the cluster: the watchdog's lines (sweeper/run/watchdog.py), one per line.
+WAITING = textwrap.dedent(
+    """
+    import sys, ray
+    from sweeper.cluster.placement import waiting_lines
+    ray.init(address=sys.argv[1], log_to_driver=False, logging_level="ERROR")
+    print("\\n".join(waiting_lines()))
     """
 )
 
@@ -165,6 +177,11 @@ def test_a_trial_whose_workers_cannot_be_placed_fails_within_its_bound_saying_wh
         started = time.time()
         done = start(spec, address, env, tmp_path, timeout=180)
         took = time.time() - started
+        # What the driver's watchdog would write about this cluster now.
+        seen = subprocess.run(
+            [sys.executable, "-c", WAITING, address], env={**env, "RAY_AUTH_MODE": "token"},
+            capture_output=True, text=True, timeout=120,
+        )
     out = done.stdout + done.stderr
     assert done.returncode == 1, out[-3000:]
     reason = (
@@ -173,6 +190,9 @@ def test_a_trial_whose_workers_cannot_be_placed_fails_within_its_bound_saying_wh
     )
     assert "error: no trial completed (1 started)" in out and reason in " ".join(out.split()), out[-3000:]
     assert took < 120, f"the sweep took {took:.0f} s to fail a trial bounded at 10 s"
+    assert "holds 1 x (1 trainer)" in seen.stdout and "free: 2 CPU of 2 CPU, 1 trainer" in seen.stdout, (
+        seen.stdout + seen.stderr
+    )
     parents, children = sweep_runs(f"sqlite:///{tmp_path / 'mlflow.db'}", "unplaced")
     assert len(parents) == 1 and len(children) == 1
     assert all(run.info.status != "RUNNING" for run in parents + children), [
