@@ -124,14 +124,14 @@ def build_strategy(trial: TrialConfig, workers: Workers, folder: Path | None = N
     """The trial's model (random weights of the shape trial.model names, on the device)
     with fresh adapters, as `trainables.strategies.prepare` makes it, and its ddp strategy.
     A quantized base is written to `folder` and read back quantized, as a trial loads it."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import AutoModelForCausalLM, LlamaConfig
 
     shape = KNOWN_CONFIGS[trial.model.name_or_path]
     config = LlamaConfig(**shape, pad_token_id=0, bos_token_id=None, eos_token_id=1,
                          max_position_embeddings=max(4096, trial.data.max_length))
     with torch.device(workers.device):  # weights made where they train, in bf16 as load_base_model loads them
-        model = LlamaForCausalLM._from_config(config, dtype=torch.bfloat16,
-                                              attn_implementation=trial.model.attn_implementation)
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16,
+                                                 attn_implementation=trial.model.attn_implementation)
     if trial.model.quantization != "none":
         model.save_pretrained(folder)
         del model

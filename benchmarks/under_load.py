@@ -27,6 +27,7 @@ from pathlib import Path
 from ray.tune import Callback
 
 from benchmarks.common import REPO, machine, print_figures, run_bench_sweep, save_json
+from sweeper.cluster.placement import reserving_groups
 from sweeper.spec.load import read_yaml, validate_spec
 
 SWEEPS = {
@@ -49,14 +50,7 @@ class PlacementGroupSampler(Callback):
         self._thread.start()
 
     def _holding(self) -> int:
-        from ray.util.placement_group import placement_group_table
-
-        return sum(
-            1
-            for group in placement_group_table().values()
-            if group["state"] in ("CREATED", "PENDING", "RESCHEDULING")
-            and any(bundle.get("CPU", 0) >= 1 for bundle in group["bundles"].values())
-        )
+        return len(reserving_groups())
 
     def _sample(self) -> None:
         while not self._stop.wait(self.every_s):

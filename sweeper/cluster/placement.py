@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 
-__all__ = ["release_placement_group", "free_resources_text", "resources_text", "waiting_lines"]
+__all__ = ["release_placement_group", "reserving_groups", "free_resources_text", "resources_text", "waiting_lines"]
 
 # How often a removal is checked for, and how long it may take before the driver says so.
 _POLL_SECONDS = 0.05
@@ -40,6 +40,22 @@ def _state(entry: dict) -> str | None:
     return entry.get("state") if entry else None
 
 
+def reserving_groups() -> list[dict]:
+    """The placement-group table's entries placed or waiting to be that reserve at least
+    one CPU, GPU or custom resource: Train runs' groups, not Tune's trial actors' own
+    (which reserve almost nothing)."""
+    from ray.util.placement_group import placement_group_table
+
+    return [
+        group
+        for group in placement_group_table().values()
+        if group.get("state") in ("CREATED", "PENDING", "RESCHEDULING")
+        and any(
+            amount >= 1 for bundle in group["bundles"].values() for name, amount in bundle.items() if name != "memory"
+        )
+    ]
+
+
 def resources_text(resources: dict) -> str:
     """`{CPU: 2, trainer: 1}` as "2 CPU, 1 trainer"; memory, Ray's node markers and the
     per-placement-group copies of resources ("CPU_group_<id>") left out."""
@@ -66,12 +82,11 @@ def waiting_lines() -> list[str]:
     the bundles they ask for), placement groups placed, actors waiting to be created, and
     the free resources."""
     import ray
-    from ray.util.placement_group import placement_group_table
     from ray.util.state import list_actors
 
-    groups = placement_group_table().values()
-    pending = [g for g in groups if g.get("state") in ("PENDING", "RESCHEDULING")]
-    placed = [g for g in groups if g.get("state") == "CREATED" and _holds_something(g)]
+    groups = reserving_groups()
+    pending = [g for g in groups if g["state"] != "CREATED"]
+    placed = [g for g in groups if g["state"] == "CREATED"]
     lines = [
         f"placement group {g['placement_group_id'][:8]} waits for {_bundles_text(g)}" for g in pending
     ] + [f"placement group {g['placement_group_id'][:8]} holds {_bundles_text(g)}" for g in placed]
@@ -87,12 +102,6 @@ def waiting_lines() -> list[str]:
     return lines
 
 
-def _holds_something(group: dict) -> bool:
-    """Whether a placement group reserves CPUs, GPUs or custom resources (a Tune trial
-    actor's own group reserves almost nothing)."""
-    return any(
-        amount >= 1 for bundle in group["bundles"].values() for name, amount in bundle.items() if name != "memory"
-    )
 
 
 def _bundles_text(group: dict) -> str:

@@ -73,7 +73,6 @@ class SweepContext:
     budget: SweepBudget | None = None
     book: SweepBook | None = None
     tracker: object = None  # sweeper.track.tracker.MlflowTracker
-    measured_setup_s: float | None = None  # one trial start, as the calibration measured it
 
 
 def run_sweep(
@@ -102,7 +101,6 @@ def run_sweep(
         context.budget = SweepBudget.forecast_sweep(
             context.plan, context.inputs, context.console, on_cluster=not starts_own_cluster(context.address)
         )
-        context.measured_setup_s = context.budget.forecast.timing.setup_seconds if context.budget.forecast else None
     except BaseException:
         forget_warm_start_log(spec.sweep_dir, made_for_the_log)
         raise
@@ -282,7 +280,10 @@ def _trainable(context: SweepContext):
     from sweeper.run.trial import run_trial, worker_start_timeout
 
     spec = context.spec
-    timeout_s = worker_start_timeout(spec.resources.worker_start_timeout_s, context.measured_setup_s)
+    forecast = context.budget.forecast  # a resumed sweep has none: its first driver's
+    timeout_s = worker_start_timeout(
+        spec.resources.worker_start_timeout_s, forecast.timing.setup_seconds if forecast else None
+    )
     context.console.print(
         f"A trial whose workers are not placed and started within {timeout_s:.0f} s fails, saying why "
         "(resources.worker_start_timeout_s)", highlight=False,

@@ -46,26 +46,27 @@ class ReleaseFinishedRuns(Callback):
 
     def on_step_begin(self, iteration, trials, **info):
         for trial in trials:
-            if trial.status in DONE_WITH and trial.trial_id in self.held:
+            if trial.status in DONE_WITH:
                 self._release(trial.trial_id)
 
     # A stopped trial's actor may already run the next trial (Tune reuses it, resetting
     # it, before these two calls): that aborts the old run, and removing its group here
     # makes sure of it when the abort did not finish in Tune's reset time.
     def on_trial_complete(self, iteration, trials, trial, **info):
-        if trial.trial_id in self.held:
-            self._release(trial.trial_id)
+        self._release(trial.trial_id)
 
     def on_trial_error(self, iteration, trials, trial, **info):
-        if trial.trial_id in self.held:
-            self._release(trial.trial_id)
+        self._release(trial.trial_id)
 
     def on_experiment_end(self, trials, **info):
         for trial_id in list(self.held):
             self._release(trial_id)
 
     def _release(self, trial_id: str) -> None:
-        placement_group = self.held.pop(trial_id)
+        """Remove the trial's group, if it holds one not yet removed."""
+        placement_group = self.held.pop(trial_id, None)
+        if placement_group is None:
+            return
         if release_placement_group(placement_group):
             self.released += 1
         else:

@@ -36,21 +36,16 @@ pytestmark = pytest.mark.integration
 
 SLOTS = 2  # the head's CPUs; each trial's one worker takes one
 
-# Joined to the cluster: every 0.1 s, the placement groups holding at least one CPU that
-# are placed or waiting to be, as one JSON line.
+# Joined to the cluster: every 0.1 s, the placement groups that reserve something and
+# are placed or waiting to be (Train runs' groups), as one JSON line.
 WATCHER = textwrap.dedent(
     """
     import json, sys, time, ray
-    from ray.util.placement_group import placement_group_table
+    from sweeper.cluster.placement import reserving_groups
     ray.init(address=sys.argv[1], log_to_driver=False, logging_level="ERROR")
     print("WATCHING", flush=True)
     while True:
-        groups = {
-            group_id: group["state"]
-            for group_id, group in placement_group_table().items()
-            if group["state"] in ("CREATED", "PENDING", "RESCHEDULING")
-            and any(bundle.get("CPU", 0) >= 1 for bundle in group["bundles"].values())
-        }
+        groups = {group["placement_group_id"]: group["state"] for group in reserving_groups()}
         print(json.dumps({"t": time.time(), "groups": groups}), flush=True)
         time.sleep(0.1)
     """
