@@ -122,6 +122,12 @@ def trial_problems(model: ModelSpec, training: TrainingSpec, resources: Resource
                 "model.attn_implementation",
                 "flash_attention_2 needs the flash-attn package (pip install flash-attn); or set sdpa",
             ))
+    if training.compile and resources.strategy != "ddp":
+        problems.append((
+            "training.compile",
+            f"torch.compile runs under resources.strategy ddp here ({resources.strategy} wraps the model its own "
+            "way); set resources.strategy: ddp, or training.compile: false",
+        ))
     if resources.strategy == "deepspeed" and not _installed("deepspeed"):
         problems.append((
             "resources.strategy",

@@ -251,6 +251,13 @@ class TrainingSpec(StrictModel):
         "(non-reentrant): activation memory falls from every layer's to one layer's, for about a third "
         "more compute per step. Losses are unchanged.",
     )
+    compile: bool = Field(
+        False,
+        description="Compile the model's forward with torch.compile (inductor; resources.strategy ddp). "
+        "On an H100 a 1B LoRA step ran 1.7x faster (MFU 18.5% -> 31.6%) and held 26% less memory; the "
+        "first steps and the first evaluation pay the compile (about a minute for a 1B model, seconds "
+        "for the built-in one). Losses are unchanged. Needs a C++ compiler on a CPU.",
+    )
 
     @model_validator(mode="after")
     def _eval_within_budget(self) -> "TrainingSpec":

@@ -28,7 +28,7 @@ from trainables.common import make_optimizer, make_schedule
 from trainables.config import TrialConfig
 from trainables.models import add_lora, load_base_model, prepare_for_training
 
-__all__ = ["Strategy", "prepare", "deepspeed_config", "TRAINING_STATE_FILE", "DEEPSPEED_TAG"]
+__all__ = ["Strategy", "prepare", "adapt", "deepspeed_config", "TRAINING_STATE_FILE", "DEEPSPEED_TAG"]
 
 TRAINING_STATE_FILE = "training_state.pt"
 # The folder DeepSpeed writes its checkpoint into, inside a trial's checkpoint folder.
@@ -78,8 +78,20 @@ def adapted_base(config: TrialConfig, model_source: str, device: torch.device) -
         attn_implementation=config.model.attn_implementation,
         device=device,
     )
-    model = prepare_for_training(model, config.model.quantization, config.training.gradient_checkpointing)
-    return add_lora(model, config.lora)
+    return adapt(model, config)
+
+
+def adapt(base: torch.nn.Module, config: TrialConfig) -> torch.nn.Module:
+    """`base` made ready for training as `config` asks (k-bit preparation, checkpointing),
+    with fresh LoRA adapters, its forward compiled where `training.compile` is set."""
+    model = add_lora(
+        prepare_for_training(base, config.model.quantization, config.training.gradient_checkpointing), config.lora
+    )
+    if config.training.compile:
+        # In place (nn.Module.compile), not torch.compile(model): the module stays peft's,
+        # so its save_pretrained and state dict keys (no `_orig_mod.` prefix) are unchanged.
+        model.compile()
+    return model
 
 
 def _finish_step(optimizer, schedule) -> float:

@@ -93,3 +93,31 @@ def test_non_finite_loss_stops_the_trial_before_the_step(setup):
     with pytest.raises(NonFiniteLossError, match="loss is nan at step 3"):
         sft.train(trial, data, source, lambda m, c: reports.append(m), time.time())
     assert reports == []
+
+
+def test_a_compiled_trial_trains_the_same_run_and_saves_the_same_adapter(setup, tmp_path):
+    """training.compile (torch.compile, inductor, in place): the losses of the eager run up
+    to float reordering, and the adapter promotion and resume read under the same keys.
+    Without LoRA dropout: inductor draws its own dropout masks, so with dropout a compiled
+    run is a different (still seeded) run."""
+    from safetensors.torch import load_file
+
+    steps = {"training.max_steps": 6, "training.eval_every": 3, "lora.dropout": 0.0}
+    adapters = {}
+
+    def keep_adapter(name):
+        def report(metrics, checkpoint_dir):
+            adapters[name] = load_file(f"{checkpoint_dir}/adapter_model.safetensors")
+            reports.setdefault(name, []).append(metrics)
+        return report
+
+    reports: dict[str, list[dict]] = {}
+    spec, source, data = setup
+    for name, compiled in (("eager", False), ("compiled", True)):
+        trial = spec.trial_config().with_values({**steps, "training.compile": compiled})
+        sft.train(trial, data, source, keep_adapter(name), time.time())
+    assert [m["step"] for m in reports["compiled"]] == [3, 6]
+    for eager, compiled in zip(reports["eager"], reports["compiled"], strict=True):
+        assert compiled["eval_loss"] == pytest.approx(eager["eval_loss"], rel=1e-4)
+        assert compiled["train_loss"] == pytest.approx(eager["train_loss"], rel=1e-4)
+    assert adapters["compiled"].keys() == adapters["eager"].keys()

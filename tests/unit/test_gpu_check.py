@@ -9,7 +9,7 @@ import sys
 from tests.conftest import REPO
 
 EVERY_LINE = ("sft_1b", "sft_1b_checkpointing", "sft_8b_checkpointing", "dpo_1b", "packing_1b", "packing_ray",
-              "oom_halved", "oom_at_1", "qlora_8b")
+              "oom_halved", "oom_at_1", "qlora_8b", "sft_1b_compiled")
 
 
 def test_the_gpu_check_runs_on_cpu_and_writes_every_line(tmp_path):
@@ -24,7 +24,7 @@ def test_the_gpu_check_runs_on_cpu_and_writes_every_line(tmp_path):
     for name, line in lines.items():
         assert line["figure"] or line["skipped"], name
         assert not line["skipped"].startswith("it raised"), (name, line["skipped"])
-    for name in ("sft_1b", "sft_1b_checkpointing", "sft_8b_checkpointing", "dpo_1b"):
+    for name in ("sft_1b", "sft_1b_checkpointing", "sft_8b_checkpointing", "dpo_1b", "sft_1b_compiled"):
         assert "tokens/s" in lines[name]["figure"], name
         assert "GiB (" in lines[name]["forecast"] or "MiB (" in lines[name]["forecast"], name
     assert lines["oom_halved"]["figure"] == "went on at micro-batch 2 after running out at 4"
