@@ -46,6 +46,7 @@ from trainables.common import (
 )
 from trainables.config import TrialConfig
 from trainables.out_of_memory import MicroBatches
+from trainables.preemption import NO_NOTICE, PreemptionNotice
 from trainables.strategies import prepare
 from trainables.data import IGNORE_INDEX, PreferenceSplit
 
@@ -58,6 +59,7 @@ def train(
     started_at: float,
     resume_from: str | None = None,
     memory_forecast_gib: float | None = None,
+    preemption: PreemptionNotice = NO_NOTICE,
 ) -> None:
     """DPO-train fresh LoRA adapters on `model_source` as `config` says, calling `report` at
     each evaluation. Arguments as in trainables/sft.py::train; `data` holds preference pairs."""
@@ -121,8 +123,13 @@ def train(
                 "train_cpu_share": cpu_seconds / seconds,
                 "setup_seconds": setup_seconds,
                 **micro_batches.report(),
+                **preemption.moves,
             }
             report_with_checkpoint(report, metrics, strategy, workers)
+        if step < training.max_steps and preemption.arrived():
+            # This node is being taken away: keep this step's work and move with it
+            # (trainables/preemption.py).
+            preemption.keep_and_wait(report, step, strategy, workers)
 
 
 def train_step(

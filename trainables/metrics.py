@@ -9,6 +9,7 @@ from __future__ import annotations
 __all__ = [
     "STEP", "EVAL_LOSS", "EVAL_PERPLEXITY", "TRAIN_LOSS", "LEARNING_RATE", "TOKENS_PER_SECOND",
     "TRAIN_TOKENS", "TRAIN_CPU_SHARE", "SETUP_SECONDS", "SETUP_PHASES", "RESTARTS", "PLACEMENT_GROUP",
+    "PREEMPTIONS", "PREEMPTED_AT_STEP", "PREEMPTION_CHECKPOINT",
     "OUT_OF_MEMORY_AT_MICRO_BATCH", "MICRO_BATCH", "EVAL_REWARDS_CHOSEN",
     "EVAL_REWARDS_REJECTED", "EVAL_REWARDS_MARGIN", "EVAL_REWARDS_ACCURACY", "TASK_METRICS", "REPORTED_KEYS",
 ]
@@ -27,6 +28,13 @@ SETUP_PHASES = "setup_phases"  # first report only: where the setup time went
 # failed (a lost node, an out-of-memory kill; search.max_failures): added to the reports
 # after the first restart by the trial's Train controller (sweeper/run/trial.py), not the loops.
 RESTARTS = "restarts"
+# A trial moved off a node that was being taken away (trainables/preemption.py): how
+# often, and the optimizer step of its latest move; reported from the first evaluation
+# after the first move. PREEMPTION_CHECKPOINT marks the checkpoint kept at that step: a
+# report of Train's only, never Tune's (it is no evaluation).
+PREEMPTIONS = "preemptions"
+PREEMPTED_AT_STEP = "preempted_at_step"
+PREEMPTION_CHECKPOINT = "preemption_checkpoint"
 # The first report of each Train worker group: the hex id of the placement group holding
 # its workers, for the driver to remove the moment Tune is done with the trial
 # (sweeper/run/release.py). Not a metric: the book and MLflow leave it out.
@@ -76,6 +84,8 @@ REPORTED_KEYS: tuple[str, ...] = (
     SETUP_SECONDS,
     SETUP_PHASES,
     RESTARTS,
+    PREEMPTIONS,
+    PREEMPTED_AT_STEP,
     OUT_OF_MEMORY_AT_MICRO_BATCH,
     MICRO_BATCH,
 )

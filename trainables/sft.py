@@ -33,6 +33,7 @@ from trainables.common import (
 )
 from trainables.config import TrialConfig
 from trainables.out_of_memory import MicroBatches
+from trainables.preemption import NO_NOTICE, PreemptionNotice
 from trainables.strategies import prepare
 from trainables.data import IGNORE_INDEX, TokenizedSplit
 
@@ -45,6 +46,7 @@ def train(
     started_at: float,
     resume_from: str | None = None,
     memory_forecast_gib: float | None = None,
+    preemption: PreemptionNotice = NO_NOTICE,
 ) -> None:
     """Fine-tune `model_source` with LoRA as `config` says, calling `report` at each evaluation.
 
@@ -52,7 +54,8 @@ def train(
     tokenized "train" and "eval" splits; `started_at` is when the trial started (time.time()),
     for the setup-seconds metric; `resume_from` is a checkpoint directory to continue from
     (a retried or resumed trial); `memory_forecast_gib` is the trial's memory forecast,
-    for the reason of a trial that runs out of memory.
+    for the reason of a trial that runs out of memory; `preemption` tells the workers
+    when their node is being taken away (asked after every optimizer step).
     """
     training = config.training
     workers = current_workers()
@@ -109,8 +112,13 @@ def train(
                 "train_cpu_share": cpu_seconds / seconds,
                 "setup_seconds": setup_seconds,
                 **micro_batches.report(),
+                **preemption.moves,
             }
             report_with_checkpoint(report, metrics, strategy, workers)
+        if step < training.max_steps and preemption.arrived():
+            # This node is being taken away: keep this step's work and move with it
+            # (trainables/preemption.py).
+            preemption.keep_and_wait(report, step, strategy, workers)
 
 
 def train_step(

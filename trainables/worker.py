@@ -18,6 +18,7 @@ from trainables.config import TrialConfig
 from trainables.environment import WARM_STARTED_ENV
 from trainables.metrics import PLACEMENT_GROUP, SETUP_PHASES
 from trainables.models import resolve_model_source
+from trainables.preemption import PreemptionNotice, moves_of
 
 
 def train_loop_per_worker(config: dict) -> None:
@@ -52,7 +53,10 @@ def train_loop_per_worker(config: dict) -> None:
     # restarts it: the run's latest checkpoint.
     checkpoint = ray.train.get_checkpoint()
     if checkpoint is None:
-        task.train(trial, data, model_source, report=report, started_at=started_at, memory_forecast_gib=forecast)
+        task.train(
+            trial, data, model_source, report=report, started_at=started_at, memory_forecast_gib=forecast,
+            preemption=PreemptionNotice(ray.train.get_preemption_info),
+        )
         return
     with checkpoint.as_directory() as resume_from:
         final = final_report_of(resume_from, trial.training.max_steps)
@@ -61,7 +65,7 @@ def train_loop_per_worker(config: dict) -> None:
             return
         task.train(
             trial, data, model_source, report=report, started_at=started_at, resume_from=resume_from,
-            memory_forecast_gib=forecast,
+            memory_forecast_gib=forecast, preemption=PreemptionNotice(ray.train.get_preemption_info, moves_of(resume_from)),
         )
 
 

@@ -36,7 +36,7 @@ from sweeper.cluster.placement import free_resources_text, resources_text
 from sweeper.cluster.ray_adapter import StoppableTorchTrainer, tune_stop_event, workers_never_started
 from sweeper.cost.memory import trial_forecast_gib
 from trainables.config import TrialConfig
-from trainables.metrics import RESTARTS
+from trainables.metrics import PREEMPTION_CHECKPOINT, RESTARTS
 from trainables.worker import train_loop_per_worker
 
 
@@ -141,6 +141,8 @@ class ReportToTune(UserCallback):
         self.worker_failures += 1
 
     def after_report(self, run_context, metrics, checkpoint) -> None:
+        if metrics[0].get(PREEMPTION_CHECKPOINT):
+            return  # kept for the run's restart on another node, not an evaluation (trainables/preemption.py)
         result = dict(metrics[0])
         if checkpoint is not None:
             result["checkpoint_path"] = storage.uri_of(checkpoint.filesystem, checkpoint.path)

@@ -48,3 +48,12 @@ def test_reports_after_a_worker_failure_count_the_restarts(monkeypatch):
 def test_trial_settings_are_strings_for_the_environment():
     assert all(isinstance(value, str) for value in TRIAL_SETTINGS.values())
     assert float(TRIAL_SETTINGS["RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"]) < 2.0
+
+
+def test_a_preemption_checkpoint_is_kept_from_tune(monkeypatch):
+    reported = []
+    monkeypatch.setattr(sweeper.run.trial.tune, "report", reported.append)
+    callback = ReportToTune()
+    callback.after_report(None, [{"step": 7, "preemption_checkpoint": 1, "preemptions": 1}], None)
+    callback.after_report(None, [{"step": 10, "eval_loss": 4.0, "preemptions": 1, "preempted_at_step": 7}], None)
+    assert reported == [{"step": 10, "eval_loss": 4.0, "preemptions": 1, "preempted_at_step": 7}]
