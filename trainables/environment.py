@@ -4,8 +4,13 @@ local sweep, imports this and must stay light."""
 
 from __future__ import annotations
 
-__all__ = ["WARM_STARTED_ENV"]
+__all__ = ["WARM_STARTED_ENV", "PREEMPTION_WATCHER_ENV"]
 
 # "1" in every process forked from the warm-start server (sweeper/cluster/fork_server.py); the
 # first report of a trial says whether its workers were (trainables/worker.py).
 WARM_STARTED_ENV = "SWEEPER_WARM_STARTED"
+
+# Ray Train's switch for its watcher of node drains (on in Ray, off for a sweep on its own
+# machine: sweeper/cluster/connect.py); the workers ask for a preemption notice only where
+# it is on (trainables/preemption.py).
+PREEMPTION_WATCHER_ENV = "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"

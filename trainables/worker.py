@@ -18,7 +18,7 @@ from trainables.config import TrialConfig
 from trainables.environment import WARM_STARTED_ENV
 from trainables.metrics import PLACEMENT_GROUP, SETUP_PHASES
 from trainables.models import resolve_model_source
-from trainables.preemption import PreemptionNotice, moves_of
+from trainables.preemption import moves_of, train_notice
 
 
 def train_loop_per_worker(config: dict) -> None:
@@ -55,7 +55,7 @@ def train_loop_per_worker(config: dict) -> None:
     if checkpoint is None:
         task.train(
             trial, data, model_source, report=report, started_at=started_at, memory_forecast_gib=forecast,
-            preemption=PreemptionNotice(ray.train.get_preemption_info),
+            preemption=train_notice(),
         )
         return
     with checkpoint.as_directory() as resume_from:
@@ -65,7 +65,7 @@ def train_loop_per_worker(config: dict) -> None:
             return
         task.train(
             trial, data, model_source, report=report, started_at=started_at, resume_from=resume_from,
-            memory_forecast_gib=forecast, preemption=PreemptionNotice(ray.train.get_preemption_info, moves_of(resume_from)),
+            memory_forecast_gib=forecast, preemption=train_notice(moves_of(resume_from)),
         )
 
 

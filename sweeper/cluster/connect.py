@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Mapping
 
 from sweeper.errors import UserError
+from trainables.environment import PREEMPTION_WATCHER_ENV
 
 __all__ = [
-    "TRIAL_SETTINGS", "LOCAL_CLUSTER", "cluster_address", "starts_own_cluster", "auth_token_source",
+    "TRIAL_SETTINGS", "JOINED_CLUSTER_SETTINGS", "LOCAL_CLUSTER", "cluster_address", "starts_own_cluster", "auth_token_source",
     "client_auth_settings", "set_auth_mode_before_ray_loads", "bootstrap_endpoint", "check_reachable",
     "auth_refused", "auth_problem", "start_warm_server", "job_metadata", "start_ray",
 ]
@@ -27,14 +28,20 @@ TRIAL_SETTINGS = {
     # pruned trial train on for seconds and left every finished trial's CPUs idle). A
     # slower poll did not raise a trial's tokens/s measurably (benchmarks/README.md).
     "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.1",
-    # A watcher actor per trial for node preemption: a process per trial. A preempted
-    # node's workers die, which Train's retry (search.max_failures) already handles.
-    "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
+    # Train's watcher of node drains: an actor per trial, a process, and nothing to watch
+    # on the one machine of a sweep's own cluster (on where it joins one: below).
+    PREEMPTION_WATCHER_ENV: "0",
     # How long Tune waits for a stopped trial's thread before reusing its actor; the
     # trial aborts its Train run first (sweeper/run/trial.py), which takes about a second.
     "TUNE_FUNCTION_THREAD_TIMEOUT_S": "20",
 }
 
+
+# Where a sweep joins a cluster, whose nodes may be taken away (spot or preemptible
+# instances): Train's watcher of node drains is on, polling every second (Ray's default:
+# 5 s), so that a trial on a node given notice keeps its step and moves with most of a
+# short notice left (trainables/preemption.py).
+JOINED_CLUSTER_SETTINGS = {PREEMPTION_WATCHER_ENV: "1", "RAY_TRAIN_PREEMPTION_POLL_INTERVAL_S": "1"}
 
 LOCAL_CLUSTER = "local"
 
@@ -177,7 +184,7 @@ def start_ray(address: str, warm_server=None, metadata: dict[str, str] | None = 
 
     if joining:
         check_reachable(address, bootstrap_endpoint(address, ray_address_file()))
-    runtime_env = {"env_vars": dict(TRIAL_SETTINGS)}
+    runtime_env = {"env_vars": {**TRIAL_SETTINGS, **(JOINED_CLUSTER_SETTINGS if joining else {})}}
     if warm_server:
         warm_env = fork_server.runtime_env(warm_server.socket_path)
         runtime_env = {"py_executable": warm_env["py_executable"], "env_vars": {**TRIAL_SETTINGS, **warm_env["env_vars"]}}

@@ -439,3 +439,76 @@ def test_a_submitted_sweep_with_its_storage_on_s3_is_stopped_and_resumed_as_jobs
     assert not still_running, f"runs left RUNNING (kind, trial, state): {still_running}\n{resumed.stdout}"
     assert parent.info.status == "FINISHED"
     assert sorted(c.data.tags["sweeper.state"] for c in children) == ["completed"] * 3
+
+
+def test_a_trial_on_a_node_given_notice_keeps_its_step_and_moves_to_another_node(cluster, tmp_path):
+    """A node drained with notice, as a spot reclaim (`ray drain-node --reason
+    DRAIN_NODE_REASON_PREEMPTION` with a deadline, what the autoscaler does): the trial
+    there keeps its step in a checkpoint between two evaluations and, at the deadline,
+    goes on from that step on another node. Not a failure: `search.max_failures` is 0.
+    Last in the module: it brings a node of its own (the node-loss test left one), and
+    the drained node takes no more work."""
+    import mlflow
+
+    home = cluster.token_file.parent.parent
+    node_temp = tempfile.mkdtemp(prefix="h35ray-", dir="/tmp")
+    node_env = cluster.env(RAY_AUTH_MODE="token", HOME=str(home))
+    node_env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{node_env.get('PATH', '')}"
+    fresh = start_node(
+        ["--address", cluster.address, "--num-cpus", "1", "--resources", json.dumps({"node_c": 1, "trainer": 1}),
+         "--temp-dir", node_temp, "--min-worker-port", "0", "--max-worker-port", "0",
+         "--object-store-memory", str(200 * 1024**2)],
+        node_env, cluster.root / "worker-c.log",
+    )
+    workdir = tmp_path / "preempt"
+    path = multinode_sweep(
+        cluster, workdir, "preempt",
+        search={"num_trials": 1, "seed": 9, "max_failures": 0}, training={"max_steps": 900, "eval_every": 300},
+    )
+    driver = None
+    try:
+        wait_for(lambda: "c" in cluster.node_ids().values(), 120, "the fresh worker node", every=1)
+        seen_before = cluster.train_workers()
+        driver = subprocess.Popen(
+            [sys.executable, "-m", "sweeper.cli", "start", str(path), "--address", cluster.address],
+            cwd=workdir, env=cluster.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            start_new_session=True,
+        )
+        first = wait_for(lambda: [n for n in cluster.new_train_worker_nodes(seen_before) if n], 300, "the trial's Train worker", every=1)
+
+        def evaluated():
+            runs = sweep_runs(cluster, "preempt")[1]
+            return runs and eval_history(cluster, runs[0].info.run_id)
+
+        before_notice = wait_for(evaluated, 300, "the trial's first evaluation", every=0.5)
+        drained = subprocess.run(
+            [RAY, "drain-node", "--address", cluster.address, "--node-id", first[0],
+             "--reason", "DRAIN_NODE_REASON_PREEMPTION", "--reason-message", "spot reclaim (test)",
+             "--deadline-remaining-seconds", "10"],
+            env=cluster.env(RAY_AUTH_MODE="token"), capture_output=True, text=True, timeout=120,
+        )
+        assert drained.returncode == 0, drained.stdout + drained.stderr
+        output, _ = driver.communicate(timeout=420)
+    finally:
+        if driver is not None and driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait(timeout=60)
+        end_process_group(fresh)
+        shutil.rmtree(node_temp, ignore_errors=True)
+    assert driver.returncode == 0, output
+
+    (parent,), (trial,) = sweep_runs(cluster, "preempt")
+    assert trial.data.tags["sweeper.state"] == "completed", (trial.data.tags, output[-3000:])
+    steps = [step for step, _ in eval_history(cluster, trial.info.run_id)]
+    assert steps == [300, 600, 900], steps  # every evaluation once: none repeated after the move
+    client = mlflow.MlflowClient(cluster.tracking_uri)
+    preemptions = client.get_metric_history(trial.info.run_id, "preemptions")
+    moved_at = client.get_metric_history(trial.info.run_id, "preempted_at_step")
+    assert preemptions and {p.value for p in preemptions} == {1.0}, (preemptions, output[-3000:])
+    # Kept at the step the notice reached, not at an evaluation before it.
+    (kept,) = {int(p.value) for p in moved_at}
+    assert before_notice[-1][0] < kept < 900, (kept, before_notice)
+    # Moved: its workers after the move ran on another node than the drained one.
+    nodes_used = set(cluster.new_train_worker_nodes(seen_before))
+    assert first[0] in nodes_used and len(nodes_used - {first[0], ""}) == 1, (nodes_used, first)
+    assert parent.info.status == "FINISHED"
