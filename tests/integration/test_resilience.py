@@ -1,10 +1,14 @@
 """Faults with real processes and signals: failing trials, a stopped sweep, a killed
 driver, and bad input at start."""
 
+import contextlib
 import json
+import os
 import re
 import signal
 from pathlib import Path
+
+import psutil
 
 import pytest
 
@@ -52,6 +56,12 @@ def test_failing_trials_are_retried_then_failed_while_the_sweep_completes(tmp_pa
     assert logs.count("[FailurePolicy] RETRY") == 3 and logs.count("[FailurePolicy] RAISE") == 3
 
 
+def eval_history(uri: str, run_id: str) -> list[tuple[int, float]]:
+    from mlflow.tracking import MlflowClient
+
+    return sorted((p.step, p.value) for p in MlflowClient(uri).get_metric_history(run_id, "eval_loss"))
+
+
 def test_stop_kill_and_resume_keep_every_finished_trial(tmp_path):
     # With a startup trial: the trials each resumed driver starts get their marks from the
     # searcher, which rebuilt them from the study, so no other trial becomes one.
@@ -80,13 +90,22 @@ def test_stop_kill_and_resume_keep_every_finished_trial(tmp_path):
     assert all(c.info.status != "RUNNING" for c in children)
     kept = {c.data.tags["sweeper.trial_id"]: c.data.metrics["eval_loss"] for c in finished_children()}
 
-    # 2. Resume, then kill -9 the driver once one more trial has finished.
+    # 2. Resume, then lose the whole cluster once one more trial has finished: kill -9 the
+    # driver and every process under it at once (its local Ray cluster: GCS, raylet,
+    # dashboard, trial actors, Train workers), as a machine that goes away.
     driver = start_driver("resume", "resumable", cwd=tmp_path)
     wait_for(lambda: len(finished_children()) > len(kept), 600, "a trial finished after resume")
-    driver.send_signal(signal.SIGKILL)
+    cluster = [driver.pid, *(child.pid for child in psutil.Process(driver.pid).children(recursive=True))]
+    for pid in cluster:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
     driver.wait(timeout=60)
+    assert not [pid for pid in cluster[1:] if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"]
+    _, children = sweep_runs(uri, "resumable")
+    numbers_before = {c.data.tags["sweeper.trial_id"]: c.data.tags["sweeper.trial_number"] for c in children}
+    evaluations_before = {c.data.tags["sweeper.trial_id"]: eval_history(uri, c.info.run_id) for c in children}
 
-    # 3. Resume again to the end.
+    # 3. Resume again to the end, on a new cluster.
     result = run_cli("resume", "resumable", cwd=tmp_path, timeout=900)
     assert result.returncode == 0, result.stdout + result.stderr
     (parent,), children = sweep_runs(uri, "resumable")
@@ -100,6 +119,24 @@ def test_stop_kill_and_resume_keep_every_finished_trial(tmp_path):
         assert final[trial_id].data.tags["sweeper.state"] in ("completed", "pruned")
     assert {c.data.tags["sweeper.state"] for c in children} <= {"completed", "pruned"}
     assert sum(c.data.tags.get("sweeper.startup_trial") == "true" for c in children) == 1
+    # After the whole cluster was lost: every trial keeps its number, and every evaluation
+    # made before the loss is there once with its value (so the rungs rank as before); no
+    # step is evaluated twice, in MLflow or in the Optuna study.
+    assert {trial_id: final[trial_id].data.tags["sweeper.trial_number"] for trial_id in numbers_before} == numbers_before
+    evaluations = {trial_id: eval_history(uri, c.info.run_id) for trial_id, c in final.items()}
+    for trial_id, history in evaluations.items():
+        steps = [step for step, _ in history]
+        assert steps == sorted(set(steps)), (trial_id, history)
+        assert set(evaluations_before.get(trial_id, [])) <= set(history), (trial_id, evaluations_before[trial_id], history)
+    import optuna
+
+    from sweeper.search.study import TUNE_TRIAL_ID_ATTR, study_url
+
+    study = optuna.load_study(study_name="resumable", storage=study_url(tmp_path / "sweeps" / "resumable"))
+    told = {t.user_attrs.get(TUNE_TRIAL_ID_ATTR): t for t in study.get_trials()}
+    assert sorted(told) == sorted(trial_ids), told
+    for trial_id, history in evaluations.items():
+        assert sorted(told[trial_id].intermediate_values.items()) == history, (trial_id, told[trial_id].intermediate_values, history)
 
 
 @pytest.mark.parametrize(
