@@ -26,5 +26,15 @@ class BudgetSpec(StrictModel):
         gt=0,
         description="Cap on accelerator-hours (GPU-hours, or CPU core-hours without GPUs), enforced the same way.",
     )
+    max_steps: int | None = Field(
+        None,
+        ge=1,
+        description="Cap on training steps (optimizer steps summed over the sweep's trials), enforced the same way: "
+        "running trials stop within one evaluation interval of it.",
+    )
+
+    def caps(self) -> dict[str, float]:
+        """The caps given: key -> value."""
+        return {key: value for key, value in self.model_dump().items() if value is not None}
 
 

@@ -89,7 +89,12 @@ class SearchSpec(StrictModel):
     )
     metric: str = Field("eval_loss", description="Reported metric to optimise (see TASK_METRICS).")
     goal: Literal["minimize", "maximize"] = Field("minimize", description="Direction of `metric`.")
-    num_trials: int = Field(8, ge=1, description="Trials to run (for grid: at most the grid size).")
+    num_trials: int | None = Field(
+        None,
+        ge=1,
+        description="Trials to run (for grid: at most the grid size). Leave it out under a budget cap "
+        "(budget.max_usd, max_hours, max_accelerator_hours or max_steps): trials then keep coming until the cap.",
+    )
     max_concurrent_trials: int | None = Field(
         None, ge=1, description="Cap on trials at once; default: as many as the cluster fits."
     )
