@@ -92,18 +92,22 @@ class Forecast:
             ForecastKey.WORST_ACCELERATOR_HOURS: f"{w.accelerator_hours:.6g}",
             ForecastKey.WORST_USD: f"{w.usd:.6g}",
             ForecastKey.ASSUMPTION: self.assumption[:500],
+            **({ForecastKey.BUDGET_TRIALS: str(self.bought_trials)} if self.bought_trials is not None else {}),
         }
 
     def ending_metrics(self) -> dict[str, float]:
-        """The totals logged again as metrics when the sweep ends, beside the actual cost."""
+        """The totals logged again as metrics when the sweep ends, beside the actual cost. A
+        sweep that runs until a budget cap has no worst case above its caps: its `worst`
+        (what the caps buy without early stopping) is not logged as one."""
         e, w = self.expected, self.worst
-        return {
+        metrics = {
             ForecastKey.EXPECTED_USD: e.usd,
             ForecastKey.EXPECTED_WALL_SECONDS: e.wall_seconds,
             ForecastKey.EXPECTED_ACCELERATOR_HOURS: e.accelerator_hours,
-            ForecastKey.WORST_USD: w.usd,
-            ForecastKey.WORST_WALL_SECONDS: w.wall_seconds,
         }
+        if self.bought_trials is None:
+            metrics.update({ForecastKey.WORST_USD: w.usd, ForecastKey.WORST_WALL_SECONDS: w.wall_seconds})
+        return metrics
 
 
 def expected_ladder(plan: SweepPlan) -> tuple[list[tuple[int, int]], str, bool]:

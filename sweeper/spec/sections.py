@@ -92,8 +92,9 @@ class SearchSpec(StrictModel):
     num_trials: int | None = Field(
         None,
         ge=1,
-        description="Trials to run (for grid: at most the grid size). Leave it out under a budget cap "
-        "(budget.max_usd, max_hours, max_accelerator_hours or max_steps): trials then keep coming until the cap.",
+        description="Trials to run (for grid: at most the grid size); required unless a budget cap is given "
+        "(budget.max_usd, max_hours, max_accelerator_hours or max_steps): without it, trials keep coming until "
+        "the cap ends the sweep.",
     )
     max_concurrent_trials: int | None = Field(
         None, ge=1, description="Cap on trials at once; default: as many as the cluster fits."

@@ -297,6 +297,9 @@ def test_a_step_cap_buys_the_most_trials_whose_ladder_fits_it():
     assert forecast.ladder == [(10, 17), (30, 5), (90, 1)] and forecast.expected.steps == 330
     assert forecast_sweep(plan.with_trials(18), TIMING).expected.steps == 420
     assert forecast.worst.steps == 4 * 90
+    # On the parent run: what the caps buy; no worst case above the caps.
+    assert forecast.as_params()["forecast_budget_trials"] == "17"
+    assert "forecast_worst_usd" not in forecast.ending_metrics()
     assert budget_lines(spec.budget, forecast) == [
         "Budget buys: about 17 trials, 1 of them to step 90 (330 training steps); budget.max_steps ends it (one "
         "more trial's expected ladder would cross it); without early stopping it would buy 4 trial(s) to step 90",
