@@ -91,18 +91,23 @@ def _bought_lines(budget: BudgetSpec, forecast: "Forecast") -> list[str]:
     many reach max_steps, the cap that ends it, and each cap against that expected case."""
     ladder, expected = forecast.ladder, forecast.expected
     max_steps, at_end = ladder[-1]
-    ends = (
-        f"budget.{forecast.binding_cap} ends it (one more trial's expected ladder would cross it)"
-        if forecast.binding_cap
-        else "no cap binds within the trials counted"
-    )
+    caps = budget.caps()
+    short = [key for key, cap in caps.items() if expected.value(key) > cap]
+    if short:  # not even one trial's ladder fits
+        ends = f"budget.{short[0]} stops it before that one trial reaches step {max_steps}"
+    elif forecast.binding_cap:
+        ends = f"budget.{forecast.binding_cap} ends it (one more trial's expected ladder would cross it)"
+    else:
+        ends = "no cap binds within the trials counted"
     lines = [
         f"Budget buys: about {forecast.bought_trials} trials, {at_end} of them to step {max_steps} "
         f"({expected.steps} training steps); {ends}; without early stopping it would buy "
         f"{forecast.bought_full_trials} trial(s) to step {max_steps}"
     ]
-    for key, cap in budget.caps().items():
-        lines.append(f"Budget {key}: {cap:g} {CAPS[key]}; those {forecast.bought_trials} trials: {expected.value(key):.4g} expected")
+    for key, cap in caps.items():
+        lines.append(
+            f"Budget {key}: {cap:g} {CAPS[key]}; those {forecast.bought_trials} trials: {expected.value(key):.4g} expected"
+        )
     return lines
 
 

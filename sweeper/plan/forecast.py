@@ -172,9 +172,17 @@ def forecast_sweep(plan: SweepPlan, timing: TrialTiming, costliest: TrialTiming 
     )
     bought = full = binding = None
     if plan.trials is None:  # until a budget cap: the most trials it buys
-        caps = spec.budget.caps()
-        bought, binding = most_trials_within(caps, lambda n: _scenario(plan.with_trials(n), mean, *_expected(plan.with_trials(n))))
-        full, _ = most_trials_within(caps, lambda n: _scenario(plan.with_trials(n), costliest, _full_ladder(plan, n), False))
+        open_plan, caps = plan, spec.budget.caps()
+
+        def expected_case(n: int) -> Scenario:
+            ladder, _, restarts = expected_ladder(open_plan.with_trials(n))
+            return _scenario(open_plan.with_trials(n), mean, ladder, restarts)
+
+        def without_early_stopping(n: int) -> Scenario:
+            return _scenario(open_plan.with_trials(n), costliest, _full_ladder(open_plan, n), False)
+
+        bought, binding = most_trials_within(caps, expected_case)
+        full, _ = most_trials_within(caps, without_early_stopping)
         plan = plan.with_trials(bought)
     ladder, assumption, restarts = expected_ladder(plan)
     worst_plan = plan if full is None else plan.with_trials(full)
@@ -193,11 +201,6 @@ def forecast_sweep(plan: SweepPlan, timing: TrialTiming, costliest: TrialTiming 
         binding_cap=binding,
         bought_full_trials=full,
     )
-
-
-def _expected(plan: SweepPlan) -> tuple[list[tuple[int, int]], bool]:
-    ladder, _, restarts = expected_ladder(plan)
-    return ladder, restarts
 
 
 def _full_ladder(plan: SweepPlan, trials: int) -> list[tuple[int, int]]:
