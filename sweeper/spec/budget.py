@@ -34,7 +34,9 @@ class BudgetSpec(StrictModel):
     )
 
     def caps(self) -> dict[str, float]:
-        """The caps given: key -> value."""
-        return {key: value for key, value in self.model_dump().items() if value is not None}
+        """The caps given: key -> value. (A guard that Tune pickled before a cap was added
+        to this schema comes back without its field: not given.)"""
+        caps = {key: getattr(self, key, None) for key in type(self).model_fields}
+        return {key: value for key, value in caps.items() if value is not None}
 
 
