@@ -173,6 +173,8 @@ class ForecastKey:
     WORST_WALL_SECONDS = "forecast_worst_wall_seconds"
     WORST_ACCELERATOR_HOURS = "forecast_worst_accelerator_hours"
     WORST_USD = "forecast_worst_usd"
+    # A sweep that runs until a budget cap: the trials its caps buy (the expected case's).
+    BUDGET_TRIALS = "forecast_budget_trials"
 
 
 class BudgetKey:

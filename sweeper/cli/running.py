@@ -26,13 +26,14 @@ def validate(file: Path = typer.Argument(..., help="Sweep YAML file.")) -> None:
     from sweeper.cost.memory import forecast_trial_memory
     from sweeper.plan.checks import load_checked_spec
     from sweeper.search.warm_start import read_warm_start
+    from sweeper.spec.schema import trials_text
 
     spec = load_checked_spec(file)
     for note in read_warm_start(spec).notes:
         errors.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False, soft_wrap=True)
     memory = forecast_trial_memory(spec) if spec.resources.use_gpu else None
     console.print(
-        f"[green]ok[/green] {file}: sweep {spec.name!r}, task {spec.task}, {spec.search.num_trials} trials "
+        f"[green]ok[/green] {file}: sweep {spec.name!r}, task {spec.task}, {trials_text(spec)} "
         f"over {', '.join(spec.search.parameters)}"
     )
     if memory is not None and spec.resources.use_gpu:

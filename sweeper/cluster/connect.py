@@ -142,12 +142,14 @@ def start_warm_server(address: str, log_path: Path, use_gpu: bool = False):
 def job_metadata(spec, tracking_uri: str) -> dict[str, str]:
     """The Ray job's metadata: the dashboard's Jobs page shows `job_name` as the job's
     name, the rest on the job's page and in its REST API (/api/jobs/)."""
+    from sweeper.spec.schema import trials_text
+
     return {
         "job_name": spec.name,
         "sweeper.sweep": spec.name,
         "sweeper.task": spec.task,
         "sweeper.model": spec.model.name_or_path,
-        "sweeper.num_trials": str(spec.search.num_trials),
+        "sweeper.num_trials": trials_text(spec).removesuffix(" trials"),
         "sweeper.metric": f"{spec.search.metric} ({spec.search.goal})",
         "sweeper.parameters": ", ".join(spec.search.parameters) or "none",
         "sweeper.sweep_dir": str(spec.sweep_dir),

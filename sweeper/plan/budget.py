@@ -10,11 +10,16 @@ from sweeper.plan.forecast import Forecast
 from sweeper.plan.rungs import evaluations_between
 from sweeper.spec.budget import BudgetSpec
 
-__all__ = ["CAPS", "budget_problems", "budget_lines", "first_trial_cost"]
+__all__ = ["CAPS", "budget_problems", "budget_lines", "first_trial_cost", "first_trial_steps"]
 
 
 # cap key -> the unit it counts in
-CAPS: dict[str, str] = {"max_usd": "USD", "max_hours": "wall hours", "max_accelerator_hours": "accelerator-hours"}
+CAPS: dict[str, str] = {
+    "max_usd": "USD",
+    "max_hours": "wall hours",
+    "max_accelerator_hours": "accelerator-hours",
+    "max_steps": "training steps",
+}
 
 
 def budget_problems(spec) -> list[tuple[str, str]]:
@@ -24,12 +29,19 @@ def budget_problems(spec) -> list[tuple[str, str]]:
     budget = spec.budget
     if budget is None:
         return []
+    problems = []
+    first = first_trial_steps(spec)
+    if budget.max_steps is not None and budget.max_steps < first:
+        problems.append((
+            "budget.max_steps",
+            f"one trial trains {first} steps to its first rung (training.max_steps without early stopping), got "
+            f"{budget.max_steps}; raise it or leave it out",
+        ))
     least = first_trial_cost(spec)
     if least is None:
-        return []
+        return problems
     seconds, usd = least
     trial = "one trial's start and first-rung steps cost about"
-    problems = []
     if budget.max_usd is not None and budget.max_usd < usd:
         problems.append((
             "budget.max_usd",
@@ -53,17 +65,14 @@ def budget_problems(spec) -> list[tuple[str, str]]:
 
 
 def budget_lines(budget: BudgetSpec, forecast: "Forecast") -> list[str]:
-    """What each cap means against the forecast, for `sweep plan` and `sweep start`."""
+    """What each cap means against the forecast, for `sweep plan` and `sweep start`; for
+    a sweep that runs until a cap, what the caps buy."""
     expected, worst = forecast.expected, forecast.worst
-    figures = {
-        "max_usd": (budget.max_usd, expected.usd, worst.usd),
-        "max_hours": (budget.max_hours, expected.wall_seconds / 3600, worst.wall_seconds / 3600),
-        "max_accelerator_hours": (budget.max_accelerator_hours, expected.accelerator_hours, worst.accelerator_hours),
-    }
+    if forecast.bought_trials is not None:
+        return _bought_lines(budget, forecast)
     lines = []
-    for key, (cap, expected_value, worst_value) in figures.items():
-        if cap is None:
-            continue
+    for key, cap in budget.caps().items():
+        expected_value, worst_value = expected.value(key), worst.value(key)
         verdict = (
             "the whole sweep fits"
             if worst_value <= cap
@@ -77,6 +86,39 @@ def budget_lines(budget: BudgetSpec, forecast: "Forecast") -> list[str]:
     return lines
 
 
+def _bought_lines(budget: BudgetSpec, forecast: "Forecast") -> list[str]:
+    """What a sweep without search.num_trials gets for its caps: the expected trials, how
+    many reach max_steps, the cap that ends it, and each cap against that expected case."""
+    ladder, expected = forecast.ladder, forecast.expected
+    max_steps, at_end = ladder[-1]
+    caps = budget.caps()
+    short = [key for key, cap in caps.items() if expected.value(key) > cap]
+    if short:  # not even one trial's ladder fits
+        ends = f"budget.{short[0]} stops it before that one trial reaches step {max_steps}"
+    elif forecast.binding_cap:
+        ends = f"budget.{forecast.binding_cap} ends it (one more trial's expected ladder would cross it)"
+    else:
+        ends = "no cap binds within the trials counted"
+    lines = [
+        f"Budget buys: about {forecast.bought_trials} trials, {at_end} of them to step {max_steps} "
+        f"({expected.steps} training steps); {ends}; without early stopping it would buy "
+        f"{forecast.bought_full_trials} trial(s) to step {max_steps}"
+    ]
+    for key, cap in caps.items():
+        lines.append(
+            f"Budget {key}: {cap:g} {CAPS[key]}; those {forecast.bought_trials} trials: {expected.value(key):.4g} expected"
+        )
+    return lines
+
+
+def first_trial_steps(spec) -> int:
+    """Steps one trial trains at least: to the first rung (to max_steps without early stopping)."""
+    stopping, training = spec.early_stopping, spec.training
+    if stopping.scheduler in ("asha", "asha_stopping"):
+        return stopping.grace_period_for(training.max_steps, training.eval_every)
+    return training.max_steps
+
+
 def first_trial_cost(spec) -> tuple[float, float] | None:
     """(seconds, USD) of the least a trial spends, from the throughput model: its start and
     the steps to the first rung (to max_steps without early stopping). None when the
@@ -88,12 +130,8 @@ def first_trial_cost(spec) -> tuple[float, float] | None:
     timing = modelled_timing(spec, rate.accelerator, rate.accelerators_per_trial)
     if timing is None:
         return None
-    stopping, training = spec.early_stopping, spec.training
-    first = (
-        stopping.grace_period_for(training.max_steps, training.eval_every)
-        if stopping.scheduler in ("asha", "asha_stopping")
-        else training.max_steps
-    )
+    training = spec.training
+    first = first_trial_steps(spec)
     evaluations = evaluations_between(0, first, training.eval_every, training.max_steps)
     seconds = timing.setup_seconds + first * timing.step_seconds + evaluations * timing.eval_seconds
     return seconds, rate.trial_cost(seconds).usd

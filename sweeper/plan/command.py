@@ -17,7 +17,7 @@ from sweeper.errors import UserError
 from sweeper.plan.forecast import Forecast, forecast_lines, forecast_sweep
 from sweeper.plan.inputs import SweepInputs
 from sweeper.plan.sweep_plan import ClusterResources, SweepPlan, make_plan
-from sweeper.spec.schema import SweepSpec
+from sweeper.spec.schema import SweepSpec, trials_text
 
 __all__ = ["plan_sweep", "sweep_forecast", "local_cluster", "print_forecast"]
 
@@ -97,7 +97,7 @@ def plan_sweep(file: Path, *, address: str | None, calibrate: bool, console: Con
     plan = make_plan(spec, cluster)
     inputs = prepare_inputs(spec, DEFAULT_CACHE_ROOT) if calibrate else None
     console.print(
-        f"Sweep {spec.name!r} ({file}): {spec.search.num_trials} trials, {plan.concurrent_trials} at a time on "
+        f"Sweep {spec.name!r} ({file}): {trials_text(spec)}, {plan.concurrent_trials} at a time on "
         f"{cluster.cpus:g} CPUs, {cluster.gpus:g} GPUs ({plan.trial_resources.workers} worker(s) per trial)",
         highlight=False,
         soft_wrap=True,

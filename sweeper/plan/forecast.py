@@ -15,6 +15,10 @@ accelerator-hours and dollars.
   trials a slot stands idle for a turnaround (the stopped trial's Train run is torn down,
   Tune's loop starts the next one on the reused actor).
 - Without calibration, the throughput model (sweeper/cost/throughput.py) gives the timing.
+- A sweep that runs until a budget cap (no search.num_trials): what the caps buy, the
+  most trials whose expected case fits every cap (the ladder above for that many), and
+  how many would fit without early stopping (the worst case). Each trial count's case is
+  counted as for a sweep of that many trials.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from sweeper.plan.rungs import evaluations_between, milestone_counts
 from sweeper.plan.sweep_plan import SweepPlan
 from sweeper.views import usd
 
-__all__ = ["Scenario", "Forecast", "forecast_sweep", "expected_ladder", "forecast_lines"]
+__all__ = ["Scenario", "Forecast", "forecast_sweep", "expected_ladder", "forecast_lines", "most_trials_within"]
 
 
 @dataclass(frozen=True)
@@ -39,6 +43,15 @@ class Scenario:
     wall_seconds: float  # the sweep's wall time with the cluster's slots
     accelerator_hours: float
     usd: float
+
+    def value(self, cap: str) -> float:
+        """The scenario in the unit of a budget cap (`budget.<cap>`)."""
+        return {
+            "max_usd": self.usd,
+            "max_hours": self.wall_seconds / 3600,
+            "max_accelerator_hours": self.accelerator_hours,
+            "max_steps": self.steps,
+        }[cap]
 
 
 @dataclass(frozen=True)
@@ -54,6 +67,12 @@ class Forecast:
     usd_per_hour: float
     costliest: TrialTiming | None = None  # the dearest config's timing (worst case)
     notes: list[str] = field(default_factory=list)
+    # A sweep that runs until a budget cap: the trials its expected case counts (the most
+    # that fit every cap), the cap that one more would cross first, and the trials the
+    # worst case counts (the most that fit without early stopping).
+    bought_trials: int | None = None
+    binding_cap: str | None = None
+    bought_full_trials: int | None = None
 
     def as_params(self) -> dict[str, str]:
         """The forecast as MLflow params of the parent run (`forecast_*`)."""
@@ -73,25 +92,29 @@ class Forecast:
             ForecastKey.WORST_ACCELERATOR_HOURS: f"{w.accelerator_hours:.6g}",
             ForecastKey.WORST_USD: f"{w.usd:.6g}",
             ForecastKey.ASSUMPTION: self.assumption[:500],
+            **({ForecastKey.BUDGET_TRIALS: str(self.bought_trials)} if self.bought_trials is not None else {}),
         }
 
     def ending_metrics(self) -> dict[str, float]:
-        """The totals logged again as metrics when the sweep ends, beside the actual cost."""
+        """The totals logged again as metrics when the sweep ends, beside the actual cost. A
+        sweep that runs until a budget cap has no worst case above its caps: its `worst`
+        (what the caps buy without early stopping) is not logged as one."""
         e, w = self.expected, self.worst
-        return {
+        metrics = {
             ForecastKey.EXPECTED_USD: e.usd,
             ForecastKey.EXPECTED_WALL_SECONDS: e.wall_seconds,
             ForecastKey.EXPECTED_ACCELERATOR_HOURS: e.accelerator_hours,
-            ForecastKey.WORST_USD: w.usd,
-            ForecastKey.WORST_WALL_SECONDS: w.wall_seconds,
         }
+        if self.bought_trials is None:
+            metrics.update({ForecastKey.WORST_USD: w.usd, ForecastKey.WORST_WALL_SECONDS: w.wall_seconds})
+        return metrics
 
 
 def expected_ladder(plan: SweepPlan) -> tuple[list[tuple[int, int]], str, bool]:
     """(ladder, assumption, each segment of a ranked trial is a new Train run) for the
     expected case."""
     spec = plan.spec
-    n, max_steps = spec.search.num_trials, spec.training.max_steps
+    n, max_steps = plan.trials, spec.training.max_steps
     scheduler = spec.early_stopping.scheduler
     counts = plan.trials_per_milestone()
     if counts is not None:
@@ -137,8 +160,6 @@ def forecast_sweep(plan: SweepPlan, timing: TrialTiming, costliest: TrialTiming 
     spec = plan.spec
     # Steps of the costliest config can time below the first's (noise on a busy machine).
     costliest = max(costliest or timing, timing, key=lambda t: t.step_seconds)
-    ladder, assumption, restarts = expected_ladder(plan)
-    worst_ladder = [(spec.training.max_steps, spec.search.num_trials)]
     rate = sweep_rate(spec)
     mean = TrialTiming(
         (timing.step_seconds + costliest.step_seconds) / 2,
@@ -149,10 +170,26 @@ def forecast_sweep(plan: SweepPlan, timing: TrialTiming, costliest: TrialTiming 
         timing.turnaround_seconds,
         timing.cold_start_seconds,
     )
+    bought = full = binding = None
+    if plan.trials is None:  # until a budget cap: the most trials it buys
+        open_plan, caps = plan, spec.budget.caps()
+
+        def expected_case(n: int) -> Scenario:
+            ladder, _, restarts = expected_ladder(open_plan.with_trials(n))
+            return _scenario(open_plan.with_trials(n), mean, ladder, restarts)
+
+        def without_early_stopping(n: int) -> Scenario:
+            return _scenario(open_plan.with_trials(n), costliest, _full_ladder(open_plan, n), False)
+
+        bought, binding = most_trials_within(caps, expected_case)
+        full, _ = most_trials_within(caps, without_early_stopping)
+        plan = plan.with_trials(bought)
+    ladder, assumption, restarts = expected_ladder(plan)
+    worst_plan = plan if full is None else plan.with_trials(full)
     return Forecast(
         timing=mean,
         expected=_scenario(plan, mean, ladder, restarts),
-        worst=_scenario(plan, costliest, worst_ladder, False),
+        worst=_scenario(worst_plan, costliest, _full_ladder(worst_plan, worst_plan.trials), False),
         ladder=ladder,
         assumption=assumption,
         slots=plan.concurrent_trials,
@@ -160,7 +197,51 @@ def forecast_sweep(plan: SweepPlan, timing: TrialTiming, costliest: TrialTiming 
         accelerator=rate.accelerator,
         usd_per_hour=rate.usd_per_hour,
         costliest=costliest,
+        bought_trials=bought,
+        binding_cap=binding,
+        bought_full_trials=full,
     )
+
+
+def _full_ladder(plan: SweepPlan, trials: int) -> list[tuple[int, int]]:
+    """Every trial to max_steps: the worst case."""
+    return [(plan.spec.training.max_steps, trials)]
+
+
+# Beyond this many trials a cap is not counted further (a forecast of that many is a
+# cap that does not bind: a long wall-hours cap over a fast step).
+MOST_TRIALS_COUNTED = 1_000_000
+
+
+def most_trials_within(caps: dict[str, float], scenario_for) -> tuple[int, str | None]:
+    """(n, cap): the most trials whose scenario (`scenario_for(n)`) fits every cap, at
+    least 1, and the cap that one more trial would cross first (None past
+    MOST_TRIALS_COUNTED). A scenario grows with its trial count: doubling, then
+    bisection.
+
+    >>> most_trials_within({"max_steps": 100}, lambda n: Scenario(30 * n, 0, 0, 0, 0))
+    (3, 'max_steps')
+    """
+
+    def crossed(n: int) -> str | None:
+        scenario = scenario_for(n)
+        return next((cap for cap, limit in caps.items() if scenario.value(cap) > limit), None)
+
+    if crossed(1):
+        return 1, crossed(1)
+    low, high = 1, 2
+    while not crossed(high):
+        low = high
+        if high >= MOST_TRIALS_COUNTED:
+            return high, None
+        high *= 2
+    while high - low > 1:
+        middle = (low + high) // 2
+        if crossed(middle):
+            high = middle
+        else:
+            low = middle
+    return low, crossed(low + 1)
 
 
 def _duration(seconds: float) -> str:
@@ -186,7 +267,13 @@ def forecast_lines(forecast: Forecast, unit: str) -> list[str]:
         f"Price: {usd(forecast.usd_per_hour)} per {unit.removesuffix('s')} ({forecast.accelerator}), "
         f"{forecast.accelerators_per_trial:g} per trial, {forecast.slots} trial(s) at once",
     ]
-    for label, scenario in (("Expected", forecast.expected), ("Worst case (no pruning)", forecast.worst)):
+    worst = "Worst case (no pruning)"
+    if forecast.bought_trials is not None:  # until a budget cap: what the caps buy either way
+        worst = f"Without early stopping ({forecast.bought_full_trials} trial(s) to the end)"
+        expected = f"Expected ({forecast.bought_trials} trials)"
+    else:
+        expected = "Expected"
+    for label, scenario in ((expected, forecast.expected), (worst, forecast.worst)):
         lines.append(
             f"{label}: {_duration(scenario.wall_seconds)} wall, {scenario.accelerator_hours:.4g} {unit}, "
             f"{usd(scenario.usd)}"

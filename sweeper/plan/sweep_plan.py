@@ -4,12 +4,13 @@ cluster's resources come in as numbers, so this runs and is tested without Ray."
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
 from sweeper.errors import UserError
 from sweeper.plan.rungs import asha_rungs, milestone_counts, steps_trained
-from sweeper.spec.schema import SweepSpec
+from sweeper.spec.schema import SweepSpec, most_trials
 
 
 @dataclass(frozen=True)
@@ -60,27 +61,43 @@ class SweepPlan:
     cluster_slots: int
     rungs: list[int]
 
+    @property
+    def trials(self) -> int | None:
+        """The most trials the sweep runs; None when they keep coming until a budget cap."""
+        return most_trials(self.spec)
+
+    def with_trials(self, num_trials: int) -> "SweepPlan":
+        """This plan as if search.num_trials were `num_trials`: what the forecast of a sweep
+        that runs until a budget cap counts with, for each trial count it tries."""
+        search = self.spec.search.model_copy(update={"num_trials": num_trials})
+        spec = self.spec.model_copy(update={"search": search})
+        return dataclasses.replace(self, spec=spec, concurrent_trials=max(1, min(self.concurrent_trials, num_trials)))
+
     def trials_per_milestone(self) -> list[tuple[int, int]] | None:
         """(step, most trials that train to it) for ASHA by promotion, whose budget is
         known before launch (`milestone_counts`). None for schedulers that decide as
-        trials arrive."""
+        trials arrive, and while the trial count is not known (a sweep that runs until a
+        budget cap: its forecast counts a plan `with_trials`)."""
         spec = self.spec
-        if spec.early_stopping.scheduler != "asha" or not spec.search.parameters:
+        if spec.early_stopping.scheduler != "asha" or not spec.search.parameters or self.trials is None:
             return None
         stopping = spec.early_stopping
         return milestone_counts(
-            spec.search.num_trials, self.rungs, spec.training.max_steps, stopping.reduction_factor_for(),
+            self.trials, self.rungs, spec.training.max_steps, stopping.reduction_factor_for(),
             stopping.startup_trials_for(),
         )
 
     def step_budget(self) -> str:
         """One line on the training steps the sweep will spend at most."""
         spec = self.spec
-        full = spec.search.num_trials * spec.training.max_steps
+        if self.trials is None:
+            caps = ", ".join(f"budget.{key}: {value:g}" for key, value in spec.budget.caps().items())
+            return f"trials until a budget cap ({caps}), each to at most {spec.training.max_steps} steps"
+        full = self.trials * spec.training.max_steps
         counts = self.trials_per_milestone()
         if counts is None:
             how = "without early stopping" if spec.early_stopping.scheduler == "none" else "before early stopping"
-            return f"{full} training steps {how} ({spec.search.num_trials} trials x {spec.training.max_steps})"
+            return f"{full} training steps {how} ({self.trials} trials x {spec.training.max_steps})"
         steps = steps_trained(counts)
         reach = ", ".join(f"{n} to step {milestone}" for milestone, n in counts)
         return f"at most {steps} training steps ({reach}); {full} without early stopping"
@@ -128,7 +145,7 @@ def make_plan(spec: SweepSpec, cluster: ClusterResources) -> SweepPlan:
     )
     slots = concurrency_limit(trial, cluster)
     requested = spec.search.max_concurrent_trials or slots
-    concurrent = max(1, min(requested, slots, spec.search.num_trials))
+    concurrent = max(1, min(requested, slots, most_trials(spec) or slots))
     stopping = spec.early_stopping
     rungs = []
     if stopping.scheduler in ("asha", "asha_stopping"):

@@ -11,8 +11,11 @@
   one interval for trials mid-interval, 0.5-1.7 s for trials still starting).
 
 What is spent is measured from the book as the sweep goes (each trial's wall time x its
-accelerators x the price: `cost.prices.Rate`, as the tracker's trial costs); the sweep's wall
-hours count from the book's start.
+accelerators x the price: `cost.prices.Rate`, as the tracker's trial costs; training steps,
+each trial's last reported step); the sweep's wall hours count from the book's start.
+
+A sweep without search.num_trials runs until a cap: the searcher's FINISHED is then what
+ends its search (and closes ASHA's rungs), and the cap is what ended the sweep.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from sweeper.names import BudgetKey, Tag, TrialState
 from sweeper.plan.budget import CAPS
 from sweeper.plan.rungs import evaluations_between
 from sweeper.spec.budget import BudgetSpec
+from sweeper.spec.schema import most_trials
 
 __all__ = ["BudgetGuard", "BudgetSearcher", "BudgetStopper", "Spent"]
 
@@ -38,9 +42,15 @@ class Spent:
     usd: float
     wall_hours: float
     accelerator_hours: float
+    steps: int
 
     def value(self, cap: str) -> float:
-        return {"max_usd": self.usd, "max_hours": self.wall_hours, "max_accelerator_hours": self.accelerator_hours}[cap]
+        return {
+            "max_usd": self.usd,
+            "max_hours": self.wall_hours,
+            "max_accelerator_hours": self.accelerator_hours,
+            "max_steps": self.steps,
+        }[cap]
 
 
 @dataclass
@@ -53,10 +63,11 @@ class BudgetGuard:
     timing: TrialTiming
     milestones: list[int]  # rungs, then max_steps
     eval_every: int
-    num_trials: int
+    num_trials: int | None  # None: trials keep coming until a cap
     # What happened: the cap that stopped the sweep, and the trials it cut.
     reached_cap: str | None = None
     held_back_by: str | None = None
+    ended_search: str | None = None  # the cap for which the searcher said FINISHED
     stopped_trials: list[int] = field(default_factory=list)
     spent_at_stop: Spent | None = None
     suggested: set[str] = field(default_factory=set)  # trial ids let through, until they start
@@ -67,11 +78,13 @@ class BudgetGuard:
         return {**self.__dict__, "book": None}
 
     def spent(self) -> Spent:
-        cost = self.rate.trial_cost(sum(t.wall_seconds for t in self.book.trials.values()))
-        return Spent(cost.usd, (time.time() - self.book.started_at) / 3600, cost.accelerator_hours)
+        trials = self.book.trials.values()
+        cost = self.rate.trial_cost(sum(t.wall_seconds for t in trials))
+        steps = sum(t.step for t in trials)
+        return Spent(cost.usd, (time.time() - self.book.started_at) / 3600, cost.accelerator_hours, steps)
 
     def caps(self) -> dict[str, float]:
-        return {key: getattr(self.budget, key) for key in CAPS if getattr(self.budget, key) is not None}
+        return self.budget.caps()
 
     def reached(self) -> str | None:
         """The first cap that what is spent has reached, or None."""
@@ -86,11 +99,16 @@ class BudgetGuard:
                 return cap
         return None
 
+    def steps_to_next_rung(self, step: int) -> int:
+        """A running trial's remaining steps to its next milestone from `step`."""
+        following = next((m for m in self.milestones if m > step), self.milestones[-1])
+        return max(0, following - step)
+
     def seconds_to_next_rung(self, step: int) -> float:
         """A running trial's remaining seconds to its next milestone from `step`."""
-        following = next((m for m in self.milestones if m > step), self.milestones[-1])
+        following = step + self.steps_to_next_rung(step)
         evaluations = evaluations_between(step, following, self.eval_every, self.milestones[-1])
-        return max(0, following - step) * self.timing.step_seconds + evaluations * self.timing.eval_seconds
+        return (following - step) * self.timing.step_seconds + evaluations * self.timing.eval_seconds
 
     def first_rung_seconds(self) -> float:
         first = self.milestones[0]
@@ -121,11 +139,13 @@ class BudgetGuard:
         starting = len(self.starting())
         committed_seconds = sum(self.seconds_to_next_rung(t.step) for t in running) + (starting + 1) * self.first_rung_seconds()
         committed_cost = self.rate.trial_cost(committed_seconds)
+        committed_steps = sum(self.steps_to_next_rung(t.step) for t in running) + (starting + 1) * self.milestones[0]
         # Wall time: the new trial runs beside the others; it ends its first rung this late.
         committed = Spent(
             spent.usd + committed_cost.usd,
             spent.wall_hours + self.first_rung_seconds() / 3600,
             spent.accelerator_hours + committed_cost.accelerator_hours,
+            spent.steps + committed_steps,
         )
         for cap, limit in self.caps().items():
             if committed.value(cap) > limit:
@@ -134,34 +154,55 @@ class BudgetGuard:
         return None
 
     def not_started(self) -> int:
-        return max(0, self.num_trials - len(self.book.trials)) if self.book is not None else 0
+        """Trials of search.num_trials never started (none for a sweep that runs until a cap)."""
+        if self.book is None or self.num_trials is None:
+            return 0
+        return max(0, self.num_trials - len(self.book.trials))
 
     def cut(self) -> bool:
+        """Whether a cap ended the sweep: reached, or trials held back for good; a sweep
+        that runs until a cap ends by one when its searcher said no more trials."""
+        if self.num_trials is None:
+            return self.reached_cap is not None or self.ended_search is not None
         return self.reached_cap is not None or (self.held_back_by is not None and self.not_started() > 0)
 
+    def ending_cap(self) -> str | None:
+        """The cap that ended the sweep, or None."""
+        if not self.cut():
+            return None
+        return self.reached_cap or self.ended_search or self.held_back_by
+
     def summary(self) -> str | None:
-        """One line on what the caps cut, or None when they cut nothing."""
+        """One line on how the caps ended the sweep (which cap, the trials run, the steps
+        trained), or None when they cut nothing."""
         if not self.cut():
             return None
         parts = []
         if self.reached_cap:
-            spent = self.spent_at_stop
+            at_stop = self.spent_at_stop
             stopped = ", ".join(str(n) for n in self.stopped_trials) or "none"
             parts.append(
                 f"budget.{self.reached_cap} ({self.caps()[self.reached_cap]:g} {CAPS[self.reached_cap]}) reached at "
-                f"{spent.value(self.reached_cap):.4g}: stopped the running trials ({stopped})"
+                f"{at_stop.value(self.reached_cap):.4g}: stopped the running trials ({stopped})"
+            )
+        elif self.num_trials is None:
+            parts.append(
+                f"budget.{self.ending_cap()} ({self.caps()[self.ending_cap()]:g} {CAPS[self.ending_cap()]}): no more "
+                "trials started (one more trial's first rung would have crossed the cap)"
             )
         if self.held_back_by and self.not_started():
             parts.append(
                 f"budget.{self.held_back_by}: {self.not_started()} of {self.num_trials} trials not started "
                 "(their first rung would have crossed the cap)"
             )
+        if self.book is not None:
+            parts.append(f"the sweep ran {len(self.book.trials)} trials, {self.spent().steps} training steps")
         return "; ".join(parts)
 
     def as_tags_and_metrics(self) -> tuple[dict[str, str], dict[str, float]]:
         """For the parent run: `sweeper.budget_stop` (the cap that cut the sweep, or none) and
         what it cut."""
-        cap = self.reached_cap or (self.held_back_by if self.cut() else None)
+        cap = self.ending_cap()
         tags = {Tag.BUDGET_STOP: cap or "none"}
         if self.summary():
             tags[Tag.BUDGET_CUT] = self.summary()[:5000]
@@ -189,12 +230,16 @@ class BudgetSearcher(Searcher):
     def suggest(self, trial_id: str):
         if self.guard.reached():
             return Searcher.FINISHED
-        if self.guard.new_trial_would_cross():
+        crossing = self.guard.new_trial_would_cross()
+        if crossing:
             # Tune never asks a searcher again once it said FINISHED, and saves that with
             # the experiment. While trials run, one may yet be pruned (its work to the next
             # rung no longer counts) and make room: wait (None). With none running, what
             # is committed can only grow: no more trials.
-            return None if self.guard.running() or self.guard.starting() else Searcher.FINISHED
+            if self.guard.running() or self.guard.starting():
+                return None
+            self.guard.ended_search = self.guard.ended_search or crossing
+            return Searcher.FINISHED
         suggestion = self.searcher.suggest(trial_id)
         if suggestion not in (None, Searcher.FINISHED):
             self.guard.suggested.add(trial_id)
@@ -254,5 +299,5 @@ def make_guard(spec, plan, book, forecast) -> BudgetGuard | None:
         timing=timing,
         milestones=[*plan.rungs, spec.training.max_steps],
         eval_every=spec.training.eval_every,
-        num_trials=spec.search.num_trials,
+        num_trials=most_trials(spec),
     )

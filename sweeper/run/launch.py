@@ -36,7 +36,7 @@ from sweeper.run.sweep_dir import (
     refuse_if_read_only,
     refuse_if_running,
 )
-from sweeper.spec.schema import SweepSpec
+from sweeper.spec.schema import SweepSpec, trials_text
 from sweeper.track.book import SweepBook
 from trainables.models import DEFAULT_CACHE_ROOT
 
@@ -124,7 +124,7 @@ def run_sweep(
             tune_config=tune.TuneConfig(
                 search_alg=context.budget.searcher(search_alg),
                 scheduler=scheduler,
-                num_samples=spec.search.num_trials,
+                num_samples=context.plan.trials or -1,  # -1: until the budget's guard says no more
                 max_concurrent_trials=max_concurrent_trials,
                 # A trial's actor runs the next trial (run_trial aborts its Train run
                 # when Tune stops it), instead of a new process importing torch per trial.
@@ -318,7 +318,7 @@ def _fit_and_finish(context: SweepContext, make_tuner, extra_callbacks: list) ->
 
     spec, plan, book, tracker, console = context.spec, context.plan, context.book, context.tracker, context.console
     console.print(
-        f"Sweep {spec.name!r}: {spec.search.num_trials} trials, {plan.concurrent_trials} at a time "
+        f"Sweep {spec.name!r}: {trials_text(spec)}, {plan.concurrent_trials} at a time "
         f"({plan.trial_resources.workers} worker(s) per trial), files in {spec.sweep_dir}"
     )
     console.print(f"Budget: {plan.step_budget()}")
@@ -337,7 +337,7 @@ def _fit_and_finish(context: SweepContext, make_tuner, extra_callbacks: list) ->
         tracker.discard_trials(driver.lost_trials())
         # A stop (SIGINT) makes fit() return early, with trials unfinished or unstarted;
         # a budget cap that ended it is no interruption.
-        interrupted = book.unfinished(spec.search.num_trials) and not context.budget.cut()
+        interrupted = book.unfinished(plan.trials) and not context.budget.cut()
     finally:
         cost = tracker.finish_sweep(interrupted=interrupted)
         pid_file.unlink(missing_ok=True)

@@ -14,13 +14,18 @@ Massively Parallel Hyperparameter Tuning", MLSys 2020, Algorithm 2):
   checkpoint at the rung stays on disk; promoted later, it continues from it in a new
   Ray Train run (one trial setup per promotion).
 - A rung closes when no trial can still arrive there (the search has suggested all its
-  trials, and every trial below has arrived or ended). Its quota is then
+  trials, and every trial below has arrived or ended). A sweep that runs until a budget
+  cap has no trial count: its search ends when the cap's guard says no more trials
+  (sweeper/run/budget_guard.py), and until then no rung closes. Its quota is then
   max(1, floor(n / eta)), so that some trial always goes on, and the trials still
   waiting there are stopped: pruned at that rung.
 - A waiting trial is stopped as soon as it can no longer go on: when at least as many
   trials rank above it as can ever go on from its rung (max(1, floor(m / eta)), m the
   most trials that can reach the rung). Hopeless trials so end, and reach the searcher
-  as pruned, early instead of at the end of the sweep.
+  as pruned, early instead of at the end of the sweep. Without a trial count m is
+  unbounded, and a waiting trial is stopped only when its rung closes: the open-ended
+  stream of asynchronous successive halving, where each new arrival at a rung may make
+  room for one more of those waiting there.
 - An unranked trial goes on from every rung without being ranked there, to max_steps:
   a repeat (a warm start's config that trains the very run an earlier sweep completed,
   sweeper/search/warm_start.py: its full-length result is known, and ranking it on an early
@@ -126,21 +131,23 @@ class RungLadder:
         if ended:
             self.end(trial)
 
-    def settle(self, num_trials: int) -> tuple[list[str], list[str]]:
+    def settle(self, num_trials: int | None) -> tuple[list[str], list[str]]:
         """Fill every rung's quota with its best waiting trials, and stop the waiting
         trials that can no longer go on: those at a closed rung, and those with at least
         as many better trials at their rung as the most that can ever go on from it.
-        `num_trials` is the most trials the sweep will have. Returns (promoted, stopped),
+        `num_trials` is the most trials the sweep will have (None: no bound yet, trials
+        keep coming until a budget cap ends the search). Returns (promoted, stopped),
         each in decision order; promoted trials are also queued in `ready` (the caller
         takes out a trial that is running, not paused)."""
         promoted, stopped = [], []
-        search_done = len(self.trials) >= num_trials
+        search_done = num_trials is not None and len(self.trials) >= num_trials
         # The most trials that can ever be ranked at the rung: at the first, all but
         # unranked ones and those that ended before it; at the next, the most that can go on
-        # from this one.
+        # from this one. Unbounded (math.inf) while the number of trials is.
         ended_ranked = self.ended - self.unranked
         most_ranked = (
-            num_trials - len(self.unranked) - sum(1 for t in ended_ranked if not any(t in r.scores for r in self.rungs))
+            math.inf if num_trials is None
+            else num_trials - len(self.unranked) - sum(1 for t in ended_ranked if not any(t in r.scores for r in self.rungs))
         )
         for index, rung in enumerate(self.rungs):
             closed = self._closed(index, search_done)
@@ -153,7 +160,7 @@ class RungLadder:
                 rung.promoted.add(best)
                 promoted.append(best)
                 self.ready.append(best)
-            most_promoted = max(1, rung_quota(most_ranked, self.reduction_factor))
+            most_promoted = math.inf if most_ranked == math.inf else max(1, rung_quota(most_ranked, self.reduction_factor))
             rank = {t: i for i, t in enumerate(sorted(rung.scores, key=lambda t: (rung.scores[t], t)))}
             for trial in sorted(rung.waiting, key=rank.get):
                 if closed or rank[trial] >= most_promoted:
@@ -181,7 +188,8 @@ class PromotionASHA(FIFOScheduler):
     promoted ones as slots free up (before any new trial is suggested: see SlotLimiter),
     and stops those left waiting at a closed rung.
 
-    `slots` is the plan's concurrency. `book` (sweeper.track.book.SweepBook) holds the
+    `slots` is the plan's concurrency; `num_trials` the most trials (None: until a budget
+    cap ends the search). `book` (sweeper.track.book.SweepBook) holds the
     reports of trials a resumed sweep restores; see `for_resume`."""
 
     def __init__(
@@ -192,7 +200,7 @@ class PromotionASHA(FIFOScheduler):
         time_attr: str,
         milestones: list[int],
         reduction_factor: float,
-        num_trials: int,
+        num_trials: int | None,
         slots: int,
     ):
         super().__init__()
@@ -306,7 +314,7 @@ class PromotionASHA(FIFOScheduler):
             return []
         self._settling = True
         try:
-            # A search that ends early (a grid smaller than num_trials) has all its trials.
+            # A search that ends early (a grid smaller than num_trials, a budget cap) has all its trials.
             finished = tune_controller.search_alg.is_finished()
             promoted, stopped = self.ladder.settle(len(self.ladder.trials) if finished else self.num_trials)
             if arriving in promoted:  # it is running: it goes on without a pause

@@ -28,7 +28,7 @@ from sweeper.search.study import (
     file_of_study_url,
     study_url,
 )
-from sweeper.spec.schema import SweepSpec
+from sweeper.spec.schema import SweepSpec, most_trials
 
 __all__ = ["make_search", "make_searcher", "make_scheduler", "StepAwareOptunaSearch", "optuna_searcher"]
 
@@ -281,7 +281,7 @@ def make_scheduler(plan: SweepPlan, searched: bool = True):
             **common,
             milestones=plan.rungs,
             reduction_factor=stopping.reduction_factor_for(),
-            num_trials=spec.search.num_trials,
+            num_trials=most_trials(spec),
             slots=plan.concurrent_trials,
         )
     if stopping.scheduler in ("asha", "asha_stopping"):

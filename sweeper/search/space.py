@@ -35,9 +35,13 @@ def _to_optuna(dist) -> optuna.distributions.BaseDistribution:
     raise TypeError(f"unknown distribution {dist!r}")
 
 
-def startup_trials(num_trials: int) -> int:
+def startup_trials(num_trials: int | None) -> int:
     """TPE's random startup trials: a quarter of the budget (at least 2, at most 10), so
-    that TPE models the space on small sweeps too."""
+    that TPE models the space on small sweeps too. A sweep that runs until a budget cap
+    (no num_trials) gets the most, 10, as Optuna's own default: its trial count is not
+    known when the sampler is made (the forecast's is a guess that a cap may undercut)."""
+    if num_trials is None:
+        return 10
     return max(2, min(10, num_trials // 4))
 
 
@@ -61,7 +65,8 @@ def make_sampler(spec: SweepSpec) -> optuna.samplers.BaseSampler:
 class AskTellGridSampler(optuna.samplers.GridSampler):
     """GridSampler for ask-and-tell use. Its after_trial calls study.stop() when the grid
     is exhausted, which raises outside study.optimize(); here Tune stops the sweep after
-    search.num_trials, which validation keeps within the grid size."""
+    search.num_trials, which validation keeps within the grid size (a grid that runs until a
+    budget cap: its size, see sweeper/search/searcher.py)."""
 
     def after_trial(self, study, trial, state, values) -> None:
         return None

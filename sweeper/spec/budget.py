@@ -26,5 +26,17 @@ class BudgetSpec(StrictModel):
         gt=0,
         description="Cap on accelerator-hours (GPU-hours, or CPU core-hours without GPUs), enforced the same way.",
     )
+    max_steps: int | None = Field(
+        None,
+        ge=1,
+        description="Cap on training steps (optimizer steps summed over the sweep's trials), enforced the same way: "
+        "running trials stop within one evaluation interval of it.",
+    )
+
+    def caps(self) -> dict[str, float]:
+        """The caps given: key -> value. (A guard that Tune pickled before a cap was added
+        to this schema comes back without its field: not given.)"""
+        caps = {key: getattr(self, key, None) for key in type(self).model_fields}
+        return {key: value for key, value in caps.items() if value is not None}
 
 

@@ -179,7 +179,11 @@ def _schedule_problems(spec: SweepSpec) -> list[Problem]:
             f"applies only to scheduler asha, got scheduler {stopping.scheduler!r}; remove it or set "
             "early_stopping.scheduler: asha",
         ))
-    elif stopping.startup_trials is not None and stopping.startup_trials >= spec.search.num_trials:
+    elif (
+        stopping.startup_trials is not None
+        and spec.search.num_trials is not None
+        and stopping.startup_trials >= spec.search.num_trials
+    ):
         problems.append((
             "early_stopping.startup_trials",
             f"must be < search.num_trials ({spec.search.num_trials}), got {stopping.startup_trials}; with every "
@@ -246,17 +250,41 @@ def _search_problems(spec: SweepSpec) -> list[Problem]:
                 "search.method",
                 f"grid needs categorical values for every parameter, got ranges for {', '.join(not_categorical)}",
             ))
-        elif spec.search.num_trials > grid_size(spec):
+        elif spec.search.num_trials is not None and spec.search.num_trials > grid_size(spec):
             problems.append((
                 "search.num_trials", f"grid has {grid_size(spec)} points, got num_trials={spec.search.num_trials}"
             ))
-    if not spec.search.parameters and spec.search.num_trials > 1:
+    if spec.search.num_trials is None and not (spec.budget and spec.budget.caps()):
         problems.append((
             "search.num_trials",
-            "nothing to search (search.parameters is empty); set num_trials: 1 to "
+            "not given, and no budget cap; give a trial count or a budget cap (budget.max_usd, max_hours, "
+            "max_accelerator_hours or max_steps: trials then run until it)",
+        ))
+    elif not spec.search.parameters and (spec.search.num_trials or 2) > 1:
+        given = spec.search.num_trials or "none (trials until the budget cap)"
+        problems.append((
+            "search.num_trials",
+            f"nothing to search (search.parameters is empty), got num_trials={given}; set num_trials: 1 to "
             "train this config once, or add dotted paths to search.parameters",
         ))
     return problems
+
+
+def most_trials(spec: SweepSpec) -> int | None:
+    """The most trials the sweep runs: search.num_trials; under a budget cap without it, a
+    grid's size, else None (trials keep coming until the cap)."""
+    if spec.search.num_trials is not None:
+        return spec.search.num_trials
+    return grid_size(spec) if spec.search.method == "grid" else None
+
+
+def trials_text(spec: SweepSpec) -> str:
+    """`8 trials`; `trials until budget.max_steps: 300` for a sweep that runs until a cap."""
+    trials = most_trials(spec)
+    if spec.search.num_trials is None and spec.budget is not None:
+        caps = ", ".join(f"budget.{key}: {value:g}" for key, value in spec.budget.caps().items())
+        return f"trials until {caps}" + (f" (at most the grid's {trials})" if trials else "")
+    return f"{trials} trials"
 
 
 def grid_size(spec: SweepSpec) -> int:

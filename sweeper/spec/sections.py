@@ -89,7 +89,13 @@ class SearchSpec(StrictModel):
     )
     metric: str = Field("eval_loss", description="Reported metric to optimise (see TASK_METRICS).")
     goal: Literal["minimize", "maximize"] = Field("minimize", description="Direction of `metric`.")
-    num_trials: int = Field(8, ge=1, description="Trials to run (for grid: at most the grid size).")
+    num_trials: int | None = Field(
+        None,
+        ge=1,
+        description="Trials to run (for grid: at most the grid size); required unless a budget cap is given "
+        "(budget.max_usd, max_hours, max_accelerator_hours or max_steps): without it, trials keep coming until "
+        "the cap ends the sweep.",
+    )
     max_concurrent_trials: int | None = Field(
         None, ge=1, description="Cap on trials at once; default: as many as the cluster fits."
     )

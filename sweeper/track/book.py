@@ -154,8 +154,12 @@ class SweepBook:
     def count(self, state: TrialState) -> int:
         return sum(1 for t in self.trials.values() if t.state == state)
 
-    def unfinished(self, num_trials: int) -> bool:
-        """True if the sweep ended before all its trials ran (it was stopped)."""
+    def unfinished(self, num_trials: int | None) -> bool:
+        """True if the sweep ended before all its trials ran (it was stopped). Without a
+        trial count (trials until a budget cap) only the cap ends a sweep: True; the
+        caller asks the budget whether it did."""
+        if num_trials is None:
+            return True
         return len(self.trials) < num_trials or any(not t.finished for t in self.trials.values())
 
     def median_setup_seconds(self) -> float | None:

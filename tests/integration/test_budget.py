@@ -152,3 +152,36 @@ def test_a_resumed_sweep_keeps_counting_against_its_cap(tmp_path, first_rung_usd
     # each trial running at the cap: generous, this bound is about the count that
     # survived the kill.
     assert metrics["cost_usd_total"] <= cap + 2 * 1.6 * first_rung_usd, (metrics["cost_usd_total"], cap, first_rung_usd)
+
+
+STEPS_CAP = 120
+
+
+def test_a_sweep_without_a_trial_count_runs_until_its_step_cap(tmp_path):
+    """search.num_trials left out, budget.max_steps given: trials keep coming until the
+    cap, which ends the sweep; every trial's run is ended, and the steps trained overshoot
+    the cap by at most one evaluation interval of each trial running when it was reached."""
+    raw = small_sweep("by_steps", search={"seed": 1}, budget={"max_steps": STEPS_CAP})
+    del raw["search"]["num_trials"]
+    path = write_yaml(tmp_path / "by_steps.yaml", raw)
+    plan = sweep("plan", "--no-calibrate", str(path), cwd=tmp_path, timeout=300)
+    assert plan.returncode == 0, plan.stdout + plan.stderr
+    assert "Budget buys: about" in plan.stdout and "budget.max_steps ends it" in plan.stdout, plan.stdout
+
+    result = sweep("start", str(path), cwd=tmp_path, timeout=300)
+    out = result.stdout
+    assert result.returncode == 0 or "no trial completed" in result.stderr, out + result.stderr
+    assert "trials until budget.max_steps: 120" in out, out
+    assert f"Budget: budget.max_steps ({STEPS_CAP} training steps)" in out, out + result.stderr
+
+    (parent,), children = sweep_runs(f"sqlite:///{tmp_path / 'mlflow.db'}", "by_steps")
+    tags, metrics = parent.data.tags, parent.data.metrics
+    assert tags["sweeper.budget_stop"] == "max_steps", out
+    assert tags["sweeper.status"] != "stopped"  # a cap is not an interruption
+    states = {c.data.tags["sweeper.trial_number"]: (c.info.status, c.data.tags.get("sweeper.state")) for c in children}
+    assert all(status != "RUNNING" and state in ("completed", "pruned", "stopped") for status, state in states.values()), states
+    assert len(children) > 4  # more than small_sweep's trial count: the cap, not a count, ended it
+    steps = sum(c.data.metrics["steps_trained"] for c in children)
+    interval = raw["training"]["eval_every"]
+    assert steps <= STEPS_CAP + interval * max(1, metrics["budget_trials_stopped"]), (steps, metrics, out)
+    assert f"the sweep ran {len(children)} trials, {steps:.0f} training steps" in out, out

@@ -191,3 +191,104 @@ def test_trials_suggested_in_one_loop_step_count_before_they_start():
     book.trials["a"] = running_trial(2, 0, 0)
     book.trials["a"].trial_id = "a"
     assert searcher.guard.starting() == []
+
+
+# ------------------------------------------------------------ trials until a budget cap
+
+
+def open_ended(**sections) -> dict:
+    """small_sweep without search.num_trials."""
+    raw = small_sweep("b", **sections)
+    del raw["search"]["num_trials"]
+    return raw
+
+
+def test_without_num_trials_or_a_cap_sweep_validate_says_so_in_one_keyed_line(tmp_path):
+    from typer.testing import CliRunner
+
+    from sweeper.cli import app
+    from tests.conftest import write_yaml
+
+    for budget in (None, {}):  # no section, or one without a cap
+        raw = open_ended() if budget is None else open_ended(budget=budget)
+        result = CliRunner().invoke(app, ["validate", str(write_yaml(tmp_path / "s.yaml", raw))])
+        assert result.exit_code == 2, result.output
+        lines = [line.removeprefix("error: ") for line in result.output.splitlines() if "search." in line]
+        assert len(lines) == 1 and lines[0].startswith("search.num_trials: not given, and no budget cap")
+        assert "give a trial count or a budget cap" in lines[0]
+
+
+def test_a_cap_makes_num_trials_optional_and_max_steps_is_a_cap():
+    for cap in ({"max_steps": 200}, {"max_usd": 5}, {"max_hours": 1}, {"max_accelerator_hours": 2}):
+        spec = validate_spec(open_ended(cost=PRICE, budget=cap), base_dir=REPO)
+        check_spec(spec)
+        assert spec.search.num_trials is None and spec.budget.caps() == cap
+    # A trial count and a cap: the cap only cuts the sweep short, as before.
+    assert validate(budget={"max_steps": 200}).search.num_trials == 4
+    with pytest.raises(UserError, match="budget.max_steps"):
+        validate(budget={"max_steps": 0})
+
+
+def test_a_step_cap_below_one_first_rung_is_a_keyed_error():
+    spec = validate_spec(open_ended(budget={"max_steps": 9}), base_dir=REPO)  # first rung: step 10
+    with pytest.raises(UserError) as raised:
+        check_spec(spec)
+    assert raised.value.lines == [
+        "budget.max_steps: one trial trains 10 steps to its first rung (training.max_steps without early "
+        "stopping), got 9; raise it or leave it out"
+    ]
+
+
+def test_nothing_to_search_runs_once_not_until_the_cap():
+    raw = open_ended(budget={"max_steps": 200})
+    raw["search"]["parameters"] = {}
+    with pytest.raises(UserError) as raised:
+        validate_spec(raw, base_dir=REPO)
+    assert raised.value.lines[0].startswith("search.num_trials: nothing to search")
+
+
+def test_a_grid_until_a_cap_runs_at_most_the_grid():
+    from sweeper.spec.schema import most_trials, trials_text
+
+    grid = {"training.learning_rate": {"distribution": "categorical", "values": [1e-3, 1e-2, 3e-2]}}
+    spec = validate_spec(open_ended(search={"method": "grid", "parameters": grid}, budget={"max_steps": 200}), base_dir=REPO)
+    assert most_trials(spec) == 3
+    assert trials_text(spec) == "trials until budget.max_steps: 200 (at most the grid's 3)"
+    spec = validate_spec(open_ended(budget={"max_steps": 200, "max_usd": 2}), base_dir=REPO)
+    assert most_trials(spec) is None and trials_text(spec) == "trials until budget.max_usd: 2, budget.max_steps: 200"
+
+
+def test_a_step_cap_counts_the_trials_reported_steps_and_names_what_it_ended():
+    book = book_with(running_trial(1, 30, 20), running_trial(2, 25, 10))
+    guard = guard_with(book, max_steps=30)
+    assert BudgetStopper(guard).stop_all() and guard.reached_cap == "max_steps"
+    assert guard.summary() == (
+        "budget.max_steps (30 training steps) reached at 30: stopped the running trials (1, 2); "
+        "the sweep ran 2 trials, 30 training steps"
+    )
+    assert not BudgetStopper(guard_with(book, max_steps=31)).stop_all()
+
+
+def test_no_trial_starts_once_committed_steps_would_cross_a_step_cap():
+    # Spent 10 steps; committed: the running trial to its next rung (20) and a new first rung (10).
+    book = book_with(running_trial(1, 10, 10))
+    assert BudgetSearcher(Counting(), guard_with(book, max_steps=40)).suggest("a") == {"x": 1}
+    held = guard_with(book, max_steps=39)
+    assert BudgetSearcher(Counting(), held).suggest("b") is None and held.held_back_by == "max_steps"
+
+
+def test_an_open_ended_search_ends_at_its_cap_and_the_summary_says_how():
+    book = book_with(running_trial(1, 10, 30), running_trial(2, 10, 10))
+    book.trials["t1"].state, book.trials["t2"].state = TrialState.COMPLETED, TrialState.PRUNED
+    guard = guard_with(book, max_steps=45)
+    guard.num_trials = None
+    assert not guard.cut()  # nothing ended it yet: a stopped open-ended sweep is interrupted
+    assert BudgetSearcher(Counting(), guard).suggest("c") == Searcher.FINISHED  # 40 + a first rung of 10
+    assert guard.cut() and guard.ending_cap() == "max_steps" and guard.not_started() == 0
+    assert guard.summary() == (
+        "budget.max_steps (45 training steps): no more trials started (one more trial's first rung would have "
+        "crossed the cap); the sweep ran 2 trials, 40 training steps"
+    )
+    tags, metrics = guard.as_tags_and_metrics()
+    assert tags["sweeper.budget_stop"] == "max_steps" and metrics["budget_max_steps"] == 45
+    assert metrics["budget_trials_not_started"] == 0

@@ -271,3 +271,59 @@ def test_sweep_start_with_cost_calibrate_false_forecasts_from_the_throughput_mod
     default = small_sweep("d")
     del default["cost"]  # the tests' small sweeps skip calibration
     assert validate_spec(default, base_dir=REPO).cost.calibrate is True  # measured by default
+
+
+def open_ended_like(**budget):
+    """quickstart_like without search.num_trials: trials until `budget`'s caps."""
+    raw = small_sweep(
+        "f", training={"max_steps": 90, "eval_every": 10}, cost={"usd_per_hour": 3.6},
+        early_stopping={"grace_period": 10, "reduction_factor": 3, "rungs": "all", "startup_trials": 0},
+        budget=budget,
+    )
+    del raw["search"]["num_trials"]
+    return validate_spec(raw, base_dir=REPO)
+
+
+def test_a_step_cap_buys_the_most_trials_whose_ladder_fits_it():
+    """17 trials: 17 x 10 + 5 x 20 + 1 x 60 = 330 steps; 18 would train 420 (6 to step 30, 2
+    to the end), over 400. Without early stopping 400 steps buy 4 trials of 90."""
+    from sweeper.plan.budget import budget_lines
+
+    spec = open_ended_like(max_steps=400)
+    plan = make_plan(spec, CPU_BOX)
+    assert plan.trials is None and plan.trials_per_milestone() is None and plan.concurrent_trials == 2
+    forecast = forecast_sweep(plan, TIMING)
+    assert (forecast.bought_trials, forecast.binding_cap, forecast.bought_full_trials) == (17, "max_steps", 4)
+    assert forecast.ladder == [(10, 17), (30, 5), (90, 1)] and forecast.expected.steps == 330
+    assert forecast_sweep(plan.with_trials(18), TIMING).expected.steps == 420
+    assert forecast.worst.steps == 4 * 90
+    # On the parent run: what the caps buy; no worst case above the caps.
+    assert forecast.as_params()["forecast_budget_trials"] == "17"
+    assert "forecast_worst_usd" not in forecast.ending_metrics()
+    assert budget_lines(spec.budget, forecast) == [
+        "Budget buys: about 17 trials, 1 of them to step 90 (330 training steps); budget.max_steps ends it (one "
+        "more trial's expected ladder would cross it); without early stopping it would buy 4 trial(s) to step 90",
+        "Budget max_steps: 400 training steps; those 17 trials: 330 expected",
+    ]
+
+
+def test_the_first_cap_that_binds_ends_what_the_budget_buys():
+    """$1 per core-hour is 1e-3 per second: the expected case of n trials costs its trial
+    seconds in thousandths, counted as for a sweep of n trials."""
+    plan = make_plan(open_ended_like(max_steps=10_000, max_usd=0.05), CPU_BOX)
+    forecast = forecast_sweep(plan, TIMING)
+    n = forecast.bought_trials
+    assert forecast.binding_cap == "max_usd"
+    assert forecast.expected.usd <= 0.05 < forecast_sweep(plan.with_trials(n + 1), TIMING).expected.usd
+    assert forecast.expected == forecast_sweep(plan.with_trials(n), TIMING).expected
+
+
+def test_sweep_plan_says_what_a_budget_buys(tmp_path):
+    from tests.conftest import write_yaml
+
+    raw = small_sweep("f", budget={"max_steps": 200})
+    del raw["search"]["num_trials"]
+    result = CliRunner().invoke(app, ["plan", str(write_yaml(tmp_path / "s.yaml", raw)), "--no-calibrate"])
+    assert result.exit_code == 0, result.output
+    assert "trials until budget.max_steps: 200" in result.output
+    assert "Budget buys: about" in result.output and "budget.max_steps ends it" in result.output

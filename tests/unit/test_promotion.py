@@ -164,7 +164,7 @@ class FakeTune:
         raise AssertionError("did not finish")
 
 
-def scheduler(num_trials: int, slots: int) -> PromotionASHA:
+def scheduler(num_trials: int | None, slots: int) -> PromotionASHA:
     return PromotionASHA(
         metric="eval_loss", mode="min", time_attr="step", milestones=[10, 30],
         reduction_factor=3, num_trials=num_trials, slots=slots,
@@ -377,3 +377,42 @@ def test_a_repeat_goes_on_unranked_and_the_others_rungs_are_those_of_a_sweep_wit
         ladder.record(trial, 30, score)
     assert ladder.settle(num_trials=10) == (["c"], ["b", "a"])
     assert ladder.waiting_at("repeat") is None and "repeat" not in ladder.ended
+
+
+def test_without_a_trial_count_a_waiting_trial_waits_for_more_arrivals():
+    """A sweep that runs until a budget cap: no trial is hopeless while more can arrive;
+    each arrival at a rung can make room, and the rung closes when the search ends."""
+    ladder = RungLadder([10], reduction_factor=3)
+    ladder.record("a", 10, 2.0)
+    ladder.record("b", 10, 1.0)
+    assert ladder.settle(num_trials=3) == ([], ["a"])  # with a count of 3, a can never go on
+    ladder = RungLadder([10], reduction_factor=3)
+    ladder.record("a", 10, 2.0)
+    ladder.record("b", 10, 1.0)
+    assert ladder.settle(num_trials=None) == ([], [])  # open-ended: both wait
+    for trial, score in [("c", 3.0), ("d", 4.0), ("e", 5.0), ("f", 6.0)]:
+        ladder.record(trial, 10, score)
+    assert ladder.settle(num_trials=None) == (["b", "a"], [])  # 6 ranked: 2 go on
+    # The search ended (the scheduler passes the trials there are): the rung closes.
+    assert ladder.settle(num_trials=len(ladder.trials)) == ([], ["c", "d", "e", "f"])
+
+
+@pytest.mark.parametrize("num_trials", [1, 5, 9, 27])
+def test_an_open_ended_stream_trains_the_rung_arithmetic_of_the_trials_it_got(num_trials):
+    """The scheduler without a trial count; the search (here FakeTune's) ends after
+    `num_trials`, as a budget's guard ends it: the sweep finishes, nothing is stuck, and
+    it trains within the rung arithmetic of the trials that ran."""
+    import random
+
+    for seed in range(10):
+        rng = random.Random(seed)
+        quality: dict[str, float] = {}
+
+        def score(trial):
+            return quality.setdefault(trial.trial_id, rng.random() * 5) - trial.step * 0.01
+
+        sched = scheduler(None, slots=2)
+        tune = FakeTune(sched, num_trials, eval_every=10, max_steps=90, score=score)
+        tune.run()
+        assert all(t.status == "TERMINATED" for t in tune.trials) and any(t.step == 90 for t in tune.trials)
+        assert tune.steps_trained <= promotion_steps(num_trials, grace_period=10, max_steps=90, reduction_factor=3)
