@@ -1,15 +1,21 @@
 """One-trial sweeps through `sweep start` under each real-size strategy on CPUs (DeepSpeed
 ZeRO-2 and ZeRO-3 with 2 workers per trial, FSDP with 2 workers, QLoRA nf4 with gradient
-checkpointing; DPO under ZeRO-3): each trains, checkpoints, and survives kill -9 of its
-driver plus `sweep resume`, the killed trial continuing from its checkpoint. (One trial:
-a second one, started fresh by the resume, showed nothing of the strategy's checkpoint
-that the first does not; starting the rest of a resumed sweep is test_resilience's.)"""
+checkpointing; DPO under ZeRO-3): each trains, checkpoints, and goes on from its
+checkpoint after losing a process mid-trial: a Train worker killed with -9 (Ray Train
+restarts the run from its checkpoint, search.max_failures 1, in the same driver), or, for
+DPO under ZeRO-3, the driver killed with -9 and `sweep resume`. (One trial: a second one,
+started fresh, showed nothing of the strategy's checkpoint that the first does not;
+starting the rest of a resumed sweep is test_resilience's. A worker's loss instead of
+the driver's for four of the five: the same checkpoint, read back by the same
+`ray.train.get_checkpoint()` -> strategy restore path, without a second driver's 20-25 s.)"""
 
 from __future__ import annotations
 
+import contextlib
 import signal
 from pathlib import Path
 
+import psutil
 import pytest
 from mlflow.tracking import MlflowClient
 
@@ -23,14 +29,25 @@ pytestmark = pytest.mark.integration
 TRAINING = {"max_steps": 120, "eval_every": 30}
 EVALUATIONS = [30, 60, 90, 120]
 ZERO3 = {"resources": {"workers_per_trial": 2, "strategy": "deepspeed", "deepspeed": {"zero_stage": 3}}}
-# (task's sweep, sections over it, what its checkpoint holds besides the adapter to go on from)
+# (task's sweep, sections over it, what its checkpoint holds besides the adapter to go on
+# from, what is killed mid-trial)
 CASES = {
-    "zero2": (small_sweep, {"resources": {"workers_per_trial": 2, "strategy": "deepspeed", "deepspeed": {"zero_stage": 2}}}, "deepspeed"),
-    "zero3": (small_sweep, ZERO3, "deepspeed"),
-    "fsdp": (small_sweep, {"resources": {"workers_per_trial": 2, "strategy": "fsdp"}}, "training_state.pt"),
-    "qlora": (small_sweep, {"model": {"quantization": "nf4"}, "training": {**TRAINING, "gradient_checkpointing": True}}, "training_state.pt"),
-    "dpo-zero3": (small_dpo_sweep, ZERO3, "deepspeed"),
+    "zero2": (small_sweep, {"resources": {"workers_per_trial": 2, "strategy": "deepspeed", "deepspeed": {"zero_stage": 2}}}, "deepspeed", "worker"),
+    "zero3": (small_sweep, ZERO3, "deepspeed", "worker"),
+    "fsdp": (small_sweep, {"resources": {"workers_per_trial": 2, "strategy": "fsdp"}}, "training_state.pt", "worker"),
+    "qlora": (small_sweep, {"model": {"quantization": "nf4"}, "training": {**TRAINING, "gradient_checkpointing": True}}, "training_state.pt", "worker"),
+    "dpo-zero3": (small_dpo_sweep, ZERO3, "deepspeed", "driver"),
 }
+
+
+def train_workers(driver) -> list[psutil.Process]:
+    """The Train worker processes of the driver's own local cluster (Ray titles them)."""
+    found = []
+    for process in psutil.Process(driver.pid).children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if "RayTrainWorker" in " ".join(process.cmdline()):
+                found.append(process)
+    return found
 
 
 def eval_losses(client: MlflowClient, run_id: str) -> list[tuple[int, float]]:
@@ -40,11 +57,11 @@ def eval_losses(client: MlflowClient, run_id: str) -> list[tuple[int, float]]:
 
 @pytest.mark.timeout(600)  # a hang fails the test instead of blocking CI
 @pytest.mark.parametrize("case", list(CASES))
-def test_a_sweep_trains_checkpoints_and_survives_kill_9_and_resume(tmp_path, case):
+def test_a_sweep_trains_checkpoints_and_goes_on_from_its_checkpoint_after_a_kill_9(tmp_path, case):
     name = f"strategy-{case}"
-    sweep, strategy_sections, resume_state = CASES[case]
+    sweep, strategy_sections, resume_state, killed = CASES[case]
     sections = {
-        "search": {"num_trials": 1, "seed": 7,
+        "search": {"num_trials": 1, "seed": 7, "max_failures": 1,
                    "parameters": {"training.learning_rate": {"distribution": "log_uniform", "low": 3e-3, "high": 1e-2}}},
         "training": TRAINING,
         "early_stopping": {"scheduler": "none"},
@@ -64,20 +81,28 @@ def test_a_sweep_trains_checkpoints_and_survives_kill_9_and_resume(tmp_path, cas
         running = [c for c in children if c.data.tags.get("sweeper.state") == "running" and "eval_loss" in c.data.metrics]
         return running[0] if running else None
 
-    # 1. kill -9 the driver once a trial has reported (and checkpointed) mid-way.
+    # 1. kill -9 a Train worker, or the driver, once a trial has reported (and checkpointed) mid-way.
     driver = start_driver("start", str(path), cwd=tmp_path)
     try:
         interrupted = wait_for(checkpointed_running_trial, 300, "a trial's first checkpoint", every=0.5)
+        steps_before_kill = [step for step, _ in eval_losses(client, interrupted.info.run_id)]
+        if killed == "worker":
+            workers = train_workers(driver)
+            assert workers, "no Train worker process under the driver"
+            workers[0].kill()
+            output, _ = driver.communicate(timeout=420)
+            assert driver.returncode == 0, output
     finally:
-        driver.send_signal(signal.SIGKILL)
-        driver.wait(timeout=60)
+        if driver.poll() is None:
+            driver.send_signal(signal.SIGKILL)
+            driver.wait(timeout=60)
     interrupted_id = interrupted.data.tags["sweeper.trial_id"]
-    steps_before_kill = [step for step, _ in eval_losses(client, interrupted.info.run_id)]
     assert steps_before_kill and max(steps_before_kill) < TRAINING["max_steps"], steps_before_kill
 
-    # 2. Resume to the end.
-    result = run_cli("resume", name, cwd=tmp_path, timeout=420)
-    assert result.returncode == 0, result.stdout + result.stderr
+    # 2. For the driver's loss: resume to the end.
+    if killed == "driver":
+        result = run_cli("resume", name, cwd=tmp_path, timeout=420)
+        assert result.returncode == 0, result.stdout + result.stderr
     (parent,), children = sweep_runs(uri, name)
     assert parent.info.status == "FINISHED" and parent.data.metrics["trials_total"] == 1
     assert [c.data.tags["sweeper.state"] for c in children] == ["completed"], [c.data.tags for c in children]
@@ -94,3 +119,6 @@ def test_a_sweep_trains_checkpoints_and_survives_kill_9_and_resume(tmp_path, cas
         assert (checkpoint / "adapter_model.safetensors").is_file(), sorted(p.name for p in checkpoint.iterdir())
         assert (checkpoint / resume_state).exists(), sorted(p.name for p in checkpoint.iterdir())
     assert [c.data.tags["sweeper.trial_id"] for c in children] == [interrupted_id]
+    if killed == "worker":  # restarted once by Ray Train, after its first evaluation
+        restarts = client.get_metric_history(interrupted.info.run_id, "restarts")
+        assert {p.value for p in restarts} == {1.0} and min(p.step for p in restarts) > steps_before_kill[0], restarts
