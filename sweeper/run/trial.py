@@ -128,7 +128,9 @@ class ReportToTune(UserCallback):
     """Each report of the Train run becomes a Tune report of this trial, with the path of
     its checkpoint (a URI for object storage) and, once a worker has failed and Train has
     restarted the workers from that checkpoint, how often it has (RESTARTS: the trial's
-    MLflow run shows at which step). The controller runs in the trial's own thread
+    MLflow run shows at which step). A checkpoint kept because the trial's node is being
+    taken away is Train's alone: no Tune report (trainables/preemption.py). The controller
+    runs in the trial's own thread
     (StoppableTorchTrainer), so this is a plain `tune.report`; Ray's TuneReportCallback
     instead passes reports through a queue actor, a process per trial."""
 
