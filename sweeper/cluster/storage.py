@@ -163,12 +163,18 @@ def check_writable(uri: str) -> None:
     Raises:
         UserError: keyed `storage.uri`, with the file system's own reason (never a secret).
     """
+    import pyarrow.fs
+
     try:
         fs, path = filesystem(uri)
+        if fs.get_file_info(path).type == pyarrow.fs.FileType.File:
+            raise UserError(f"storage.uri: {uri} is a file, not a folder; give a prefix (s3://bucket/prefix) or a folder")
         probe = join(path, ".sweeper-write-check")
         with fs.open_output_stream(probe) as stream:
             stream.write(b"ok")
         fs.delete_file(probe)
+    except UserError:
+        raise
     except Exception as exc:  # pyarrow raises OSError or ArrowInvalid with the SDK's text
         reason = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
         raise UserError(

@@ -221,11 +221,17 @@ def _setup_cluster_inputs_and_plan(context: SweepContext) -> None:
     GPU (context.spec then holds the number), the plan fits the cluster. Nothing is
     written yet."""
     from sweeper.cost.memory import check_before_launch, launch_card_gib, with_gpu_packing
-    from sweeper.track.mlflow_store import check_tracking_uri, hardware_description, resolve_tracking_uri
+    from sweeper.track.mlflow_store import (
+        check_tracking_uri,
+        check_tracking_writable,
+        hardware_description,
+        resolve_tracking_uri,
+    )
 
     spec, console = context.spec, context.console
     context.tracking_uri = resolve_tracking_uri(spec.tracking.uri)
     check_tracking_uri(context.tracking_uri)
+    check_tracking_writable(context.tracking_uri)
     if storage.is_remote(spec.storage_uri):
         storage.check_writable(spec.storage_uri)
     # Started first: the warm-start server imports torch while the data is tokenized.
