@@ -66,7 +66,7 @@ class CategoricalDist(StrictModel):
     def _finite(cls, value: Any) -> Any:
         # One line for NaN or infinity, not one per member of the union.
         if isinstance(value, list) and any(isinstance(v, float) and not math.isfinite(v) for v in value):
-            raise ValueError(f"must be finite numbers, got {[v for v in value if isinstance(v, float) and not math.isfinite(v)]}")
+            raise ValueError("must hold finite numbers, not .nan or .inf")
         return value
 
 
