@@ -254,7 +254,7 @@ def check_from_every_node(uri: str, timeout_s: float = NODE_CHECK_TIMEOUT_S) -> 
 
     if not is_remote(uri):
         return
-    probe = ray.remote(probe_storage).options(num_cpus=0, max_retries=0)
+    probe = ray.remote(num_cpus=0, max_retries=0)(probe_storage)
     nodes = [node for node in ray.nodes() if node.get("Alive")]
     pending = {
         probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)).remote(
@@ -287,10 +287,14 @@ def node_problem(uri: str, node_address: str, failed: dict, node_count: int) -> 
             "sweep never sends with its job (the dashboard shows a job's environment): set them in each node's "
             "environment before `ray start`, or give the nodes an instance role"
         )
+    elif not failed["endpoint"]:
+        lacks = (
+            "it has no S3 endpoint and AWS's default one does not answer there: set AWS_ENDPOINT_URL where "
+            "the sweep starts (it is sent with the job) or on each node before `ray start`"
+        )
     else:
         lacks = (
-            f"it cannot reach the storage at {failed['endpoint'] or 'the default AWS endpoint'} (sent with the "
-            "job from this machine's AWS_ENDPOINT_URL), or its credentials are refused: check the nodes' network "
-            "and credentials"
+            f"it cannot reach the storage at {failed['endpoint']}, or the storage refuses its credentials: the endpoint "
+            "must answer from every node as it does here, with credentials set on each node"
         )
     return f"storage.uri: this machine can write to {uri}, but {where} cannot ({failed['problem']}): {lacks}"

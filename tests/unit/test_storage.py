@@ -87,4 +87,10 @@ def test_what_a_node_lacks_is_named():
     unreachable = {"problem": "Could not resolve host: s3", "credentials": ["AWS_ACCESS_KEY_ID"], "endpoint": "http://s3:9"}
     line = storage.node_problem("s3://b/p", "10.0.0.7", unreachable, 1)
     assert line.startswith("storage.uri: this machine can write to s3://b/p, but node 10.0.0.7 cannot (Could not")
-    assert "it cannot reach the storage at http://s3:9 (sent with the job" in line
+    assert line.endswith("it cannot reach the storage at http://s3:9, or the storage refuses its credentials: the endpoint "
+                         "must answer from every node as it does here, with credentials set on each node")
+    no_endpoint = {**unreachable, "endpoint": None}
+    assert storage.node_problem("s3://b/p", "10.0.0.7", no_endpoint, 1).endswith(
+        "it has no S3 endpoint and AWS's default one does not answer there: set AWS_ENDPOINT_URL where the sweep "
+        "starts (it is sent with the job) or on each node before `ray start`"
+    )
