@@ -125,6 +125,11 @@ def test_a_resumed_sweep_file_is_read_by_the_same_loader(workdir):
     assert refused(workdir, "resume", "laughs").startswith("f.0: the file expands to more than 100,000 values")
 
 
+def test_a_resume_into_a_folder_nothing_can_write_is_refused_before_it_reads_the_storage(workdir):
+    line = refused(workdir, "resume", "x", "--storage", str(workdir / "store"), "--sweep-dir", "/proc/sweeper-test/x")
+    assert line.startswith("--sweep-dir: cannot create /proc/sweeper-test/x: /proc refuses new files ("), line
+
+
 def test_aliases_within_the_bound_still_load(workdir):
     text = Path(sweep_file(workdir)).read_text()
     text = text.replace("  eval_every: 10\n", "  eval_every: &ten 10\n").replace("  grace_period: 10\n", "  grace_period: *ten\n")
