@@ -113,6 +113,19 @@ def test_storage_that_cannot_be_written_is_one_keyed_line_before_anything_starts
     assert not (tmp_path / "sweeps").exists() and not (tmp_path / "mlflow.db").exists()
 
 
+def test_storage_uri_naming_an_object_is_one_keyed_line_before_anything_starts(s3, tmp_path):
+    s3.client().put_object(Bucket=BUCKET, Key="team/a-file", Body=b"x")
+    path = write_yaml(tmp_path / "onfile.yaml", small_sweep("onfile", storage={"uri": f"s3://{BUCKET}/team/a-file"}))
+    refused = sweep_cli("start", str(path), cwd=tmp_path, env=clean_env(**s3.env), timeout=300)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert [line for line in refused.stderr.splitlines() if line.startswith("error:")] == [
+        f"error: storage.uri: s3://{BUCKET}/team/a-file is a file, not a folder; give a prefix (s3://bucket/prefix) "
+        "or a folder"
+    ], refused.stderr
+    assert not (tmp_path / "sweeps").exists() and not (tmp_path / "mlflow.db").exists()
+    assert s3.keys(BUCKET, "team/") == ["team/a-file"]
+
+
 @contextlib.contextmanager
 def head_started_without(tmp_path: Path, s3_env: dict, *, keys: bool):
     """A `ray start --head` node started, as by a user, before AWS_ENDPOINT_URL was set in
