@@ -7,6 +7,7 @@ with the endpoint the driver uses sent along."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from sweeper.errors import UserError
@@ -217,8 +218,6 @@ def probe_storage(uri: str, name: str) -> dict | None:
     """Write, read back and delete a probe object `name` under `uri`, as a trial would
     write a checkpoint there. None when it worked; else what failed, with the names
     (never the values) of the credential settings this process has."""
-    import os
-
     problem = None
     try:
         fs, path = filesystem(uri)
