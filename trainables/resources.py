@@ -8,6 +8,7 @@ Pure pydantic: importable without torch, Ray or anything from `sweeper`.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, Literal
 
@@ -112,7 +113,7 @@ class ResourcesSpec(StrictModel):
             number = float(value)
         except (TypeError, ValueError):
             number = -1.0
-        if not number >= 0:
+        if not 0 <= number < math.inf:
             raise ValueError("must be a number >= 0 or auto")
         return number
 

@@ -32,9 +32,11 @@ Task = Literal["sft", "dpo"]
 
 
 class StrictModel(BaseModel):
-    """Unknown keys are errors (with the nearest valid key suggested by the loader)."""
+    """Unknown keys are errors (with the nearest valid key suggested by the loader), and so
+    are NaN and infinity in a number (YAML's .nan and .inf: no price, cap, rate or range
+    means them)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 def resolve_relative_path(value: Any, info: ValidationInfo) -> Any:

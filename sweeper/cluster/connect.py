@@ -157,13 +157,17 @@ def job_metadata(spec, tracking_uri: str) -> dict[str, str]:
     }
 
 
-def start_ray(address: str, warm_server=None, metadata: dict[str, str] | None = None):
+def start_ray(
+    address: str, warm_server=None, metadata: dict[str, str] | None = None, env_vars: dict[str, str] | None = None
+):
     """Start a local cluster with its dashboard (`address` "local"), or join `address`
     ("auto", HOST:PORT, ray://HOST:PORT) after checking that it answers, in token mode
     when a token is where Ray looks. The dashboard stays on: besides monitoring, Ray
     Train's placement-group cleanup needs it (without it finished trials kept their
     resources and sweeps hung). `metadata`: the job's (job_metadata), shown by the
-    dashboard.
+    dashboard. `env_vars`: more settings for every process of the job, besides
+    TRIAL_SETTINGS (the storage's endpoint: `storage.travelling_settings`); the dashboard
+    shows them, so never a secret.
 
     With a `warm_server` every worker process of the sweep's job is forked from it, with
     Ray, torch, transformers and peft imported already: a trial's new Train worker skips
@@ -186,10 +190,10 @@ def start_ray(address: str, warm_server=None, metadata: dict[str, str] | None = 
 
     if joining:
         check_reachable(address, bootstrap_endpoint(address, ray_address_file()))
-    runtime_env = {"env_vars": {**TRIAL_SETTINGS, **(JOINED_CLUSTER_SETTINGS if joining else {})}}
+    runtime_env = {"env_vars": {**TRIAL_SETTINGS, **(JOINED_CLUSTER_SETTINGS if joining else {}), **(env_vars or {})}}
     if warm_server:
         warm_env = fork_server.runtime_env(warm_server.socket_path)
-        runtime_env = {"py_executable": warm_env["py_executable"], "env_vars": {**TRIAL_SETTINGS, **warm_env["env_vars"]}}
+        runtime_env = {"py_executable": warm_env["py_executable"], "env_vars": {**runtime_env["env_vars"], **warm_env["env_vars"]}}
     from ray.job_config import JobConfig
 
     options = dict(

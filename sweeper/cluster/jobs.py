@@ -76,14 +76,10 @@ def submitted_sweep(file: Path) -> tuple[str, str | None, str | None]:
         working_dir is unpacked anew for every job, so a sweep kept only inside it would
         be lost to `sweep resume` (with object storage, the resume fetches it from there).
     """
-    import yaml
-
     from sweeper.cluster.storage import is_remote
+    from sweeper.spec.load import read_yaml
 
-    try:
-        raw = yaml.safe_load(Path(file).read_text()) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise UserError(f"FILE: cannot read {file}: {exc}") from None
+    raw = read_yaml(file)
     name, output_dir = raw.get("name"), raw.get("output_dir")
     storage_uri = raw["storage"].get("uri") if isinstance(raw.get("storage"), dict) else None
     if not isinstance(name, str) or not name:

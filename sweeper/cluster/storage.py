@@ -2,10 +2,12 @@
 they are read back, and whether every node of the cluster can reach them. On one machine
 any folder does; on several nodes, Train workers on other nodes write checkpoints there,
 so it must be object storage (s3://bucket/prefix) or a shared file system mounted at the
-same path on every node."""
+same path on every node; object storage is probed from every node before any trial starts,
+with the endpoint the driver uses sent along."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from sweeper.errors import UserError
@@ -163,15 +165,135 @@ def check_writable(uri: str) -> None:
     Raises:
         UserError: keyed `storage.uri`, with the file system's own reason (never a secret).
     """
+    import pyarrow.fs
+
     try:
         fs, path = filesystem(uri)
+        if fs.get_file_info(path).type == pyarrow.fs.FileType.File:
+            raise UserError(f"storage.uri: {uri} is a file, not a folder; give a prefix (s3://bucket/prefix) or a folder")
         probe = join(path, ".sweeper-write-check")
         with fs.open_output_stream(probe) as stream:
             stream.write(b"ok")
         fs.delete_file(probe)
+    except UserError:
+        raise
     except Exception as exc:  # pyarrow raises OSError or ArrowInvalid with the SDK's text
         reason = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
         raise UserError(
             f"storage.uri: cannot write to {uri} ({reason}); check the bucket and, for s3://, "
             "AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE)"
         ) from None
+
+
+# ---------------------------------------------------------------- what the nodes see
+# The driver's check above runs with the driver's environment; the trials write their
+# checkpoints with each node's. A head started before AWS_ENDPOINT_URL was set would send
+# every trial to AWS's default endpoint. So the endpoint and region the driver used travel
+# with the sweep's job (its runtime_env, which the dashboard shows: never a secret), and a
+# probe from every node checks the rest before any trial starts.
+
+# Settings of object storage that are not secret and that the nodes must share with the
+# driver for the same storage.uri to name the same place.
+TRAVELLING_SETTINGS = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_DEFAULT_REGION", "AWS_REGION")
+# What authenticates a node to object storage: set on the nodes themselves, never sent.
+CREDENTIAL_SETTINGS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE")
+NODE_CHECK_TIMEOUT_S = 60.0
+
+
+def travelling_settings(uri: str, environ) -> dict[str, str]:
+    """The driver's settings that tell pyarrow where `uri`'s object storage is (endpoint,
+    region), for the job's runtime_env; {} for a folder. The S3 endpoint the driver
+    resolves (AWS_ENDPOINT_URL_S3, else AWS_ENDPOINT_URL) goes as AWS_ENDPOINT_URL_S3
+    too, so that a node's own stale one cannot take precedence. No credentials."""
+    if not str(uri).startswith("s3://"):
+        return {}
+    settings = {name: environ[name] for name in TRAVELLING_SETTINGS if environ.get(name)}
+    endpoint = settings.get("AWS_ENDPOINT_URL_S3") or settings.get("AWS_ENDPOINT_URL")
+    if endpoint:
+        settings["AWS_ENDPOINT_URL_S3"] = endpoint
+    return settings
+
+
+def probe_storage(uri: str, name: str) -> dict | None:
+    """Write, read back and delete a probe object `name` under `uri`, as a trial would
+    write a checkpoint there. None when it worked; else what failed, with the names
+    (never the values) of the credential settings this process has."""
+    problem = None
+    try:
+        fs, path = filesystem(uri)
+        probe, sent = join(path, name), f"sweeper storage probe {name}".encode()
+        with fs.open_output_stream(probe) as stream:
+            stream.write(sent)
+        with fs.open_input_stream(probe) as stream:
+            got = stream.read()
+        fs.delete_file(probe)
+        if got != sent:
+            problem = f"a probe read back {len(got)} bytes, not the {len(sent)} written (unsigned requests?)"
+    except Exception as exc:  # pyarrow raises OSError or ArrowInvalid with the SDK's text
+        problem = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+    if problem is None:
+        return None
+    return {
+        "problem": problem,
+        "credentials": [setting for setting in CREDENTIAL_SETTINGS if os.environ.get(setting)]
+        + (["~/.aws/credentials"] if (Path.home() / ".aws" / "credentials").is_file() else []),
+        "endpoint": os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL"),
+    }
+
+
+def check_from_every_node(uri: str, timeout_s: float = NODE_CHECK_TIMEOUT_S) -> None:
+    """Probe object storage from a task on every live node of the cluster joined (in the
+    sweep's job, with its runtime_env) before any trial starts.
+
+    Raises:
+        UserError: keyed `storage.uri`, naming the node and what it lacks.
+    """
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    if not is_remote(uri):
+        return
+    probe = ray.remote(num_cpus=0, max_retries=0)(probe_storage)
+    nodes = [node for node in ray.nodes() if node.get("Alive")]
+    pending = {
+        probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)).remote(
+            uri, f".sweeper-node-check-{node['NodeID'][:12]}"
+        ): node
+        for node in nodes
+    }
+    done, late = ray.wait(list(pending), num_returns=len(pending), timeout=timeout_s)
+    for ref in late:
+        ray.cancel(ref, force=True)
+    if late:
+        node = pending[late[0]]
+        raise UserError(
+            f"storage.uri: node {node['NodeManagerAddress']} did not write a probe to {uri} within {timeout_s:.0f} s; "
+            "check that every node reaches the storage (AWS_ENDPOINT_URL, network) before starting the sweep"
+        )
+    for ref in done:
+        failed = ray.get(ref)
+        if failed:
+            raise UserError(node_problem(uri, pending[ref]["NodeManagerAddress"], failed, len(nodes)))
+
+
+def node_problem(uri: str, node_address: str, failed: dict, node_count: int) -> str:
+    """The keyed line for storage that this machine writes and a node of the cluster does
+    not (`failed`: what `probe_storage` returned there): what the node lacks."""
+    where = f"node {node_address}" + (f" (one of {node_count})" if node_count > 1 else "")
+    if not failed["credentials"]:
+        lacks = (
+            "it has no AWS credentials (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE), which a "
+            "sweep never sends with its job (the dashboard shows a job's environment): set them in each node's "
+            "environment before `ray start`, or give the nodes an instance role"
+        )
+    elif not failed["endpoint"]:
+        lacks = (
+            "it has no S3 endpoint and AWS's default one does not answer there: set AWS_ENDPOINT_URL where "
+            "the sweep starts (it is sent with the job) or on each node before `ray start`"
+        )
+    else:
+        lacks = (
+            f"it cannot reach the storage at {failed['endpoint']}, or the storage refuses its credentials: the endpoint "
+            "must answer from every node as it does here, with credentials set on each node"
+        )
+    return f"storage.uri: this machine can write to {uri}, but {where} cannot ({failed['problem']}): {lacks}"

@@ -39,15 +39,19 @@ def fetch_sweep(name: str, uri: str, folder: Path) -> FetchedSweep:
     there; what the killed driver did after it, MLflow tells the resumed one).
 
     Raises:
-        UserError: `uri` is no sweep storage or holds another sweep; `folder` holds
-        another sweep, or this one with its driver still running.
+        UserError: `uri` is no sweep storage or holds another sweep; `folder` cannot be
+        written, holds another sweep, or this one with its driver still running.
     """
+    from sweeper.plan.checks import folder_creation_problem
     from sweeper.spec.load import load_spec, spec_to_yaml
 
     problem = storage.uri_problem(uri)
     if problem:
         raise UserError(f"--storage: {problem}")
     uri, folder = normalized_uri(uri), Path(folder).resolve()
+    unwritable = folder_creation_problem(folder)
+    if unwritable:
+        raise UserError(f"--sweep-dir: {unwritable}; give a folder you can write to")
     published = _read(storage.join(uri, "sweep.yaml"))
     if published is None:
         raise UserError(

@@ -217,15 +217,21 @@ def _print_warm_start(warm_start, console: Console) -> None:
 
 def _setup_cluster_inputs_and_plan(context: SweepContext) -> None:
     """Checks and set-up shared by start and resume: the tracking store answers, the data
-    is tokenized, Ray is up, `resources.gpus_per_worker: auto` is sized on the cluster's
-    GPU (context.spec then holds the number), the plan fits the cluster. Nothing is
-    written yet."""
+    is tokenized, Ray is up (on a cluster joined, object storage probed from every node),
+    `resources.gpus_per_worker: auto` is sized on the cluster's GPU (context.spec then
+    holds the number), the plan fits the cluster. Nothing is written yet."""
     from sweeper.cost.memory import check_before_launch, launch_card_gib, with_gpu_packing
-    from sweeper.track.mlflow_store import check_tracking_uri, hardware_description, resolve_tracking_uri
+    from sweeper.track.mlflow_store import (
+        check_tracking_uri,
+        check_tracking_writable,
+        hardware_description,
+        resolve_tracking_uri,
+    )
 
     spec, console = context.spec, context.console
     context.tracking_uri = resolve_tracking_uri(spec.tracking.uri)
     check_tracking_uri(context.tracking_uri)
+    check_tracking_writable(context.tracking_uri)
     if storage.is_remote(spec.storage_uri):
         storage.check_writable(spec.storage_uri)
     # Started first: the warm-start server imports torch while the data is tokenized.
@@ -236,12 +242,24 @@ def _setup_cluster_inputs_and_plan(context: SweepContext) -> None:
         if warm_server:
             warm_server.stop()
         raise
-    _, context.dashboard_url = start_ray(context.address, warm_server, job_metadata(spec, context.tracking_uri))
+    # The storage's endpoint and region travel with the job (a node started before they
+    # were set would write elsewhere); credentials never do.
+    travelling = storage.travelling_settings(spec.storage_uri, os.environ)
+    _, context.dashboard_url = start_ray(
+        context.address, warm_server, job_metadata(spec, context.tracking_uri), env_vars=travelling
+    )
     if not starts_own_cluster(context.address):
         import ray
 
         nodes = sum(1 for node in ray.nodes() if node.get("Alive"))
         storage.check_reachable_by_every_node(spec.storage_uri, nodes, storage.read_mounts())
+        storage.check_from_every_node(spec.storage_uri)
+        if travelling:
+            console.print(
+                f"Storage {spec.storage_uri}: written from every node (probed); sent with the job: "
+                + ", ".join(f"{name}={value}" for name, value in sorted(travelling.items())),
+                highlight=False, soft_wrap=True,
+            )
     # resources.gpus_per_worker: auto, sized on the cluster's GPU: every step from here on
     # (plan, budget, tracking, the trials) reads the number it came to.
     context.spec, packing = with_gpu_packing(spec, launch_card_gib(spec))

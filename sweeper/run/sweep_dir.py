@@ -132,8 +132,12 @@ def stop_sweep(spec: SweepSpec, timeout_s: float = 300) -> int:
 
 def refuse_if_read_only(sweep_dir: Path) -> None:
     """Resume writes the Tune state, checkpoints and the Optuna study into the sweep folder."""
-    written = [sweep_dir, sweep_dir / "tune", sweep_dir / "trials", study_file(sweep_dir)]
-    read_only = [path for path in written if path.exists() and not os.access(path, os.W_OK)]
+    from sweeper.plan.checks import write_refused
+
+    folders = [sweep_dir, sweep_dir / "tune", sweep_dir / "trials"]
+    read_only = [path for path in folders if path.is_dir() and write_refused(path)]
+    study = study_file(sweep_dir)
+    read_only += [study] if study.exists() and not os.access(study, os.W_OK) else []
     if read_only:
         raise UserError(
             f"NAME: cannot resume: {read_only[0]} is read-only; resume writes into the sweep folder "

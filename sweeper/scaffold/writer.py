@@ -72,7 +72,7 @@ def scaffold_sweep(
     """The commented sweep file for `model` and `data`, validated (not yet written)."""
     from sweeper.cost.memory import forecast_trial_memory
     from sweeper.plan.checks import check_spec
-    from sweeper.spec.load import validate_spec
+    from sweeper.spec.load import parse_yaml, validate_spec
     from trainables.sections import BUILTIN_TINY_MODEL
 
     task, gpu = check_task(task), check_gpu(gpu)
@@ -170,7 +170,7 @@ def scaffold_sweep(
     text = "\n".join(lines) + "\n"
 
     # The one validation pass of `sweep validate`: the schema, then what the disk and the card show.
-    spec = validate_spec(yaml.safe_load(text), base_dir=folder, source=str(output))
+    spec = validate_spec(parse_yaml(text, output), base_dir=folder, source=str(output))
     check_spec(spec)
     return SweepFile(text, spec, forecast_trial_memory(spec) if gpu else None)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,14 +28,41 @@ def load_spec(path: str | Path) -> SweepSpec:
 
 def read_yaml(path: str | Path) -> dict:
     """The mapping in a YAML file; UserError for a file that is missing, unreadable, not
-    YAML, not a mapping, or that gives a key twice (YAML itself would keep the last)."""
+    YAML, not a mapping, too large, or that gives a key twice (YAML itself would keep the last)."""
     path = Path(path)
     if not path.is_file():
         raise UserError(f"{path}: no such file; give the path of a sweep YAML file")
     try:
-        loader = yaml.SafeLoader(path.read_text())
+        size = path.stat().st_size
+        if size > MAX_YAML_BYTES:
+            raise UserError(
+                f"{path}: {size:,} bytes, more than a sweep file's {MAX_YAML_BYTES:,}; give the sweep's YAML file"
+            )
+        text = path.read_text()
     except (OSError, UnicodeDecodeError) as exc:
         raise UserError(f"{path}: cannot read: {exc}") from None
+    return parse_yaml(text, path)
+
+
+# A sweep file is a few hundred values a few levels deep (search.parameters.NAME.values);
+# these bounds refuse hostile input (nested aliases that expand to a billion values, or
+# brackets nested past Python's recursion limit) before anything is built from it.
+MAX_YAML_BYTES = 1024**2
+MAX_YAML_VALUES = 100_000
+MAX_YAML_DEPTH = 64
+
+
+def parse_yaml(text: str, path: str | Path) -> dict:
+    """The mapping that YAML `text` (the file at `path`) holds: the one YAML loader of every
+    command that reads a sweep file (start, validate, plan, submit, resume, a warm start's
+    earlier sweep, the copy in MLflow). UserError, keyed, for text that is not YAML, nests
+    or expands past the bounds above, gives a key twice, or is not a mapping."""
+    path = Path(path)
+    try:
+        _check_shape(text, path.name)
+        loader = yaml.SafeLoader(text)
+    except yaml.MarkedYAMLError as exc:
+        raise UserError(_syntax_error(path, exc)) from None
     try:
         node = loader.get_single_node()
         duplicates = _duplicate_keys(node, path.name)
@@ -42,14 +70,89 @@ def read_yaml(path: str | Path) -> dict:
             raise UserError(*duplicates)
         raw = loader.construct_document(node) if node is not None else None
     except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown position"
-        raise UserError(f"{path}: invalid YAML at {where}: {exc.problem}") from None
+        raise UserError(_syntax_error(path, exc)) from None
     finally:
         loader.dispose()
     if not isinstance(raw, dict):
         raise UserError(f"{path}: expected a mapping of keys (name, data, search, ...), got {type(raw).__name__}")
     return raw
+
+
+def _syntax_error(path: Path, exc: yaml.MarkedYAMLError) -> str:
+    mark = exc.problem_mark
+    where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown position"
+    return f"{path}: invalid YAML at {where}: {exc.problem}"
+
+
+@dataclass
+class _Collection:
+    """An open mapping or sequence while `_check_shape` walks the events."""
+
+    path: str  # its dotted key path
+    anchor: str | None
+    mapping: bool
+    values: int = 0  # values inside it, aliases expanded
+    items: int = 0  # nodes read directly inside it (a mapping's keys and values alternate)
+    key: str = "?"  # a mapping's last key
+
+
+def _check_shape(text: str, file_name: str) -> None:
+    """Walk the YAML's events (PyYAML parses them without recursion and builds nothing)
+    and refuse a document nested deeper than MAX_YAML_DEPTH, or holding more than
+    MAX_YAML_VALUES values once its aliases are expanded, keyed where it happens."""
+    anchors: dict[str, int] = {}  # anchor -> the values its node expands to
+    stack: list[_Collection] = []
+    total = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, yaml.CollectionEndEvent):
+            done = stack.pop()
+            total += 1
+            if done.anchor:
+                anchors[done.anchor] = done.values + 1
+            if stack:
+                stack[-1].values += done.values + 1
+            continue
+        if not isinstance(event, (yaml.ScalarEvent, yaml.AliasEvent, yaml.CollectionStartEvent)):
+            continue
+        path = _node_path(stack)
+        if stack and stack[-1].mapping and stack[-1].items % 2:  # a key: it names the value after it
+            stack[-1].key = event.value if isinstance(event, yaml.ScalarEvent) else "?"
+        where = path or file_name
+        if isinstance(event, yaml.CollectionStartEvent):
+            stack.append(_Collection(path, event.anchor, isinstance(event, yaml.MappingStartEvent)))
+            if len(stack) > MAX_YAML_DEPTH:
+                parts = where.split(".")
+                where = ".".join(parts[:3]) + (".(...)" if len(parts) > 3 else "")
+                raise UserError(
+                    f"{where}: nested more than {MAX_YAML_DEPTH} levels deep; a sweep file nests a few "
+                    "(search.parameters.NAME.values)"
+                )
+            continue
+        values = anchors.get(event.anchor, 1) if isinstance(event, yaml.AliasEvent) else 1
+        if isinstance(event, yaml.ScalarEvent) and event.anchor:
+            anchors[event.anchor] = 1
+        total += values
+        if stack:
+            stack[-1].values += values
+        if total > MAX_YAML_VALUES:
+            via = f" through the alias *{event.anchor}" if isinstance(event, yaml.AliasEvent) else ""
+            raise UserError(
+                f"{where}: the file expands to more than {MAX_YAML_VALUES:,} values here{via}; a sweep file holds "
+                "a few hundred: write the values out instead of nesting aliases (&name, *name)"
+            )
+
+
+def _node_path(stack: list[_Collection]) -> str:
+    """The dotted key path of the node about to be read, counting it into its parent."""
+    if not stack:
+        return ""
+    parent = stack[-1]
+    parent.items += 1
+    if not parent.mapping:
+        return f"{parent.path}.{parent.items - 1}".lstrip(".")
+    if parent.items % 2:  # a key: it names what follows; the key itself belongs to the mapping
+        return parent.path
+    return f"{parent.path}.{parent.key}".lstrip(".")
 
 
 def _duplicate_keys(node: yaml.Node | None, file_name: str, prefix: str = "", seen_nodes: set | None = None) -> list[str]:
@@ -89,11 +192,12 @@ def validate_spec(raw: dict, base_dir: Path, source: str = "<yaml>") -> SweepSpe
 def _format_error(err: dict, raw: dict) -> list[str]:
     """The keyed lines of one pydantic error: one line, or one per problem that a
     cross-field validator raised (FieldProblems keys are relative to the error's location)."""
-    loc = [str(part) for part in err["loc"]]
+    raw_loc = list(err["loc"])
     # Discriminated unions add the tag to the location; it is not a YAML key.
-    if len(loc) >= 4 and loc[:2] == ["search", "parameters"] and loc[3] in {
+    if len(raw_loc) >= 4 and raw_loc[:2] == ["search", "parameters"] and raw_loc[3] in {
         "uniform", "log_uniform", "int_uniform", "categorical"}:
-        loc.pop(3)
+        raw_loc.pop(3)
+    loc = [str(part) for part in raw_loc]
     key = ".".join(loc)
     if err["type"] == "extra_forbidden":
         return [f"{key}: unknown key; {_nearest_key(loc)}"]
@@ -102,7 +206,7 @@ def _format_error(err: dict, raw: dict) -> list[str]:
     cause = (err.get("ctx") or {}).get("error")
     if isinstance(cause, FieldProblems):
         return [f"{'.'.join([*loc, sub_key])}: {message}" for sub_key, message in cause.problems]
-    given = _value_at(raw, err["loc"])
+    given = _value_at(raw, tuple(raw_loc))
     got = f" (got {given!r})" if given is not _MISSING else ""
     return [f"{key}: {error_text(err)}{got}"]
 

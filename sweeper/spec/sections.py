@@ -61,6 +61,14 @@ class CategoricalDist(StrictModel):
     distribution: Literal["categorical"]
     values: list[Union[bool, int, float, str]] = Field(min_length=1)
 
+    @field_validator("values", mode="before")
+    @classmethod
+    def _finite(cls, value: Any) -> Any:
+        # One line for NaN or infinity, not one per member of the union.
+        if isinstance(value, list) and any(isinstance(v, float) and not math.isfinite(v) for v in value):
+            raise ValueError("must hold finite numbers, not .nan or .inf")
+        return value
+
 
 Distribution = Annotated[
     Union[UniformDist, LogUniformDist, IntUniformDist, CategoricalDist],
@@ -271,8 +279,9 @@ class CostSpec(StrictModel):
     usd_per_hour: float | None = Field(
         None, ge=0, description="Price per accelerator-hour (per CPU core-hour on CPU); overrides the table."
     )
-    prices: dict[str, float] = Field(
-        default_factory=dict, description="Extra or overriding price-table entries, USD per accelerator-hour."
+    prices: dict[str, Annotated[float, Field(ge=0)]] = Field(
+        default_factory=dict,
+        description="Extra or overriding price-table entries, USD per accelerator-hour (each >= 0).",
     )
     calibrate: bool = Field(
         True,

@@ -18,8 +18,8 @@ from sweeper.errors import UserError
 from sweeper.names import TrialState
 
 __all__ = [
-    "RUN_STATUS", "resolve_tracking_uri", "default_artifact_location", "check_tracking_uri", "client_for",
-    "ensure_experiment", "hardware_description",
+    "RUN_STATUS", "resolve_tracking_uri", "default_artifact_location", "check_tracking_uri", "check_tracking_writable",
+    "client_for", "ensure_experiment", "hardware_description",
 ]
 
 # The MLflow run status a trial's child run ends with.
@@ -67,6 +67,35 @@ def check_tracking_uri(uri: str) -> None:
         raise UserError(
             f"tracking.uri: {uri!r} is a file store, which has no Model Registry; use sqlite:///path/mlflow.db "
             "or an http:// MLflow server"
+        )
+
+
+def check_tracking_writable(uri: str) -> None:
+    """A sweep writes its runs: a SQLite store's file must be writable, or its folder
+    take a new one (tried, not asked of os.access, which says yes to root everywhere).
+    Raises UserError (key `tracking.uri`)."""
+    from sweeper.plan.checks import write_refused
+
+    if not uri.startswith("sqlite:///"):
+        return
+    database = Path(uri.removeprefix("sqlite:///"))
+    if database.is_dir():
+        raise UserError(f"tracking.uri: {database} is a folder; name the SQLite file in it, sqlite:///{database}/mlflow.db")
+    if database.exists():
+        try:
+            with open(database, "ab"):  # opened for writing, nothing written
+                pass
+        except OSError as exc:
+            raise UserError(
+                f"tracking.uri: cannot write the SQLite store {database} ({exc.strerror or exc}); make it writable "
+                "or give another sqlite:///path/mlflow.db"
+            ) from None
+        return
+    refused = write_refused(database.parent)
+    if refused:
+        raise UserError(
+            f"tracking.uri: cannot create the SQLite store {database}: {database.parent} {refused}; give "
+            "sqlite:///path/mlflow.db in a folder you can write to"
         )
 
 

@@ -15,7 +15,6 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 import polars as pl
-import yaml
 
 from sweeper.track.book import best_of
 from sweeper.errors import UserError
@@ -115,9 +114,10 @@ class SweepStore:
 
     def sweep_spec(self, run):
         """The sweep's resolved config, from its parent run's sweep.yaml artifact."""
+        from sweeper.spec.load import parse_yaml
         from sweeper.spec.schema import SweepSpec
 
-        raw = yaml.safe_load(self._artifact(run, "sweep.yaml"))
+        raw = parse_yaml(self._artifact(run, "sweep.yaml"), "sweep.yaml")
         return SweepSpec.model_validate(raw, context={"check_files": False})
 
     def _artifact(self, run, path: str) -> str:

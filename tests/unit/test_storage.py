@@ -47,3 +47,50 @@ def test_unwritable_storage_is_a_keyed_error(tmp_path):
     (tmp_path / "file").write_text("")
     with pytest.raises(UserError, match=r"^storage.uri: cannot write to .*file/sub"):
         storage.check_writable(str(tmp_path / "file" / "sub"))
+
+
+def test_the_endpoint_and_region_travel_to_the_nodes_and_no_secret_does():
+    environ = {
+        "AWS_ENDPOINT_URL": "http://minio.internal:9000", "AWS_DEFAULT_REGION": "eu-west-1",
+        "AWS_ACCESS_KEY_ID": "AKIA-key", "AWS_SECRET_ACCESS_KEY": "secret", "AWS_SESSION_TOKEN": "token",
+        "AWS_PROFILE": "team", "HOME": "/root",
+    }
+    # The endpoint the driver resolved also as the S3-specific one, which would win on a
+    # node that has its own (pyarrow reads AWS_ENDPOINT_URL_S3 first).
+    assert storage.travelling_settings("s3://b/p", environ) == {
+        "AWS_ENDPOINT_URL": "http://minio.internal:9000", "AWS_ENDPOINT_URL_S3": "http://minio.internal:9000",
+        "AWS_DEFAULT_REGION": "eu-west-1",
+    }
+    assert storage.travelling_settings("s3://b/p", {"AWS_ENDPOINT_URL_S3": "http://s3.x"}) == {
+        "AWS_ENDPOINT_URL_S3": "http://s3.x"
+    }
+    assert storage.travelling_settings("/mnt/shared/sweeps", environ) == {}
+    assert storage.travelling_settings("s3://b/p", {"AWS_SECRET_ACCESS_KEY": "secret"}) == {}
+
+
+def test_a_probe_of_a_folder_writes_reads_and_deletes(tmp_path):
+    assert storage.probe_storage(str(tmp_path), ".probe") is None
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "file").write_text("")
+    failed = storage.probe_storage(str(tmp_path / "file"), ".probe")
+    assert failed is not None and failed["problem"]
+
+
+def test_what_a_node_lacks_is_named():
+    lacking_keys = {"problem": "AWS Error ACCESS_DENIED during PutObject", "credentials": [], "endpoint": "http://s3:9"}
+    assert storage.node_problem("s3://b/p", "10.0.0.7", lacking_keys, 3) == (
+        "storage.uri: this machine can write to s3://b/p, but node 10.0.0.7 (one of 3) cannot (AWS Error "
+        "ACCESS_DENIED during PutObject): it has no AWS credentials (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, "
+        "or AWS_PROFILE), which a sweep never sends with its job (the dashboard shows a job's environment): set "
+        "them in each node's environment before `ray start`, or give the nodes an instance role"
+    )
+    unreachable = {"problem": "Could not resolve host: s3", "credentials": ["AWS_ACCESS_KEY_ID"], "endpoint": "http://s3:9"}
+    line = storage.node_problem("s3://b/p", "10.0.0.7", unreachable, 1)
+    assert line.startswith("storage.uri: this machine can write to s3://b/p, but node 10.0.0.7 cannot (Could not")
+    assert line.endswith("it cannot reach the storage at http://s3:9, or the storage refuses its credentials: the endpoint "
+                         "must answer from every node as it does here, with credentials set on each node")
+    no_endpoint = {**unreachable, "endpoint": None}
+    assert storage.node_problem("s3://b/p", "10.0.0.7", no_endpoint, 1).endswith(
+        "it has no S3 endpoint and AWS's default one does not answer there: set AWS_ENDPOINT_URL where the sweep "
+        "starts (it is sent with the job) or on each node before `ray start`"
+    )

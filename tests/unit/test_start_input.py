@@ -1,0 +1,154 @@
+"""Start-time input that once escaped (issue 35, item 5): each case is one keyed line, exit
+status 2 and nothing written (no sweep folder, no MLflow store), within seconds, through
+the CLI as a user runs it. No Ray: the launch's Ray entry points fail the test if reached."""
+
+import math
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import sweeper.run.launch as launch
+from sweeper.cli import app
+from tests.conftest import small_sweep, write_yaml
+
+runner = CliRunner()
+
+# Nine lines of nested aliases: 9^9 (387 million) strings once expanded.
+BILLION_LAUGHS = "".join(
+    f"{name}: &{name} [{', '.join([f'*{previous}'] * 9) if previous else ', '.join(['lol'] * 9)}]\n"
+    for previous, name in zip([None, *"abcdefgh"], "abcdefghi")
+)
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    """The working directory of the command (where the default MLflow store would go),
+    with Ray's entry points in the launch made to fail the test."""
+    monkeypatch.chdir(tmp_path)
+
+    def no_ray(*args, **kwargs):
+        raise AssertionError("bad input reached Ray")
+
+    monkeypatch.setattr(launch, "start_ray", no_ray)
+    monkeypatch.setattr(launch, "start_warm_server", no_ray)
+    return tmp_path
+
+
+def refused(workdir: Path, *args: str) -> str:
+    """Run `sweep ARGS` and assert: exit 2, one error line and no traceback, within
+    seconds, nothing new in `workdir`. Returns the error line without its 'error: '."""
+    before = sorted(workdir.rglob("*"))
+    started = time.monotonic()
+    result = runner.invoke(app, list(args))
+    seconds = time.monotonic() - started
+    lines = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert result.exit_code == 2, result.output
+    assert len(lines) == 1 and "Traceback" not in result.output, result.output
+    assert sorted(workdir.rglob("*")) == before, "bad input left files behind"
+    assert seconds < 10, seconds
+    return lines[0].removeprefix("error: ")
+
+
+def sweep_file(workdir: Path, **sections) -> str:
+    raw = small_sweep("x", **{"output_dir": str(workdir / "sweeps" / "x"), **sections})
+    return str(write_yaml(workdir / "x.yaml", raw))
+
+
+def test_output_dir_where_nothing_can_be_written_even_by_root(workdir):
+    # os.access says /proc is writable to root; the probe write says otherwise.
+    line = refused(workdir, "start", sweep_file(workdir, output_dir="/proc/sweeper-test/x"))
+    assert line.startswith("output_dir: cannot create /proc/sweeper-test/x: /proc refuses new files ("), line
+    assert line.endswith("; give a folder you can write to")
+
+
+@pytest.mark.parametrize("uri, message", [
+    ("/proc/sweeper-test/store", "storage.uri: cannot create /proc/sweeper-test/store: /proc refuses new files ("),
+    ("{workdir}/a-file", "storage.uri: {workdir}/a-file is a file, not a folder; give a folder you can write to, "
+                         "or s3://bucket/prefix"),
+])
+def test_storage_uri_that_is_a_file_or_cannot_be_written(workdir, uri, message):
+    (workdir / "a-file").write_text("x")
+    line = refused(workdir, "start", sweep_file(workdir, storage={"uri": uri.format(workdir=workdir)}))
+    assert line.startswith(message.format(workdir=workdir)), line
+
+
+@pytest.mark.parametrize("database, message", [
+    ("/proc/mlflow.db", "tracking.uri: cannot create the SQLite store /proc/mlflow.db: /proc refuses new files ("),
+    ("{workdir}", "tracking.uri: {workdir} is a folder; name the SQLite file in it, sqlite:///{workdir}/mlflow.db"),
+])
+def test_sqlite_tracking_store_that_cannot_be_written(workdir, database, message):
+    database = database.format(workdir=workdir)
+    line = refused(workdir, "start", sweep_file(workdir, tracking={"uri": f"sqlite:///{database}"}))
+    assert line.startswith(message.format(workdir=workdir)), line
+
+
+@pytest.mark.parametrize("sections, expected", [
+    ({"cost": {"accelerator": "mine", "prices": {"mine": -1.5}}},
+     "cost.prices.mine: Input should be greater than or equal to 0 (got -1.5)"),
+    ({"cost": {"prices": {"mine": math.nan}}}, "cost.prices.mine: Input should be a finite number (got nan)"),
+    ({"cost": {"usd_per_hour": math.inf}}, "cost.usd_per_hour: Input should be a finite number (got inf)"),
+    ({"budget": {"max_usd": math.inf}}, "budget.max_usd: Input should be a finite number (got inf)"),
+    ({"budget": {"max_hours": math.nan}}, "budget.max_hours: Input should be a finite number (got nan)"),
+    ({"budget": {"max_accelerator_hours": 0}}, "budget.max_accelerator_hours: Input should be greater than 0 (got 0)"),
+    ({"search": {"parameters": {"training.warmup_ratio": {"distribution": "uniform", "low": 0.0, "high": math.inf}}}},
+     "search.parameters.training.warmup_ratio.high: Input should be a finite number (got inf)"),
+    ({"search": {"parameters": {"training.learning_rate": {"distribution": "categorical", "values": [1e-3, math.nan]}}}},
+     "search.parameters.training.learning_rate.values: must hold finite numbers, not .nan or .inf "
+     "(got [0.001, nan])"),
+    ({"resources": {"custom": {"trainer": math.inf}}}, "resources.custom.trainer: Input should be a finite number (got inf)"),
+    ({"resources": {"gpus_per_worker": math.inf}}, "resources.gpus_per_worker: must be a number >= 0 or auto (got inf)"),
+    ({"early_stopping": {"reduction_factor": math.inf}},
+     "early_stopping.reduction_factor: Input should be a finite number (got inf)"),
+    ({"training": {"max_grad_norm": math.nan}}, "training.max_grad_norm: Input should be a finite number (got nan)"),
+])
+def test_numbers_that_mean_nothing_are_refused(workdir, sections, expected):
+    # YAML writes them as -1.5, .nan and .inf.
+    assert refused(workdir, "start", sweep_file(workdir, **sections)) == expected
+
+
+@pytest.mark.parametrize("command", ["start", "validate", "plan", "submit"])
+def test_nested_aliases_are_refused_before_anything_is_built(workdir, command):
+    (workdir / "laughs.yaml").write_text(BILLION_LAUGHS)
+    line = refused(workdir, command, str(workdir / "laughs.yaml"))
+    assert line == (
+        "f.0: the file expands to more than 100,000 values here through the alias *e; a sweep file holds a few "
+        "hundred: write the values out instead of nesting aliases (&name, *name)"
+    )
+
+
+def test_a_resumed_sweep_file_is_read_by_the_same_loader(workdir):
+    folder = workdir / "sweeps" / "laughs"
+    folder.mkdir(parents=True)
+    (folder / "sweep.yaml").write_text(BILLION_LAUGHS)
+    assert refused(workdir, "resume", "laughs").startswith("f.0: the file expands to more than 100,000 values")
+
+
+def test_a_resume_into_a_folder_nothing_can_write_is_refused_before_it_reads_the_storage(workdir):
+    line = refused(workdir, "resume", "x", "--storage", str(workdir / "store"), "--sweep-dir", "/proc/sweeper-test/x")
+    assert line.startswith("--sweep-dir: cannot create /proc/sweeper-test/x: /proc refuses new files ("), line
+
+
+def test_aliases_within_the_bound_still_load(workdir):
+    text = Path(sweep_file(workdir)).read_text()
+    text = text.replace("  eval_every: 10\n", "  eval_every: &ten 10\n").replace("  grace_period: 10\n", "  grace_period: *ten\n")
+    assert "*ten" in text
+    (workdir / "x.yaml").write_text(text)
+    result = runner.invoke(app, ["validate", str(workdir / "x.yaml")])
+    assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("name: " + "[" * 5000 + "]" * 5000 + "\n", "name.0.0.(...): nested more than 64 levels deep"),
+    ("name: x\ndata: " + "{a: " * 3000 + "1" + "}" * 3000 + "\n", "data.a.a.(...): nested more than 64 levels deep"),
+])
+def test_nesting_past_the_recursion_limit_is_refused(workdir, text, expected):
+    (workdir / "deep.yaml").write_text(text)
+    assert refused(workdir, "start", str(workdir / "deep.yaml")).startswith(expected)
+
+
+def test_a_file_far_larger_than_a_sweep_file_is_refused(workdir):
+    (workdir / "big.yaml").write_text("name: x\n" + "# padding\n" * 200_000)
+    line = refused(workdir, "start", str(workdir / "big.yaml"))
+    assert line == f"{workdir / 'big.yaml'}: 2,000,008 bytes, more than a sweep file's 1,048,576; give the sweep's YAML file"
