@@ -29,7 +29,7 @@ from sweeper.plan.rungs import evaluations_between, milestone_counts
 from sweeper.plan.sweep_plan import SweepPlan
 from sweeper.views import usd
 
-__all__ = ["Scenario", "Forecast", "forecast_sweep", "expected_ladder", "forecast_lines"]
+__all__ = ["Scenario", "Forecast", "TrialAt", "forecast_sweep", "expected_ladder", "remaining", "forecast_lines"]
 
 
 @dataclass(frozen=True)
@@ -87,13 +87,15 @@ class Forecast:
         }
 
 
-def expected_ladder(plan: SweepPlan) -> tuple[list[tuple[int, int]], str, bool]:
+def expected_ladder(plan: SweepPlan, num_trials: int | None = None) -> tuple[list[tuple[int, int]], str, bool]:
     """(ladder, assumption, each segment of a ranked trial is a new Train run) for the
-    expected case."""
+    expected case; `num_trials` (the plan's when None) counts fewer trials (a live
+    estimate leaves failed ones out)."""
     spec = plan.spec
-    n, max_steps = spec.search.num_trials, spec.training.max_steps
+    n = spec.search.num_trials if num_trials is None else num_trials
+    max_steps = spec.training.max_steps
     scheduler = spec.early_stopping.scheduler
-    counts = plan.trials_per_milestone()
+    counts = plan.trials_per_milestone(n)
     if counts is not None:
         return counts, "ASHA by promotion: the ladder is known before launch (failed trials only lower it)", True
     if scheduler == "asha_stopping" and spec.search.parameters:
@@ -105,26 +107,60 @@ def expected_ladder(plan: SweepPlan) -> tuple[list[tuple[int, int]], str, bool]:
     return [(max_steps, n)], why, False
 
 
-def _scenario(plan: SweepPlan, timing: TrialTiming, ladder: list[tuple[int, int]], restart_per_segment: bool) -> Scenario:
+@dataclass(frozen=True)
+class TrialAt:
+    """Where a trial of a running sweep stands, for what is left of it (`remaining`)."""
+
+    step: int
+    running: bool  # training now (not paused at a rung, not ended)
+    unranked: bool = False  # a startup trial: climbs every rung in one Train run
+
+
+def remaining(
+    plan: SweepPlan,
+    timing: TrialTiming,
+    ladder: list[tuple[int, int]],
+    restart_per_segment: bool,
+    trials: list[TrialAt] = (),
+) -> Scenario:
+    """What is left of a sweep whose trials stand at `trials` (none: the whole sweep, the
+    forecast before launch), by the ladder's segment arithmetic. Segment i (from the
+    milestone before to milestone i) is trained by ladder[i] trials: those that reached
+    milestone i have trained it, a running trial inside it trains the rest of it, and the
+    trials still missing from the count train all of it, each paying a Train run's start
+    where a new run begins (every trial's first segment; each later one of a ranked trial
+    under ASHA by promotion). Wall time: the segment's trials in waves of `slots`, the
+    segments one after the other."""
     training = plan.spec.training
+    slots = max(1, plan.concurrent_trials)
+    start_seconds = timing.setup_seconds + timing.stop_seconds
     # Startup trials train every segment in one Train run: no restart after the first.
-    unranked = plan.spec.early_stopping.startup_trials_for() if restart_per_segment else 0
-    slots = plan.concurrent_trials
-    # The first wave of trials starts cold.
-    first_wave = min(slots, ladder[0][1])
-    steps, trial_seconds, wall = 0, first_wave * timing.cold_start_seconds, timing.cold_start_seconds
+    unranked_total = plan.spec.early_stopping.startup_trials_for() if restart_per_segment else 0
+    steps, trial_seconds, wall = 0, 0.0, 0.0
+    if not trials:  # nothing started yet: the first wave of trials starts cold
+        first_wave = min(slots, ladder[0][1])
+        trial_seconds, wall = first_wave * timing.cold_start_seconds, timing.cold_start_seconds
     previous = 0
-    for index, (milestone, trials) in enumerate(ladder):
-        segment_steps = milestone - previous
+    for index, (milestone, expected) in enumerate(ladder):
         evaluations = evaluations_between(previous, milestone, training.eval_every, training.max_steps)
         runs = 1 if (restart_per_segment or index == 0) else 0  # a new Train run
-        starting = trials if index == 0 else runs * (trials - unranked)
-        start_seconds = timing.setup_seconds + timing.stop_seconds
-        seconds = runs * start_seconds + segment_steps * timing.step_seconds + evaluations * timing.eval_seconds
-        steps += trials * segment_steps
-        trial_seconds += trials * (seconds - runs * start_seconds) + starting * start_seconds
-        waves = math.ceil(trials / max(1, slots))
-        wall += waves * (seconds + runs * timing.turnaround_seconds)
+        reached = [t for t in trials if t.step >= milestone]
+        inside = [t for t in trials if t.running and previous <= t.step < milestone]
+        missing = max(0, expected - len(reached) - len(inside))
+        unranked_left = max(0, unranked_total - sum(1 for t in reached + inside if t.unranked))
+        starting = missing if index == 0 else runs * (missing - min(missing, unranked_left))
+        full = (milestone - previous) * timing.step_seconds + evaluations * timing.eval_seconds
+        rest = [
+            (milestone - t.step) * timing.step_seconds
+            + evaluations_between(t.step, milestone, training.eval_every, training.max_steps) * timing.eval_seconds
+            for t in inside
+        ]
+        steps += missing * (milestone - previous) + sum(milestone - t.step for t in inside)
+        trial_seconds += missing * full + starting * start_seconds + sum(rest)
+        # A missing trial's run in the wave arithmetic: its start, its steps, the slot's turnaround.
+        per_run = [runs * (start_seconds + timing.turnaround_seconds) + full] * missing + rest
+        if per_run:
+            wall += math.ceil(len(per_run) / slots) * sum(per_run) / len(per_run)
         previous = milestone
     cost = sweep_rate(plan.spec).trial_cost(trial_seconds)
     return Scenario(steps, trial_seconds, wall, cost.accelerator_hours, cost.usd)
@@ -151,8 +187,8 @@ def forecast_sweep(plan: SweepPlan, timing: TrialTiming, costliest: TrialTiming 
     )
     return Forecast(
         timing=mean,
-        expected=_scenario(plan, mean, ladder, restarts),
-        worst=_scenario(plan, costliest, worst_ladder, False),
+        expected=remaining(plan, mean, ladder, restarts),
+        worst=remaining(plan, costliest, worst_ladder, False),
         ladder=ladder,
         assumption=assumption,
         slots=plan.concurrent_trials,

@@ -60,17 +60,17 @@ class SweepPlan:
     cluster_slots: int
     rungs: list[int]
 
-    def trials_per_milestone(self) -> list[tuple[int, int]] | None:
+    def trials_per_milestone(self, num_trials: int | None = None) -> list[tuple[int, int]] | None:
         """(step, most trials that train to it) for ASHA by promotion, whose budget is
-        known before launch (`milestone_counts`). None for schedulers that decide as
-        trials arrive."""
+        known before launch (`milestone_counts`), for `num_trials` trials (the spec's when
+        None). None for schedulers that decide as trials arrive."""
         spec = self.spec
         if spec.early_stopping.scheduler != "asha" or not spec.search.parameters:
             return None
         stopping = spec.early_stopping
+        n = spec.search.num_trials if num_trials is None else num_trials
         return milestone_counts(
-            spec.search.num_trials, self.rungs, spec.training.max_steps, stopping.reduction_factor_for(),
-            stopping.startup_trials_for(),
+            n, self.rungs, spec.training.max_steps, stopping.reduction_factor_for(), min(n, stopping.startup_trials_for()),
         )
 
     def step_budget(self) -> str:
