@@ -20,16 +20,16 @@ accelerator-hours and dollars.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from sweeper.cost.prices import sweep_rate
-from sweeper.cost.throughput import TrialTiming
+from sweeper.cost.throughput import RAY_TRIAL_START_SECONDS, TrialTiming
 from sweeper.names import ForecastKey
 from sweeper.plan.rungs import evaluations_between, milestone_counts
 from sweeper.plan.sweep_plan import SweepPlan
 from sweeper.views import usd
 
-__all__ = ["Scenario", "Forecast", "TrialAt", "forecast_sweep", "expected_ladder", "remaining", "forecast_lines"]
+__all__ = ["Scenario", "Spread", "Forecast", "TrialAt", "forecast_sweep", "with_spread", "mean_of_configs", "expected_ladder", "remaining", "forecast_lines"]
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,18 @@ class Scenario:
     wall_seconds: float  # the sweep's wall time with the cluster's slots
     accelerator_hours: float
     usd: float
+
+
+@dataclass(frozen=True)
+class Spread:
+    """How far the calibration's copies side by side were apart: the expected case at the
+    fastest and at the slowest copy's figures (each figure's least and greatest)."""
+
+    copies: int
+    fastest: TrialTiming  # mean of the first and costliest config, as `Forecast.timing`
+    slowest: TrialTiming
+    low: Scenario  # the expected case at `fastest`
+    high: Scenario
 
 
 @dataclass(frozen=True)
@@ -54,6 +66,8 @@ class Forecast:
     usd_per_hour: float
     costliest: TrialTiming | None = None  # the dearest config's timing (worst case)
     notes: list[str] = field(default_factory=list)
+    measured_copies: int = 0  # calibration copies that measured the timing (0: the throughput model)
+    spread: Spread | None = None  # across the calibration's copies (None: one copy, or modelled)
 
     def as_params(self) -> dict[str, str]:
         """The forecast as MLflow params of the parent run (`forecast_*`)."""
@@ -176,15 +190,7 @@ def forecast_sweep(plan: SweepPlan, timing: TrialTiming, costliest: TrialTiming 
     ladder, assumption, restarts = expected_ladder(plan)
     worst_ladder = [(spec.training.max_steps, spec.search.num_trials)]
     rate = sweep_rate(spec)
-    mean = TrialTiming(
-        (timing.step_seconds + costliest.step_seconds) / 2,
-        (timing.eval_seconds + costliest.eval_seconds) / 2,
-        (timing.setup_seconds + costliest.setup_seconds) / 2,
-        timing.source,
-        timing.stop_seconds,
-        timing.turnaround_seconds,
-        timing.cold_start_seconds,
-    )
+    mean = mean_of_configs(timing, costliest)
     return Forecast(
         timing=mean,
         expected=remaining(plan, mean, ladder, restarts),
@@ -197,6 +203,42 @@ def forecast_sweep(plan: SweepPlan, timing: TrialTiming, costliest: TrialTiming 
         usd_per_hour=rate.usd_per_hour,
         costliest=costliest,
     )
+
+
+def mean_of_configs(first: TrialTiming, costliest: TrialTiming) -> TrialTiming:
+    """The expected case's timing: sampled configs lie between the first and the costliest."""
+    return TrialTiming(
+        (first.step_seconds + costliest.step_seconds) / 2,
+        (first.eval_seconds + costliest.eval_seconds) / 2,
+        (first.setup_seconds + costliest.setup_seconds) / 2,
+        first.source,
+        first.stop_seconds,
+        first.turnaround_seconds,
+        first.cold_start_seconds,
+    )
+
+
+def with_spread(forecast: Forecast, plan: SweepPlan, copies: list[tuple[TrialTiming, TrialTiming]]) -> Forecast:
+    """`forecast` (from the mean of `copies`, each copy's (first, costliest) timing) with
+    how sure it is: the copies' spread, and how many measured it."""
+    spread = None
+    if len(copies) > 1:
+        per_copy = [mean_of_configs(first, max(first, costliest, key=lambda t: t.step_seconds)) for first, costliest in copies]
+        ladder, _, restarts = expected_ladder(plan)
+
+        def extreme(pick) -> TrialTiming:
+            return replace(
+                per_copy[0],
+                step_seconds=pick(t.step_seconds for t in per_copy),
+                eval_seconds=pick(t.eval_seconds for t in per_copy),
+                setup_seconds=pick(t.setup_seconds for t in per_copy),
+            )
+
+        fastest, slowest = extreme(min), extreme(max)
+        spread = Spread(
+            len(copies), fastest, slowest, remaining(plan, fastest, ladder, restarts), remaining(plan, slowest, ladder, restarts)
+        )
+    return replace(forecast, measured_copies=len(copies), spread=spread)
 
 
 def _duration(seconds: float) -> str:
@@ -227,5 +269,41 @@ def forecast_lines(forecast: Forecast, unit: str) -> list[str]:
             f"{label}: {_duration(scenario.wall_seconds)} wall, {scenario.accelerator_hours:.4g} {unit}, "
             f"{usd(scenario.usd)}"
         )
+    lines += [spread_line(forecast), measured_line(forecast)]
     lines += forecast.notes
     return lines
+
+
+def spread_line(forecast: Forecast) -> str:
+    """How far apart the calibration's measurements were, and what that moves."""
+    if forecast.measured_copies == 0:
+        return "Spread: none measured (throughput model); the live ETA corrects it from the first evaluations"
+    spread = forecast.spread
+    if spread is None:
+        return (
+            "Spread: one copy measured (the sweep runs one worker at a time on a node), no spread; "
+            "the live ETA corrects the figures from the first evaluations"
+        )
+    fast, slow, low, high = spread.fastest, spread.slowest, spread.low, spread.high
+    return (
+        f"Spread across the {spread.copies} copies: {fast.step_seconds * 1000:.1f}-{slow.step_seconds * 1000:.1f} ms "
+        f"per step, {fast.eval_seconds * 1000:.0f}-{slow.eval_seconds * 1000:.0f} ms per evaluation, "
+        f"{fast.setup_seconds:.1f}-{slow.setup_seconds:.1f} s per start; expected {_duration(low.wall_seconds)}-"
+        f"{_duration(high.wall_seconds)} wall, {usd(low.usd)}-{usd(high.usd)}"
+    )
+
+
+def measured_line(forecast: Forecast) -> str:
+    """Which parts of the forecast were measured here and which are modelled."""
+    t = forecast.timing
+    overheads = (
+        f"a trial's stop ({t.stop_seconds:.1f} s), a slot's turnaround ({t.turnaround_seconds:.1f} s), "
+        f"the first wave's cold start ({t.cold_start_seconds:.1f} s), the driver's and Ray's share of the cores"
+    )
+    survival = "which trials early stopping stops (the rung ladder)"
+    if forecast.measured_copies == 0:
+        return f"Measured: nothing; modelled: step and evaluation time (FLOPs at an assumed utilisation), trial start, {overheads}, {survival}"
+    return (
+        "Measured: step time, evaluation time, the training loop's setup; modelled: Ray's part of a trial start "
+        f"({RAY_TRIAL_START_SECONDS:.1f} s), {overheads}, {survival}"
+    )

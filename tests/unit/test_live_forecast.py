@@ -1,0 +1,225 @@
+"""The live forecast (sweeper/plan/live.py, sweeper/run/live_forecast.py), the budget
+guard's commitments at its figures, and how sure `sweep plan` says it is."""
+
+import pytest
+
+from sweeper.cost.prices import Rate
+from sweeper.cost.throughput import TrialTiming
+from sweeper.names import TrialState
+from sweeper.plan.forecast import TrialAt, forecast_lines, forecast_sweep, remaining, with_spread
+from sweeper.plan.live import Measured, PriorWeight, blend, duration, estimate, live_timing
+from sweeper.plan.sweep_plan import make_plan
+from sweeper.run.budget_guard import BudgetGuard, BudgetSearcher
+from sweeper.run.live_forecast import LiveForecast
+from sweeper.spec.budget import BudgetSpec
+from sweeper.track.book import SweepBook, TrialRecord
+from tests.unit.test_budget import Counting
+from tests.unit.test_forecast import CPU_BOX, TIMING, quickstart_like
+
+
+def plan_and_forecast(copies: int = 2, **sections):
+    """The quickstart-like ladder (10 to step 10, 3 to 30, 1 to 90; 2 slots) at TIMING
+    (0.1 s per step, 0.5 s per evaluation, 1 s per start), calibrated by `copies` copies."""
+    plan = make_plan(quickstart_like(**sections), CPU_BOX)
+    return plan, with_spread(forecast_sweep(plan, TIMING), plan, [(TIMING, TIMING)] * copies)
+
+
+# ------------------------------------------------------------ the estimator
+
+
+def test_with_nothing_measured_the_estimate_is_the_calibrated_forecast():
+    plan, forecast = plan_and_forecast()
+    live = estimate(plan, forecast, Measured(), [])
+    assert live.timing.step_seconds == TIMING.step_seconds and live.timing.eval_seconds == TIMING.eval_seconds
+    assert live.left == forecast.expected
+    assert live.total_usd == pytest.approx(forecast.expected.usd)
+    assert "calibrated; nothing measured yet" in live.line()
+
+
+def test_the_estimate_converges_to_the_measured_rate():
+    weight = PriorWeight.of(plan_and_forecast(copies=2)[1])
+    assert (weight.steps, weight.evaluations, weight.starts) == (10, 2, 2)  # 5 steps, 1 evaluation, 1 start a copy
+    measured = Measured()
+    measured.add_interval(10, 2.0, 1.0)  # 0.2 s per step, 1 s per evaluation: twice the calibration
+    timing = live_timing(TIMING, measured, weight)
+    assert timing.step_seconds == pytest.approx((10 * 0.1 + 2.0) / 20)  # half way after as many steps as the prior
+    assert timing.eval_seconds == pytest.approx((2 * 0.5 + 1.0) / 3)
+    for _ in range(999):
+        measured.add_interval(10, 2.0, 1.0)
+    timing = live_timing(TIMING, measured, weight)
+    assert timing.step_seconds == pytest.approx(0.2, rel=1e-3) and timing.eval_seconds == pytest.approx(1.0, rel=1e-2)
+    assert timing.setup_seconds == TIMING.setup_seconds  # no start measured: the calibration's
+
+
+def test_a_modelled_prior_counts_as_one_observation():
+    plan = make_plan(quickstart_like(), CPU_BOX)
+    modelled = forecast_sweep(plan, TIMING)  # no calibration copies
+    assert PriorWeight.of(modelled) == PriorWeight(1.0, 1.0, 1.0)
+    assert blend(0.1, 1.0, 0.6, 3) == pytest.approx(0.7 / 4)
+
+
+def test_what_is_left_follows_the_ladder_from_where_the_trials_stand():
+    plan, _ = plan_and_forecast()
+    ladder = [(10, 10), (30, 3), (90, 1)]
+    # 10 trials: 6 ranked at step 10 (2 of them promoted and now at 20 and 30: one reached
+    # the second rung), 2 running at step 5, 2 not started.
+    trials = [TrialAt(10, False)] * 4 + [TrialAt(20, True), TrialAt(30, False), TrialAt(5, True), TrialAt(5, True)]
+    left = remaining(plan, TIMING, ladder, True, trials)
+    # Segment to 10: the 2 at step 5 train 5 more each, the 2 missing all 10 (and start).
+    # Segment to 30: 1 reached it, 1 at 20 trains 10, 1 missing trains 20 (and starts).
+    # Segment to 90: 1 missing trains 60 (and starts).
+    assert left.steps == 2 * 5 + 2 * 10 + 10 + 20 + 60
+    start = TIMING.setup_seconds + TIMING.stop_seconds
+    segment_1 = 2 * (5 * 0.1 + 0.5) + 2 * (start + 10 * 0.1 + 0.5)
+    segment_2 = (10 * 0.1 + 0.5) + (start + 20 * 0.1 + 1.0)
+    segment_3 = start + 60 * 0.1 + 3.0
+    assert left.trial_seconds == pytest.approx(segment_1 + segment_2 + segment_3)
+    # Waves of 2 slots: the 4 runs of the first segment in 2 waves at their mean, 1 wave each after.
+    assert left.wall_seconds == pytest.approx(2 * segment_1 / 4 + segment_2 / 2 + segment_3)
+
+
+def test_failed_trials_leave_the_ladder_and_a_finished_sweep_has_nothing_left():
+    plan, forecast = plan_and_forecast()
+    done = [TrialAt(10, False)] * 9 + [TrialAt(90, False)]
+    assert estimate(plan, forecast, Measured(), done).left.steps == (3 - 1) * 20  # 2 of 3 expected to step 30 missing
+    # With 4 trials failed, 6 are left for the ladder: 6 to 10, 2 to 30, 1 to 90.
+    six = [TrialAt(10, False)] * 5 + [TrialAt(90, False)]
+    assert estimate(plan, forecast, Measured(), six, failed=4).left.steps == 20
+    everything = [TrialAt(10, False)] * 7 + [TrialAt(30, False)] * 2 + [TrialAt(90, False)]
+    assert estimate(plan, forecast, Measured(), everything).left.wall_seconds == 0
+
+
+def test_the_eta_line_reads_as_the_issue_asks():
+    assert duration(190) == "3 min 10 s" and duration(42.4) == "42 s" and duration(7500) == "2 h 05 min"
+    plan, forecast = plan_and_forecast()
+    measured = Measured()
+    measured.add_interval(10, 1.5, 0.6)
+    line = estimate(plan, forecast, measured, [TrialAt(10, True)], elapsed_seconds=5, spent_usd=0.01).line()
+    assert line.startswith("ETA ") and " to go of $" in line and "expected (10 steps measured: 125.0 ms per step" in line
+
+
+# ------------------------------------------------------------ measured from the reports
+
+
+class Clock:
+    def __init__(self):
+        import time
+
+        self.now = time.time()  # a trial's wall time is counted on the real clock
+
+    def __call__(self):
+        return self.now
+
+
+class Logged:
+    def __init__(self):
+        self.metrics = []
+
+    def log_sweep_metrics(self, metrics, step):
+        self.metrics.append((step, metrics))
+
+
+class Shown:
+    def __init__(self):
+        self.lines = []
+
+    def forecast(self, line):
+        self.lines.append(line)
+
+
+def report(step, train_seconds):
+    return {"step": step, "train_tokens": 1000.0, "tokens_per_second": 1000.0 / train_seconds, "eval_loss": 1.0}
+
+
+def test_the_listener_measures_starts_steps_and_evaluations_and_logs_at_each_evaluation():
+    plan, forecast = plan_and_forecast()
+    clock, logged, shown = Clock(), Logged(), Shown()
+    book = SweepBook(metric="eval_loss", goal="minimize", max_steps=90, started_at=clock.now)
+    live = LiveForecast(plan, forecast, book, Rate("cpu", 1, 3.6), logged, shown, clock)
+    record = TrialRecord(trial_id="a", number=1, params={}, started_at=clock.now)
+    book.trials["a"] = record
+    live.trial_started(record)
+    assert logged.metrics[0][0] == 0  # the calibrated forecast at step 0
+    # A trial running at step 0: the calibrated forecast less the first wave's cold start and its start.
+    calibrated = estimate(plan, forecast, Measured(), [TrialAt(0, True)])
+    assert logged.metrics[0][1]["forecast_total_usd"] == pytest.approx(calibrated.total_usd, rel=1e-3)
+    clock.now += 4.0  # start 1.5 s + 10 steps of 0.2 s + an evaluation (0.5 s, the estimate so far)
+    record.history.append(report(10, 2.0))
+    live.trial_result(record)
+    assert live.measured.starts == 1 and live.measured.start_seconds == pytest.approx(4.0 - 2.0 - 0.5)
+    clock.now += 3.0  # 10 steps of 0.2 s, 1 s for the rest
+    record.history.append(report(20, 2.0))
+    live.trial_result(record)
+    assert live.measured.steps == 20 and live.measured.train_seconds == pytest.approx(4.0)
+    assert live.measured.evaluations == 1 and live.measured.eval_seconds == pytest.approx(1.0)
+    assert [step for step, _ in logged.metrics] == [0, 1, 2]
+    step_2 = logged.metrics[-1][1]
+    assert set(step_2) >= {"forecast_remaining_s", "forecast_remaining_usd", "forecast_total_usd", "forecast_total_s"}
+    assert step_2["forecast_live_step_seconds"] == pytest.approx((10 * 0.1 + 4.0) / 30)
+    assert shown.lines[-1].startswith("ETA ") and "20 steps measured" in shown.lines[-1]
+
+
+# ------------------------------------------------------------ the cap at the live figures
+
+
+def test_the_cap_commits_trials_at_the_live_figures_once_measured():
+    # Calibrated: a new trial's first rung is 1 + 10 x 0.1 + 0.5 = 2.5 s ($0.0025); spent $0.010.
+    plan, forecast = plan_and_forecast()
+    book = SweepBook(metric="eval_loss", goal="minimize", max_steps=90)
+    paused = TrialRecord(trial_id="p", number=1, params={}, state=TrialState.PAUSED, started_at=0, ended_at=10)
+    paused.history.append({"step": 10})
+    running = TrialRecord(trial_id="r", number=2, params={}, state=TrialState.RUNNING)
+    running.started_at, running.history = running.started_at - 0.0, [{"step": 30}]
+    book.trials = {"p": paused, "r": running}
+    live = LiveForecast(plan, forecast, book, Rate("cpu", 1, 3.6))
+    guard = BudgetGuard(
+        budget=BudgetSpec(max_usd=0.0275), book=book, rate=Rate("cpu", 1, 3.6), timing=TIMING,
+        milestones=[10, 30, 90], eval_every=10, num_trials=10, live=live,
+    )
+    # Running trial from 30 to 90: 60 x 0.1 + 6 x 0.5 = 9 s; with the new trial's 2.5 s: $0.0215 committed.
+    assert guard.first_rung_seconds() == pytest.approx(2.5)
+    assert BudgetSearcher(Counting(), guard).suggest("a") == {"x": 1}
+    # Measured: steps at three times the calibration (the prior weighs 10 of 1010 steps).
+    for _ in range(100):
+        live.measured.add_interval(10, 3.0, 0.5)
+    timing = guard.commit_timing()
+    assert timing.step_seconds == pytest.approx((10 * 0.1 + 300) / 1010)
+    assert guard.seconds_to_next_rung(30) == pytest.approx(60 * timing.step_seconds + 6 * timing.eval_seconds)
+    guard.suggested.clear()
+    # Now the running trial's 60 steps alone cost about $0.018 more: the new trial is held back.
+    assert BudgetSearcher(Counting(), guard).suggest("b") is None
+    assert guard.held_back_by == "max_usd"
+
+
+def test_the_guard_pickles_without_the_live_forecast():
+    import pickle
+
+    plan, forecast = plan_and_forecast()
+    book = SweepBook(metric="eval_loss", goal="minimize", max_steps=90)
+    live = LiveForecast(plan, forecast, book, Rate("cpu", 1, 3.6), Logged(), Shown())
+    guard = BudgetGuard(BudgetSpec(max_usd=1.0), book, Rate("cpu", 1, 3.6), TIMING, [10, 30, 90], 10, 10, live=live)
+    restored = pickle.loads(pickle.dumps(guard))
+    assert restored.live is None and restored.commit_timing() == TIMING
+    assert pickle.loads(pickle.dumps(live)).tracker is None
+
+
+# ------------------------------------------------------------ how sure `sweep plan` is
+
+
+def test_the_plan_says_its_spread_and_what_is_measured_and_what_modelled():
+    plan = make_plan(quickstart_like(), CPU_BOX)
+    slow = TrialTiming(0.12, 0.6, 1.2, "test", 0.0, 0.0, 0.0)
+    forecast = with_spread(forecast_sweep(plan, TIMING), plan, [(TIMING, TIMING), (slow, slow)])
+    lines = forecast_lines(forecast, "CPU core-hours")
+    spread = next(line for line in lines if line.startswith("Spread"))
+    assert spread.startswith("Spread across the 2 copies: 100.0-120.0 ms per step, 500-600 ms per evaluation, 1.0-1.2 s per start")
+    assert f"{forecast.spread.low.usd:.6f}" in spread and f"{forecast.spread.high.usd:.6f}" in spread
+    assert forecast.spread.low.usd < forecast.spread.high.usd
+    measured = next(line for line in lines if line.startswith("Measured"))
+    assert measured.startswith("Measured: step time, evaluation time, the training loop's setup; modelled: Ray's part")
+    assert "which trials early stopping stops (the rung ladder)" in measured
+    one_copy = forecast_lines(with_spread(forecast_sweep(plan, TIMING), plan, [(TIMING, TIMING)]), "CPU core-hours")
+    assert any(line.startswith("Spread: one copy measured") for line in one_copy)
+    modelled = forecast_lines(forecast_sweep(plan, TIMING), "CPU core-hours")
+    assert any(line.startswith("Spread: none measured (throughput model)") for line in modelled)
+    assert any(line.startswith("Measured: nothing; modelled: step and evaluation time") for line in modelled)
