@@ -187,6 +187,7 @@ class LiveForecastKey:
     TOTAL_USD = "forecast_total_usd"
     ELAPSED_SECONDS = "forecast_elapsed_s"
     SPENT_USD = "forecast_spent_usd"
+    STEPS_DONE = "forecast_steps_done"  # training steps the trials have reported so far
     STEP_SECONDS = "forecast_live_step_seconds"
     EVAL_SECONDS = "forecast_live_eval_seconds"
     SETUP_SECONDS = "forecast_live_setup_seconds"

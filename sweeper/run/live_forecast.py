@@ -124,6 +124,7 @@ class LiveForecast:
             LiveForecastKey.TOTAL_USD: e.total_usd,
             LiveForecastKey.ELAPSED_SECONDS: e.elapsed_seconds,
             LiveForecastKey.SPENT_USD: e.spent_usd,
+            LiveForecastKey.STEPS_DONE: float(sum(t.step for t in self.book.trials.values())),
             LiveForecastKey.STEP_SECONDS: e.timing.step_seconds,
             LiveForecastKey.EVAL_SECONDS: e.timing.eval_seconds,
             LiveForecastKey.SETUP_SECONDS: e.timing.setup_seconds,
