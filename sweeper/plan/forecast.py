@@ -286,11 +286,18 @@ def spread_line(forecast: Forecast) -> str:
         )
     fast, slow, low, high = spread.fastest, spread.slowest, spread.low, spread.high
     return (
-        f"Spread across the {spread.copies} copies: {fast.step_seconds * 1000:.1f}-{slow.step_seconds * 1000:.1f} ms "
-        f"per step, {fast.eval_seconds * 1000:.0f}-{slow.eval_seconds * 1000:.0f} ms per evaluation, "
-        f"{fast.setup_seconds:.1f}-{slow.setup_seconds:.1f} s per start; expected {_duration(low.wall_seconds)}-"
-        f"{_duration(high.wall_seconds)} wall, {usd(low.usd)}-{usd(high.usd)}"
+        f"Spread across the {spread.copies} copies: "
+        f"{_range(fast.step_seconds * 1000, slow.step_seconds * 1000, '{:.1f}')} ms per step, "
+        f"{_range(fast.eval_seconds * 1000, slow.eval_seconds * 1000, '{:.0f}')} ms per evaluation, "
+        f"{_range(fast.setup_seconds, slow.setup_seconds, '{:.1f}')} s per start; expected "
+        f"{_range(low.wall_seconds, high.wall_seconds, _duration)} wall, {_range(low.usd, high.usd, usd)}"
     )
+
+
+def _range(low: float, high: float, form) -> str:
+    """`low-high` in `form` (a format string or a function), one figure where they read the same."""
+    text = form.format if isinstance(form, str) else form
+    return text(low) if text(low) == text(high) else f"{text(low)}-{text(high)}"
 
 
 def measured_line(forecast: Forecast) -> str:
