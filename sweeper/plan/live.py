@@ -3,10 +3,11 @@ re-estimated at every evaluation from the step times the trials have measured. P
 measurements and where each trial stands come in as numbers.
 
 The estimator, in one rule per figure (seconds per step, per evaluation, per Train run's
-start): the calibrated figure is the prior and counts as the observations that measured
-it (`PriorWeight`: a calibration copy times 5 steps, one evaluation and one start; the
-throughput model, which measures nothing, as one of each); every step, evaluation and
-start the sweep measures is one more observation. The estimate is their mean,
+start, per run's stop, per slot's turnaround): the forecast's figure is the prior and
+counts as the observations that measured it (`PriorWeight`: a calibration copy times 5
+steps, one evaluation and one start; the throughput model, which measures nothing, and
+the stop and turnaround constants as one each); every step, evaluation, start, stop and
+turnaround the sweep measures is one more observation. The estimate is their mean,
 
     (weight x calibrated + sum of measured) / (weight + count measured),
 
@@ -45,6 +46,10 @@ class Measured:
     eval_seconds: float = 0.0  # each report's interval less its training: evaluation, checkpoint, report, driver
     starts: int = 0
     start_seconds: float = 0.0  # a Train run's start to its first report, less its steps and evaluation
+    stops: int = 0
+    stop_seconds: float = 0.0  # a run's last report to its end (or pause), as the driver sees it
+    turnarounds: int = 0
+    turnaround_seconds: float = 0.0  # a run's end to the next run's start on the freed slot
 
     def add_interval(self, steps: int, train_seconds: float, rest_seconds: float) -> None:
         """A report `steps` after the last one of the same Train run."""
@@ -61,14 +66,24 @@ class Measured:
         self.starts += 1
         self.start_seconds += max(0.0, start_seconds)
 
+    def add_stop(self, seconds: float) -> None:
+        self.stops += 1
+        self.stop_seconds += max(0.0, seconds)
+
+    def add_turnaround(self, seconds: float) -> None:
+        self.turnarounds += 1
+        self.turnaround_seconds += max(0.0, seconds)
+
 
 @dataclass(frozen=True)
 class PriorWeight:
-    """How many observations the calibrated figures count as."""
+    """How many observations the calibrated figures count as (a trial's stop and a slot's
+    turnaround are constants, never calibrated: one observation each)."""
 
     steps: float
     evaluations: float
     starts: float
+    modelled: float = 1.0
 
     @classmethod
     def of(cls, forecast: Forecast) -> "PriorWeight":
@@ -90,6 +105,8 @@ def live_timing(prior: TrialTiming, measured: Measured, weight: PriorWeight) -> 
         step_seconds=blend(prior.step_seconds, weight.steps, measured.train_seconds, measured.steps),
         eval_seconds=blend(prior.eval_seconds, weight.evaluations, measured.eval_seconds, measured.evaluations),
         setup_seconds=blend(prior.setup_seconds, weight.starts, measured.start_seconds, measured.starts),
+        stop_seconds=blend(prior.stop_seconds, weight.modelled, measured.stop_seconds, measured.stops),
+        turnaround_seconds=blend(prior.turnaround_seconds, weight.modelled, measured.turnaround_seconds, measured.turnarounds),
         source=f"live: {measured.steps} steps, {measured.evaluations} evaluations, {measured.starts} starts measured",
     )
 

@@ -1,6 +1,7 @@
 """The live forecast while `sweep start` runs: a listener of the driver callback
-(sweeper/run/driver.py) that measures every trial's steps, evaluations and Train-run
-starts from its reports as the driver receives them, re-estimates what is left of the
+(sweeper/run/driver.py) that measures every trial's steps, evaluations, Train-run starts
+(less the first wave's cold start, which the forecast counts apart) and stops, and each
+freed slot's turnaround to the next run, from the driver's events as it receives them, re-estimates what is left of the
 sweep at each evaluation (sweeper/plan/live.py), shows it under the live table, logs it on
 the parent run (`forecast_remaining_s`, ... at step = evaluations seen) and hands the
 budget guard its figures (sweeper/run/budget_guard.py).
@@ -35,8 +36,11 @@ class LiveForecast:
         self.evaluations = 0  # reports seen: the step of the parent run's forecast metrics
         self.logged = False
         self.latest: LiveEstimate | None = None
-        # trial id -> (when its Train run started or it last reported, the step then, no report yet in this run)
-        self._since: dict[str, tuple[float, int, bool]] = {}
+        # trial id -> (when its Train run started or it last reported, the step then, no report
+        # yet in this run, the run is in the first wave)
+        self._since: dict[str, tuple[float, int, bool, bool]] = {}
+        self._runs = 0  # Train runs started: the first wave's start cold
+        self._freed: list[float] = []  # when runs ended or paused, their slot not yet taken again
 
     def __getstate__(self) -> dict:
         # Tune pickles its callbacks (the driver and its listeners) with the experiment.
@@ -45,34 +49,50 @@ class LiveForecast:
     # ------------------------------------------------------------ the driver's events
 
     def trial_started(self, record) -> None:
-        self._since[record.trial_id] = (self.clock(), record.step, True)
+        now = self.clock()
+        if self._freed:
+            self.measured.add_turnaround(now - self._freed.pop(0))
+        # The first wave's runs start cold; the forecast counts that apart (cold_start_seconds).
+        cold = self._runs < self.plan.concurrent_trials
+        self._runs += 1
+        self._since[record.trial_id] = (now, record.step, True, cold)
         # The calibrated forecast, logged once at step 0 before anything is measured.
         self.update(log=not self.logged)
 
     def trial_result(self, record) -> None:
         now = self.clock()
         report = record.history[-1]
-        at, step, first = self._since.get(record.trial_id, (now, record.step, False))
+        at, step, first, cold = self._since.get(record.trial_id, (now, record.step, False, False))
         steps = int(report.get(STEP, step)) - step
         tokens, per_second = report.get(TRAIN_TOKENS), report.get(TOKENS_PER_SECOND)
         if steps > 0 and tokens and per_second:
             training = tokens / per_second  # the loop's own training time (per worker)
             if first:
                 # The run's start: all but its steps and one evaluation (the estimate's so far).
-                evaluation = self.timing().eval_seconds
-                self.measured.add_start(steps, training, now - at - training - evaluation)
+                timing = self.timing()
+                extra = timing.eval_seconds + (timing.cold_start_seconds if cold else 0.0)
+                self.measured.add_start(steps, training, now - at - training - extra)
             else:
                 self.measured.add_interval(steps, training, now - at - training)
-        self._since[record.trial_id] = (now, int(report.get(STEP, step)), False)
+        self._since[record.trial_id] = (now, int(report.get(STEP, step)), False, False)
         self.evaluations += 1
         self.update()
 
     def trial_paused(self, record) -> None:
-        self._since.pop(record.trial_id, None)
-        self.update(log=False)
+        self._run_ended(record)
 
     def trial_finished(self, record) -> None:
-        self._since.pop(record.trial_id, None)
+        self._run_ended(record)
+
+    def _run_ended(self, record) -> None:
+        """A Train run ended (the trial paused at a rung, or finished): from its last report
+        to now is its stop; its slot is free for the next run."""
+        now = self.clock()
+        since = self._since.pop(record.trial_id, None)
+        if since is not None and not since[2]:
+            self.measured.add_stop(now - since[0])
+        if since is not None:
+            self._freed.append(now)
         self.update(log=False)
 
     # ------------------------------------------------------------ the estimate

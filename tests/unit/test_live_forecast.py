@@ -1,6 +1,8 @@
 """The live forecast (sweeper/plan/live.py, sweeper/run/live_forecast.py), the budget
 guard's commitments at its figures, and how sure `sweep plan` says it is."""
 
+from dataclasses import replace
+
 import pytest
 
 from sweeper.cost.prices import Rate
@@ -153,10 +155,39 @@ def test_the_listener_measures_starts_steps_and_evaluations_and_logs_at_each_eva
     assert live.measured.steps == 20 and live.measured.train_seconds == pytest.approx(4.0)
     assert live.measured.evaluations == 1 and live.measured.eval_seconds == pytest.approx(1.0)
     assert [step for step, _ in logged.metrics] == [0, 1, 2]
-    step_2 = logged.metrics[-1][1]
+    clock.now += 0.25  # the run pauses at a rung a quarter second after its report
+    record.state = TrialState.PAUSED
+    live.trial_paused(record)
+    clock.now += 0.5  # and another trial takes the slot half a second later
+    other = TrialRecord(trial_id="b", number=2, params={}, started_at=clock.now)
+    book.trials["b"] = other
+    live.trial_started(other)
+    assert (live.measured.stops, live.measured.stop_seconds) == (1, pytest.approx(0.25))
+    assert (live.measured.turnarounds, live.measured.turnaround_seconds) == (1, pytest.approx(0.5))
+    assert live.timing().stop_seconds == pytest.approx((TIMING.stop_seconds + 0.25) / 2)  # a constant weighs one
+    step_2 = logged.metrics[2][1]
     assert set(step_2) >= {"forecast_remaining_s", "forecast_remaining_usd", "forecast_total_usd", "forecast_total_s"}
     assert step_2["forecast_live_step_seconds"] == pytest.approx((10 * 0.1 + 4.0) / 30)
     assert shown.lines[-1].startswith("ETA ") and "20 steps measured" in shown.lines[-1]
+
+
+def test_the_first_waves_starts_are_measured_without_their_cold_start():
+    plan, forecast = plan_and_forecast()  # 2 slots
+    cold = 1.0
+    forecast = replace(forecast, timing=replace(TIMING, cold_start_seconds=cold))
+    clock = Clock()
+    book = SweepBook(metric="eval_loss", goal="minimize", max_steps=90, started_at=clock.now)
+    live = LiveForecast(plan, forecast, book, Rate("cpu", 1, 3.6), clock=clock)
+    records = [TrialRecord(trial_id=t, number=n, params={}) for n, t in enumerate("abc")]
+    for record in records:
+        book.trials[record.trial_id] = record
+        live.trial_started(record)  # a and b: the first wave; c: a later run
+    clock.now += 4.0
+    for record in records:
+        record.history.append(report(10, 2.0))
+        live.trial_result(record)
+    # 4 s less 2 s of steps and the evaluation's 0.5 s; the first two also less the cold second.
+    assert live.measured.start_seconds == pytest.approx(2 * (4.0 - 2.0 - 0.5 - cold) + (4.0 - 2.0 - 0.5))
 
 
 # ------------------------------------------------------------ the cap at the live figures
