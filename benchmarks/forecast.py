@@ -5,6 +5,7 @@ own MLflow store in a temporary folder), as `sweep start` runs it.
     python -m benchmarks.forecast --sweep quickstart --runs 3
     python -m benchmarks.forecast --sweep dpo-quickstart --runs 3
     python -m benchmarks.forecast --sweep two-workers --runs 3   # quickstart, 2 workers per trial
+    python -m benchmarks.forecast --sweep quickstart-capped --runs 3   # budget.max_usd 0.00025
     python -m benchmarks.forecast --sweep long --runs 1   # quickstart, 24 trials to step 1800 (about 5 min)
 
 Each run also prints the live forecast the sweep logged once a quarter, a half and three
@@ -34,7 +35,9 @@ SWEEPS = {
     "quickstart": (REPO / "search_spaces" / "quickstart.yaml", {}),
     "dpo-quickstart": (REPO / "search_spaces" / "dpo-quickstart.yaml", {}),
     "two-workers": (REPO / "search_spaces" / "quickstart.yaml", {"resources": {"workers_per_trial": 2}}),
-    # About 5 minutes on the 2-core machine: the live ETA's target is for sweeps this long.
+    # Capped at about half the quickstart's expected dollars on the 2-core machine.
+    "quickstart-capped": (REPO / "search_spaces" / "quickstart.yaml", {"budget": {"max_usd": 0.00025}}),
+    # About 3 minutes on the 2-core machine: the live ETA's target is for sweeps this long.
     "long": (REPO / "search_spaces" / "quickstart.yaml",
              {"training": {"max_steps": 1800, "eval_every": 60}, "search": {"num_trials": 24}}),
 }
@@ -62,6 +65,9 @@ def one_run(sweep: str) -> dict:
     live = live_estimates(client, parent.info.run_id, metrics["wall_seconds"], metrics["cost_usd_total"])
     return {
         "live": live,
+        "cap_usd": metrics.get("budget_max_usd"),
+        "budget_trials_stopped": metrics.get("budget_trials_stopped"),
+        "budget_trials_not_started": metrics.get("budget_trials_not_started"),
         "sweep": sweep,
         "forecast_wall_seconds": metrics["forecast_expected_wall_seconds"],
         "actual_wall_seconds": metrics["wall_seconds"],
@@ -170,6 +176,14 @@ def main() -> None:
             f"start {row['setup_seconds']:.1f} s; trial setup median {row['median_trial_setup_seconds'] or 0:.1f} s",
             flush=True,
         )
+        if row.get("cap_usd"):
+            over = (row["actual_usd"] - row["cap_usd"]) / row["cap_usd"]
+            print(
+                f"  capped at ${row['cap_usd']:.6f}: spent ${row['actual_usd']:.6f} ({over:+.0%}); "
+                f"{row['budget_trials_stopped']:.0f} running trials stopped, {row['budget_trials_not_started']:.0f} "
+                "not started",
+                flush=True,
+            )
         for live in row.get("live", []):
             remaining_error = (live["eta_s"] - live["actual_remaining_s"]) / max(1e-9, live["actual_remaining_s"])
             print(
