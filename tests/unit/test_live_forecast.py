@@ -254,3 +254,25 @@ def test_the_plan_says_its_spread_and_what_is_measured_and_what_modelled():
     modelled = forecast_lines(forecast_sweep(plan, TIMING), "CPU core-hours")
     assert any(line.startswith("Spread: none measured (throughput model)") for line in modelled)
     assert any(line.startswith("Measured: nothing; modelled: step and evaluation time") for line in modelled)
+
+
+def test_the_live_table_shows_the_eta_under_the_table_and_prints_it_to_a_pipe():
+    import io
+
+    from rich.console import Console
+
+    from sweeper.track.console import LiveTable
+
+    out = io.StringIO()
+    book = SweepBook(metric="eval_loss", goal="minimize", max_steps=90)
+    table = LiveTable(book, [], Console(file=out, width=200))  # a file: no terminal
+    line = "ETA 3 min 10 s, $0.410000 to go of $1.20 expected (140 steps measured)"
+    table.forecast(line)
+    table.forecast("ETA 3 min 9 s, ...")  # within ETA_PRINT_SECONDS of the last: not printed again
+    assert out.getvalue().splitlines() == [line]
+    assert table._render().caption.plain == "ETA 3 min 9 s, ..."
+    record = TrialRecord(trial_id="a", number=1, params={}, state=TrialState.COMPLETED)
+    table.trial_finished(record)  # a finished trial's line, then the latest ETA
+    assert out.getvalue().splitlines()[-1] == "ETA 3 min 9 s, ..."
+    table.waiting(["waiting on trial 2"])
+    assert table._render().caption.plain == "ETA 3 min 9 s, ...\nwaiting on trial 2"
