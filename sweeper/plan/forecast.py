@@ -19,7 +19,7 @@ accelerator-hours and dollars.
 
 from __future__ import annotations
 
-import math
+import heapq
 from dataclasses import dataclass, field, replace
 
 from sweeper.cost.prices import sweep_rate
@@ -143,17 +143,21 @@ def remaining(
     milestone i have trained it, a running trial inside it trains the rest of it, and the
     trials still missing from the count train all of it, each paying a Train run's start
     where a new run begins (every trial's first segment; each later one of a ranked trial
-    under ASHA by promotion). Wall time: the segment's trials in waves of `slots`, the
-    segments one after the other."""
+    under ASHA by promotion).
+
+    Wall time: each running trial holds a slot for the rest of its segment; a segment's
+    missing runs go, one by one, to the slot free first, and not before the segment before
+    has ended (its trials ranked at the rung: a promoted trial waits for its ranking).
+    Before launch, with nothing running, that is the segment's runs in waves of `slots`,
+    the segments one after the other; while the sweep runs, a promoted or startup trial
+    trains beside the first rung's runs, as it does in the sweep."""
     training = plan.spec.training
     slots = max(1, plan.concurrent_trials)
     start_seconds = timing.setup_seconds + timing.stop_seconds
     # Startup trials train every segment in one Train run: no restart after the first.
     unranked_total = plan.spec.early_stopping.startup_trials_for() if restart_per_segment else 0
-    steps, trial_seconds, wall = 0, 0.0, 0.0
-    if not trials:  # nothing started yet: the first wave of trials starts cold
-        first_wave = min(slots, ladder[0][1])
-        trial_seconds, wall = first_wave * timing.cold_start_seconds, timing.cold_start_seconds
+    steps, trial_seconds = 0, 0.0
+    segments = []  # per segment: (the running trials' rests, a missing run's seconds on its slot, missing runs)
     previous = 0
     for index, (milestone, expected) in enumerate(ladder):
         evaluations = evaluations_between(previous, milestone, training.eval_every, training.max_steps)
@@ -171,13 +175,31 @@ def remaining(
         ]
         steps += missing * (milestone - previous) + sum(milestone - t.step for t in inside)
         trial_seconds += missing * full + starting * start_seconds + sum(rest)
-        # A missing trial's run in the wave arithmetic: its start, its steps, the slot's turnaround.
-        per_run = [runs * (start_seconds + timing.turnaround_seconds) + full] * missing + rest
-        if per_run:
-            wall += math.ceil(len(per_run) / slots) * sum(per_run) / len(per_run)
+        # A missing run on its slot: its start, its steps, the slot's turnaround.
+        segments.append((rest, runs * (start_seconds + timing.turnaround_seconds) + full, missing))
         previous = milestone
+    if not trials:  # nothing started yet: the first wave of trials starts cold
+        trial_seconds += min(slots, ladder[0][1]) * timing.cold_start_seconds
+    wall = _on_slots(segments, slots, timing.cold_start_seconds if not trials else 0.0)
     cost = sweep_rate(plan.spec).trial_cost(trial_seconds)
     return Scenario(steps, trial_seconds, wall, cost.accelerator_hours, cost.usd)
+
+
+def _on_slots(segments: list[tuple[list[float], float, int]], slots: int, ready_at: float) -> float:
+    """When the last run ends: the running trials' rests on their slots from now, each
+    segment's missing runs on the slot free first once the segment before has ended, every
+    slot free from `ready_at` (the first wave's cold start before launch)."""
+    running = [rest for rest, _, _ in segments for rest in rest]
+    free = sorted(running + [ready_at] * max(0, slots - len(running)))
+    ended = 0.0  # when the segment before ended
+    for rest, seconds, missing in segments:
+        last = max([ended, *rest])
+        for _ in range(missing):
+            start = max(heapq.heappop(free), ended)
+            heapq.heappush(free, start + seconds)
+            last = max(last, start + seconds)
+        ended = last
+    return max([ended, *free]) if free else ended
 
 
 def forecast_sweep(plan: SweepPlan, timing: TrialTiming, costliest: TrialTiming | None = None) -> Forecast:

@@ -63,21 +63,35 @@ def test_a_modelled_prior_counts_as_one_observation():
 def test_what_is_left_follows_the_ladder_from_where_the_trials_stand():
     plan, _ = plan_and_forecast()
     ladder = [(10, 10), (30, 3), (90, 1)]
-    # 10 trials: 6 ranked at step 10 (2 of them promoted and now at 20 and 30: one reached
-    # the second rung), 2 running at step 5, 2 not started.
-    trials = [TrialAt(10, False)] * 4 + [TrialAt(20, True), TrialAt(30, False), TrialAt(5, True), TrialAt(5, True)]
+    # 7 trials started: 4 paused at the first rung, one promoted and at step 20 now, one
+    # paused at the second rung (30), one running at step 5; 3 not started. 2 slots.
+    trials = [TrialAt(10, False)] * 4 + [TrialAt(20, True), TrialAt(30, False), TrialAt(5, True)]
     left = remaining(plan, TIMING, ladder, True, trials)
-    # Segment to 10: the 2 at step 5 train 5 more each, the 2 missing all 10 (and start).
-    # Segment to 30: 1 reached it, 1 at 20 trains 10, 1 missing trains 20 (and starts).
+    # Segment to 10: the trial at 5 trains 5 more, the 3 missing all 10 (and start).
+    # Segment to 30: 1 reached it, the one at 20 trains 10 more, 1 missing trains 20 (and starts).
     # Segment to 90: 1 missing trains 60 (and starts).
-    assert left.steps == 2 * 5 + 2 * 10 + 10 + 20 + 60
-    start = TIMING.setup_seconds + TIMING.stop_seconds
-    segment_1 = 2 * (5 * 0.1 + 0.5) + 2 * (start + 10 * 0.1 + 0.5)
-    segment_2 = (10 * 0.1 + 0.5) + (start + 20 * 0.1 + 1.0)
-    segment_3 = start + 60 * 0.1 + 3.0
-    assert left.trial_seconds == pytest.approx(segment_1 + segment_2 + segment_3)
-    # Waves of 2 slots: the 4 runs of the first segment in 2 waves at their mean, 1 wave each after.
-    assert left.wall_seconds == pytest.approx(2 * segment_1 / 4 + segment_2 / 2 + segment_3)
+    assert left.steps == 5 + 3 * 10 + 10 + 20 + 60
+    start = TIMING.setup_seconds + TIMING.stop_seconds  # 1 s
+    at_5, first_rung = 5 * 0.1 + 0.5, start + 10 * 0.1 + 0.5  # 1 s, 2.5 s
+    at_20, second = 10 * 0.1 + 0.5, start + 20 * 0.1 + 1.0  # 1.5 s, 4 s
+    last = start + 60 * 0.1 + 3.0  # 10 s
+    assert left.trial_seconds == pytest.approx(at_5 + 3 * first_rung + at_20 + second + last)
+    # On the 2 slots: the trial at 5 frees its slot at 1 s, the one at 20 at 1.5 s; the 3
+    # first-rung runs end at 3.5, 4 and 6 s; the second rung's run waits for them (6 to 10 s),
+    # the last segment's for it (10 to 20 s).
+    assert left.wall_seconds == pytest.approx(20.0)
+
+
+def test_a_promoted_trial_trains_beside_the_first_rungs_runs():
+    plan, _ = plan_and_forecast()
+    # One trial promoted and running at 10 toward 30; the first rung's last 2 runs on the other slot.
+    trials = [TrialAt(10, False)] * 7 + [TrialAt(10, True)]
+    left = remaining(plan, TIMING, [(10, 10), (30, 3), (90, 1)], True, trials)
+    first_rung, at_10 = 1.0 + 10 * 0.1 + 0.5, 20 * 0.1 + 2 * 0.5  # 2.5 s, 3 s
+    # The other slot runs the 2 first-rung runs (5 s) while the promoted trial trains (3 s);
+    # the second rung's other 2 runs (4 s each) then wait for the first rung: both at 5 s.
+    assert left.wall_seconds == pytest.approx(2 * first_rung + (1.0 + 20 * 0.1 + 1.0) + (1.0 + 60 * 0.1 + 3.0))
+    assert at_10 < 2 * first_rung  # the promoted trial's rest was beside them, not after
 
 
 def test_failed_trials_leave_the_ladder_and_a_finished_sweep_has_nothing_left():
