@@ -15,6 +15,8 @@ accelerator-hours and dollars.
   trials a slot stands idle for a turnaround (the stopped trial's Train run is torn down,
   Tune's loop starts the next one on the reused actor).
 - Without calibration, the throughput model (sweeper/cost/throughput.py) gives the timing.
+- While the sweep runs, `remaining` is the same arithmetic from where the trials stand
+  (sweeper/plan/live.py): the live forecast.
 """
 
 from __future__ import annotations
@@ -29,7 +31,10 @@ from sweeper.plan.rungs import evaluations_between, milestone_counts
 from sweeper.plan.sweep_plan import SweepPlan
 from sweeper.views import usd
 
-__all__ = ["Scenario", "Spread", "Forecast", "TrialAt", "forecast_sweep", "with_spread", "mean_of_configs", "expected_ladder", "remaining", "forecast_lines"]
+__all__ = [
+    "Scenario", "Spread", "Forecast", "TrialAt", "forecast_sweep", "with_spread", "mean_of_configs",
+    "expected_ladder", "remaining", "forecast_lines", "spread_line", "measured_line",
+]
 
 
 @dataclass(frozen=True)
