@@ -76,9 +76,10 @@ class BudgetGuard:
     def commit_timing(self) -> TrialTiming:
         """What a trial's work to its next rung is judged at: the costliest config's
         calibrated figures, corrected by the live estimate once the sweep measured steps."""
-        if self.live is None or not self.live.measured.steps:
+        live = getattr(self, "live", None)  # a guard pickled before the live forecast has none
+        if live is None or not live.measured.steps:
             return self.timing
-        return self.live.costliest_timing()
+        return live.costliest_timing()
 
     def spent(self) -> Spent:
         cost = self.rate.trial_cost(sum(t.wall_seconds for t in self.book.trials.values()))
