@@ -111,7 +111,7 @@ def test_report_opens_in_headless_chromium(finished_sweep, chromium, tmp_path):
     assert "rank" in result.stdout and "pruning saved" in result.stdout and f"Report: {out}/index.html" in result.stdout
     html_text = (out / "index.html").read_text()
     assert "1 parameter searched: importance needs at least 2 to compare." in html_text
-    expected = {f"shared-{slug}" for slug in ("curves", "parallel", "progress", "cost")}
+    expected = {f"shared-{slug}" for slug in ("curves", "parallel", "progress", "cost", "forecast")}
     seen = assert_renders(chromium, out / "index.html", tmp_path, expected)
     # The curves mark the ASHA rung (step 10 of 30) and draw pruned trials dashed.
     curves = rendered_figures(seen["dom"])["shared-curves"]
@@ -194,8 +194,8 @@ def test_two_sweeps_side_by_side(finished_sweep, chromium, tmp_path):
     assert "## Sweep shared" in text and "## Sweep second" in text
 
     expected = {"comparison-progress", "comparison-best-curves",
-                *(f"shared-{s}" for s in ("curves", "parallel", "progress", "cost")),
-                *(f"second-{s}" for s in ("curves", "parallel", "progress", "cost"))}
+                *(f"shared-{s}" for s in ("curves", "parallel", "progress", "cost", "forecast")),
+                *(f"second-{s}" for s in ("curves", "parallel", "progress", "cost", "forecast"))}
     assert_renders(chromium, out / "index.html", tmp_path, expected)
 
 

@@ -292,3 +292,31 @@ def test_the_live_table_shows_the_eta_under_the_table_and_prints_it_to_a_pipe():
     assert out.getvalue().splitlines()[-1] == "ETA 3 min 9 s, ..."
     table.waiting(["waiting on trial 2"])
     assert table._render().caption.plain == "ETA 3 min 9 s, ...\nwaiting on trial 2"
+
+
+# ------------------------------------------------------------ the report
+
+
+def test_the_report_draws_the_live_forecast_against_the_actual():
+    from dataclasses import replace as with_fields
+
+    import polars as pl
+
+    from reports.figures import forecast_figure
+    from tests.unit.test_reports import _with_totals, make_sweep
+
+    data = make_sweep()
+    assert forecast_figure(data) is None  # no live forecast on the parent run
+    frame = pl.DataFrame({
+        "step": [0, 1, 2], "forecast_elapsed_s": [0.0, 40.0, 90.0], "forecast_remaining_s": [100.0, 80.0, 30.0],
+        "forecast_total_usd": [1.0, 1.3, 1.25],
+    })
+    data = with_fields(data, forecast=frame)
+    totals = {**data.record.totals, "wall_seconds": 130.0}
+    figure = forecast_figure(with_fields(data, record=_with_totals(data.record, totals)))
+    forecast_usd, actual_usd, eta, actual_left = figure.data
+    assert list(forecast_usd.x) == [0.0, 40.0, 90.0] and list(forecast_usd.y) == [1.0, 1.3, 1.25]
+    assert list(actual_usd.y) == [1.23, 1.23]  # cost_usd_total
+    assert list(eta.y) == [100.0, 80.0, 30.0] and list(actual_left.x) == [0, 130.0] and list(actual_left.y) == [130.0, 0]
+    # A running sweep (no totals yet) has no actual to draw against.
+    assert forecast_figure(with_fields(data, record=_with_totals(data.record, {}))) is None
