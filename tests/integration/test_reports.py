@@ -156,7 +156,7 @@ def test_markdown_agrees_with_mlflow(finished_sweep, chromium, tmp_path):
     assert record["seed: search.seed"] == "3"
     for image in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text):
         assert (out / image).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", image
-    assert len(re.findall(r"!\[", text)) == 4
+    assert len(re.findall(r"!\[", text)) == 5  # curves, parallel, progress, cost, the live forecast
 
 
 def test_two_sweeps_side_by_side(finished_sweep, chromium, tmp_path):
