@@ -5,6 +5,12 @@ own MLflow store in a temporary folder), as `sweep start` runs it.
     python -m benchmarks.forecast --sweep quickstart --runs 3
     python -m benchmarks.forecast --sweep dpo-quickstart --runs 3
     python -m benchmarks.forecast --sweep two-workers --runs 3   # quickstart, 2 workers per trial
+    python -m benchmarks.forecast --sweep quickstart-capped --runs 3   # budget.max_usd 0.00025
+    python -m benchmarks.forecast --sweep long --runs 1   # quickstart, 24 trials to step 1800 (about 5 min)
+
+Each run also prints the live forecast the sweep logged once a quarter, a half and three
+quarters of its steps were done: the time it said was left against what was, and the
+total dollars it expected against the actual.
 
 Wall time compared is the sweep's trial phase (MLflow `wall_seconds` of the parent run:
 from the sweep's book to its end, after Ray start and data preparation); dollars are
@@ -29,6 +35,11 @@ SWEEPS = {
     "quickstart": (REPO / "search_spaces" / "quickstart.yaml", {}),
     "dpo-quickstart": (REPO / "search_spaces" / "dpo-quickstart.yaml", {}),
     "two-workers": (REPO / "search_spaces" / "quickstart.yaml", {"resources": {"workers_per_trial": 2}}),
+    # Capped at about half the quickstart's expected dollars on the 2-core machine.
+    "quickstart-capped": (REPO / "search_spaces" / "quickstart.yaml", {"budget": {"max_usd": 0.00025}}),
+    # About 3 minutes on the 2-core machine: the live ETA's target is for sweeps this long.
+    "long": (REPO / "search_spaces" / "quickstart.yaml",
+             {"training": {"max_steps": 1800, "eval_every": 60}, "search": {"num_trials": 24}}),
 }
 
 
@@ -51,7 +62,12 @@ def one_run(sweep: str) -> dict:
     experiment = client.get_experiment_by_name(spec.tracking.experiment)
     parent = client.search_runs([experiment.experiment_id], "tags.`sweeper.kind` = 'sweep'")[0]
     metrics, params = parent.data.metrics, parent.data.params
+    live = live_estimates(client, parent.info.run_id, metrics["wall_seconds"], metrics["cost_usd_total"])
     return {
+        "live": live,
+        "cap_usd": metrics.get("budget_max_usd"),
+        "budget_trials_stopped": metrics.get("budget_trials_stopped"),
+        "budget_trials_not_started": metrics.get("budget_trials_not_started"),
         "sweep": sweep,
         "forecast_wall_seconds": metrics["forecast_expected_wall_seconds"],
         "actual_wall_seconds": metrics["wall_seconds"],
@@ -65,6 +81,34 @@ def one_run(sweep: str) -> dict:
         "median_trial_setup_seconds": run.book.median_setup_seconds(),
         **trial_parts(run.book),
     }
+
+
+def live_estimates(client, run_id: str, actual_wall: float, actual_usd: float) -> list[dict]:
+    """The live forecast the sweep logged (`forecast_*` metrics at each evaluation) once a
+    quarter, a half and three quarters of its training steps were done: its remaining
+    wall time against what actually remained (the actual trials' phase less the time
+    elapsed then), and its total dollars against the actual total."""
+    history = {
+        key: {m.step: m.value for m in client.get_metric_history(run_id, key)}
+        for key in ("forecast_steps_done", "forecast_elapsed_s", "forecast_remaining_s", "forecast_total_usd")
+    }
+    done = history["forecast_steps_done"]
+    if not done:
+        return []
+    total_steps = max(done.values())
+    rows = []
+    for share in (0.25, 0.5, 0.75):
+        step = min(s for s, value in done.items() if value >= share * total_steps)
+        elapsed = history["forecast_elapsed_s"][step]
+        rows.append({
+            "share": share,
+            "elapsed_s": elapsed,
+            "eta_s": history["forecast_remaining_s"][step],
+            "actual_remaining_s": actual_wall - elapsed,
+            "total_usd": history["forecast_total_usd"][step],
+            "actual_usd": actual_usd,
+        })
+    return rows
 
 
 def trial_parts(book) -> dict:
@@ -132,6 +176,22 @@ def main() -> None:
             f"start {row['setup_seconds']:.1f} s; trial setup median {row['median_trial_setup_seconds'] or 0:.1f} s",
             flush=True,
         )
+        if row.get("cap_usd"):
+            over = (row["actual_usd"] - row["cap_usd"]) / row["cap_usd"]
+            print(
+                f"  capped at ${row['cap_usd']:.6f}: spent ${row['actual_usd']:.6f} ({over:+.0%}); "
+                f"{row['budget_trials_stopped']:.0f} running trials stopped, {row['budget_trials_not_started']:.0f} "
+                "not started",
+                flush=True,
+            )
+        for live in row.get("live", []):
+            remaining_error = (live["eta_s"] - live["actual_remaining_s"]) / max(1e-9, live["actual_remaining_s"])
+            print(
+                f"  live at {live['share']:.0%} of the steps ({live['elapsed_s']:.1f} s in): ETA {live['eta_s']:.1f} s, "
+                f"actual {live['actual_remaining_s']:.1f} s ({remaining_error:+.0%}); total USD {live['total_usd']:.6f}, "
+                f"actual {live['actual_usd']:.6f} ({(live['total_usd'] - live['actual_usd']) / live['actual_usd']:+.0%})",
+                flush=True,
+            )
         print(
             f"  trials' parts, actual (forecast): step {row['actual_step_seconds'] * 1000:.0f} "
             f"({row['step_seconds'] * 1000:.0f}) ms x {row['actual_steps']}, eval and rest "

@@ -140,6 +140,7 @@ def _sweep_report(data: SweepData) -> SweepReport:
         "importance": figures.importance_figure(data, importance.frame),
         "progress": figures.progress_figure([data]),
         "cost": figures.cost_figure(data),
+        "forecast": figures.forecast_figure(data),
     }
     return SweepReport(
         data=data,

@@ -8,10 +8,15 @@ from dataclasses import dataclass
 import polars as pl
 
 from sweeper.errors import UserError
-from sweeper.names import TrialState
+from sweeper.names import LiveForecastKey, TrialState
 from sweeper.track.store import SweepRecord, SweepStore
 
-__all__ = ["SweepData", "load_sweeps"]
+__all__ = ["SweepData", "load_sweeps", "LIVE_FORECAST_KEYS"]
+
+# What the report draws of the live forecast.
+LIVE_FORECAST_KEYS = (
+    LiveForecastKey.ELAPSED_SECONDS, LiveForecastKey.REMAINING_SECONDS, LiveForecastKey.TOTAL_USD,
+)
 
 
 @dataclass(frozen=True)
@@ -21,6 +26,8 @@ class SweepData:
     params: pl.DataFrame  # SweepStore.trial_params: trial_number + one column per searched parameter
     history: pl.DataFrame  # SweepStore.history of the sweep's metric: trial_number, key, step, value
     best_config_yaml: str | None = None  # the parent's best_config.yaml artifact
+    # The live forecast on the parent run (`LiveForecastKey`): step, then a column per key.
+    forecast: pl.DataFrame | None = None
 
     @property
     def name(self) -> str:
@@ -56,4 +63,5 @@ def load_sweep(store: SweepStore, run) -> SweepData:
         params=store.trial_params(trials, record),
         history=store.history(keys=(record.metric,), trials=trials),
         best_config_yaml=store.artifact_text(run, "best_config.yaml") if record.best_trial_id else None,
+        forecast=store.sweep_history(run, LIVE_FORECAST_KEYS),
     )

@@ -16,7 +16,7 @@ from sweeper.names import TrialState
 
 __all__ = [
     "curves_figure", "parallel_figure", "importance_figure", "progress_figure", "cost_figure",
-    "best_curves_figure",
+    "best_curves_figure", "forecast_figure",
 ]
 
 TEMPLATE = "plotly_white"
@@ -161,6 +161,32 @@ def cost_figure(data: SweepData) -> go.Figure | None:
     fig.update_layout(barmode="stack")
     return _layout(fig, f"{data.name}: cost per trial (USD), and what pruning saved", yaxis_title="USD",
                    yaxis_tickprefix="$", yaxis_tickformat=".3~g")
+
+
+def forecast_figure(data: SweepData) -> go.Figure | None:
+    """The live forecast over the sweep's life against what happened: the total dollars it
+    expected, and the time it said was left, at each evaluation (x: seconds since the
+    trials began). None before the sweep has ended or without a live forecast."""
+    from sweeper.names import LiveForecastKey as Key, RunMetric
+
+    frame, totals = data.forecast, data.record.totals
+    if frame is None or frame.is_empty() or RunMetric.COST_USD_TOTAL not in totals or RunMetric.WALL_SECONDS not in totals:
+        return None
+    frame = frame.drop_nulls()
+    elapsed = frame[Key.ELAPSED_SECONDS].to_list()
+    actual_usd, actual_wall = totals[RunMetric.COST_USD_TOTAL], totals[RunMetric.WALL_SECONDS]
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("total cost (USD)", "time left (s)"))
+    fig.add_trace(go.Scatter(x=elapsed, y=frame[Key.TOTAL_USD].to_list(), mode="lines+markers", name="live forecast",
+                             marker_color=PALETTE[0], legendgroup="forecast"), row=1, col=1)
+    fig.add_trace(go.Scatter(x=[0, actual_wall], y=[actual_usd, actual_usd], mode="lines", name="actual",
+                             line=dict(color=PALETTE[1], dash="dash"), legendgroup="actual"), row=1, col=1)
+    fig.add_trace(go.Scatter(x=elapsed, y=frame[Key.REMAINING_SECONDS].to_list(), mode="lines+markers",
+                             name="live ETA", marker_color=PALETTE[0], legendgroup="forecast", showlegend=False), row=1, col=2)
+    fig.add_trace(go.Scatter(x=[0, actual_wall], y=[actual_wall, 0], mode="lines", name="actual time left",
+                             line=dict(color=PALETTE[1], dash="dash"), legendgroup="actual", showlegend=False), row=1, col=2)
+    fig.update_xaxes(title_text="seconds since the trials began")
+    fig.update_yaxes(tickprefix="$", tickformat=".3~g", row=1, col=1)
+    return _layout(fig, f"{data.name}: the live forecast at each evaluation against the actual", top=90)
 
 
 def best_curves_figure(sweeps: list[SweepData]) -> go.Figure | None:

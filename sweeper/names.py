@@ -177,6 +177,24 @@ class ForecastKey:
     BUDGET_TRIALS = "forecast_budget_trials"
 
 
+class LiveForecastKey:
+    """The live forecast on the parent run while the sweep runs: metrics logged at every
+    evaluation, at step = evaluations seen so far (sweeper/run/live_forecast.py); their
+    timestamps say when. `forecast_total_*` against the actual `cost_usd_total` and
+    `wall_seconds` is how far the estimate was off at that point."""
+
+    REMAINING_SECONDS = "forecast_remaining_s"
+    REMAINING_USD = "forecast_remaining_usd"
+    TOTAL_SECONDS = "forecast_total_s"
+    TOTAL_USD = "forecast_total_usd"
+    ELAPSED_SECONDS = "forecast_elapsed_s"
+    SPENT_USD = "forecast_spent_usd"
+    STEPS_DONE = "forecast_steps_done"  # training steps the trials have reported so far
+    STEP_SECONDS = "forecast_live_step_seconds"
+    EVAL_SECONDS = "forecast_live_eval_seconds"
+    SETUP_SECONDS = "forecast_live_setup_seconds"
+
+
 class BudgetKey:
     """Metrics of the budget on the parent run when the sweep ends: each cap given
     (`cap("max_usd")` is `budget_max_usd`) and the trials the caps cut."""

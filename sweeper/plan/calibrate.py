@@ -36,7 +36,7 @@ import logging
 import math
 import statistics
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from sweeper.cost.throughput import RAY_TRIAL_START_SECONDS
 from sweeper.plan.forecast import TrialTiming
@@ -70,6 +70,7 @@ class Calibration:
     costliest: TrialTiming  # the dearest configuration of the space (same as first if none)
     seconds: float  # how long calibrating took
     copies: int = 1  # calibrations run side by side (their mean is `first` and `costliest`)
+    per_copy: list[tuple[TrialTiming, TrialTiming]] = field(default_factory=list)  # each copy's (first, costliest)
 
 
 def side_by_side(plan: SweepPlan, cluster: ClusterResources) -> int:
@@ -269,6 +270,7 @@ def calibrate(spec: SweepSpec, data: dict, model_source: str, on_cluster: bool, 
         replace(costliest, source=f"{what}; costliest: {costly}"),
         time.time() - started,
         copies,
+        timings,
     )
 
 

@@ -14,7 +14,7 @@ from sweeper.cost.memory import gpu_memory_gib, launch_card_gib, with_gpu_packin
 from sweeper.cost.prices import sweep_rate
 from sweeper.cost.throughput import modelled_timing
 from sweeper.errors import UserError
-from sweeper.plan.forecast import Forecast, forecast_lines, forecast_sweep
+from sweeper.plan.forecast import Forecast, forecast_lines, forecast_sweep, with_spread
 from sweeper.plan.inputs import SweepInputs
 from sweeper.plan.sweep_plan import ClusterResources, SweepPlan, make_plan
 from sweeper.spec.schema import SweepSpec, trials_text
@@ -45,7 +45,10 @@ def sweep_forecast(plan: SweepPlan, cluster: ClusterResources, inputs: SweepInpu
 
         calibration = calibrate(spec, inputs.data, inputs.model_source, on_cluster=on_cluster,
                                 copies=side_by_side(plan, cluster))
-        forecast = forecast_sweep(plan, calibration.first, calibration.costliest)
+        forecast = with_spread(
+            forecast_sweep(plan, calibration.first, calibration.costliest), plan,
+            calibration.per_copy or [(calibration.first, calibration.costliest)],
+        )
         forecast.notes.append(f"Calibration took {calibration.seconds:.1f} s ({calibration.copies} side by side)")
         return forecast
     rate = sweep_rate(spec)

@@ -19,21 +19,26 @@ accelerator-hours and dollars.
   most trials whose expected case fits every cap (the ladder above for that many), and
   how many would fit without early stopping (the worst case). Each trial count's case is
   counted as for a sweep of that many trials.
+- While the sweep runs, `remaining` is the same arithmetic from where the trials stand
+  (sweeper/plan/live.py): the live forecast.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
+import heapq
+from dataclasses import dataclass, field, replace
 
 from sweeper.cost.prices import sweep_rate
-from sweeper.cost.throughput import TrialTiming
+from sweeper.cost.throughput import RAY_TRIAL_START_SECONDS, TrialTiming
 from sweeper.names import ForecastKey
 from sweeper.plan.rungs import evaluations_between, milestone_counts
 from sweeper.plan.sweep_plan import SweepPlan
 from sweeper.views import usd
 
-__all__ = ["Scenario", "Forecast", "forecast_sweep", "expected_ladder", "forecast_lines", "most_trials_within"]
+__all__ = [
+    "Scenario", "Spread", "Forecast", "TrialAt", "forecast_sweep", "with_spread", "mean_of_configs",
+    "expected_ladder", "remaining", "forecast_lines", "spread_line", "measured_line", "most_trials_within",
+]
 
 
 @dataclass(frozen=True)
@@ -55,6 +60,18 @@ class Scenario:
 
 
 @dataclass(frozen=True)
+class Spread:
+    """How far the calibration's copies side by side were apart: the expected case at the
+    fastest and at the slowest copy's figures (each figure's least and greatest)."""
+
+    copies: int
+    fastest: TrialTiming  # mean of the first and costliest config, as `Forecast.timing`
+    slowest: TrialTiming
+    low: Scenario  # the expected case at `fastest`
+    high: Scenario
+
+
+@dataclass(frozen=True)
 class Forecast:
     timing: TrialTiming
     expected: Scenario
@@ -73,6 +90,8 @@ class Forecast:
     bought_trials: int | None = None
     binding_cap: str | None = None
     bought_full_trials: int | None = None
+    measured_copies: int = 0  # calibration copies that measured the timing (0: the throughput model)
+    spread: Spread | None = None  # across the calibration's copies (None: one copy, or modelled)
 
     def as_params(self) -> dict[str, str]:
         """The forecast as MLflow params of the parent run (`forecast_*`)."""
@@ -110,13 +129,15 @@ class Forecast:
         return metrics
 
 
-def expected_ladder(plan: SweepPlan) -> tuple[list[tuple[int, int]], str, bool]:
+def expected_ladder(plan: SweepPlan, num_trials: int | None = None) -> tuple[list[tuple[int, int]], str, bool]:
     """(ladder, assumption, each segment of a ranked trial is a new Train run) for the
-    expected case."""
+    expected case; `num_trials` (the plan's when None) counts fewer trials (a live
+    estimate leaves failed ones out)."""
     spec = plan.spec
-    n, max_steps = plan.trials, spec.training.max_steps
+    n = plan.trials if num_trials is None else num_trials
+    max_steps = spec.training.max_steps
     scheduler = spec.early_stopping.scheduler
-    counts = plan.trials_per_milestone()
+    counts = plan.trials_per_milestone(n)
     if counts is not None:
         return counts, "ASHA by promotion: the ladder is known before launch (failed trials only lower it)", True
     if scheduler == "asha_stopping" and spec.search.parameters:
@@ -128,29 +149,97 @@ def expected_ladder(plan: SweepPlan) -> tuple[list[tuple[int, int]], str, bool]:
     return [(max_steps, n)], why, False
 
 
-def _scenario(plan: SweepPlan, timing: TrialTiming, ladder: list[tuple[int, int]], restart_per_segment: bool) -> Scenario:
+@dataclass(frozen=True)
+class TrialAt:
+    """Where a trial of a running sweep stands, for what is left of it (`remaining`)."""
+
+    step: int
+    running: bool  # training now (not paused at a rung, not ended)
+    unranked: bool = False  # a startup trial: climbs every rung in one Train run
+
+
+def remaining(
+    plan: SweepPlan,
+    timing: TrialTiming,
+    ladder: list[tuple[int, int]],
+    restart_per_segment: bool,
+    trials: list[TrialAt] = (),
+) -> Scenario:
+    """What is left of a sweep whose trials stand at `trials` (none: the whole sweep, the
+    forecast before launch), by the ladder's segment arithmetic. Segment i (from the
+    milestone before to milestone i) is trained by ladder[i] trials: those that reached
+    milestone i have trained it, a running trial inside it trains the rest of it, and the
+    trials still missing from the count train all of it, each paying a Train run's start
+    where a new run begins (every trial's first segment; each later one of a ranked trial
+    under ASHA by promotion).
+
+    Wall time: each running trial holds a slot for the rest of its segment; a segment's
+    missing runs go, one by one, to the slot free first, and not before the segment before
+    has ended (its trials ranked at the rung: a promoted trial waits for its ranking).
+    Before launch, with nothing running, that is the segment's runs in waves of `slots`,
+    the segments one after the other; while the sweep runs, a promoted or startup trial
+    trains beside the first rung's runs, as it does in the sweep."""
     training = plan.spec.training
+    slots = max(1, plan.concurrent_trials)
+    start_seconds = timing.setup_seconds + timing.stop_seconds
     # Startup trials train every segment in one Train run: no restart after the first.
-    unranked = plan.spec.early_stopping.startup_trials_for() if restart_per_segment else 0
-    slots = plan.concurrent_trials
-    # The first wave of trials starts cold.
-    first_wave = min(slots, ladder[0][1])
-    steps, trial_seconds, wall = 0, first_wave * timing.cold_start_seconds, timing.cold_start_seconds
+    unranked_total = plan.spec.early_stopping.startup_trials_for() if restart_per_segment else 0
+    steps, trial_seconds = 0, 0.0
+    segments = []  # per segment: (the running trials' rests, a missing run's seconds on its slot, missing runs)
     previous = 0
-    for index, (milestone, trials) in enumerate(ladder):
-        segment_steps = milestone - previous
+    for index, (milestone, expected) in enumerate(ladder):
         evaluations = evaluations_between(previous, milestone, training.eval_every, training.max_steps)
         runs = 1 if (restart_per_segment or index == 0) else 0  # a new Train run
-        starting = trials if index == 0 else runs * (trials - unranked)
-        start_seconds = timing.setup_seconds + timing.stop_seconds
-        seconds = runs * start_seconds + segment_steps * timing.step_seconds + evaluations * timing.eval_seconds
-        steps += trials * segment_steps
-        trial_seconds += trials * (seconds - runs * start_seconds) + starting * start_seconds
-        waves = math.ceil(trials / max(1, slots))
-        wall += waves * (seconds + runs * timing.turnaround_seconds)
+        reached = [t for t in trials if t.step >= milestone]
+        inside = [t for t in trials if t.running and previous <= t.step < milestone]
+        missing = max(0, expected - len(reached) - len(inside))
+        unranked_left = max(0, unranked_total - sum(1 for t in reached + inside if t.unranked))
+        starting = missing if index == 0 else runs * (missing - min(missing, unranked_left))
+        full = (milestone - previous) * timing.step_seconds + evaluations * timing.eval_seconds
+        rest = [
+            (milestone - t.step) * timing.step_seconds
+            + evaluations_between(t.step, milestone, training.eval_every, training.max_steps) * timing.eval_seconds
+            for t in inside
+        ]
+        steps += missing * (milestone - previous) + sum(milestone - t.step for t in inside)
+        trial_seconds += missing * full + starting * start_seconds + sum(rest)
+        # A missing run on its slot: its start, its steps, the slot's turnaround.
+        segments.append((rest, runs * (start_seconds + timing.turnaround_seconds) + full, missing))
         previous = milestone
+    if not trials:  # nothing started yet: the first wave of trials starts cold
+        trial_seconds += min(slots, ladder[0][1]) * timing.cold_start_seconds
+    wall = _on_slots(segments, slots, timing.cold_start_seconds if not trials else 0.0)
     cost = sweep_rate(plan.spec).trial_cost(trial_seconds)
     return Scenario(steps, trial_seconds, wall, cost.accelerator_hours, cost.usd)
+
+
+def _on_slots(segments: list[tuple[list[float], float, int]], slots: int, ready_at: float) -> float:
+    """When the last run ends: the running trials' rests on their slots from now, each
+    segment's missing runs on the slot free first once the segment before has ended, every
+    slot free from `ready_at` (the first wave's cold start before launch)."""
+    running = [rest for rest, _, _ in segments for rest in rest]
+    free = sorted(running + [ready_at] * max(0, slots - len(running)))
+    ended = 0.0  # when the segment before ended
+    for rest, seconds, missing in segments:
+        last = max([ended, *rest])
+        left = missing
+        while left > 0:
+            starts = [max(free_at, ended) for free_at in free]
+            if left >= len(free) and max(starts) - min(starts) <= seconds:
+                # Slots free within one run of each other take the runs in turn, one each
+                # per round: whole rounds at once (a sweep until a budget cap is counted at
+                # up to a million trials).
+                rounds = left // len(free)
+                free = sorted(start + rounds * seconds for start in starts)
+                last = max(last, free[-1])
+                left -= rounds * len(free)
+                continue
+            start = max(heapq.heappop(free), ended)
+            heapq.heappush(free, start + seconds)
+            last = max(last, start + seconds)
+            left -= 1
+        ended = last
+    return max([ended, *free]) if free else ended
 
 
 def forecast_sweep(plan: SweepPlan, timing: TrialTiming, costliest: TrialTiming | None = None) -> Forecast:
@@ -161,25 +250,17 @@ def forecast_sweep(plan: SweepPlan, timing: TrialTiming, costliest: TrialTiming 
     # Steps of the costliest config can time below the first's (noise on a busy machine).
     costliest = max(costliest or timing, timing, key=lambda t: t.step_seconds)
     rate = sweep_rate(spec)
-    mean = TrialTiming(
-        (timing.step_seconds + costliest.step_seconds) / 2,
-        (timing.eval_seconds + costliest.eval_seconds) / 2,
-        (timing.setup_seconds + costliest.setup_seconds) / 2,
-        timing.source,
-        timing.stop_seconds,
-        timing.turnaround_seconds,
-        timing.cold_start_seconds,
-    )
+    mean = mean_of_configs(timing, costliest)
     bought = full = binding = None
     if plan.trials is None:  # until a budget cap: the most trials it buys
         open_plan, caps = plan, spec.budget.caps()
 
         def expected_case(n: int) -> Scenario:
             ladder, _, restarts = expected_ladder(open_plan.with_trials(n))
-            return _scenario(open_plan.with_trials(n), mean, ladder, restarts)
+            return remaining(open_plan.with_trials(n), mean, ladder, restarts)
 
         def without_early_stopping(n: int) -> Scenario:
-            return _scenario(open_plan.with_trials(n), costliest, _full_ladder(open_plan, n), False)
+            return remaining(open_plan.with_trials(n), costliest, _full_ladder(open_plan, n), False)
 
         bought, binding = most_trials_within(caps, expected_case)
         full, _ = most_trials_within(caps, without_early_stopping)
@@ -188,8 +269,8 @@ def forecast_sweep(plan: SweepPlan, timing: TrialTiming, costliest: TrialTiming 
     worst_plan = plan if full is None else plan.with_trials(full)
     return Forecast(
         timing=mean,
-        expected=_scenario(plan, mean, ladder, restarts),
-        worst=_scenario(worst_plan, costliest, _full_ladder(worst_plan, worst_plan.trials), False),
+        expected=remaining(plan, mean, ladder, restarts),
+        worst=remaining(worst_plan, costliest, _full_ladder(worst_plan, worst_plan.trials), False),
         ladder=ladder,
         assumption=assumption,
         slots=plan.concurrent_trials,
@@ -244,6 +325,44 @@ def most_trials_within(caps: dict[str, float], scenario_for) -> tuple[int, str |
     return low, crossed(low + 1)
 
 
+def mean_of_configs(first: TrialTiming, costliest: TrialTiming) -> TrialTiming:
+    """The expected case's timing: sampled configs lie between the first and the costliest."""
+    return TrialTiming(
+        (first.step_seconds + costliest.step_seconds) / 2,
+        (first.eval_seconds + costliest.eval_seconds) / 2,
+        (first.setup_seconds + costliest.setup_seconds) / 2,
+        first.source,
+        first.stop_seconds,
+        first.turnaround_seconds,
+        first.cold_start_seconds,
+    )
+
+
+def with_spread(forecast: Forecast, plan: SweepPlan, copies: list[tuple[TrialTiming, TrialTiming]]) -> Forecast:
+    """`forecast` (from the mean of `copies`, each copy's (first, costliest) timing) with
+    how sure it is: the copies' spread, and how many measured it."""
+    spread = None
+    if forecast.bought_trials is not None:  # a sweep until a budget cap: the trials it buys
+        plan = plan.with_trials(forecast.bought_trials)
+    if len(copies) > 1:
+        per_copy = [mean_of_configs(first, max(first, costliest, key=lambda t: t.step_seconds)) for first, costliest in copies]
+        ladder, _, restarts = expected_ladder(plan)
+
+        def extreme(pick) -> TrialTiming:
+            return replace(
+                per_copy[0],
+                step_seconds=pick(t.step_seconds for t in per_copy),
+                eval_seconds=pick(t.eval_seconds for t in per_copy),
+                setup_seconds=pick(t.setup_seconds for t in per_copy),
+            )
+
+        fastest, slowest = extreme(min), extreme(max)
+        spread = Spread(
+            len(copies), fastest, slowest, remaining(plan, fastest, ladder, restarts), remaining(plan, slowest, ladder, restarts)
+        )
+    return replace(forecast, measured_copies=len(copies), spread=spread)
+
+
 def _duration(seconds: float) -> str:
     if seconds < 120:
         return f"{seconds:.0f} s"
@@ -278,5 +397,48 @@ def forecast_lines(forecast: Forecast, unit: str) -> list[str]:
             f"{label}: {_duration(scenario.wall_seconds)} wall, {scenario.accelerator_hours:.4g} {unit}, "
             f"{usd(scenario.usd)}"
         )
+    lines += [spread_line(forecast), measured_line(forecast)]
     lines += forecast.notes
     return lines
+
+
+def spread_line(forecast: Forecast) -> str:
+    """How far apart the calibration's measurements were, and what that moves."""
+    if forecast.measured_copies == 0:
+        return "Spread: none measured (throughput model); the live ETA corrects it from the first evaluations"
+    spread = forecast.spread
+    if spread is None:
+        return (
+            "Spread: one copy measured (the sweep runs one worker at a time on a node), no spread; "
+            "the live ETA corrects the figures from the first evaluations"
+        )
+    fast, slow, low, high = spread.fastest, spread.slowest, spread.low, spread.high
+    return (
+        f"Spread across the {spread.copies} copies: "
+        f"{_range(fast.step_seconds * 1000, slow.step_seconds * 1000, '{:.1f}')} ms per step, "
+        f"{_range(fast.eval_seconds * 1000, slow.eval_seconds * 1000, '{:.0f}')} ms per evaluation, "
+        f"{_range(fast.setup_seconds, slow.setup_seconds, '{:.1f}')} s per start; expected "
+        f"{_range(low.wall_seconds, high.wall_seconds, _duration)} wall, {_range(low.usd, high.usd, usd)}"
+    )
+
+
+def _range(low: float, high: float, form) -> str:
+    """`low-high` in `form` (a format string or a function), one figure where they read the same."""
+    text = form.format if isinstance(form, str) else form
+    return text(low) if text(low) == text(high) else f"{text(low)}-{text(high)}"
+
+
+def measured_line(forecast: Forecast) -> str:
+    """Which parts of the forecast were measured here and which are modelled."""
+    t = forecast.timing
+    overheads = (
+        f"a trial's stop ({t.stop_seconds:.1f} s), a slot's turnaround ({t.turnaround_seconds:.1f} s), "
+        f"the first wave's cold start ({t.cold_start_seconds:.1f} s), the driver's and Ray's share of the cores"
+    )
+    survival = "which trials early stopping stops (the rung ladder)"
+    if forecast.measured_copies == 0:
+        return f"Measured: nothing; modelled: step and evaluation time (FLOPs at an assumed utilisation), trial start, {overheads}, {survival}"
+    return (
+        "Measured: step time, evaluation time, the training loop's setup; modelled: Ray's part of a trial start "
+        f"({RAY_TRIAL_START_SECONDS:.1f} s), {overheads}, {survival}"
+    )

@@ -73,18 +73,19 @@ class SweepPlan:
         spec = self.spec.model_copy(update={"search": search})
         return dataclasses.replace(self, spec=spec, concurrent_trials=max(1, min(self.concurrent_trials, num_trials)))
 
-    def trials_per_milestone(self) -> list[tuple[int, int]] | None:
+    def trials_per_milestone(self, num_trials: int | None = None) -> list[tuple[int, int]] | None:
         """(step, most trials that train to it) for ASHA by promotion, whose budget is
-        known before launch (`milestone_counts`). None for schedulers that decide as
-        trials arrive, and while the trial count is not known (a sweep that runs until a
-        budget cap: its forecast counts a plan `with_trials`)."""
+        known before launch (`milestone_counts`), for `num_trials` trials (the plan's when
+        None). None for schedulers that decide as trials arrive, and while the trial count
+        is not known (a sweep that runs until a budget cap: its forecast counts a plan
+        `with_trials`)."""
         spec = self.spec
-        if spec.early_stopping.scheduler != "asha" or not spec.search.parameters or self.trials is None:
+        n = self.trials if num_trials is None else num_trials
+        if spec.early_stopping.scheduler != "asha" or not spec.search.parameters or n is None:
             return None
         stopping = spec.early_stopping
         return milestone_counts(
-            self.trials, self.rungs, spec.training.max_steps, stopping.reduction_factor_for(),
-            stopping.startup_trials_for(),
+            n, self.rungs, spec.training.max_steps, stopping.reduction_factor_for(), min(n, stopping.startup_trials_for()),
         )
 
     def step_budget(self) -> str:

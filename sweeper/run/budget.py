@@ -21,6 +21,7 @@ __all__ = ["SweepBudget"]
 class SweepBudget:
     def __init__(self, spec: SweepSpec, plan: SweepPlan, forecast: Forecast | None, guard=None):
         self.spec, self.plan, self.forecast, self.guard = spec, plan, forecast, guard
+        self.live = None  # the live forecast (sweeper/run/live_forecast.py), once attached
 
     @classmethod
     def forecast_sweep(cls, plan: SweepPlan, inputs: SweepInputs, console: Console, on_cluster: bool) -> "SweepBudget":
@@ -32,11 +33,24 @@ class SweepBudget:
         return cls(plan.spec, plan, forecast)
 
     def attach(self, book, tracker) -> None:
-        """Log the forecast to the parent run (`forecast_*` params); caps measured on `book`."""
+        """Log the forecast to the parent run (`forecast_*` params); the live forecast
+        measured on `book` and logged by `tracker`; caps measured on `book` and judged at
+        the live figures."""
+        from sweeper.cost.prices import sweep_rate
         from sweeper.run.budget_guard import make_guard
+        from sweeper.run.live_forecast import LiveForecast
 
         tracker.log_sweep_params(self.forecast.as_params())
-        self.guard = make_guard(self.spec, self.plan, book, self.forecast)
+        self.live = LiveForecast(self.plan, self.forecast, book, sweep_rate(self.spec), tracker)
+        self.guard = make_guard(self.spec, self.plan, book, self.forecast, self.live)
+
+    def listeners(self, table) -> list:
+        """The driver's listeners for the live forecast (none for a resumed sweep, which has
+        no forecast of its own), showing it on `table`; before the table among them."""
+        if self.live is None:
+            return []
+        self.live.table = table
+        return [self.live]
 
     def reattach(self, search_alg, stopper, book):
         """For `sweep resume`: the guard that Tune restored with the searcher and stopper

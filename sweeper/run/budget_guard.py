@@ -2,7 +2,11 @@
 
 - `BudgetSearcher` wraps the sweep's searcher and holds new trials back while starting
   one more would commit work past a cap: what is spent, plus what each running trial
-  spends to its next rung, plus the new trial's start and first rung. It waits while
+  spends to its next rung, plus the new trial's start and first rung. That work is costed
+  at the costliest config's calibrated figures until the sweep has measured steps, then
+  at those figures corrected by the live estimate (sweeper/run/live_forecast.py: each
+  figure times live / calibrated for the mean config), so a calibration that ran fast
+  on a machine the sweep then shares with its driver and Ray lets no more trials in. It waits while
   trials run (a pruned one frees its commitment), and says `Searcher.FINISHED` (no more
   trials) once none runs or a cap is reached.
 - `BudgetStopper` is the `tune.RunConfig(stop=...)` stopper whose `stop_all()` becomes
@@ -60,7 +64,7 @@ class BudgetGuard:
     budget: BudgetSpec
     book: object  # sweeper.track.book.SweepBook
     rate: Rate  # what a trial's second costs (the tracker's trial costs use the same)
-    timing: TrialTiming
+    timing: TrialTiming  # the costliest config's, as forecast before launch
     milestones: list[int]  # rungs, then max_steps
     eval_every: int
     num_trials: int | None  # None: trials keep coming until a cap
@@ -71,11 +75,22 @@ class BudgetGuard:
     stopped_trials: list[int] = field(default_factory=list)
     spent_at_stop: Spent | None = None
     suggested: set[str] = field(default_factory=set)  # trial ids let through, until they start
+    # The live forecast (sweeper/run/live_forecast.py): once the sweep has measured steps,
+    # commitments are judged at the costliest config's figures corrected by them.
+    live: object = None
 
     def __getstate__(self) -> dict:
-        # Tune saves its search algorithm and stopper with the experiment; the book is the
-        # live driver's, and a resumed sweep's guard gets its own book (attach).
-        return {**self.__dict__, "book": None}
+        # Tune saves its search algorithm and stopper with the experiment; the book and the
+        # live forecast are the live driver's, and a resumed sweep's guard gets its own book (attach).
+        return {**self.__dict__, "book": None, "live": None}
+
+    def commit_timing(self) -> TrialTiming:
+        """What a trial's work to its next rung is judged at: the costliest config's
+        calibrated figures, corrected by the live estimate once the sweep measured steps."""
+        live = getattr(self, "live", None)  # a guard pickled before the live forecast has none
+        if live is None or not live.measured.steps:
+            return self.timing
+        return live.costliest_timing()
 
     def spent(self) -> Spent:
         trials = self.book.trials.values()
@@ -108,12 +123,14 @@ class BudgetGuard:
         """A running trial's remaining seconds to its next milestone from `step`."""
         following = step + self.steps_to_next_rung(step)
         evaluations = evaluations_between(step, following, self.eval_every, self.milestones[-1])
-        return (following - step) * self.timing.step_seconds + evaluations * self.timing.eval_seconds
+        timing = self.commit_timing()
+        return max(0, following - step) * timing.step_seconds + evaluations * timing.eval_seconds
 
     def first_rung_seconds(self) -> float:
         first = self.milestones[0]
         evaluations = evaluations_between(0, first, self.eval_every, self.milestones[-1])
-        return self.timing.setup_seconds + first * self.timing.step_seconds + evaluations * self.timing.eval_seconds
+        timing = self.commit_timing()
+        return timing.setup_seconds + first * timing.step_seconds + evaluations * timing.eval_seconds
 
     def running(self) -> list:
         """The trials running now (paused ones wait at a rung and spend nothing)."""
@@ -286,8 +303,9 @@ class BudgetStopper(Stopper):
         return self.guard.reached() is not None
 
 
-def make_guard(spec, plan, book, forecast) -> BudgetGuard | None:
-    """The sweep's guard, or None without a `budget` section."""
+def make_guard(spec, plan, book, forecast, live=None) -> BudgetGuard | None:
+    """The sweep's guard, or None without a `budget` section; `live` the sweep's live
+    forecast, whose measured figures it commits trials at once there are some."""
     if spec.budget is None:
         return None
     # The costliest config's timing: commitments are judged on the safe side.
@@ -300,4 +318,5 @@ def make_guard(spec, plan, book, forecast) -> BudgetGuard | None:
         milestones=[*plan.rungs, spec.training.max_steps],
         eval_every=spec.training.eval_every,
         num_trials=most_trials(spec),
+        live=live,
     )

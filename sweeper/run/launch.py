@@ -342,7 +342,7 @@ def _fit_and_finish(context: SweepContext, make_tuner, extra_callbacks: list) ->
     console.print(f"Budget: {plan.step_budget()}")
     console.print(f"MLflow: {context.tracking_uri} (experiment {spec.tracking.experiment!r}, run {spec.name!r})")
     live_table = LiveTable(book, list(spec.search.parameters), console)
-    listeners = [tracker, AdapterJanitor(book, spec.search.keep_best_adapters), live_table]
+    listeners = [tracker, AdapterJanitor(book, spec.search.keep_best_adapters), *context.budget.listeners(live_table), live_table]
     driver = SweepDriver(book, listeners)  # make_tuner hands it the searcher's marks
     watchdog = StallWatchdog(live_table, spec.sweep_dir / DRIVER_LOG)
     tuner = make_tuner(_trainable(context), [driver, ReleaseFinishedRuns(), watchdog, *extra_callbacks])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
@@ -10,6 +12,10 @@ from rich.text import Text
 from sweeper.track.book import SweepBook, TrialRecord
 from sweeper.names import TrialState
 from sweeper.views import STATE_STYLE
+
+
+# Where the output is a file or a pipe, the live ETA line at most this often.
+ETA_PRINT_SECONDS = 30.0
 
 
 def _fmt(value) -> str:
@@ -59,6 +65,8 @@ class LiveTable:
         self.book, self.param_names, self.console = book, param_names, console
         self.live: Live | None = None
         self.waiting_on: list[str] | None = None  # the driver's watchdog's finding, under the table
+        self.eta: str | None = None  # the live forecast's line (sweeper/run/live_forecast.py), under the table
+        self._eta_printed_at = 0.0
 
     def __enter__(self) -> "LiveTable":
         if self.console.is_terminal:
@@ -79,10 +87,28 @@ class LiveTable:
 
     def _render(self) -> Table:
         table = trial_table(self.book, self.param_names)
+        caption = Text()
+        if self.eta:
+            caption.append(self.eta)
         if self.waiting_on:
-            table.caption = Text("\n".join(self.waiting_on), style="yellow")
+            caption.append(("\n" if self.eta else "") + "\n".join(self.waiting_on), style="yellow")
+        if caption:
+            table.caption = caption
             table.caption_justify = "left"
         return table
+
+    def forecast(self, line: str) -> None:
+        """The live estimate (`ETA 3 min 10 s, $0.41 to go of $1.20 expected (...)`), under
+        the table; where the output is no terminal, printed at most every
+        `ETA_PRINT_SECONDS` and with each finished trial."""
+        self.eta = line
+        if not self.live and time.time() - self._eta_printed_at >= ETA_PRINT_SECONDS:
+            self._print_eta()
+
+    def _print_eta(self) -> None:
+        if self.eta:
+            self.console.print(self.eta, markup=False, highlight=False, soft_wrap=True)
+            self._eta_printed_at = time.time()
 
     def waiting(self, lines: list[str] | None) -> None:
         """What the sweep waits on (sweeper/run/watchdog.py), shown under the table; None
@@ -95,6 +121,7 @@ class LiveTable:
     def trial_finished(self, record: TrialRecord) -> None:
         if not self.live:
             self.console.print(_one_line(record, self.book.metric, self.param_names), markup=False)
+            self._print_eta()
 
 
 def _one_line(record: TrialRecord, metric: str, param_names: list[str]) -> str:

@@ -239,6 +239,16 @@ class SweepStore:
                     rows.append({"trial_number": numbers[run_id], "key": key, "step": point.step, "value": point.value})
         return pl.DataFrame(rows, schema={"trial_number": pl.Int64, "key": pl.String, "step": pl.Int64, "value": pl.Float64})
 
+    def sweep_history(self, run, keys: tuple[str, ...]) -> pl.DataFrame:
+        """Metric histories of the sweep's parent run `run` (the live forecast): one row per
+        step, one column per key (null where a key has no value at that step)."""
+        columns: dict[int, dict[str, float]] = {}
+        for key in keys:
+            for point in self.runs.metric_histories([run.info.run_id], key).get(run.info.run_id, []):
+                columns.setdefault(point.step, {})[key] = point.value
+        rows = [{"step": step, **{key: values.get(key) for key in keys}} for step, values in sorted(columns.items())]
+        return pl.DataFrame(rows, schema={"step": pl.Int64, **{key: pl.Float64 for key in keys}})
+
     # ------------------------------------------------------------ the sweep's own record
 
     def record(self, name: str | None = None, run=None) -> SweepRecord:

@@ -180,6 +180,13 @@ class MlflowTracker:
             tags=[RunTag(k, v) for k, v in tags.items()],
         )
 
+    def log_sweep_metrics(self, metrics: dict[str, float], step: int) -> None:
+        """Metrics on the parent run at `step` while the sweep runs (the live forecast)."""
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        self.client.log_batch(self.parent_run_id, metrics=[Metric(k, float(v), now, step) for k, v in metrics.items()])
+
     def _mark_running(self) -> None:
         """The parent run says the sweep runs, and from which folder (a resume may be in another)."""
         from mlflow.entities import RunTag

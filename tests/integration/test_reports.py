@@ -111,7 +111,7 @@ def test_report_opens_in_headless_chromium(finished_sweep, chromium, tmp_path):
     assert "rank" in result.stdout and "pruning saved" in result.stdout and f"Report: {out}/index.html" in result.stdout
     html_text = (out / "index.html").read_text()
     assert "1 parameter searched: importance needs at least 2 to compare." in html_text
-    expected = {f"shared-{slug}" for slug in ("curves", "parallel", "progress", "cost")}
+    expected = {f"shared-{slug}" for slug in ("curves", "parallel", "progress", "cost", "forecast")}
     seen = assert_renders(chromium, out / "index.html", tmp_path, expected)
     # The curves mark the ASHA rung (step 10 of 30) and draw pruned trials dashed.
     curves = rendered_figures(seen["dom"])["shared-curves"]
@@ -156,7 +156,7 @@ def test_markdown_agrees_with_mlflow(finished_sweep, chromium, tmp_path):
     assert record["seed: search.seed"] == "3"
     for image in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text):
         assert (out / image).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", image
-    assert len(re.findall(r"!\[", text)) == 4
+    assert len(re.findall(r"!\[", text)) == 5  # curves, parallel, progress, cost, the live forecast
 
 
 def test_two_sweeps_side_by_side(finished_sweep, chromium, tmp_path):
@@ -194,8 +194,8 @@ def test_two_sweeps_side_by_side(finished_sweep, chromium, tmp_path):
     assert "## Sweep shared" in text and "## Sweep second" in text
 
     expected = {"comparison-progress", "comparison-best-curves",
-                *(f"shared-{s}" for s in ("curves", "parallel", "progress", "cost")),
-                *(f"second-{s}" for s in ("curves", "parallel", "progress", "cost"))}
+                *(f"shared-{s}" for s in ("curves", "parallel", "progress", "cost", "forecast")),
+                *(f"second-{s}" for s in ("curves", "parallel", "progress", "cost", "forecast"))}
     assert_renders(chromium, out / "index.html", tmp_path, expected)
 
 

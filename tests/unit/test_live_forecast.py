@@ -1,0 +1,322 @@
+"""The live forecast (sweeper/plan/live.py, sweeper/run/live_forecast.py), the budget
+guard's commitments at its figures, and how sure `sweep plan` says it is."""
+
+from dataclasses import replace
+
+import pytest
+
+from sweeper.cost.prices import Rate
+from sweeper.cost.throughput import TrialTiming
+from sweeper.names import TrialState
+from sweeper.plan.forecast import TrialAt, forecast_lines, forecast_sweep, remaining, with_spread
+from sweeper.plan.live import Measured, PriorWeight, blend, duration, estimate, live_timing
+from sweeper.plan.sweep_plan import make_plan
+from sweeper.run.budget_guard import BudgetGuard, BudgetSearcher
+from sweeper.run.live_forecast import LiveForecast
+from sweeper.spec.budget import BudgetSpec
+from sweeper.track.book import SweepBook, TrialRecord
+from tests.unit.test_budget import Counting
+from tests.unit.test_forecast import CPU_BOX, TIMING, quickstart_like
+
+
+def plan_and_forecast(copies: int = 2, **sections):
+    """The quickstart-like ladder (10 to step 10, 3 to 30, 1 to 90; 2 slots) at TIMING
+    (0.1 s per step, 0.5 s per evaluation, 1 s per start), calibrated by `copies` copies."""
+    plan = make_plan(quickstart_like(**sections), CPU_BOX)
+    return plan, with_spread(forecast_sweep(plan, TIMING), plan, [(TIMING, TIMING)] * copies)
+
+
+# ------------------------------------------------------------ the estimator
+
+
+def test_with_nothing_measured_the_estimate_is_the_calibrated_forecast():
+    plan, forecast = plan_and_forecast()
+    live = estimate(plan, forecast, Measured(), [])
+    assert live.timing.step_seconds == TIMING.step_seconds and live.timing.eval_seconds == TIMING.eval_seconds
+    assert live.left == forecast.expected
+    assert live.total_usd == pytest.approx(forecast.expected.usd)
+    assert "calibrated; nothing measured yet" in live.line()
+
+
+def test_the_estimate_converges_to_the_measured_rate():
+    weight = PriorWeight.of(plan_and_forecast(copies=2)[1])
+    assert (weight.steps, weight.evaluations, weight.starts) == (10, 2, 2)  # 5 steps, 1 evaluation, 1 start a copy
+    measured = Measured()
+    measured.add_interval(10, 2.0, 1.0)  # 0.2 s per step, 1 s per evaluation: twice the calibration
+    timing = live_timing(TIMING, measured, weight)
+    assert timing.step_seconds == pytest.approx((10 * 0.1 + 2.0) / 20)  # half way after as many steps as the prior
+    assert timing.eval_seconds == pytest.approx((2 * 0.5 + 1.0) / 3)
+    for _ in range(999):
+        measured.add_interval(10, 2.0, 1.0)
+    timing = live_timing(TIMING, measured, weight)
+    assert timing.step_seconds == pytest.approx(0.2, rel=1e-3) and timing.eval_seconds == pytest.approx(1.0, rel=1e-2)
+    assert timing.setup_seconds == TIMING.setup_seconds  # no start measured: the calibration's
+
+
+def test_a_modelled_prior_counts_as_one_observation():
+    plan = make_plan(quickstart_like(), CPU_BOX)
+    modelled = forecast_sweep(plan, TIMING)  # no calibration copies
+    assert PriorWeight.of(modelled) == PriorWeight(1.0, 1.0, 1.0)
+    assert blend(0.1, 1.0, 0.6, 3) == pytest.approx(0.7 / 4)
+
+
+def test_what_is_left_follows_the_ladder_from_where_the_trials_stand():
+    plan, _ = plan_and_forecast()
+    ladder = [(10, 10), (30, 3), (90, 1)]
+    # 7 trials started: 4 paused at the first rung, one promoted and at step 20 now, one
+    # paused at the second rung (30), one running at step 5; 3 not started. 2 slots.
+    trials = [TrialAt(10, False)] * 4 + [TrialAt(20, True), TrialAt(30, False), TrialAt(5, True)]
+    left = remaining(plan, TIMING, ladder, True, trials)
+    # Segment to 10: the trial at 5 trains 5 more, the 3 missing all 10 (and start).
+    # Segment to 30: 1 reached it, the one at 20 trains 10 more, 1 missing trains 20 (and starts).
+    # Segment to 90: 1 missing trains 60 (and starts).
+    assert left.steps == 5 + 3 * 10 + 10 + 20 + 60
+    start = TIMING.setup_seconds + TIMING.stop_seconds  # 1 s
+    at_5, first_rung = 5 * 0.1 + 0.5, start + 10 * 0.1 + 0.5  # 1 s, 2.5 s
+    at_20, second = 10 * 0.1 + 0.5, start + 20 * 0.1 + 1.0  # 1.5 s, 4 s
+    last = start + 60 * 0.1 + 3.0  # 10 s
+    assert left.trial_seconds == pytest.approx(at_5 + 3 * first_rung + at_20 + second + last)
+    # On the 2 slots: the trial at 5 frees its slot at 1 s, the one at 20 at 1.5 s; the 3
+    # first-rung runs end at 3.5, 4 and 6 s; the second rung's run waits for them (6 to 10 s),
+    # the last segment's for it (10 to 20 s).
+    assert left.wall_seconds == pytest.approx(20.0)
+
+
+def test_a_promoted_trial_trains_beside_the_first_rungs_runs():
+    plan, _ = plan_and_forecast()
+    # One trial promoted and running at 10 toward 30; the first rung's last 2 runs on the other slot.
+    trials = [TrialAt(10, False)] * 7 + [TrialAt(10, True)]
+    left = remaining(plan, TIMING, [(10, 10), (30, 3), (90, 1)], True, trials)
+    first_rung, at_10 = 1.0 + 10 * 0.1 + 0.5, 20 * 0.1 + 2 * 0.5  # 2.5 s, 3 s
+    # The other slot runs the 2 first-rung runs (5 s) while the promoted trial trains (3 s);
+    # the second rung's other 2 runs (4 s each) then wait for the first rung: both at 5 s.
+    assert left.wall_seconds == pytest.approx(2 * first_rung + (1.0 + 20 * 0.1 + 1.0) + (1.0 + 60 * 0.1 + 3.0))
+    assert at_10 < 2 * first_rung  # the promoted trial's rest was beside them, not after
+
+
+def test_failed_trials_leave_the_ladder_and_a_finished_sweep_has_nothing_left():
+    plan, forecast = plan_and_forecast()
+    done = [TrialAt(10, False)] * 9 + [TrialAt(90, False)]
+    assert estimate(plan, forecast, Measured(), done).left.steps == (3 - 1) * 20  # 2 of 3 expected to step 30 missing
+    # With 4 trials failed, 6 are left for the ladder: 6 to 10, 2 to 30, 1 to 90.
+    six = [TrialAt(10, False)] * 5 + [TrialAt(90, False)]
+    assert estimate(plan, forecast, Measured(), six, failed=4).left.steps == 20
+    everything = [TrialAt(10, False)] * 7 + [TrialAt(30, False)] * 2 + [TrialAt(90, False)]
+    assert estimate(plan, forecast, Measured(), everything).left.wall_seconds == 0
+
+
+def test_the_eta_line_reads_as_the_issue_asks():
+    assert duration(190) == "3 min 10 s" and duration(42.4) == "42 s" and duration(7500) == "2 h 05 min"
+    plan, forecast = plan_and_forecast()
+    measured = Measured()
+    measured.add_interval(10, 1.5, 0.6)
+    line = estimate(plan, forecast, measured, [TrialAt(10, True)], elapsed_seconds=5, spent_usd=0.01).line()
+    assert line.startswith("ETA ") and " to go of $" in line and "expected (10 steps measured: 125.0 ms per step" in line
+
+
+# ------------------------------------------------------------ measured from the reports
+
+
+class Clock:
+    def __init__(self):
+        import time
+
+        self.now = time.time()  # a trial's wall time is counted on the real clock
+
+    def __call__(self):
+        return self.now
+
+
+class Logged:
+    def __init__(self):
+        self.metrics = []
+
+    def log_sweep_metrics(self, metrics, step):
+        self.metrics.append((step, metrics))
+
+
+class Shown:
+    def __init__(self):
+        self.lines = []
+
+    def forecast(self, line):
+        self.lines.append(line)
+
+
+def report(step, train_seconds):
+    return {"step": step, "train_tokens": 1000.0, "tokens_per_second": 1000.0 / train_seconds, "eval_loss": 1.0}
+
+
+def test_the_listener_measures_starts_steps_and_evaluations_and_logs_at_each_evaluation():
+    plan, forecast = plan_and_forecast()
+    clock, logged, shown = Clock(), Logged(), Shown()
+    book = SweepBook(metric="eval_loss", goal="minimize", max_steps=90, started_at=clock.now)
+    live = LiveForecast(plan, forecast, book, Rate("cpu", 1, 3.6), logged, shown, clock)
+    record = TrialRecord(trial_id="a", number=1, params={}, started_at=clock.now)
+    book.trials["a"] = record
+    live.trial_started(record)
+    assert logged.metrics[0][0] == 0  # the calibrated forecast at step 0
+    # A trial running at step 0: the calibrated forecast less the first wave's cold start and its start.
+    calibrated = estimate(plan, forecast, Measured(), [TrialAt(0, True)])
+    assert logged.metrics[0][1]["forecast_total_usd"] == pytest.approx(calibrated.total_usd, rel=1e-3)
+    clock.now += 4.0  # start 1.5 s + 10 steps of 0.2 s + an evaluation (0.5 s, the estimate so far)
+    record.history.append(report(10, 2.0))
+    live.trial_result(record)
+    assert live.measured.starts == 1 and live.measured.start_seconds == pytest.approx(4.0 - 2.0 - 0.5)
+    clock.now += 3.0  # 10 steps of 0.2 s, 1 s for the rest
+    record.history.append(report(20, 2.0))
+    live.trial_result(record)
+    assert live.measured.steps == 20 and live.measured.train_seconds == pytest.approx(4.0)
+    assert live.measured.evaluations == 1 and live.measured.eval_seconds == pytest.approx(1.0)
+    assert [step for step, _ in logged.metrics] == [0, 1, 2]
+    clock.now += 0.25  # the run pauses at a rung a quarter second after its report
+    record.state = TrialState.PAUSED
+    live.trial_paused(record)
+    clock.now += 0.5  # and another trial takes the slot half a second later
+    other = TrialRecord(trial_id="b", number=2, params={}, started_at=clock.now)
+    book.trials["b"] = other
+    live.trial_started(other)
+    assert (live.measured.stops, live.measured.stop_seconds) == (1, pytest.approx(0.25))
+    assert (live.measured.turnarounds, live.measured.turnaround_seconds) == (1, pytest.approx(0.5))
+    assert live.timing().stop_seconds == pytest.approx((TIMING.stop_seconds + 0.25) / 2)  # a constant weighs one
+    step_2 = logged.metrics[2][1]
+    assert set(step_2) >= {"forecast_remaining_s", "forecast_remaining_usd", "forecast_total_usd", "forecast_total_s"}
+    assert step_2["forecast_live_step_seconds"] == pytest.approx((10 * 0.1 + 4.0) / 30)
+    assert shown.lines[-1].startswith("ETA ") and "20 steps measured" in shown.lines[-1]
+
+
+def test_the_first_waves_starts_are_measured_without_their_cold_start():
+    plan, forecast = plan_and_forecast()  # 2 slots
+    cold = 1.0
+    forecast = replace(forecast, timing=replace(TIMING, cold_start_seconds=cold))
+    clock = Clock()
+    book = SweepBook(metric="eval_loss", goal="minimize", max_steps=90, started_at=clock.now)
+    live = LiveForecast(plan, forecast, book, Rate("cpu", 1, 3.6), clock=clock)
+    records = [TrialRecord(trial_id=t, number=n, params={}) for n, t in enumerate("abc")]
+    for record in records:
+        book.trials[record.trial_id] = record
+        live.trial_started(record)  # a and b: the first wave; c: a later run
+    clock.now += 4.0
+    for record in records:
+        record.history.append(report(10, 2.0))
+        live.trial_result(record)
+    # 4 s less 2 s of steps and the evaluation's 0.5 s; the first two also less the cold second.
+    assert live.measured.start_seconds == pytest.approx(2 * (4.0 - 2.0 - 0.5 - cold) + (4.0 - 2.0 - 0.5))
+
+
+# ------------------------------------------------------------ the cap at the live figures
+
+
+def test_the_cap_commits_trials_at_the_live_figures_once_measured():
+    # Calibrated: a new trial's first rung is 1 + 10 x 0.1 + 0.5 = 2.5 s ($0.0025); spent $0.010.
+    plan, forecast = plan_and_forecast()
+    book = SweepBook(metric="eval_loss", goal="minimize", max_steps=90)
+    paused = TrialRecord(trial_id="p", number=1, params={}, state=TrialState.PAUSED, started_at=0, ended_at=10)
+    paused.history.append({"step": 10})
+    running = TrialRecord(trial_id="r", number=2, params={}, state=TrialState.RUNNING)
+    running.started_at, running.history = running.started_at - 0.0, [{"step": 30}]
+    book.trials = {"p": paused, "r": running}
+    live = LiveForecast(plan, forecast, book, Rate("cpu", 1, 3.6))
+    guard = BudgetGuard(
+        budget=BudgetSpec(max_usd=0.0275), book=book, rate=Rate("cpu", 1, 3.6), timing=TIMING,
+        milestones=[10, 30, 90], eval_every=10, num_trials=10, live=live,
+    )
+    # Running trial from 30 to 90: 60 x 0.1 + 6 x 0.5 = 9 s; with the new trial's 2.5 s: $0.0215 committed.
+    assert guard.first_rung_seconds() == pytest.approx(2.5)
+    assert BudgetSearcher(Counting(), guard).suggest("a") == {"x": 1}
+    # Measured: steps at three times the calibration (the prior weighs 10 of 1010 steps).
+    for _ in range(100):
+        live.measured.add_interval(10, 3.0, 0.5)
+    timing = guard.commit_timing()
+    assert timing.step_seconds == pytest.approx((10 * 0.1 + 300) / 1010)
+    assert guard.seconds_to_next_rung(30) == pytest.approx(60 * timing.step_seconds + 6 * timing.eval_seconds)
+    guard.suggested.clear()
+    # Now the running trial's 60 steps alone cost about $0.018 more: the new trial is held back.
+    assert BudgetSearcher(Counting(), guard).suggest("b") is None
+    assert guard.held_back_by == "max_usd"
+
+
+def test_the_guard_pickles_without_the_live_forecast():
+    import pickle
+
+    plan, forecast = plan_and_forecast()
+    book = SweepBook(metric="eval_loss", goal="minimize", max_steps=90)
+    live = LiveForecast(plan, forecast, book, Rate("cpu", 1, 3.6), Logged(), Shown())
+    guard = BudgetGuard(BudgetSpec(max_usd=1.0), book, Rate("cpu", 1, 3.6), TIMING, [10, 30, 90], 10, 10, live=live)
+    restored = pickle.loads(pickle.dumps(guard))
+    assert restored.live is None and restored.commit_timing() == TIMING
+    del restored.__dict__["live"]  # as a guard pickled by a driver before the live forecast
+    assert restored.commit_timing() == TIMING
+    assert pickle.loads(pickle.dumps(live)).tracker is None
+
+
+# ------------------------------------------------------------ how sure `sweep plan` is
+
+
+def test_the_plan_says_its_spread_and_what_is_measured_and_what_modelled():
+    plan = make_plan(quickstart_like(), CPU_BOX)
+    slow = TrialTiming(0.12, 0.6, 1.2, "test", 0.0, 0.0, 0.0)
+    forecast = with_spread(forecast_sweep(plan, TIMING), plan, [(TIMING, TIMING), (slow, slow)])
+    lines = forecast_lines(forecast, "CPU core-hours")
+    spread = next(line for line in lines if line.startswith("Spread"))
+    assert spread.startswith("Spread across the 2 copies: 100.0-120.0 ms per step, 500-600 ms per evaluation, 1.0-1.2 s per start")
+    assert f"{forecast.spread.low.usd:.6f}" in spread and f"{forecast.spread.high.usd:.6f}" in spread
+    assert forecast.spread.low.usd < forecast.spread.high.usd
+    measured = next(line for line in lines if line.startswith("Measured"))
+    assert measured.startswith("Measured: step time, evaluation time, the training loop's setup; modelled: Ray's part")
+    assert "which trials early stopping stops (the rung ladder)" in measured
+    one_copy = forecast_lines(with_spread(forecast_sweep(plan, TIMING), plan, [(TIMING, TIMING)]), "CPU core-hours")
+    assert any(line.startswith("Spread: one copy measured") for line in one_copy)
+    modelled = forecast_lines(forecast_sweep(plan, TIMING), "CPU core-hours")
+    assert any(line.startswith("Spread: none measured (throughput model)") for line in modelled)
+    assert any(line.startswith("Measured: nothing; modelled: step and evaluation time") for line in modelled)
+
+
+def test_the_live_table_shows_the_eta_under_the_table_and_prints_it_to_a_pipe():
+    import io
+
+    from rich.console import Console
+
+    from sweeper.track.console import LiveTable
+
+    out = io.StringIO()
+    book = SweepBook(metric="eval_loss", goal="minimize", max_steps=90)
+    table = LiveTable(book, [], Console(file=out, width=200))  # a file: no terminal
+    line = "ETA 3 min 10 s, $0.410000 to go of $1.20 expected (140 steps measured)"
+    table.forecast(line)
+    table.forecast("ETA 3 min 9 s, ...")  # within ETA_PRINT_SECONDS of the last: not printed again
+    assert out.getvalue().splitlines() == [line]
+    assert table._render().caption.plain == "ETA 3 min 9 s, ..."
+    record = TrialRecord(trial_id="a", number=1, params={}, state=TrialState.COMPLETED)
+    table.trial_finished(record)  # a finished trial's line, then the latest ETA
+    assert out.getvalue().splitlines()[-1] == "ETA 3 min 9 s, ..."
+    table.waiting(["waiting on trial 2"])
+    assert table._render().caption.plain == "ETA 3 min 9 s, ...\nwaiting on trial 2"
+
+
+# ------------------------------------------------------------ the report
+
+
+def test_the_report_draws_the_live_forecast_against_the_actual():
+    from dataclasses import replace as with_fields
+
+    import polars as pl
+
+    from reports.figures import forecast_figure
+    from tests.unit.test_reports import _with_totals, make_sweep
+
+    data = make_sweep()
+    assert forecast_figure(data) is None  # no live forecast on the parent run
+    frame = pl.DataFrame({
+        "step": [0, 1, 2], "forecast_elapsed_s": [0.0, 40.0, 90.0], "forecast_remaining_s": [100.0, 80.0, 30.0],
+        "forecast_total_usd": [1.0, 1.3, 1.25],
+    })
+    data = with_fields(data, forecast=frame)
+    totals = {**data.record.totals, "wall_seconds": 130.0}
+    figure = forecast_figure(with_fields(data, record=_with_totals(data.record, totals)))
+    forecast_usd, actual_usd, eta, actual_left = figure.data
+    assert list(forecast_usd.x) == [0.0, 40.0, 90.0] and list(forecast_usd.y) == [1.0, 1.3, 1.25]
+    assert list(actual_usd.y) == [1.23, 1.23]  # cost_usd_total
+    assert list(eta.y) == [100.0, 80.0, 30.0] and list(actual_left.x) == [0, 130.0] and list(actual_left.y) == [130.0, 0]
+    # A running sweep (no totals yet) has no actual to draw against.
+    assert forecast_figure(with_fields(data, record=_with_totals(data.record, {}))) is None
