@@ -3,7 +3,6 @@ driver, and bad input at start."""
 
 import contextlib
 import json
-import os
 import re
 import signal
 from pathlib import Path
@@ -56,6 +55,13 @@ def test_failing_trials_are_retried_then_failed_while_the_sweep_completes(tmp_pa
     assert logs.count("[FailurePolicy] RETRY") == 3 and logs.count("[FailurePolicy] RAISE") == 3
 
 
+def alive(process: psutil.Process) -> bool:
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def eval_history(uri: str, run_id: str) -> list[tuple[int, float]]:
     from mlflow.tracking import MlflowClient
 
@@ -95,12 +101,13 @@ def test_stop_kill_and_resume_keep_every_finished_trial(tmp_path):
     # dashboard, trial actors, Train workers), as a machine that goes away.
     driver = start_driver("resume", "resumable", cwd=tmp_path)
     wait_for(lambda: len(finished_children()) > len(kept), 600, "a trial finished after resume")
-    cluster = [driver.pid, *(child.pid for child in psutil.Process(driver.pid).children(recursive=True))]
-    for pid in cluster:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+    cluster = [psutil.Process(driver.pid), *psutil.Process(driver.pid).children(recursive=True)]
+    for process in cluster:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.kill()
     driver.wait(timeout=60)
-    assert not [pid for pid in cluster[1:] if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"]
+    # Killed is not yet gone: each ends (or waits as a zombie for whoever reaps it) within moments.
+    wait_for(lambda: not [p for p in cluster[1:] if alive(p)], 30, "the killed cluster's processes to end", every=0.2)
     _, children = sweep_runs(uri, "resumable")
     numbers_before = {c.data.tags["sweeper.trial_id"]: c.data.tags["sweeper.trial_number"] for c in children}
     evaluations_before = {c.data.tags["sweeper.trial_id"]: eval_history(uri, c.info.run_id) for c in children}
