@@ -16,6 +16,7 @@ from ray.tune.search import Searcher
 import sweeper.names as names  # its TrialState beside Optuna's
 from sweeper.plan.sweep_plan import SweepPlan
 from sweeper.search.asha import PromotionASHA, SlotLimiter
+from sweeper.search.mirrored_storage import MirroredStorage
 from sweeper.search.space import make_sampler, to_optuna_distributions
 from sweeper.search.study import (
     REPEAT_ATTR,
@@ -78,7 +79,9 @@ class StepAwareOptunaSearch(Searcher):
         self._open_study()
 
     def _open_study(self) -> None:
-        self.storage = optuna.storages.RDBStorage(self.storage_url) if self.storage_url else optuna.storages.InMemoryStorage()
+        # Read from memory, written through to the file: a SQLite study re-read every
+        # paused trial at each ask (sweeper/search/mirrored_storage.py).
+        self.storage = MirroredStorage(self.storage_url) if self.storage_url else optuna.storages.InMemoryStorage()
         self.study = optuna.create_study(
             study_name=self.study_name,
             storage=self.storage,
