@@ -42,6 +42,34 @@ def sweeps_table(sweeps: pl.DataFrame) -> Table:
     return table
 
 
+# `sweep status` shows every trial of a sweep up to this many; beyond, the running ones
+# and the BEST_SHOWN best of the others (2,000 rows took rich 3 s to draw, and nobody
+# reads them in a terminal: `sweep status NAME --all` and the report have them all).
+ALL_TRIALS_UP_TO = 50
+BEST_SHOWN = 20
+
+
+def trials_shown(run, trials: pl.DataFrame, show_all: bool = False) -> tuple[pl.DataFrame, str | None]:
+    """The trials `sweep status` shows, in trial order, and a note saying what it left out
+    (None when it shows them all)."""
+    if show_all or trials.height <= ALL_TRIALS_UP_TO:
+        return trials, None
+    metric = run.data.tags.get(Tag.METRIC, EVAL_LOSS)
+    running = trials.filter(pl.col("state") == TrialState.RUNNING)
+    best = (
+        trials.filter((pl.col("state") != TrialState.RUNNING) & pl.col("metric").is_not_null())
+        .sort("metric", descending=run.data.tags.get(Tag.GOAL) == "maximize")
+        .head(BEST_SHOWN)
+    )
+    shown = pl.concat([running, best]).sort("trial_number")
+    counts = ", ".join(f"{n} {state}" for state, n in trials["state"].value_counts(sort=True).iter_rows())
+    note = (
+        f"{shown.height} of {trials.height} trials shown ({counts}): the running ones and the {best.height} "
+        f"best by {metric}. Every trial: sweep status {run.data.tags.get(Tag.SWEEP_NAME)} --all"
+    )
+    return shown, note
+
+
 def trials_table(run, trials: pl.DataFrame) -> Table:
     tags, metrics = run.data.tags, run.data.metrics
     metric = tags.get(Tag.METRIC, EVAL_LOSS)

@@ -55,13 +55,19 @@ def list_sweeps(tracking_uri: Optional[str] = typer.Option(None, "--tracking-uri
 def status(
     name: str = typer.Argument(..., help="Sweep name."),
     tracking_uri: Optional[str] = typer.Option(None, "--tracking-uri", help=TRACKING_URI_HELP),
+    show_all: bool = typer.Option(
+        False, "--all", help="Every trial, also in a sweep of more than 50 (by default: the running ones and the 20 best)."
+    ),
 ) -> None:
     """The trial table of sweep NAME from the MLflow store (works while it runs)."""
-    from sweeper.views import trials_table
+    from sweeper.views import trials_shown, trials_table
 
     store = store_at(tracking_uri)
     run = store.sweep_run(name)
-    console.print(trials_table(run, store.trials(run=run)))
+    shown, note = trials_shown(run, store.trials(run=run), show_all)
+    console.print(trials_table(run, shown))
+    if note:
+        console.print(note, highlight=False, soft_wrap=True)
 
 
 def report(
