@@ -10,7 +10,11 @@ from reports.build import Report, SweepReport
 from reports.frames import display
 from sweeper.views import STATE_STYLE
 
-__all__ = ["print_summary"]
+__all__ = ["print_summary", "TERMINAL_ROWS"]
+
+# The leaderboard's first rows on the terminal; index.html and report.md have every trial
+# (a 905-trial leaderboard took rich 2 s to draw).
+TERMINAL_ROWS = 20
 
 
 def print_summary(report: Report, console: Console) -> None:
@@ -20,13 +24,18 @@ def print_summary(report: Report, console: Console) -> None:
         console.print(_table("Best trials side by side", best.columns, best.iter_rows()))
     for sweep in report.sweeps:
         console.print(_leaderboard(sweep))
+        if sweep.leaderboard.height > TERMINAL_ROWS:
+            console.print(
+                f"The {TERMINAL_ROWS} best of {sweep.leaderboard.height} trials; index.html and report.md rank them all.",
+                highlight=False,
+            )
         for note in sweep.notes:
             console.print(f"[yellow]note:[/yellow] {note}", highlight=False)
 
 
 def _leaderboard(sweep: SweepReport) -> Table:
     metric = sweep.data.record.metric
-    board = sweep.leaderboard
+    board = sweep.leaderboard.head(TERMINAL_ROWS)
     shown = display(board.drop("state", f"best {metric} seen"), metrics=(metric,), money=("cost",))
     costs = sweep.cost_table()
     total, saved = costs["value"][0], costs["value"][1]

@@ -153,6 +153,26 @@ def test_importance_skips_values_outside_the_recorded_space():
     assert importance.frame is None and importance.note.startswith("2 completed trial(s)")
 
 
+def test_importance_of_a_large_sweep_reads_a_seeded_sample_and_still_finds_what_matters():
+    import math
+    import random
+
+    from reports.importance import MOST_TRIALS_EVALUATED
+
+    rng = random.Random(1)
+    many = {}
+    for number in range(1, 2 * MOST_TRIALS_EVALUATED + 1):
+        lr = 10 ** rng.uniform(-4, -1)
+        # Only the learning rate matters: a valley at 1e-2.
+        many[number] = ("completed", "completed", abs(math.log10(lr) + 2), 30, 0.3, 0.0, lr, rng.choice([2, 4, 8]), number)
+    importance = param_importance(make_sweep(trials=many).trials, SPACE, "minimize")
+    assert f"over {MOST_TRIALS_EVALUATED} of {2 * MOST_TRIALS_EVALUATED} completed trials (a seeded random sample)" in importance.note
+    for _, rows in importance.frame.group_by("evaluator"):
+        assert rows.sort("importance")["parameter"][-1] == "training.learning_rate", rows
+    again = param_importance(make_sweep(trials=many).trials, SPACE, "minimize")
+    assert again.frame.equals(importance.frame)  # the same sample, the same figures
+
+
 # ---------------------------------------------------------------- figures
 
 
