@@ -11,7 +11,7 @@ from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
 from reports.data import SweepData
-from reports.frames import best_so_far, best_trial_number, number
+from reports.frames import best_so_far, best_trial_number, leaderboard, number
 from sweeper.names import TrialState
 
 __all__ = [
@@ -30,17 +30,33 @@ def _layout(fig: go.Figure, title: str, top: int = 70, left: int = 70, **axes) -
     return fig
 
 
+# Past this many trials with a history, the curves figure draws the CURVES_OWN_TRACE best
+# one by one and every other trial in one trace per state (a 2,000-trial sweep would
+# otherwise have 2,000 legend entries and traces for the browser to draw).
+CURVES_OWN_TRACE = 20
+
+
 def curves_figure(data: SweepData) -> go.Figure | None:
     """The metric of every trial against step: completed trials solid (the best thick),
-    pruned ones grey and dashed, ending in a cross; ASHA rung steps as dotted lines."""
+    pruned ones grey and dashed, ending in a cross; ASHA rung steps as dotted lines. In a
+    sweep of more than CURVES_OWN_TRACE trials, the rest share one trace per state."""
     if data.history.is_empty():
         return None
     metric, best = data.record.metric, best_trial_number(data)
     trials = {row["trial_number"]: row for row in data.trials.iter_rows(named=True)}
+    histories = list(data.history.sort("step").group_by("trial_number", maintain_order=True))
+    own = {number_ for (number_,), _ in histories}
+    if len(histories) > CURVES_OWN_TRACE:  # the leaderboard's first, those with a history
+        own = set([number_ for number_ in leaderboard(data)["trial"].to_list() if number_ in own][:CURVES_OWN_TRACE])
     fig = go.Figure()
-    for index, ((number_,), points) in enumerate(data.history.sort("step").group_by("trial_number", maintain_order=True)):
+    shared: dict[str, tuple[list, list, int]] = {}  # state -> (steps, values, trials), None between trials
+    for index, ((number_,), points) in enumerate(histories):
         trial = trials[number_]
         state = trial["state"]
+        if number_ not in own:
+            steps, values, count = shared.get(state, ([], [], 0))
+            shared[state] = ([*steps, *points["step"].to_list(), None], [*values, *points["value"].to_list(), None], count + 1)
+            continue
         line = dict(color=PALETTE[index % len(PALETTE)], width=2)
         marker = dict(size=6)
         if state == TrialState.PRUNED:
@@ -55,6 +71,14 @@ def curves_figure(data: SweepData) -> go.Figure | None:
             name=f"trial {number_}: {trial['status']}" + (" (best)" if number_ == best else ""),
             opacity=0.75 if state == TrialState.PRUNED else 1.0,
             hovertemplate=f"trial {number_} ({trial['status']})<br>step %{{x}}<br>{metric} %{{y:.4f}}<extra></extra>",
+        ))
+    for state, (steps, values, count) in shared.items():
+        color = FAILED_COLOR if state == TrialState.FAILED else PRUNED_COLOR
+        fig.add_trace(go.Scatter(
+            x=steps, y=values, mode="lines", connectgaps=False, opacity=0.35,
+            line=dict(color=color, width=1, dash="dash" if state == TrialState.PRUNED else "solid"),
+            name=f"{count} other {state} trials",
+            hovertemplate=f"{state}<br>step %{{x}}<br>{metric} %{{y:.4f}}<extra></extra>",
         ))
     for rung in data.record.rungs:
         fig.add_vline(x=rung, line=dict(color="#555", dash="dot", width=1),

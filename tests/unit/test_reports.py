@@ -196,6 +196,22 @@ def test_figures_of_one_sweep():
     assert report.comparison is None
 
 
+def test_the_curves_of_a_large_sweep_draw_the_best_one_by_one_and_the_rest_in_one_trace_per_state():
+    from reports.figures import CURVES_OWN_TRACE
+
+    many = {}
+    for number in range(1, 61):
+        completed = number % 3 == 0
+        many[number] = ("completed" if completed else "pruned", "completed" if completed else "pruned at step 10",
+                        1.0 + number / 100 if completed else 3.0, 30 if completed else 10, 0.3, 0.0, 1e-3, 4, number)
+    curves = build_report([make_sweep(trials=many, best_trial_id="t3")]).sweeps[0].figures["curves"]
+    own = [t for t in curves.data if t.name.startswith("trial ")]
+    assert len(own) == CURVES_OWN_TRACE and own[0].name == "trial 3: completed (best)"
+    # The 20 completed trials rank first, so none of the 40 pruned has its own trace.
+    assert [t.name for t in curves.data if not t.name.startswith("trial ")] == ["40 other pruned trials"]
+    assert len(curves.data) == CURVES_OWN_TRACE + 1
+
+
 def test_comparison_of_two_sweeps():
     report = build_report([make_sweep("alpha"), make_sweep("beta", **{"search.method": "random"})])
     comparison = report.comparison
