@@ -75,7 +75,8 @@ def curves_figure(data: SweepData) -> go.Figure | None:
     for state, (steps, values, count) in shared.items():
         color = FAILED_COLOR if state == TrialState.FAILED else PRUNED_COLOR
         fig.add_trace(go.Scatter(
-            x=steps, y=values, mode="lines", connectgaps=False, opacity=0.35,
+            # Markers too: a trial pruned at its first evaluation has one point, no line.
+            x=steps, y=values, mode="lines+markers", marker=dict(size=4), connectgaps=False, opacity=0.35,
             line=dict(color=color, width=1, dash="dash" if state == TrialState.PRUNED else "solid"),
             name=f"{count} other {state} trials",
             hovertemplate=f"{state}<br>step %{{x}}<br>{metric} %{{y:.4f}}<extra></extra>",
