@@ -9,8 +9,11 @@
   on a machine the sweep then shares with its driver and Ray lets no more trials in. It waits while
   trials run (a pruned one frees its commitment), and says `Searcher.FINISHED` (no more
   trials) once none runs or a cap is reached.
-- `BudgetStopper` is the `tune.RunConfig(stop=...)` stopper whose `stop_all()` becomes
-  true when a cap is reached; Tune asks it at every step of its loop and then stops the
+- `BudgetStopper` is the `tune.RunConfig(stop=...)` stopper. Tune asks it at each
+  result before the scheduler: a trial reporting at a rung is stopped there when going on
+  to its next rung would commit work past a cap (what is spent, its own work to the next
+  rung, the other running trials' to theirs). Its `stop_all()` becomes true when a cap is
+  reached all the same (trials ran slower than the estimate); Tune asks it at every step of its loop and then stops the
   running trials, each ended within about one evaluation interval of the cap (measured:
   one interval for trials mid-interval, 0.5-1.7 s for trials still starting).
 
@@ -37,6 +40,7 @@ from sweeper.plan.budget import CAPS
 from sweeper.plan.rungs import evaluations_between
 from sweeper.spec.budget import BudgetSpec
 from sweeper.spec.schema import most_trials
+from trainables.metrics import STEP
 
 __all__ = ["BudgetGuard", "BudgetSearcher", "BudgetStopper", "Spent"]
 
@@ -75,6 +79,10 @@ class BudgetGuard:
     stopped_trials: list[int] = field(default_factory=list)
     spent_at_stop: Spent | None = None
     suggested: set[str] = field(default_factory=set)  # trial ids let through, until they start
+    # Trials stopped at a rung because going on to the next one would cross a cap, and
+    # the first cap that did it (tuples: a guard pickled before they existed reads these).
+    held_at_rung: tuple[int, ...] = ()
+    held_at_rung_by: str | None = None
     # The live forecast (sweeper/run/live_forecast.py): once the sweep has measured steps,
     # commitments are judged at the costliest config's figures corrected by them.
     live: object = None
@@ -151,24 +159,51 @@ class BudgetGuard:
         their next rung and the first rung of those starting; None when it fits."""
         if self.book is None:
             return None
-        spent = self.spent()
         running = self.running()
         starting = len(self.starting())
-        committed_seconds = sum(self.seconds_to_next_rung(t.step) for t in running) + (starting + 1) * self.first_rung_seconds()
-        committed_cost = self.rate.trial_cost(committed_seconds)
-        committed_steps = sum(self.steps_to_next_rung(t.step) for t in running) + (starting + 1) * self.milestones[0]
-        # Wall time: the new trial runs beside the others; it ends its first rung this late.
-        committed = Spent(
-            spent.usd + committed_cost.usd,
-            spent.wall_hours + self.first_rung_seconds() / 3600,
-            spent.accelerator_hours + committed_cost.accelerator_hours,
-            spent.steps + committed_steps,
+        cap = self._first_cap_crossed(
+            trial_seconds=sum(self.seconds_to_next_rung(t.step) for t in running) + (starting + 1) * self.first_rung_seconds(),
+            steps=sum(self.steps_to_next_rung(t.step) for t in running) + (starting + 1) * self.milestones[0],
+            # The new trial runs beside the others: it ends its first rung this late.
+            wall_seconds=self.first_rung_seconds(),
         )
-        for cap, limit in self.caps().items():
-            if committed.value(cap) > limit:
-                self.held_back_by = self.held_back_by or cap
-                return cap
-        return None
+        if cap:
+            self.held_back_by = self.held_back_by or cap
+        return cap
+
+    def going_on_would_cross(self, trial_id: str, step: int) -> str | None:
+        """The cap that trial `trial_id`, reporting at `step`, would cross by going on to
+        its next rung, counting the other running trials' work to their next rungs; None
+        when it fits, or when `step` is no rung (the work to a rung was judged when the
+        trial started or went on from the rung before)."""
+        if self.book is None or step not in self.milestones[:-1]:
+            return None
+        others = [t for t in self.running() if t.trial_id != trial_id]
+        # The book has this trial's report before this one (Tune asks its stopper first).
+        reported = self.book.trials[trial_id].step if trial_id in self.book.trials else 0
+        cap = self._first_cap_crossed(
+            trial_seconds=self.seconds_to_next_rung(step) + sum(self.seconds_to_next_rung(t.step) for t in others),
+            steps=max(0, step - reported) + self.steps_to_next_rung(step) + sum(self.steps_to_next_rung(t.step) for t in others),
+            wall_seconds=self.seconds_to_next_rung(step),
+        )
+        if cap:
+            self.held_at_rung_by = self.held_at_rung_by or cap
+            if trial_id in self.book.trials:
+                self.held_at_rung = (*self.held_at_rung, self.book.trials[trial_id].number)
+        return cap
+
+    def _first_cap_crossed(self, trial_seconds: float, steps: int, wall_seconds: float) -> str | None:
+        """The first cap that what is spent plus work still to come would cross: trials'
+        seconds and steps, and the sweep's wall time running `wall_seconds` longer."""
+        spent = self.spent()
+        cost = self.rate.trial_cost(trial_seconds)
+        committed = Spent(
+            spent.usd + cost.usd,
+            spent.wall_hours + wall_seconds / 3600,
+            spent.accelerator_hours + cost.accelerator_hours,
+            spent.steps + steps,
+        )
+        return next((cap for cap, limit in self.caps().items() if committed.value(cap) > limit), None)
 
     def not_started(self) -> int:
         """Trials of search.num_trials never started (none for a sweep that runs until a cap)."""
@@ -179,6 +214,8 @@ class BudgetGuard:
     def cut(self) -> bool:
         """Whether a cap ended the sweep: reached, or trials held back for good; a sweep
         that runs until a cap ends by one when its searcher said no more trials."""
+        if self.held_at_rung:
+            return True
         if self.num_trials is None:
             return self.reached_cap is not None or self.ended_search is not None
         return self.reached_cap is not None or (self.held_back_by is not None and self.not_started() > 0)
@@ -187,7 +224,7 @@ class BudgetGuard:
         """The cap that ended the sweep, or None."""
         if not self.cut():
             return None
-        return self.reached_cap or self.ended_search or self.held_back_by
+        return self.reached_cap or self.ended_search or self.held_back_by or self.held_at_rung_by
 
     def summary(self) -> str | None:
         """One line on how the caps ended the sweep (which cap, the trials run, the steps
@@ -211,6 +248,11 @@ class BudgetGuard:
             parts.append(
                 f"budget.{self.held_back_by}: {self.not_started()} of {self.num_trials} trials not started "
                 "(their first rung would have crossed the cap)"
+            )
+        if self.held_at_rung:
+            parts.append(
+                f"budget.{self.held_at_rung_by}: trials {', '.join(str(n) for n in self.held_at_rung)} stopped at a rung "
+                "(going on to the next would have crossed the cap)"
             )
         if self.book is not None:
             parts.append(f"the sweep ran {len(self.book.trials)} trials, {self.spent().steps} training steps")
@@ -291,13 +333,16 @@ class BudgetSearcher(Searcher):
 
 
 class BudgetStopper(Stopper):
-    """Stops the whole sweep (`stop_all`) once a cap is reached."""
+    """Stops a trial at a rung when going on to its next rung would cross a cap (Tune asks
+    it at each result, before the scheduler), and the whole sweep (`stop_all`) once a
+    cap is reached."""
 
     def __init__(self, guard: BudgetGuard):
         self.guard = guard
 
     def __call__(self, trial_id: str, result: dict) -> bool:
-        return False
+        step = result.get(STEP)
+        return step is not None and self.guard.going_on_would_cross(trial_id, int(step)) is not None
 
     def stop_all(self) -> bool:
         return self.guard.reached() is not None

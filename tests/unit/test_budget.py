@@ -136,6 +136,23 @@ def test_a_held_back_trial_starts_once_a_running_trial_is_pruned():
     assert searcher.suggest("b") == {"x": 1}
 
 
+def test_a_trial_goes_on_from_a_rung_only_if_its_work_to_the_next_rung_fits_under_the_cap():
+    # Spent: 20 s ($0.020). Trial 1 reports step 30, a rung: going on to 90 is 60 steps and
+    # 6 evaluations (9 s); trial 2, at rung 10, is committed to step 30 (3 s): $0.032 in all.
+    book = book_with(running_trial(1, 10, 20), running_trial(2, 10, 10))
+    assert not BudgetStopper(guard_with(book, max_usd=0.0325))("t1", {"step": 30})
+    guard = guard_with(book, max_usd=0.0315)
+    stopper = BudgetStopper(guard)
+    assert not stopper("t1", {"step": 20}) and not stopper("t1", {"step": 90})  # no rung: judged before
+    assert stopper("t1", {"step": 30}) and not stopper.stop_all()
+    assert guard.held_at_rung == (1,) and guard.cut() and guard.ending_cap() == "max_usd"
+    assert "budget.max_usd: trials 1 stopped at a rung (going on to the next would have crossed the cap)" in guard.summary()
+    # A step cap counts the steps of the report at hand too (the book has the one before).
+    steps = guard_with(book, max_steps=20 + 10 + 60 + 20 + 10 - 1)
+    assert BudgetStopper(steps)("t1", {"step": 30}) and steps.held_at_rung_by == "max_steps"
+    assert not BudgetStopper(guard_with(book, max_steps=20 + 10 + 60 + 20 + 10))("t1", {"step": 30})
+
+
 def test_searcher_wrapper_exposes_the_wrapped_one_for_tune():
     from ray.tune.search import ConcurrencyLimiter
 
