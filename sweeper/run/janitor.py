@@ -22,6 +22,9 @@ class AdapterJanitor:
 
     def __init__(self, book: SweepBook, keep_best: int):
         self.book, self.keep_best = book, keep_best
+        # Deleted already: each finish deletes only the adapters that newly fell out of
+        # the best (deleting every one again cost each finish O(trials) storage calls).
+        self.deleted: set[str] = set()
 
     def trial_finished(self, record: TrialRecord) -> None:
         self._sweep()
@@ -38,7 +41,9 @@ class AdapterJanitor:
             ),
         )
         for record in ranked[self.keep_best :]:
-            storage.delete(record.checkpoint_path)  # a folder, or s3://... (storage.uri)
+            if record.checkpoint_path not in self.deleted:
+                storage.delete(record.checkpoint_path)  # a folder, or s3://... (storage.uri)
+                self.deleted.add(record.checkpoint_path)
 
 
 # Where Ray keeps the exception it wraps: Train's WorkerGroupError (per worker rank),

@@ -27,6 +27,23 @@ def test_janitor_keeps_the_best_k_finished_adapters(tmp_path):
     assert kept == {1, 2, 5}
 
 
+def test_the_janitor_deletes_each_adapter_once_as_trials_finish(tmp_path, monkeypatch):
+    """A sweep of many trials: each finish deletes only what newly fell out of the best
+    (it once deleted every earlier one again: thousands of storage calls per finish)."""
+    import sweeper.run.janitor as janitor_module
+
+    deleted = []
+    monkeypatch.setattr(janitor_module.storage, "delete", deleted.append)
+    book = SweepBook(metric="eval_loss", goal="minimize", max_steps=30)
+    janitor = AdapterJanitor(book, keep_best=2)
+    for number in range(1, 21):
+        trial = record(tmp_path, number, "completed", 10.0 - number / 10)  # each better than the last
+        book.trials[trial.trial_id] = trial
+        janitor.trial_finished(trial)
+    assert len(deleted) == len(set(deleted)) == 18
+    assert str(tmp_path / "trial19" / "checkpoint") not in deleted and str(tmp_path / "trial20" / "checkpoint") not in deleted
+
+
 def test_book_best_and_unfinished():
     book = SweepBook(metric="eval_accuracy", goal="maximize", max_steps=30)
     book.trials = {
