@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+import tracemalloc
 from pathlib import Path
 
 import psutil
@@ -43,7 +44,8 @@ class StartSampler(Callback):
     stopped. (Tune pickles its callbacks with the experiment, so it keeps no process
     handle.)"""
 
-    def __init__(self) -> None:
+    def __init__(self, last_trial: int) -> None:
+        self.last_trial = last_trial
         self.started: set[str] = set()
         self.samples: list[tuple[int, float, int]] = []  # (trials started, wall time, driver RSS bytes)
 
@@ -52,6 +54,28 @@ class StartSampler(Callback):
             return
         self.started.add(trial.trial_id)
         self.samples.append((len(self.started), time.time(), psutil.Process().memory_info().rss))
+        if tracemalloc.is_tracing() and len(self.started) in (MEMORY_BASELINE_TRIAL, self.last_trial):
+            snapshots.append(tracemalloc.take_snapshot())
+
+
+# With --trace-memory: the driver's allocations when this trial started and when the last
+# one did (not after the sweep, when Tune has let go of most of it). A snapshot costs
+# memory itself: the RSS figures of a traced run are not the sweep's.
+MEMORY_BASELINE_TRIAL = 200
+snapshots: list = []
+
+
+def memory_growth(top: int = 15) -> list[tuple[str, str, str]]:
+    """The driver's allocation sites that grew most between trial MEMORY_BASELINE_TRIAL's
+    start and the last trial's (tracemalloc, by file and line), as table rows."""
+    if len(snapshots) < 2:
+        return []
+    growth = snapshots[-1].compare_to(snapshots[0], "lineno")
+    return [
+        (f"{stat.traceback[0].filename.split('site-packages/')[-1]}:{stat.traceback[0].lineno}",
+         f"{stat.size_diff / 2**20:+.1f} MiB", f"{stat.count_diff:+d} blocks")
+        for stat in growth[:top]
+    ]
 
 
 def seconds_per_trial(samples: list[tuple[int, float, int]], first: int, last: int) -> float:
@@ -104,14 +128,20 @@ def main() -> None:
     parser.add_argument("--eval-every", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3, help="runs of each read-only command (median)")
     parser.add_argument("--json", type=Path, help="also write the figures and the curve to this file")
+    parser.add_argument("--trace-memory", action="store_true",
+                        help=f"tracemalloc in the driver: where its memory grew from trial {MEMORY_BASELINE_TRIAL}'s "
+                             "start to the last trial's (slows the driver and costs memory: its times and RSS are "
+                             "then not the sweep's)")
     args = parser.parse_args()
+    if args.trace_memory:
+        tracemalloc.start()
 
     spec = bench_spec(
         NAME,
         training={"max_steps": args.steps, "eval_every": args.eval_every},
         search={"num_trials": args.trials},
     )
-    sampler = StartSampler()
+    sampler = StartSampler(last_trial=args.trials)
     started = time.time()
     run = run_bench_sweep(spec, extra_callbacks=[sampler])
     wall = time.time() - started
@@ -179,6 +209,10 @@ def main() -> None:
           f"{point['seconds_per_trial']:.2f} s per trial (the {step} before); {point['elapsed_s']:.0f} s in")
          for point in curve],
     )
+    growth = memory_growth()
+    if growth:
+        print_figures(f"driver memory grown from trial {MEMORY_BASELINE_TRIAL}'s start to the last trial's (tracemalloc)", growth)
+        figures["memory_growth"] = growth
     save_json(args.json, figures)
 
 
