@@ -13,9 +13,10 @@
   result before the scheduler: a trial reporting at a rung is stopped there when going on
   to its next rung would commit work past a cap (what is spent, its own work to the next
   rung, the other running trials' to theirs). Its `stop_all()` becomes true when a cap is
-  reached all the same (trials ran slower than the estimate); Tune asks it at every step of its loop and then stops the
-  running trials, each ended within about one evaluation interval of the cap (measured:
-  one interval for trials mid-interval, 0.5-1.7 s for trials still starting).
+  reached all the same (trials ran slower than the estimate); Tune asks it at every step
+  of its loop and then stops the running trials, each ended within about one evaluation
+  interval of the cap (measured: one interval for trials mid-interval, 0.5-1.7 s for
+  trials still starting).
 
 What is spent is measured from the book as the sweep goes (each trial's wall time x its
 accelerators x the price: `cost.prices.Rate`, as the tracker's trial costs; training steps,
