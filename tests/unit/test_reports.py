@@ -212,6 +212,21 @@ def test_the_curves_of_a_large_sweep_draw_the_best_one_by_one_and_the_rest_in_on
     assert len(curves.data) == CURVES_OWN_TRACE + 1
 
 
+def test_a_large_sweeps_parallel_coordinates_draw_a_seeded_sample_and_its_bars_carry_no_text():
+    from reports.figures import BARS_WITH_TEXT, PARALLEL_LINES
+
+    many = {n: ("pruned", "pruned at step 10", 3.0 + n / 1000, 10, 0.1, 0.2, 1e-3, 4, n) for n in range(1, 2 * PARALLEL_LINES + 1)}
+    figures = build_report([make_sweep(trials=many, best_trial_id=None)]).sweeps[0].figures
+    parallel = figures["parallel"]
+    assert len(parallel.data[0].dimensions[0].values) == PARALLEL_LINES
+    assert f"{PARALLEL_LINES} of {2 * PARALLEL_LINES} trials, a seeded sample" in parallel.layout.title.text
+    again = build_report([make_sweep(trials=many, best_trial_id=None)]).sweeps[0].figures["parallel"]
+    assert again.data[0].dimensions[-1].values == parallel.data[0].dimensions[-1].values
+    assert figures["cost"].data[0].textposition == "none" and 2 * PARALLEL_LINES > BARS_WITH_TEXT
+    few = build_report([make_sweep()]).sweeps[0].figures
+    assert few["cost"].data[0].textposition == "auto" and "sample" not in few["parallel"].layout.title.text
+
+
 def test_comparison_of_two_sweeps():
     report = build_report([make_sweep("alpha"), make_sweep("beta", **{"search.method": "random"})])
     comparison = report.comparison
