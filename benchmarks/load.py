@@ -25,6 +25,7 @@ import argparse
 import statistics
 import time
 import tracemalloc
+from collections import Counter
 from pathlib import Path
 
 import psutil
@@ -106,9 +107,7 @@ def states_agree(uri: str, sweep_dir: Path) -> dict:
         trial_id for trial_id, run in trial_runs.items()
         if trial_id not in told or optuna_state.get(told[trial_id].state.name) != run.data.tags.get("sweeper.state")
     ]
-    states: dict[str, int] = {}
-    for run in trial_runs.values():
-        states[run.data.tags.get("sweeper.state", "?")] = states.get(run.data.tags.get("sweeper.state", "?"), 0) + 1
+    states = dict(Counter(run.data.tags.get("sweeper.state", "?") for run in trial_runs.values()))
     return {
         "mlflow_trial_runs": len(trial_runs),
         "optuna_trials": len(told),

@@ -57,6 +57,13 @@ class MirroredStorage(BaseStorage):
             trial_id = self.memory.create_new_trial(study_id, template_trial=trial)
             self._disk_trial[trial_id] = self.disk.get_trial_id_from_study_id_trial_number(disk_id, trial.number)
 
+    def _write(self, method: str, memory_id: int, disk_ids: dict[int, int], *args) -> None:
+        """`method` (a BaseStorage write taking an id first) on the copy, then on the file
+        with the file's id for `memory_id`."""
+        with self._lock:
+            getattr(self.memory, method)(memory_id, *args)
+            getattr(self.disk, method)(disk_ids[memory_id], *args)
+
     # ------------------------------------------------------------------ studies
 
     def create_new_study(self, directions: Sequence[StudyDirection], study_name: str | None = None) -> int:
@@ -73,14 +80,10 @@ class MirroredStorage(BaseStorage):
             self.disk.delete_study(self._disk_study.pop(study_id))
 
     def set_study_user_attr(self, study_id: int, key: str, value: Any) -> None:
-        with self._lock:
-            self.memory.set_study_user_attr(study_id, key, value)
-            self.disk.set_study_user_attr(self._disk_study[study_id], key, value)
+        self._write("set_study_user_attr", study_id, self._disk_study, key, value)
 
     def set_study_system_attr(self, study_id: int, key: str, value: Any) -> None:
-        with self._lock:
-            self.memory.set_study_system_attr(study_id, key, value)
-            self.disk.set_study_system_attr(self._disk_study[study_id], key, value)
+        self._write("set_study_system_attr", study_id, self._disk_study, key, value)
 
     def get_study_id_from_name(self, study_name: str) -> int:
         return self.memory.get_study_id_from_name(study_name)
@@ -113,9 +116,7 @@ class MirroredStorage(BaseStorage):
     def set_trial_param(
         self, trial_id: int, param_name: str, param_value_internal: float, distribution: BaseDistribution
     ) -> None:
-        with self._lock:
-            self.memory.set_trial_param(trial_id, param_name, param_value_internal, distribution)
-            self.disk.set_trial_param(self._disk_trial[trial_id], param_name, param_value_internal, distribution)
+        self._write("set_trial_param", trial_id, self._disk_trial, param_name, param_value_internal, distribution)
 
     def set_trial_state_values(self, trial_id: int, state: TrialState, values: Sequence[float] | None = None) -> bool:
         with self._lock:
@@ -124,19 +125,13 @@ class MirroredStorage(BaseStorage):
             return self.disk.set_trial_state_values(self._disk_trial[trial_id], state, values)
 
     def set_trial_intermediate_value(self, trial_id: int, step: int, intermediate_value: float) -> None:
-        with self._lock:
-            self.memory.set_trial_intermediate_value(trial_id, step, intermediate_value)
-            self.disk.set_trial_intermediate_value(self._disk_trial[trial_id], step, intermediate_value)
+        self._write("set_trial_intermediate_value", trial_id, self._disk_trial, step, intermediate_value)
 
     def set_trial_user_attr(self, trial_id: int, key: str, value: Any) -> None:
-        with self._lock:
-            self.memory.set_trial_user_attr(trial_id, key, value)
-            self.disk.set_trial_user_attr(self._disk_trial[trial_id], key, value)
+        self._write("set_trial_user_attr", trial_id, self._disk_trial, key, value)
 
     def set_trial_system_attr(self, trial_id: int, key: str, value: Any) -> None:
-        with self._lock:
-            self.memory.set_trial_system_attr(trial_id, key, value)
-            self.disk.set_trial_system_attr(self._disk_trial[trial_id], key, value)
+        self._write("set_trial_system_attr", trial_id, self._disk_trial, key, value)
 
     def get_trial_id_from_study_id_trial_number(self, study_id: int, trial_number: int) -> int:
         return self.memory.get_trial_id_from_study_id_trial_number(study_id, trial_number)
