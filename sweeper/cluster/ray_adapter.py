@@ -47,6 +47,12 @@ Ray Tune (`sweep resume`, sweeper/run/launch.py and sweeper/search/asha.py):
 - `hold_restored_trial`: Tune starts every PENDING trial and a restored unfinished trial
   comes back PENDING; `pause_trial` ignores a trial with no actor, so a scheduler that
   keeps restored trials waiting at their rungs sets their status itself.
+Ray Tune (a large sweep's driver, sweeper/run/driver.py):
+- `forget_running_averages`: Tune keeps, for each trial, the last 5 and 10 values of every
+  number it reported (deques in `run_metadata.metric_n_steps`) to update running
+  averages, and keeps them after the trial has ended: about 30 KB a trial in the driver,
+  and more in the JSON of every experiment checkpoint. An ended trial reports no more;
+  Tune has no option for fewer averages.
 Ray client (joining a cluster, sweeper/cluster/connect.py):
 - `ray_address_file`: where `ray start` writes the address that `--address auto` joins,
   probed before joining so that a dead head is refused in seconds; Ray has no public
@@ -329,6 +335,13 @@ def hold_restored_trial(trial) -> None:
     from ray.tune.experiment import Trial
 
     trial.set_status(Trial.PAUSED)
+
+
+def forget_running_averages(trial) -> None:
+    """Drop the recent values Tune keeps for an ended trial's running averages (its
+    "last-5-avg" and "last-10-avg" figures stay, with min, max and last). Call it only
+    once Tune has said the trial completed: another result would find no deque to append to."""
+    trial.run_metadata.metric_n_steps = {}  # its setattr drops the cached JSON too
 
 
 # Ray gives its head node this resource (`ray._common.constants.HEAD_NODE_RESOURCE_NAME`;

@@ -25,7 +25,7 @@ from sweeper.track.book import SweepBook, TrialRecord
 from sweeper.search.study import STARTUP_ATTR, WARM_START_ATTR
 from sweeper.names import TrialState
 from sweeper.run.janitor import error_reason, trial_error
-from sweeper.cluster.ray_adapter import tune_trial_number
+from sweeper.cluster.ray_adapter import forget_running_averages, tune_trial_number
 from trainables.metrics import REPORTED_KEYS
 
 __all__ = ["SweepDriver", "TrialListener", "rebuild_for_resume"]
@@ -77,8 +77,10 @@ class SweepDriver(Callback):
         # Tune has no callback for a pause (ASHA by promotion): a paused trial is seen
         # here, at the start of the loop step after it, before it can be resumed.
         for trial in trials:
+            if trial.status != "PAUSED":
+                continue
             record = self.book.trials.get(trial.trial_id)
-            if trial.status == "PAUSED" and record is not None and record.state == TrialState.RUNNING:
+            if record is not None and record.state == TrialState.RUNNING:
                 record.state, record.ended_at = TrialState.PAUSED, time.time()
                 record.pauses += 1
                 self._tell("trial_paused", record)
@@ -121,6 +123,7 @@ class SweepDriver(Callback):
         record.stop_clock()
         record.state = TrialState.COMPLETED if record.step >= self.book.max_steps else TrialState.PRUNED
         self._tell("trial_finished", record)
+        forget_running_averages(trial)  # about 30 KB a trial, kept for the whole sweep
 
     def on_trial_error(self, iteration, trials, trial, **info):
         record = self.book.trials[trial.trial_id]

@@ -79,6 +79,7 @@ class RungLadder:
         self.unranked: set[str] = set()
         # Promoted while paused, in promotion order: to be resumed when a slot is free.
         self.ready: list[str] = []
+        self._settled: tuple | None = None  # the ladder's size after the last settle (see settle)
 
     def add(self, trial: str) -> None:
         self.trials.add(trial)
@@ -139,6 +140,12 @@ class RungLadder:
         keep coming until a budget cap ends the search). Returns (promoted, stopped),
         each in decision order; promoted trials are also queued in `ready` (the caller
         takes out a trial that is running, not paused)."""
+        # Tune's loop settles at every step, and sorting rungs of thousands of trials each
+        # time slowed a large sweep. Every change a decision depends on grows one of the sets
+        # sized here (a waiting trial arrives with its score and leaves by promotion or by
+        # ending), so an unchanged size means an unchanged ladder, already settled.
+        if self._size(num_trials) == self._settled:
+            return [], []
         promoted, stopped = [], []
         search_done = num_trials is not None and len(self.trials) >= num_trials
         # The most trials that can ever be ranked at the rung: at the first, all but
@@ -167,7 +174,14 @@ class RungLadder:
                     stopped.append(trial)
                     self.end(trial)
             most_ranked = most_promoted
+        self._settled = self._size(num_trials)
         return promoted, stopped
+
+    def _size(self, num_trials: int | None) -> tuple:
+        return (
+            num_trials, len(self.trials), len(self.ended), len(self.unranked),
+            *((len(r.scores), len(r.promoted), len(r.waiting)) for r in self.rungs),
+        )
 
     def _closed(self, index: int, search_done: bool) -> bool:
         """No trial can still arrive at this rung."""
@@ -292,7 +306,7 @@ class PromotionASHA(FIFOScheduler):
         """A promoted paused trial, when a slot is free; new trials start on their own
         once SlotLimiter lets the searcher suggest them."""
         self._settle(tune_controller)
-        if len(self.holding_slot) >= self.slots:
+        if len(self.holding_slot) >= self.slots or not self.ladder.ready:
             return None
         paused = {t.trial_id: t for t in tune_controller.get_trials() if t.status == Trial.PAUSED}
         for trial_id in self.ladder.ready:
@@ -321,7 +335,7 @@ class PromotionASHA(FIFOScheduler):
                 self.ladder.ready.remove(arriving)
             # A trial Tune is still pausing (saving it first) is stopped once paused.
             self._stop_once_paused.update(set(stopped) - {arriving})
-            for trial in tune_controller.get_trials():
+            for trial in tune_controller.get_trials() if self._stop_once_paused else ():
                 if trial.trial_id in self._stop_once_paused and trial.status == Trial.PAUSED:
                     self._stop_once_paused.discard(trial.trial_id)
                     tune_controller.stop_trial(trial)

@@ -4,6 +4,7 @@ stand-in for Tune's controller (statuses, pause, stop, resume), no Ray cluster."
 from __future__ import annotations
 
 import math
+import random
 from types import SimpleNamespace
 
 import pytest
@@ -89,6 +90,34 @@ def test_non_finite_scores_rank_last():
     for trial, score in [("a", math.nan), ("b", 7.0), ("c", math.inf)]:
         ladder.record(trial, 10, score)
     assert ladder.settle(num_trials=100) == (["b"], [])
+
+
+@pytest.mark.parametrize("num_trials", [24, None])
+def test_settling_an_unchanged_ladder_again_decides_what_settling_from_scratch_would(num_trials):
+    """settle skips a ladder whose size has not changed since it last settled (Tune settles at
+    every loop step). Fed the same random arrivals, ends and unranked trials, a ladder that
+    always settles in full decides exactly the same, settle by settle."""
+    rng = random.Random(7)
+    skipping, full = RungLadder([2, 6, 18], 3), RungLadder([2, 6, 18], 3)
+    steps: dict[str, int] = {}
+    for _ in range(400):
+        op = rng.random()
+        trial = f"t{rng.randrange(24)}"
+        for ladder in (skipping, full):
+            if op < 0.05:
+                ladder.unranked.add(trial)
+            elif op < 0.15:
+                ladder.end(trial)
+            elif op < 0.25:
+                ladder.add(trial)
+        if 0.25 <= op < 0.75 and trial not in full.ended and full.waiting_at(trial) is None:
+            steps[trial] = steps.get(trial, 0) + rng.choice([2, 4])
+            score = rng.choice([rng.random(), math.nan])
+            for ladder in (skipping, full):
+                ladder.record(trial, steps[trial], score)
+        full._settled = None
+        assert skipping.settle(num_trials) == full.settle(num_trials)
+        assert skipping.ready == full.ready and skipping.ended == full.ended
 
 
 def test_replay_rebuilds_rungs_from_reports():

@@ -123,3 +123,22 @@ def test_a_run_whose_workers_never_started_is_told_apart_from_other_failures():
         assert ray_adapter.workers_never_started(error)
     assert not ray_adapter.workers_never_started(ControllerError(ValueError("bad config")))
     assert not ray_adapter.workers_never_started(ValueError("loss is nan"))
+
+
+def test_an_ended_trials_running_averages_are_forgotten_and_its_figures_kept(tmp_path):
+    """Tune keeps deques of recent values per reported number (what forget_running_averages
+    drops); the figures derived from them stay, and the trial's checkpoint JSON shrinks."""
+    from ray.tune.search import BasicVariantGenerator
+
+    trial = _trials_of(BasicVariantGenerator(), tmp_path)[0]
+    for step in (1, 2, 3):
+        trial.update_last_result({"eval_loss": 1.0 / step, "train_loss": 2.0 / step, "training_iteration": step})
+    assert len(trial.run_metadata.metric_n_steps["eval_loss"]["10"]) == 3
+    figures = {metric: dict(values) for metric, values in trial.metric_analysis.items()}
+    checkpointed = trial.get_json_state()[1]
+
+    ray_adapter.forget_running_averages(trial)
+
+    assert trial.run_metadata.metric_n_steps == {}
+    assert trial.metric_analysis == figures and figures["eval_loss"]["last-5-avg"] == pytest.approx(11 / 18)
+    assert len(trial.get_json_state()[1]) < len(checkpointed)
