@@ -64,7 +64,7 @@ def one_run(sweep: str) -> dict:
     raw["name"], raw["output_dir"] = f"forecast-{sweep}", str(folder)
     raw.setdefault("tracking", {})["uri"] = f"sqlite:///{folder}/mlflow.db"
     if raw.get("budget", {}).get("max_usd") == HALF_THE_PLAN:
-        raw["budget"]["max_usd"] = planned_usd({k: v for k, v in raw.items() if k != "budget"}, folder, path.parent) / 2
+        raw["budget"]["max_usd"] = planned_usd({k: v for k, v in raw.items() if k != "budget"}, path.parent) / 2
     spec = validate_spec(raw, base_dir=path.parent)
     run = run_sweep(spec, yaml_folder=path.parent, console=Console(quiet=True))
     client = mlflow.MlflowClient(spec.tracking.uri)
@@ -92,13 +92,13 @@ def one_run(sweep: str) -> dict:
     }
 
 
-def planned_usd(raw: dict, folder: Path, yaml_folder: Path) -> float:
+def planned_usd(raw: dict, yaml_folder: Path) -> float:
     """The expected dollars `sweep plan` forecasts for the sweep `raw` (calibrated here)."""
     import yaml
 
     from sweeper.plan.command import plan_sweep
 
-    path = folder / "plan.yaml"
+    path = Path(tempfile.mkdtemp(prefix="sweeper-forecast-plan-")) / "plan.yaml"  # not in the sweep's folder
     path.write_text(yaml.safe_dump({**raw, "data": {k: str((yaml_folder / v).resolve()) if k in ("train", "eval") else v
                                                       for k, v in raw["data"].items()}}))
     return plan_sweep(path, address=None, calibrate=True, console=Console(quiet=True)).expected.usd
