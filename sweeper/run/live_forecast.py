@@ -115,12 +115,14 @@ class LiveForecast:
             for t in trials
             if t.state != TrialState.FAILED
         ]
-        spent = self.rate.trial_cost(sum(t.wall_seconds for t in trials)).usd
+        spent = self.rate.trial_cost(sum(t.wall_seconds for t in trials))
         return estimate(
             self.plan, self.forecast, self.measured, positions,
             failed=sum(1 for t in trials if t.state == TrialState.FAILED),
             elapsed_seconds=self.clock() - self.book.started_at,
-            spent_usd=spent,
+            spent_usd=spent.usd,
+            spent_accelerator_hours=spent.accelerator_hours,
+            spent_steps=sum(t.step for t in trials),
         )
 
     def update(self, log: bool = True) -> LiveEstimate | None:

@@ -320,3 +320,25 @@ def test_the_report_draws_the_live_forecast_against_the_actual():
     assert list(eta.y) == [100.0, 80.0, 30.0] and list(actual_left.x) == [0, 130.0] and list(actual_left.y) == [130.0, 0]
     # A running sweep (no totals yet) has no actual to draw against.
     assert forecast_figure(with_fields(data, record=_with_totals(data.record, {}))) is None
+
+
+def test_what_is_left_stops_at_the_tightest_budget_cap():
+    """A sweep of more trials than its cap buys ends near the cap (the guard starts no trial
+    and lets none go on past it): what is left is what the tightest cap leaves, every figure
+    in one proportion; a cap that the ladder stays under changes nothing."""
+    plan, forecast = plan_and_forecast()
+    uncapped = estimate(plan, forecast, Measured(), [TrialAt(10, True)], spent_usd=0.0).left
+    usd_cap = uncapped.usd / 4
+    capped_plan, capped_forecast = plan_and_forecast(budget={"max_usd": usd_cap, "max_steps": 10_000})
+    spent = usd_cap / 2  # half the cap used: an eighth of the uncapped rest fits
+    left = estimate(capped_plan, capped_forecast, Measured(), [TrialAt(10, True)], spent_usd=spent).left
+    assert left.usd == pytest.approx(usd_cap - spent)
+    assert left.wall_seconds == pytest.approx(uncapped.wall_seconds / 8)
+    assert left.steps == round(uncapped.steps / 8)
+    # The step cap binds first once fewer steps are left under it than the dollars allow.
+    left = estimate(capped_plan, capped_forecast, Measured(), [TrialAt(10, True)], spent_usd=spent, spent_steps=9_990).left
+    assert left.steps == 10 and left.usd == pytest.approx(uncapped.usd * 10 / uncapped.steps)
+    crossed = estimate(capped_plan, capped_forecast, Measured(), [TrialAt(10, True)], spent_usd=2 * usd_cap).left
+    assert crossed.wall_seconds == 0 and crossed.usd == 0
+    loose_plan, loose_forecast = plan_and_forecast(budget={"max_usd": 100 * uncapped.usd})
+    assert estimate(loose_plan, loose_forecast, Measured(), [TrialAt(10, True)]).left == uncapped
