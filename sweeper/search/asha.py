@@ -69,6 +69,10 @@ class RungLadder:
     """Which trials go on from which rung. Scores are "lower is better" (the scheduler
     negates a metric to maximize); a non-finite score ranks last."""
 
+    # The ladder's size after the last settle (see settle); a class default, so that a ladder
+    # Tune pickled before this field existed loads with none.
+    _settled: tuple | None = None
+
     def __init__(self, milestones: list[int], reduction_factor: float):
         self.rungs = [Rung(m) for m in milestones]
         self.reduction_factor = reduction_factor
@@ -79,7 +83,6 @@ class RungLadder:
         self.unranked: set[str] = set()
         # Promoted while paused, in promotion order: to be resumed when a slot is free.
         self.ready: list[str] = []
-        self._settled: tuple | None = None  # the ladder's size after the last settle (see settle)
 
     def add(self, trial: str) -> None:
         self.trials.add(trial)
