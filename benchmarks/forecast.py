@@ -98,9 +98,11 @@ def planned_usd(raw: dict, yaml_folder: Path) -> float:
 
     from sweeper.plan.command import plan_sweep
 
-    path = Path(tempfile.mkdtemp(prefix="sweeper-forecast-plan-")) / "plan.yaml"  # not in the sweep's folder
-    path.write_text(yaml.safe_dump({**raw, "data": {k: str((yaml_folder / v).resolve()) if k in ("train", "eval") else v
-                                                      for k, v in raw["data"].items()}}))
+    # Written outside the sweep's folder (a YAML there reads as an existing sweep), so the
+    # data files' relative paths are made absolute.
+    files = {key: str((yaml_folder / raw["data"][key]).resolve()) for key in ("train", "eval") if key in raw["data"]}
+    path = Path(tempfile.mkdtemp(prefix="sweeper-forecast-plan-")) / "plan.yaml"
+    path.write_text(yaml.safe_dump({**raw, "data": {**raw["data"], **files}}))
     return plan_sweep(path, address=None, calibrate=True, console=Console(quiet=True)).expected.usd
 
 

@@ -179,8 +179,11 @@ def estimate(
     counted = plan.trials if plan.trials is not None else max(forecast.bought_trials or 1, len(trials))
     ladder, _, restarts = expected_ladder(plan, counted - failed)
     spent = Scenario(
-        sum(t.step for t in trials) if spent_steps is None else spent_steps,
-        0.0, elapsed_seconds, spent_accelerator_hours, spent_usd,
+        steps=sum(t.step for t in trials) if spent_steps is None else spent_steps,
+        trial_seconds=0.0,  # no cap counts it
+        wall_seconds=elapsed_seconds,
+        accelerator_hours=spent_accelerator_hours,
+        usd=spent_usd,
     )
     caps = plan.spec.budget.caps() if plan.spec.budget else {}
     left = within_caps(remaining(plan, timing, ladder, restarts, trials), caps, spent)
