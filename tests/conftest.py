@@ -9,6 +9,17 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session", autouse=True)
+def machine_profiles_of_the_session(tmp_path_factory):
+    """What the tests' calibrated sweeps measure is kept for the session only, not in the
+    user's ~/.cache/sweeper/machines (sweeper/plan/machine_profile.py)."""
+    from sweeper.plan.machine_profile import PROFILES_ENV
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(PROFILES_ENV, str(tmp_path_factory.mktemp("machines")))
+        yield
 SFT_TRAIN = REPO / "data" / "sft" / "train.jsonl"
 SFT_EVAL = REPO / "data" / "sft" / "eval.jsonl"
 

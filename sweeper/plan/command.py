@@ -6,16 +6,18 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from rich.console import Console
 
 from sweeper.cost.memory import gpu_memory_gib, launch_card_gib, with_gpu_packing
 from sweeper.cost.prices import sweep_rate
-from sweeper.cost.throughput import modelled_timing
+from sweeper.cost.throughput import TrialTiming, modelled_timing
 from sweeper.errors import UserError
-from sweeper.plan.forecast import Forecast, forecast_lines, forecast_sweep, with_spread
+from sweeper.plan.forecast import Forecast, forecast_lines, forecast_sweep, mean_of_configs, with_spread
 from sweeper.plan.inputs import SweepInputs
+from sweeper.plan.machine_profile import MachineProfile, machine_key
 from sweeper.plan.sweep_plan import ClusterResources, SweepPlan, make_plan
 from sweeper.spec.schema import SweepSpec, trials_text
 
@@ -45,9 +47,23 @@ def sweep_forecast(plan: SweepPlan, cluster: ClusterResources, inputs: SweepInpu
 
         calibration = calibrate(spec, inputs.data, inputs.model_source, on_cluster=on_cluster,
                                 copies=side_by_side(plan, cluster))
+        # What the calibration cannot see (the driver, Ray, logging, starts and stops under
+        # the sweep's load), as this machine's last sweeps measured it.
+        machine = machine_key(cluster, on_cluster=on_cluster)
+        profile = MachineProfile.load(machine)
+
+        def as_here(timing: TrialTiming) -> TrialTiming:
+            return profile.applied(timing) if profile else timing
+
+        copies = calibration.per_copy or [(calibration.first, calibration.costliest)]
         forecast = with_spread(
-            forecast_sweep(plan, calibration.first, calibration.costliest), plan,
-            calibration.per_copy or [(calibration.first, calibration.costliest)],
+            forecast_sweep(plan, as_here(calibration.first), as_here(calibration.costliest)), plan,
+            [(as_here(first), as_here(costliest)) for first, costliest in copies],
+        )
+        costliest = max(calibration.costliest, calibration.first, key=lambda t: t.step_seconds)
+        forecast = replace(
+            forecast, calibrated=mean_of_configs(calibration.first, costliest), machine=machine,
+            machine_note=profile.line() if profile else None,
         )
         forecast.notes.append(f"Calibration took {calibration.seconds:.1f} s ({calibration.copies} side by side)")
         return forecast

@@ -92,6 +92,11 @@ class Forecast:
     bought_full_trials: int | None = None
     measured_copies: int = 0  # calibration copies that measured the timing (0: the throughput model)
     spread: Spread | None = None  # across the calibration's copies (None: one copy, or modelled)
+    # A calibrated forecast: the calibration's own timing (`timing` before this machine's
+    # profile), the machine it is for, and what its profile applied (None: no profile yet).
+    calibrated: TrialTiming | None = None
+    machine: str | None = None
+    machine_note: str | None = None
 
     def as_params(self) -> dict[str, str]:
         """The forecast as MLflow params of the parent run (`forecast_*`)."""
@@ -438,7 +443,12 @@ def measured_line(forecast: Forecast) -> str:
     survival = "which trials early stopping stops (the rung ladder)"
     if forecast.measured_copies == 0:
         return f"Measured: nothing; modelled: step and evaluation time (FLOPs at an assumed utilisation), trial start, {overheads}, {survival}"
+    if forecast.machine_note:
+        return (
+            "Measured: step time, evaluation time, the training loop's setup (calibration); what a sweep adds, "
+            f"{forecast.machine_note}; modelled: {survival}"
+        )
     return (
-        "Measured: step time, evaluation time, the training loop's setup; modelled: Ray's part of a trial start "
-        f"({RAY_TRIAL_START_SECONDS:.1f} s), {overheads}, {survival}"
+        "Measured: step time, evaluation time, the training loop's setup; modelled (no sweep has ended on this "
+        f"machine yet): Ray's part of a trial start ({RAY_TRIAL_START_SECONDS:.1f} s), {overheads}, {survival}"
     )

@@ -48,6 +48,8 @@ class Measured:
     eval_seconds: float = 0.0  # each report's interval less its training: evaluation, checkpoint, report, driver
     starts: int = 0
     start_seconds: float = 0.0  # a Train run's start to its first report, less its steps and evaluation
+    cold_starts: int = 0  # the same for the first wave's runs (their workers' processes start cold)
+    cold_start_seconds: float = 0.0
     stops: int = 0
     stop_seconds: float = 0.0  # a run's last report to its end (or pause), as the driver sees it
     turnarounds: int = 0
@@ -60,13 +62,17 @@ class Measured:
         self.evaluations += 1
         self.eval_seconds += max(0.0, rest_seconds)
 
-    def add_start(self, steps: int, train_seconds: float, start_seconds: float) -> None:
+    def add_start(self, steps: int, train_seconds: float, start_seconds: float, cold: bool = False) -> None:
         """A Train run's first report: its steps count; the rest of its time, less one
-        evaluation, is the run's start."""
+        evaluation, is the run's start (`cold`: a run of the first wave)."""
         self.steps += steps
         self.train_seconds += train_seconds
-        self.starts += 1
-        self.start_seconds += max(0.0, start_seconds)
+        if cold:
+            self.cold_starts += 1
+            self.cold_start_seconds += max(0.0, start_seconds)
+        else:
+            self.starts += 1
+            self.start_seconds += max(0.0, start_seconds)
 
     def add_stop(self, seconds: float) -> None:
         self.stops += 1
@@ -102,14 +108,21 @@ def blend(prior: float, weight: float, total: float, count: float) -> float:
 
 def live_timing(prior: TrialTiming, measured: Measured, weight: PriorWeight) -> TrialTiming:
     """`prior` (the forecast's timing) updated by what the sweep measured."""
+    # A first-wave start counts as a start less the cold start the forecast adds apart.
+    start_seconds = measured.start_seconds + max(
+        0.0, measured.cold_start_seconds - measured.cold_starts * prior.cold_start_seconds
+    )
     return replace(
         prior,
         step_seconds=blend(prior.step_seconds, weight.steps, measured.train_seconds, measured.steps),
         eval_seconds=blend(prior.eval_seconds, weight.evaluations, measured.eval_seconds, measured.evaluations),
-        setup_seconds=blend(prior.setup_seconds, weight.starts, measured.start_seconds, measured.starts),
+        setup_seconds=blend(prior.setup_seconds, weight.starts, start_seconds, measured.starts + measured.cold_starts),
         stop_seconds=blend(prior.stop_seconds, weight.modelled, measured.stop_seconds, measured.stops),
         turnaround_seconds=blend(prior.turnaround_seconds, weight.modelled, measured.turnaround_seconds, measured.turnarounds),
-        source=f"live: {measured.steps} steps, {measured.evaluations} evaluations, {measured.starts} starts measured",
+        source=(
+            f"live: {measured.steps} steps, {measured.evaluations} evaluations, "
+            f"{measured.starts + measured.cold_starts} starts measured"
+        ),
     )
 
 

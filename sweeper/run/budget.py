@@ -99,6 +99,7 @@ class SweepBudget:
             metrics.update(budget_metrics)
         if metrics or tags:
             tracker.log_sweep_figures(metrics, tags)
+        self._keep_what_the_machine_showed(run)
         if self.forecast is not None:
             expected = self.forecast.expected
             actual_wall = time.time() - run.book.started_at
@@ -108,3 +109,20 @@ class SweepBudget:
             )
         if self.guard is not None and self.guard.summary():
             run.notes.append(f"Budget: {self.guard.summary()}")
+
+    def _keep_what_the_machine_showed(self, run) -> None:
+        """What the sweep measured that its calibration could not, for the next forecast on
+        this machine (sweeper/plan/machine_profile.py). A resumed sweep has no calibration
+        of its own to compare with, and a modelled forecast none at all."""
+        from sweeper.plan.machine_profile import MachineProfile, SweepMeasure
+
+        forecast = self.forecast
+        if forecast is None or forecast.calibrated is None or self.live is None:
+            return
+        measure = SweepMeasure.of(self.spec.name, forecast.calibrated, self.live.measured)
+        if measure is None:
+            return
+        try:
+            MachineProfile.add(forecast.machine, measure)
+        except OSError as error:  # a read-only home: the next forecast uses the constants
+            run.notes.append(f"Forecast: this machine's figures were not kept ({error})")

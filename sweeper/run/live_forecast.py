@@ -69,9 +69,7 @@ class LiveForecast:
             training = tokens / per_second  # the loop's own training time (per worker)
             if first:
                 # The run's start: all but its steps and one evaluation (the estimate's so far).
-                timing = self.timing()
-                extra = timing.eval_seconds + (timing.cold_start_seconds if cold else 0.0)
-                self.measured.add_start(steps, training, now - at - training - extra)
+                self.measured.add_start(steps, training, now - at - training - self.timing().eval_seconds, cold=cold)
             else:
                 self.measured.add_interval(steps, training, now - at - training)
         self._since[record.trial_id] = (now, int(report.get(STEP, step)), False, False)

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
+from sweeper.plan.machine_profile import PROFILES_ENV
 from tests.conftest import small_sweep, write_yaml
 
 # For the `ray start --block` nodes the tests start and end with end_process_group: no
@@ -34,8 +35,8 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.timeout(INTEGRATION_TIMEOUT_S))
 
 
-def run_cli(*args, cwd, timeout=900) -> subprocess.CompletedProcess:
-    env = {**os.environ, "COLUMNS": "200"}
+def run_cli(*args, cwd, timeout=900, env: dict | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "COLUMNS": "200", **(env or {})}
     return subprocess.run(
         [sys.executable, "-m", "sweeper.cli", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
     )
@@ -108,7 +109,8 @@ def finished_sweep(tmp_path_factory) -> FinishedSweep:
     raw = small_sweep("shared", search={"num_trials": 5, "seed": 3}, early_stopping={"startup_trials": 1},
                       cost={"calibrate": True})
     path = write_yaml(workdir / "shared.yaml", raw)
-    result = run_cli("start", str(path), cwd=workdir, timeout=600)
+    # Its machine profile in a folder of its own: the first sweep on this "machine".
+    result = run_cli("start", str(path), cwd=workdir, timeout=600, env={PROFILES_ENV: str(workdir / "machines")})
     return FinishedSweep(workdir, path, result, "shared")
 
 

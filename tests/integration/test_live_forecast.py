@@ -1,9 +1,14 @@
 """The live forecast of a real sweep: the ETA line in the driver's output and the estimate
-on the parent run at every evaluation, ending near the actual cost."""
+on the parent run at every evaluation, ending near the actual cost; what the sweep measured
+kept for the next forecast on this machine."""
+
+import json
 
 import pytest
 from mlflow.tracking import MlflowClient
 
+from sweeper.plan.machine_profile import PROFILES_ENV
+from tests.integration.conftest import run_cli
 from tests.integration.test_tracking import runs_of
 
 pytestmark = pytest.mark.integration
@@ -30,3 +35,24 @@ def test_the_sweep_shows_its_eta_and_logs_the_live_forecast_at_each_evaluation(f
     # At the last evaluation nothing but the last trial's end is left to spend.
     assert last.value == pytest.approx(actual, rel=0.2), (last.value, actual)
     assert max(remaining, key=lambda m: m.step).value < remaining[0].value
+
+
+def test_the_next_forecast_on_this_machine_applies_what_the_sweep_measured(finished_sweep):
+    assert finished_sweep.result.returncode == 0, finished_sweep.result.stderr
+    # The first sweep on the machine said its overheads were modelled constants.
+    assert "modelled (no sweep has ended on this machine yet)" in finished_sweep.result.stdout
+    machines = finished_sweep.workdir / "machines"
+    (kept,) = machines.glob("*.json")
+    (measure,) = json.loads(kept.read_text())["sweeps"]
+    assert measure["sweep"] == "shared"
+    # 5 trials of 30 steps: every figure measured, each a time or a ratio of times.
+    for figure in ("step_ratio", "eval_ratio", "ray_start_seconds", "stop_seconds", "turnaround_seconds"):
+        assert measure[figure] is not None and 0 < measure[figure] < 60, (figure, measure)
+
+    planned = run_cli("plan", str(finished_sweep.yaml), cwd=finished_sweep.workdir, timeout=300,
+                      env={PROFILES_ENV: str(machines)})
+    assert planned.returncode == 0, planned.stderr
+    (line,) = [line for line in planned.stdout.splitlines() if line.startswith("Measured:")]
+    assert "on this machine's last 1 sweep (median)" in line, line
+    assert f"Ray's part of a trial start ({measure['ray_start_seconds']:.1f} s)" in line, line
+    assert f"steps in a sweep x{measure['step_ratio']:.2f}" in line, line

@@ -162,7 +162,8 @@ def test_the_listener_measures_starts_steps_and_evaluations_and_logs_at_each_eva
     clock.now += 4.0  # start 1.5 s + 10 steps of 0.2 s + an evaluation (0.5 s, the estimate so far)
     record.history.append(report(10, 2.0))
     live.trial_result(record)
-    assert live.measured.starts == 1 and live.measured.start_seconds == pytest.approx(4.0 - 2.0 - 0.5)
+    # The first wave's run: a cold start (TIMING adds no cold second apart).
+    assert live.measured.cold_starts == 1 and live.measured.cold_start_seconds == pytest.approx(4.0 - 2.0 - 0.5)
     clock.now += 3.0  # 10 steps of 0.2 s, 1 s for the rest
     record.history.append(report(20, 2.0))
     live.trial_result(record)
@@ -200,8 +201,13 @@ def test_the_first_waves_starts_are_measured_without_their_cold_start():
     for record in records:
         record.history.append(report(10, 2.0))
         live.trial_result(record)
-    # 4 s less 2 s of steps and the evaluation's 0.5 s; the first two also less the cold second.
-    assert live.measured.start_seconds == pytest.approx(2 * (4.0 - 2.0 - 0.5 - cold) + (4.0 - 2.0 - 0.5))
+    # 4 s less 2 s of steps and the evaluation's 0.5 s: the first two apart, as cold starts.
+    assert (live.measured.starts, live.measured.start_seconds) == (1, pytest.approx(4.0 - 2.0 - 0.5))
+    assert (live.measured.cold_starts, live.measured.cold_start_seconds) == (2, pytest.approx(2 * (4.0 - 2.0 - 0.5)))
+    # The start's estimate counts them less the cold second the forecast adds apart (the
+    # prior, 1 s, weighs the 2 calibration copies).
+    expected = (2 * TIMING.setup_seconds + 2 * (4.0 - 2.0 - 0.5 - cold) + (4.0 - 2.0 - 0.5)) / (2 + 3)
+    assert live.timing().setup_seconds == pytest.approx(expected)
 
 
 # ------------------------------------------------------------ the cap at the live figures
@@ -263,7 +269,10 @@ def test_the_plan_says_its_spread_and_what_is_measured_and_what_modelled():
     assert f"{forecast.spread.low.usd:.6f}" in spread and f"{forecast.spread.high.usd:.6f}" in spread
     assert forecast.spread.low.usd < forecast.spread.high.usd
     measured = next(line for line in lines if line.startswith("Measured"))
-    assert measured.startswith("Measured: step time, evaluation time, the training loop's setup; modelled: Ray's part")
+    assert measured.startswith(
+        "Measured: step time, evaluation time, the training loop's setup; modelled (no sweep has ended on this "
+        "machine yet): Ray's part"
+    )
     assert "which trials early stopping stops (the rung ladder)" in measured
     one_copy = forecast_lines(with_spread(forecast_sweep(plan, TIMING), plan, [(TIMING, TIMING)]), "CPU core-hours")
     assert any(line.startswith("Spread: one copy measured") for line in one_copy)
