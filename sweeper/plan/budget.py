@@ -67,9 +67,10 @@ def budget_problems(spec) -> list[tuple[str, str]]:
 def budget_lines(budget: BudgetSpec, forecast: "Forecast") -> list[str]:
     """What each cap means against the forecast, for `sweep plan` and `sweep start`; for
     a sweep that runs until a cap, what the caps buy."""
-    expected, worst = forecast.expected, forecast.worst
     if forecast.bought_trials is not None:
         return _bought_lines(budget, forecast)
+    # Against all the trials (the expected case is cut at the cap that stops them first).
+    expected, worst = forecast.uncapped or forecast.expected, forecast.worst
     lines = []
     for key, cap in budget.caps().items():
         expected_value, worst_value = expected.value(key), worst.value(key)

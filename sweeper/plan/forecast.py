@@ -38,6 +38,7 @@ from sweeper.views import usd
 __all__ = [
     "Scenario", "Spread", "Forecast", "TrialAt", "forecast_sweep", "with_spread", "mean_of_configs",
     "expected_ladder", "remaining", "forecast_lines", "spread_line", "measured_line", "most_trials_within",
+    "within_caps", "share_within_caps",
 ]
 
 
@@ -90,6 +91,10 @@ class Forecast:
     bought_trials: int | None = None
     binding_cap: str | None = None
     bought_full_trials: int | None = None
+    # A sweep of search.num_trials that a budget cap stops first: the expected case of all
+    # its trials (`expected` is cut at the cap), and that cap.
+    uncapped: Scenario | None = None
+    cut_by: str | None = None
     measured_copies: int = 0  # calibration copies that measured the timing (0: the throughput model)
     spread: Spread | None = None  # across the calibration's copies (None: one copy, or modelled)
     # A calibrated forecast: the calibration's own timing (`timing` before this machine's
@@ -218,6 +223,36 @@ def remaining(
     return Scenario(steps, trial_seconds, wall, cost.accelerator_hours, cost.usd)
 
 
+NOTHING_SPENT = Scenario(0, 0.0, 0.0, 0.0, 0.0)
+
+
+def within_caps(left: Scenario, caps: dict[str, float], spent: Scenario = NOTHING_SPENT) -> Scenario:
+    """`left`, cut where a budget cap ends the sweep first. The budget guard starts no trial
+    and lets none go on whose work would cross a cap, so a sweep of more trials than its cap
+    buys ends near the cap (`benchmarks.forecast --sweep long-capped`, three runs: 99-100% of
+    it spent), while its ladder counts every trial: their ETA read 3 to 6.6 times the time
+    actually left. The figures are scaled together by the share of `left` that fits under
+    the tightest cap, as they grow together while the slots are full."""
+    share, _ = share_within_caps(left, caps, spent)
+    if share >= 1.0:
+        return left
+    return Scenario(
+        round(left.steps * share), left.trial_seconds * share, left.wall_seconds * share,
+        left.accelerator_hours * share, left.usd * share,
+    )
+
+
+def share_within_caps(left: Scenario, caps: dict[str, float], spent: Scenario = NOTHING_SPENT) -> tuple[float, str | None]:
+    """(share, cap): how much of `left` fits under what the tightest cap has left after
+    `spent` (1.0 and None when all of it fits)."""
+    share, tightest = 1.0, None
+    for cap, limit in caps.items():
+        wanted = left.value(cap)
+        if wanted > 0 and (limit - spent.value(cap)) / wanted < share:
+            share, tightest = max(0.0, limit - spent.value(cap)) / wanted, cap
+    return share, tightest
+
+
 def _on_slots(segments: list[tuple[list[float], float, int]], slots: int, ready_at: float) -> float:
     """When the last run ends: the running trials' rests on their slots from now, each
     segment's missing runs on the slot free first once the segment before has ended, every
@@ -272,9 +307,15 @@ def forecast_sweep(plan: SweepPlan, timing: TrialTiming, costliest: TrialTiming 
         plan = plan.with_trials(bought)
     ladder, assumption, restarts = expected_ladder(plan)
     worst_plan = plan if full is None else plan.with_trials(full)
+    # A cap that stops a sweep of search.num_trials first: the guard starts no trial past
+    # it, so the sweep is expected to end there (the live estimate counts it so too).
+    uncapped = remaining(plan, mean, ladder, restarts)
+    _, cut_by = share_within_caps(uncapped, spec.budget.caps() if spec.budget else {})
     return Forecast(
         timing=mean,
-        expected=remaining(plan, mean, ladder, restarts),
+        expected=within_caps(uncapped, spec.budget.caps()) if cut_by else uncapped,
+        uncapped=uncapped if cut_by else None,
+        cut_by=cut_by,
         worst=remaining(worst_plan, costliest, _full_ladder(worst_plan, worst_plan.trials), False),
         ladder=ladder,
         assumption=assumption,
@@ -362,8 +403,11 @@ def with_spread(forecast: Forecast, plan: SweepPlan, copies: list[tuple[TrialTim
             )
 
         fastest, slowest = extreme(min), extreme(max)
+        caps = plan.spec.budget.caps() if plan.spec.budget else {}
         spread = Spread(
-            len(copies), fastest, slowest, remaining(plan, fastest, ladder, restarts), remaining(plan, slowest, ladder, restarts)
+            len(copies), fastest, slowest,
+            within_caps(remaining(plan, fastest, ladder, restarts), caps),
+            within_caps(remaining(plan, slowest, ladder, restarts), caps),
         )
     return replace(forecast, measured_copies=len(copies), spread=spread)
 
@@ -395,6 +439,9 @@ def forecast_lines(forecast: Forecast, unit: str) -> list[str]:
     if forecast.bought_trials is not None:  # until a budget cap: what the caps buy either way
         worst = f"Without early stopping ({forecast.bought_full_trials} trial(s) to the end)"
         expected = f"Expected ({forecast.bought_trials} trials)"
+    elif forecast.uncapped is not None:  # a cap stops the sweep of search.num_trials first
+        share = forecast.expected.value(forecast.cut_by) / max(forecast.uncapped.value(forecast.cut_by), 1e-12)
+        expected = f"Expected (budget.{forecast.cut_by} stops it at about {share:.0%} of all its trials' expected work)"
     else:
         expected = "Expected"
     for label, scenario in ((expected, forecast.expected), (worst, forecast.worst)):

@@ -26,12 +26,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from sweeper.cost.throughput import TrialTiming
-from sweeper.plan.forecast import Forecast, Scenario, TrialAt, expected_ladder, remaining
+from sweeper.plan.forecast import Forecast, Scenario, TrialAt, expected_ladder, remaining, within_caps
 from sweeper.plan.sweep_plan import SweepPlan
 from sweeper.views import usd
 
 __all__ = [
-    "Measured", "PriorWeight", "LiveEstimate", "blend", "live_timing", "rescaled", "estimate", "within_caps", "duration",
+    "Measured", "PriorWeight", "LiveEstimate", "blend", "live_timing", "rescaled", "estimate", "duration",
 ]
 
 # What one calibration copy times: its measured interval (sweeper/plan/calibrate.py).
@@ -201,26 +201,6 @@ def estimate(
     caps = plan.spec.budget.caps() if plan.spec.budget else {}
     left = within_caps(remaining(plan, timing, ladder, restarts, trials), caps, spent)
     return LiveEstimate(elapsed_seconds, spent_usd, left, timing, measured)
-
-
-def within_caps(left: Scenario, caps: dict[str, float], spent: Scenario) -> Scenario:
-    """`left`, cut where a budget cap ends the sweep first. The budget guard starts no trial
-    and lets none go on whose work would cross a cap, so a sweep of more trials than its cap
-    buys ends near the cap (`benchmarks.forecast --sweep long-capped`, three runs: 99-100% of
-    it spent), while its ladder counts every trial: their ETA read 3 to 6.6 times the time
-    actually left. The figures are scaled together by the share of `left` that fits under
-    the tightest cap, as they grow together while the slots are full."""
-    share = 1.0
-    for cap, limit in caps.items():
-        wanted = left.value(cap)
-        if wanted > 0:
-            share = min(share, max(0.0, limit - spent.value(cap)) / wanted)
-    if share >= 1.0:
-        return left
-    return Scenario(
-        round(left.steps * share), left.trial_seconds * share, left.wall_seconds * share,
-        left.accelerator_hours * share, left.usd * share,
-    )
 
 
 def duration(seconds: float) -> str:

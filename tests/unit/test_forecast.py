@@ -295,7 +295,9 @@ def test_a_step_cap_buys_the_most_trials_whose_ladder_fits_it():
     forecast = forecast_sweep(plan, TIMING)
     assert (forecast.bought_trials, forecast.binding_cap, forecast.bought_full_trials) == (17, "max_steps", 4)
     assert forecast.ladder == [(10, 17), (30, 5), (90, 1)] and forecast.expected.steps == 330
-    assert forecast_sweep(plan.with_trials(18), TIMING).expected.steps == 420
+    # 18 trials would cross the cap: their expected case, all of it, and the cut one.
+    eighteen = forecast_sweep(plan.with_trials(18), TIMING)
+    assert eighteen.uncapped.steps == 420 and eighteen.expected.steps == 400 and eighteen.cut_by == "max_steps"
     assert forecast.worst.steps == 4 * 90
     # On the parent run: what the caps buy; no worst case above the caps.
     assert forecast.as_params()["forecast_budget_trials"] == "17"
@@ -314,7 +316,7 @@ def test_the_first_cap_that_binds_ends_what_the_budget_buys():
     forecast = forecast_sweep(plan, TIMING)
     n = forecast.bought_trials
     assert forecast.binding_cap == "max_usd"
-    assert forecast.expected.usd <= 0.05 < forecast_sweep(plan.with_trials(n + 1), TIMING).expected.usd
+    assert forecast.expected.usd <= 0.05 < forecast_sweep(plan.with_trials(n + 1), TIMING).uncapped.usd
     assert forecast.expected == forecast_sweep(plan.with_trials(n), TIMING).expected
 
 

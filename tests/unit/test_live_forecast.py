@@ -351,3 +351,27 @@ def test_what_is_left_stops_at_the_tightest_budget_cap():
     assert crossed.wall_seconds == 0 and crossed.usd == 0
     loose_plan, loose_forecast = plan_and_forecast(budget={"max_usd": 100 * uncapped.usd})
     assert estimate(loose_plan, loose_forecast, Measured(), [TrialAt(10, True)]).left == uncapped
+
+
+def test_the_forecast_before_launch_stops_at_the_cap_as_the_live_estimate_does():
+    """A sweep of search.num_trials capped below its expected cost: the forecast printed
+    before launch is the live estimate with nothing started (cut at the cap), and the
+    budget's line still says the cap cuts the whole sweep."""
+    from sweeper.plan.budget import budget_lines
+
+    plan, forecast = plan_and_forecast()
+    usd_cap = forecast.expected.usd / 2
+    capped_plan, capped = plan_and_forecast(budget={"max_usd": usd_cap})
+    assert capped.cut_by == "max_usd" and capped.uncapped == forecast.expected
+    assert capped.expected.usd == pytest.approx(usd_cap)
+    assert capped.expected.wall_seconds == pytest.approx(forecast.expected.wall_seconds / 2)
+    assert estimate(capped_plan, capped, Measured(), []).left == capped.expected
+    assert capped.spread.high.usd == pytest.approx(usd_cap)  # the slowest copy's case is cut too
+    lines = forecast_lines(capped, "CPU core-hours")
+    assert any(line.startswith("Expected (budget.max_usd stops it at about 50% of all its trials' expected work)")
+               for line in lines), lines
+    (cap_line,) = budget_lines(capped_plan.spec.budget, capped)
+    assert f"against {forecast.expected.usd:.4g} expected" in cap_line and cap_line.endswith("expected to be cut by it")
+    # A cap the sweep stays under changes nothing.
+    _, loose = plan_and_forecast(budget={"max_usd": 10 * forecast.expected.usd})
+    assert loose.expected == forecast.expected and loose.uncapped is None and loose.cut_by is None
