@@ -8,8 +8,12 @@ cost (calibrated or modelled); what the budget caps mean; the `sweep plan` comma
 - `rungs`: ASHA rung placement and how many trials each rung keeps;
 - `forecast`: expected and worst-case wall time, accelerator-hours and USD;
 - `calibrate`: measured step times, run as the sweep will run them;
+- `machine_profile`: what the calibration cannot see, as this machine's last sweeps measured it;
+- `live`: the forecast re-estimated from what a running sweep measured;
 - `budget`: the caps against the forecast and against one trial's least cost;
 - `command`: `sweep plan`, and the forecast printed by `sweep start`.
 """
 
-__all__ = ["checks", "inputs", "sweep_plan", "rungs", "forecast", "calibrate", "budget", "command"]
+__all__ = [
+    "checks", "inputs", "sweep_plan", "rungs", "forecast", "calibrate", "machine_profile", "live", "budget", "command",
+]

@@ -17,7 +17,7 @@ from sweeper.cost.throughput import TrialTiming, modelled_timing
 from sweeper.errors import UserError
 from sweeper.plan.forecast import Forecast, forecast_lines, forecast_sweep, mean_of_configs, with_spread
 from sweeper.plan.inputs import SweepInputs
-from sweeper.plan.machine_profile import MachineProfile, machine_key
+from sweeper.plan.machine_profile import MachineProfile, machine_key, sweep_shape
 from sweeper.plan.sweep_plan import ClusterResources, SweepPlan, make_plan
 from sweeper.spec.schema import SweepSpec, trials_text
 
@@ -49,11 +49,11 @@ def sweep_forecast(plan: SweepPlan, cluster: ClusterResources, inputs: SweepInpu
                                 copies=side_by_side(plan, cluster))
         # What the calibration cannot see (the driver, Ray, logging, starts and stops under
         # the sweep's load), as this machine's last sweeps measured it.
-        machine = machine_key(cluster, on_cluster=on_cluster)
+        machine, shape = machine_key(cluster, on_cluster=on_cluster), sweep_shape(plan)
         profile = MachineProfile.load(machine)
 
         def as_here(timing: TrialTiming) -> TrialTiming:
-            return profile.applied(timing) if profile else timing
+            return profile.applied(timing, shape) if profile else timing
 
         copies = calibration.per_copy or [(calibration.first, calibration.costliest)]
         forecast = with_spread(
@@ -63,7 +63,7 @@ def sweep_forecast(plan: SweepPlan, cluster: ClusterResources, inputs: SweepInpu
         costliest = max(calibration.costliest, calibration.first, key=lambda t: t.step_seconds)
         forecast = replace(
             forecast, calibrated=mean_of_configs(calibration.first, costliest), machine=machine,
-            machine_note=profile.line() if profile else None,
+            machine_note=profile.line(shape) if profile else None,
         )
         forecast.notes.append(f"Calibration took {calibration.seconds:.1f} s ({calibration.copies} side by side)")
         return forecast

@@ -12,10 +12,14 @@ The live forecast measures all of them while a sweep runs (sweeper/run/live_fore
 When a calibrated sweep ends, what it measured is kept here as one `SweepMeasure`, per
 machine (`machine_key`: the driver's host and the cluster it ran on); the next calibrated
 forecast on the same machine (`sweep plan`, `sweep start`) applies the median of its
-last `KEPT` sweeps (`MachineProfile.applied`): the calibrated step and evaluation times
-times what the sweeps measured over what their calibration said, and Ray's part of a
-start, the stop, the turnaround and the cold start as measured. The first sweep on a
-machine has no profile: its forecast uses the constants, and `sweep plan` says so.
+last `KEPT` sweeps (`MachineProfile.applied`): Ray's part of a start, the stop, the
+turnaround and the cold start as measured by any of them, and the calibrated step and
+evaluation times times what the sweeps of the same shape (`sweep_shape`: task, workers
+per trial, trials at once) measured over what their calibration said. The shape counts
+for those two: on the 2-core machine a sweep's evaluations ran at 1.3-1.6x the
+calibration's with one worker per trial and at 0.7-0.8x with two, so a median across
+shapes fitted neither. The first sweep on a machine has no profile: its forecast uses the
+constants, and `sweep plan` says so.
 
 Kept under `~/.cache/sweeper/machines/` (`SWEEPER_MACHINE_PROFILES` names another folder),
 one JSON file per machine.
@@ -36,7 +40,7 @@ from pathlib import Path
 from sweeper.cost.throughput import RAY_TRIAL_START_SECONDS, TrialTiming
 from sweeper.plan.live import Measured
 
-__all__ = ["SweepMeasure", "MachineProfile", "machine_key", "profiles_folder", "KEPT"]
+__all__ = ["SweepMeasure", "MachineProfile", "machine_key", "sweep_shape", "profiles_folder", "KEPT"]
 
 # The last sweeps a profile keeps; their median is applied, so that one sweep run under a
 # passing load moves no figure on its own.
@@ -59,6 +63,16 @@ def machine_key(cluster, *, on_cluster: bool) -> str:
     return f"{host}-cluster-{cluster.cpus:g}cpu-{cluster.gpus:g}gpu-{cluster.max_node_cpus:g}pernode"
 
 
+def sweep_shape(plan) -> str:
+    """What makes a sweep's steps and evaluations differ from its calibration's on one
+    machine: what a step is (the task), and how many workers share the node with it."""
+    return f"{plan.spec.task}, {plan.trial_resources.workers} worker(s) per trial, {plan.concurrent_trials} at once"
+
+
+# The figures that hold for one sweep shape only; the others hold for the machine.
+PER_SHAPE = ("step_ratio", "eval_ratio")
+
+
 @dataclass(frozen=True)
 class SweepMeasure:
     """What one sweep measured that its calibration could not (None: not measured)."""
@@ -71,9 +85,10 @@ class SweepMeasure:
     stop_seconds: float | None  # a run's last report to its end
     turnaround_seconds: float | None  # a run's end to the next run's start on the slot
     cold_start_seconds: float | None  # what a first-wave start took more than a later one
+    shape: str = ""  # `sweep_shape`
 
     @classmethod
-    def of(cls, sweep: str, calibrated: TrialTiming, measured: Measured) -> "SweepMeasure | None":
+    def of(cls, sweep: str, shape: str, calibrated: TrialTiming, measured: Measured) -> "SweepMeasure | None":
         """From the live forecast's sums (`measured`) against the calibration's figures
         (`calibrated`, before any profile); None when the sweep measured no interval."""
         if measured.steps == 0 or measured.evaluations == 0:
@@ -97,6 +112,7 @@ class SweepMeasure:
             stop_seconds=mean(measured.stop_seconds, measured.stops),
             turnaround_seconds=mean(measured.turnaround_seconds, measured.turnarounds),
             cold_start_seconds=None if warm_start is None or cold_start is None else max(0.0, cold_start - warm_start),
+            shape=shape,
         )
 
 
@@ -129,16 +145,20 @@ class MachineProfile:
         os.replace(file.name, path)
         return profile
 
-    def figure(self, name: str) -> float | None:
-        """The median of `name` over the kept sweeps that measured it."""
-        values = [getattr(s, name) for s in self.sweeps if getattr(s, name) is not None]
+    def figure(self, name: str, shape: str) -> float | None:
+        """The median of `name` over the kept sweeps that measured it (of `shape`, for a
+        figure that holds per shape)."""
+        values = [
+            getattr(s, name) for s in self.sweeps
+            if getattr(s, name) is not None and (name not in PER_SHAPE or s.shape == shape)
+        ]
         return statistics.median(values) if values else None
 
-    def applied(self, timing: TrialTiming) -> TrialTiming:
-        """A calibrated `timing` as this machine's sweeps ran it."""
+    def applied(self, timing: TrialTiming, shape: str) -> TrialTiming:
+        """A calibrated `timing` of a sweep of `shape` as this machine's sweeps ran it."""
 
         def figure(name: str, default: float) -> float:
-            value = self.figure(name)
+            value = self.figure(name, shape)
             return default if value is None else value
 
         ray_start = figure("ray_start_seconds", RAY_TRIAL_START_SECONDS)
@@ -153,8 +173,8 @@ class MachineProfile:
             source=f"{timing.source}; as this machine's last {len(self.sweeps)} sweep(s) ran it",
         )
 
-    def line(self) -> str:
-        """What the profile applies, for `sweep plan`'s "Measured" line."""
+    def line(self, shape: str) -> str:
+        """What the profile applies to a sweep of `shape`, for `sweep plan`'s "Measured" line."""
         parts = []
         labels = {
             "ray_start_seconds": "Ray's part of a trial start ({:.1f} s)",
@@ -165,12 +185,14 @@ class MachineProfile:
             "eval_ratio": "evaluations in a sweep x{:.2f}",
         }
         for name, label in labels.items():
-            value = self.figure(name)
+            value = self.figure(name, shape)
             if value is not None:
                 parts.append(label.format(value))
         count = len(self.sweeps)
         line = f"on this machine's last {count} sweep{'s' if count > 1 else ''} (median): {', '.join(parts)}"
-        if len(parts) < len(labels):
+        if not any(s.shape == shape for s in self.sweeps):
+            line += f"; steps and evaluations as calibrated (no sweep of {shape} yet)"
+        elif len(parts) < len(labels):
             line += "; the rest as modelled constants"
         return line
 

@@ -114,12 +114,12 @@ class SweepBudget:
         """What the sweep measured that its calibration could not, for the next forecast on
         this machine (sweeper/plan/machine_profile.py). A resumed sweep has no calibration
         of its own to compare with, and a modelled forecast none at all."""
-        from sweeper.plan.machine_profile import MachineProfile, SweepMeasure
+        from sweeper.plan.machine_profile import MachineProfile, SweepMeasure, sweep_shape
 
         forecast = self.forecast
         if forecast is None or forecast.calibrated is None or self.live is None:
             return
-        measure = SweepMeasure.of(self.spec.name, forecast.calibrated, self.live.measured)
+        measure = SweepMeasure.of(self.spec.name, sweep_shape(self.plan), forecast.calibrated, self.live.measured)
         if measure is None:
             return
         try:
