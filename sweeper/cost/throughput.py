@@ -80,6 +80,10 @@ class TrialTiming:
     stop_seconds: float = TRIAL_STOP_SECONDS  # last report to the trial's end (costed)
     turnaround_seconds: float = SLOT_TURNAROUND_SECONDS  # a slot idle between two trials
     cold_start_seconds: float = COLD_START_SECONDS  # extra for the first trial on each slot
+    # The sweep's wall time over what the forecast's slot arithmetic gives at the sweep's
+    # own measured figures: what that arithmetic misses (this machine's sweeps of the same
+    # shape measured it, sweeper/plan/machine_profile.py; 1.0 before any has).
+    wall_ratio: float = 1.0
 
 
 def _examples(path: Path) -> int:

@@ -38,7 +38,7 @@ from sweeper.views import usd
 __all__ = [
     "Scenario", "Spread", "Forecast", "TrialAt", "forecast_sweep", "with_spread", "mean_of_configs",
     "expected_ladder", "remaining", "forecast_lines", "spread_line", "measured_line", "most_trials_within",
-    "within_caps", "share_within_caps",
+    "within_caps", "share_within_caps", "ladder_as_run",
 ]
 
 
@@ -159,6 +159,14 @@ def expected_ladder(plan: SweepPlan, num_trials: int | None = None) -> tuple[lis
     return [(max_steps, n)], why, False
 
 
+def ladder_as_run(plan: SweepPlan, steps: list[int]) -> list[tuple[int, int]]:
+    """The expected ladder's milestones with the trials that trained into each segment, for
+    trials that ended at `steps` (a sweep's actual ladder, to time it afterwards)."""
+    milestones = [milestone for milestone, _ in expected_ladder(plan)[0]]
+    previous = [0, *milestones[:-1]]
+    return [(milestone, sum(1 for step in steps if step > before)) for milestone, before in zip(milestones, previous)]
+
+
 @dataclass(frozen=True)
 class TrialAt:
     """Where a trial of a running sweep stands, for what is left of it (`remaining`)."""
@@ -218,7 +226,7 @@ def remaining(
         previous = milestone
     if not trials:  # nothing started yet: the first wave of trials starts cold
         trial_seconds += min(slots, ladder[0][1]) * timing.cold_start_seconds
-    wall = _on_slots(segments, slots, timing.cold_start_seconds if not trials else 0.0)
+    wall = _on_slots(segments, slots, timing.cold_start_seconds if not trials else 0.0) * timing.wall_ratio
     cost = sweep_rate(plan.spec).trial_cost(trial_seconds)
     return Scenario(steps, trial_seconds, wall, cost.accelerator_hours, cost.usd)
 
@@ -381,6 +389,7 @@ def mean_of_configs(first: TrialTiming, costliest: TrialTiming) -> TrialTiming:
         first.stop_seconds,
         first.turnaround_seconds,
         first.cold_start_seconds,
+        first.wall_ratio,
     )
 
 

@@ -119,6 +119,9 @@ def live_timing(prior: TrialTiming, measured: Measured, weight: PriorWeight) -> 
         setup_seconds=blend(prior.setup_seconds, weight.starts, start_seconds, measured.starts + measured.cold_starts),
         stop_seconds=blend(prior.stop_seconds, weight.modelled, measured.stop_seconds, measured.stops),
         turnaround_seconds=blend(prior.turnaround_seconds, weight.modelled, measured.turnaround_seconds, measured.turnarounds),
+        # What the slot arithmetic misses corrects the forecast before launch; the live
+        # estimate's figures are this sweep's own (its ETA target was met without it).
+        wall_ratio=1.0,
         source=(
             f"live: {measured.steps} steps, {measured.evaluations} evaluations, "
             f"{measured.starts + measured.cold_starts} starts measured"

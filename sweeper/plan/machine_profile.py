@@ -70,7 +70,7 @@ def sweep_shape(plan) -> str:
 
 
 # The figures that hold for one sweep shape only; the others hold for the machine.
-PER_SHAPE = ("step_ratio", "eval_ratio")
+PER_SHAPE = ("step_ratio", "eval_ratio", "wall_ratio")
 
 
 @dataclass(frozen=True)
@@ -86,11 +86,15 @@ class SweepMeasure:
     turnaround_seconds: float | None  # a run's end to the next run's start on the slot
     cold_start_seconds: float | None  # what a first-wave start took more than a later one
     shape: str = ""  # `sweep_shape`
+    wall_ratio: float | None = None  # the sweep's wall over the slot arithmetic's at its measured figures
 
     @classmethod
-    def of(cls, sweep: str, shape: str, calibrated: TrialTiming, measured: Measured) -> "SweepMeasure | None":
+    def of(
+        cls, sweep: str, shape: str, calibrated: TrialTiming, measured: Measured, wall_ratio: float | None = None
+    ) -> "SweepMeasure | None":
         """From the live forecast's sums (`measured`) against the calibration's figures
-        (`calibrated`, before any profile); None when the sweep measured no interval."""
+        (`calibrated`, before any profile), and the sweep's `wall_ratio`; None when the
+        sweep measured no interval."""
         if measured.steps == 0 or measured.evaluations == 0:
             return None
 
@@ -113,6 +117,7 @@ class SweepMeasure:
             turnaround_seconds=mean(measured.turnaround_seconds, measured.turnarounds),
             cold_start_seconds=None if warm_start is None or cold_start is None else max(0.0, cold_start - warm_start),
             shape=shape,
+            wall_ratio=wall_ratio,
         )
 
 
@@ -170,6 +175,7 @@ class MachineProfile:
             stop_seconds=figure("stop_seconds", timing.stop_seconds),
             turnaround_seconds=figure("turnaround_seconds", timing.turnaround_seconds),
             cold_start_seconds=figure("cold_start_seconds", timing.cold_start_seconds),
+            wall_ratio=figure("wall_ratio", 1.0),
             source=f"{timing.source}; as this machine's last {len(self.sweeps)} sweep(s) ran it",
         )
 
@@ -183,6 +189,7 @@ class MachineProfile:
             "cold_start_seconds": "the first wave's cold start ({:.1f} s)",
             "step_ratio": "steps in a sweep x{:.2f}",
             "eval_ratio": "evaluations in a sweep x{:.2f}",
+            "wall_ratio": "the wall time x{:.2f} of the slot arithmetic's",
         }
         for name, label in labels.items():
             value = self.figure(name, shape)

@@ -9,6 +9,7 @@ import time
 
 from rich.console import Console
 
+from sweeper.names import TrialState
 from sweeper.plan.command import print_forecast, sweep_forecast
 from sweeper.plan.forecast import Forecast
 from sweeper.plan.inputs import SweepInputs
@@ -119,10 +120,26 @@ class SweepBudget:
         forecast = self.forecast
         if forecast is None or forecast.calibrated is None or self.live is None:
             return
-        measure = SweepMeasure.of(self.spec.name, sweep_shape(self.plan), forecast.calibrated, self.live.measured)
+        measure = SweepMeasure.of(
+            self.spec.name, sweep_shape(self.plan), forecast.calibrated, self.live.measured, self._wall_ratio(run)
+        )
         if measure is None:
             return
         try:
             MachineProfile.add(forecast.machine, measure)
         except OSError as error:  # a read-only home: the next forecast uses the constants
             run.notes.append(f"Forecast: this machine's figures were not kept ({error})")
+
+    def _wall_ratio(self, run) -> float | None:
+        """The sweep's trials' phase against what the forecast's slot arithmetic gives for
+        the ladder it ran, at the figures it measured (None: nothing to compare)."""
+        from sweeper.plan.forecast import expected_ladder, ladder_as_run, remaining
+
+        steps = [t.step for t in run.book.trials.values() if t.state != TrialState.FAILED]
+        if not steps:
+            return None
+        plan = self.plan if self.plan.trials is not None else self.plan.with_trials(len(steps))  # until a cap
+        _, _, restarts = expected_ladder(plan)
+        arithmetic = remaining(plan, self.live.timing(), ladder_as_run(plan, steps), restarts).wall_seconds
+        actual = time.time() - run.book.started_at
+        return actual / arithmetic if arithmetic > 0 else None

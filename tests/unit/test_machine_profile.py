@@ -84,7 +84,7 @@ def test_a_profile_is_per_machine_and_an_unreadable_one_is_none(profiles):
 def test_sweep_plan_says_which_figures_this_machine_measured():
     plan = make_plan(quickstart_like(), CPU_BOX)
     key = machine_key(CPU_BOX, on_cluster=False)
-    profile = MachineProfile.add(key, SweepMeasure.of("s", SHAPE, CALIBRATED, measured_sweep()))
+    profile = MachineProfile.add(key, SweepMeasure.of("s", SHAPE, CALIBRATED, measured_sweep(), wall_ratio=1.25))
     timing = profile.applied(CALIBRATED, SHAPE)
     forecast = with_spread(forecast_sweep(plan, timing), plan, [(timing, timing)] * 2)
     forecast = replace(forecast, machine_note=profile.line(SHAPE))
@@ -92,8 +92,8 @@ def test_sweep_plan_says_which_figures_this_machine_measured():
     assert line.startswith(
         "Measured: step time, evaluation time, the training loop's setup (calibration); what a sweep adds, on this "
         "machine's last 1 sweep (median): Ray's part of a trial start (1.5 s), a trial's stop (0.4 s), a slot's "
-        "turnaround (0.9 s), the first wave's cold start (1.0 s), steps in a sweep x1.20, evaluations in a sweep x1.60; "
-        "modelled: which trials early stopping stops"
+        "turnaround (0.9 s), the first wave's cold start (1.0 s), steps in a sweep x1.20, evaluations in a sweep x1.60, "
+        "the wall time x1.25 of the slot arithmetic's; modelled: which trials early stopping stops"
     ), line
     # The forecast grows with what the sweeps measured: slower steps and evaluations, dearer starts.
     assert forecast.expected.usd > forecast_sweep(plan, CALIBRATED).expected.usd
@@ -115,3 +115,22 @@ def test_steps_and_evaluations_follow_sweeps_of_the_same_shape_and_overheads_any
     assert profile.applied(CALIBRATED, two_workers).eval_seconds == pytest.approx(0.35)
     MachineProfile.add(key, SweepMeasure.of("one", SHAPE, CALIBRATED, measured_sweep(step=0.12)))
     assert MachineProfile.load(key).applied(CALIBRATED, SHAPE).step_seconds == pytest.approx(0.12)
+
+
+def test_the_wall_time_the_slot_arithmetic_misses_scales_the_next_forecasts_wall():
+    from sweeper.plan.forecast import ladder_as_run
+
+    plan = make_plan(quickstart_like(), CPU_BOX)  # 10 to step 10, 3 to 30, 1 to 90
+    # Trials that ended at these steps trained into each segment as the expected ladder says.
+    assert ladder_as_run(plan, [10] * 7 + [30] * 2 + [90]) == [(10, 10), (30, 3), (90, 1)]
+    # A sweep cut by a cap: fewer trials, one stopped inside the last segment.
+    assert ladder_as_run(plan, [10] * 4 + [30, 50]) == [(10, 6), (30, 2), (90, 1)]
+    key = machine_key(CPU_BOX, on_cluster=False)
+    profile = MachineProfile.add(key, SweepMeasure.of("s", SHAPE, CALIBRATED, measured_sweep(), wall_ratio=1.3))
+    here = profile.applied(CALIBRATED, SHAPE)
+    without = replace(here, wall_ratio=1.0)
+    assert forecast_sweep(plan, here).expected.wall_seconds == pytest.approx(
+        1.3 * forecast_sweep(plan, without).expected.wall_seconds
+    )
+    # The dollars count the trials' own time, which the ratio does not touch.
+    assert forecast_sweep(plan, here).expected.usd == pytest.approx(forecast_sweep(plan, without).expected.usd)
