@@ -49,11 +49,11 @@ def sweep_forecast(plan: SweepPlan, cluster: ClusterResources, inputs: SweepInpu
                                 copies=side_by_side(plan, cluster))
         # What the calibration cannot see (the driver, Ray, logging, starts and stops under
         # the sweep's load), as this machine's last sweeps measured it.
-        machine, shape = machine_key(cluster, on_cluster=on_cluster), sweep_shape(plan)
-        profile = MachineProfile.load(machine)
+        machine = machine_key(cluster, on_cluster=on_cluster)
+        profile = MachineProfile.load(machine, sweep_shape(plan))
 
         def as_here(timing: TrialTiming) -> TrialTiming:
-            return profile.applied(timing, shape) if profile else timing
+            return profile.applied(timing) if profile else timing
 
         copies = calibration.per_copy or [(calibration.first, calibration.costliest)]
         forecast = with_spread(
@@ -63,7 +63,7 @@ def sweep_forecast(plan: SweepPlan, cluster: ClusterResources, inputs: SweepInpu
         costliest = max(calibration.costliest, calibration.first, key=lambda t: t.step_seconds)
         forecast = replace(
             forecast, calibrated=mean_of_configs(calibration.first, costliest), machine=machine,
-            machine_note=profile.line(shape) if profile else None,
+            machine_note=profile.line() if profile else None,
         )
         forecast.notes.append(f"Calibration took {calibration.seconds:.1f} s ({calibration.copies} side by side)")
         return forecast

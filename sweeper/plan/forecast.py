@@ -505,6 +505,6 @@ def measured_line(forecast: Forecast) -> str:
             f"{forecast.machine_note}; modelled: {survival}"
         )
     return (
-        "Measured: step time, evaluation time, the training loop's setup; modelled (no sweep has ended on this "
-        f"machine yet): Ray's part of a trial start ({RAY_TRIAL_START_SECONDS:.1f} s), {overheads}, {survival}"
+        "Measured: step time, evaluation time, the training loop's setup; modelled (no sweep of this shape has "
+        f"ended on this machine yet): Ray's part of a trial start ({RAY_TRIAL_START_SECONDS:.1f} s), {overheads}, {survival}"
     )

@@ -10,16 +10,23 @@ machine of the same size.
 
 The live forecast measures all of them while a sweep runs (sweeper/run/live_forecast.py).
 When a calibrated sweep ends, what it measured is kept here as one `SweepMeasure`, per
-machine (`machine_key`: the driver's host and the cluster it ran on); the next calibrated
-forecast on the same machine (`sweep plan`, `sweep start`) applies the median of its
-last `KEPT` sweeps (`MachineProfile.applied`): Ray's part of a start, the stop, the
-turnaround and the cold start as measured by any of them, and the calibrated step and
-evaluation times times what the sweeps of the same shape (`sweep_shape`: task, workers
-per trial, trials at once) measured over what their calibration said. The shape counts
-for those two: on the 2-core machine a sweep's evaluations ran at 1.3-1.6x the
-calibration's with one worker per trial and at 0.7-0.8x with two, so a median across
-shapes fitted neither. The first sweep on a machine has no profile: its forecast uses the
-constants, and `sweep plan` says so.
+machine (`machine_key`: the driver's host and the cluster it ran on) and sweep shape
+(`sweep_shape`: task, workers per trial, trials at once, steps and evaluation interval);
+the next calibrated forecast of a sweep of that shape on that machine (`sweep plan`,
+`sweep start`) applies the median of its last `KEPT` sweeps (`MachineProfile.applied`):
+the calibrated step and evaluation times times what the sweeps measured over what their
+calibration said; Ray's part of a start, the stop, the turnaround and the cold start as
+measured; and the wall time times what the forecast's slot arithmetic missed at the
+sweep's own figures.
+
+Why per shape, not per machine: on the 2-core machine steps ran at 1.2-1.5x the
+calibration's in the 90-step quickstart (a neighbour's start or evaluation beside most
+steps) and at 1.06-1.17x in a sweep of 1,800 steps, and evaluations at 1.3-1.6x with one
+worker per trial against 0.7-0.8x with two; a median across shapes fitted none of them.
+The measured stop and turnaround (0.07-0.1 s) are smaller than the constants (0.3, 0.5 s),
+which had absorbed what the slot arithmetic misses, so they only hold together with that
+sweep's wall ratio. The first sweep of a shape on a machine has no profile: its forecast
+uses the constants, and `sweep plan` says so.
 
 Kept under `~/.cache/sweeper/machines/` (`SWEEPER_MACHINE_PROFILES` names another folder),
 one JSON file per machine.
@@ -42,9 +49,11 @@ from sweeper.plan.live import Measured
 
 __all__ = ["SweepMeasure", "MachineProfile", "machine_key", "sweep_shape", "profiles_folder", "KEPT"]
 
-# The last sweeps a profile keeps; their median is applied, so that one sweep run under a
-# passing load moves no figure on its own.
+# The last sweeps of a shape a profile keeps; their median is applied, so that one sweep
+# run under a passing load moves no figure on its own.
 KEPT = 5
+# Sweeps kept per machine, all shapes together.
+MOST_KEPT = 200
 
 PROFILES_ENV = "SWEEPER_MACHINE_PROFILES"
 
@@ -64,13 +73,14 @@ def machine_key(cluster, *, on_cluster: bool) -> str:
 
 
 def sweep_shape(plan) -> str:
-    """What makes a sweep's steps and evaluations differ from its calibration's on one
-    machine: what a step is (the task), and how many workers share the node with it."""
-    return f"{plan.spec.task}, {plan.trial_resources.workers} worker(s) per trial, {plan.concurrent_trials} at once"
-
-
-# The figures that hold for one sweep shape only; the others hold for the machine.
-PER_SHAPE = ("step_ratio", "eval_ratio", "wall_ratio")
+    """What makes a sweep's figures differ from its calibration's on one machine: what a
+    step is (the task), how many workers share the node, and how a trial's time divides
+    between steps, evaluations and starts."""
+    training = plan.spec.training
+    return (
+        f"{plan.spec.task}, {plan.trial_resources.workers} worker(s) per trial, {plan.concurrent_trials} at once, "
+        f"{training.max_steps} steps evaluated every {training.eval_every}"
+    )
 
 
 @dataclass(frozen=True)
@@ -123,47 +133,44 @@ class SweepMeasure:
 
 @dataclass(frozen=True)
 class MachineProfile:
+    """The sweeps of one shape on one machine that a forecast applies."""
+
     key: str
+    shape: str
     sweeps: tuple[SweepMeasure, ...]  # oldest first, at most KEPT
 
     @classmethod
-    def load(cls, key: str) -> "MachineProfile | None":
-        """The profile kept for `key`; None when no sweep has ended there (or its file is
-        unreadable: a forecast never fails on it)."""
-        try:
-            raw = json.loads(_path(key).read_text())
-            sweeps = tuple(SweepMeasure(**record) for record in raw["sweeps"])
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
-        return cls(key, sweeps[-KEPT:]) if sweeps else None
+    def load(cls, key: str, shape: str) -> "MachineProfile | None":
+        """The last KEPT sweeps of `shape` kept for `key`; None when none has ended there (or
+        the file is unreadable: a forecast never fails on it)."""
+        sweeps = tuple(s for s in _read(key) if s.shape == shape)[-KEPT:]
+        return cls(key, shape, sweeps) if sweeps else None
 
     @classmethod
     def add(cls, key: str, measure: SweepMeasure) -> "MachineProfile":
-        """`measure` kept as the newest of `key`'s sweeps (the oldest beyond KEPT dropped)."""
-        earlier = cls.load(key)
-        profile = cls(key, ((earlier.sweeps if earlier else ()) + (measure,))[-KEPT:])
+        """`measure` kept as the newest of `key`'s sweeps of its shape (the oldest of that
+        shape beyond KEPT dropped, and the oldest of all beyond MOST_KEPT)."""
+        sweeps = [*_read(key), measure]
+        of_shape = [s for s in sweeps if s.shape == measure.shape]
+        sweeps = [s for s in sweeps if s.shape != measure.shape or s in of_shape[-KEPT:]][-MOST_KEPT:]
         path = _path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
         # Written whole, then renamed: a forecast reading at the same time sees the old or the new.
         with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False) as file:
-            json.dump({"machine": key, "sweeps": [asdict(s) for s in profile.sweeps]}, file, indent=1)
+            json.dump({"machine": key, "sweeps": [asdict(s) for s in sweeps]}, file, indent=1)
         os.replace(file.name, path)
-        return profile
+        return cls.load(key, measure.shape)
 
-    def figure(self, name: str, shape: str) -> float | None:
-        """The median of `name` over the kept sweeps that measured it (of `shape`, for a
-        figure that holds per shape)."""
-        values = [
-            getattr(s, name) for s in self.sweeps
-            if getattr(s, name) is not None and (name not in PER_SHAPE or s.shape == shape)
-        ]
+    def figure(self, name: str) -> float | None:
+        """The median of `name` over the sweeps that measured it."""
+        values = [getattr(s, name) for s in self.sweeps if getattr(s, name) is not None]
         return statistics.median(values) if values else None
 
-    def applied(self, timing: TrialTiming, shape: str) -> TrialTiming:
-        """A calibrated `timing` of a sweep of `shape` as this machine's sweeps ran it."""
+    def applied(self, timing: TrialTiming) -> TrialTiming:
+        """A calibrated `timing` as this machine's sweeps of the shape ran it."""
 
         def figure(name: str, default: float) -> float:
-            value = self.figure(name, shape)
+            value = self.figure(name)
             return default if value is None else value
 
         ray_start = figure("ray_start_seconds", RAY_TRIAL_START_SECONDS)
@@ -176,11 +183,11 @@ class MachineProfile:
             turnaround_seconds=figure("turnaround_seconds", timing.turnaround_seconds),
             cold_start_seconds=figure("cold_start_seconds", timing.cold_start_seconds),
             wall_ratio=figure("wall_ratio", 1.0),
-            source=f"{timing.source}; as this machine's last {len(self.sweeps)} sweep(s) ran it",
+            source=f"{timing.source}; as this machine's last {len(self.sweeps)} sweep(s) of its shape ran it",
         )
 
-    def line(self, shape: str) -> str:
-        """What the profile applies to a sweep of `shape`, for `sweep plan`'s "Measured" line."""
+    def line(self) -> str:
+        """What the profile applies, for `sweep plan`'s "Measured" line."""
         parts = []
         labels = {
             "ray_start_seconds": "Ray's part of a trial start ({:.1f} s)",
@@ -192,16 +199,21 @@ class MachineProfile:
             "wall_ratio": "the wall time x{:.2f} of the slot arithmetic's",
         }
         for name, label in labels.items():
-            value = self.figure(name, shape)
+            value = self.figure(name)
             if value is not None:
                 parts.append(label.format(value))
         count = len(self.sweeps)
-        line = f"on this machine's last {count} sweep{'s' if count > 1 else ''} (median): {', '.join(parts)}"
-        if not any(s.shape == shape for s in self.sweeps):
-            line += f"; steps and evaluations as calibrated (no sweep of {shape} yet)"
-        elif len(parts) < len(labels):
+        line = f"on this machine's last {count} sweep{'s' if count > 1 else ''} of this shape (median): {', '.join(parts)}"
+        if len(parts) < len(labels):
             line += "; the rest as modelled constants"
         return line
+
+
+def _read(key: str) -> list[SweepMeasure]:
+    try:
+        return [SweepMeasure(**record) for record in json.loads(_path(key).read_text())["sweeps"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
 
 
 def _path(key: str) -> Path:

@@ -40,19 +40,19 @@ def test_the_sweep_shows_its_eta_and_logs_the_live_forecast_at_each_evaluation(f
 def test_the_next_forecast_on_this_machine_applies_what_the_sweep_measured(finished_sweep):
     assert finished_sweep.result.returncode == 0, finished_sweep.result.stderr
     # The first sweep on the machine said its overheads were modelled constants.
-    assert "modelled (no sweep has ended on this machine yet)" in finished_sweep.result.stdout
+    assert "modelled (no sweep of this shape has ended on this machine yet)" in finished_sweep.result.stdout
     machines = finished_sweep.workdir / "machines"
     (kept,) = machines.glob("*.json")
     (measure,) = json.loads(kept.read_text())["sweeps"]
     assert measure["sweep"] == "shared"
     # 5 trials of 30 steps: every figure measured, each a time or a ratio of times.
-    for figure in ("step_ratio", "eval_ratio", "ray_start_seconds", "stop_seconds", "turnaround_seconds"):
+    for figure in ("step_ratio", "eval_ratio", "ray_start_seconds", "stop_seconds", "turnaround_seconds", "wall_ratio"):
         assert measure[figure] is not None and 0 < measure[figure] < 60, (figure, measure)
 
     planned = run_cli("plan", str(finished_sweep.yaml), cwd=finished_sweep.workdir, timeout=300,
                       env={PROFILES_ENV: str(machines)})
     assert planned.returncode == 0, planned.stderr
     (line,) = [line for line in planned.stdout.splitlines() if line.startswith("Measured:")]
-    assert "on this machine's last 1 sweep (median)" in line, line
+    assert "on this machine's last 1 sweep of this shape (median)" in line, line
     assert f"Ray's part of a trial start ({measure['ray_start_seconds']:.1f} s)" in line, line
     assert f"steps in a sweep x{measure['step_ratio']:.2f}" in line, line

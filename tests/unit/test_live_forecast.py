@@ -270,8 +270,8 @@ def test_the_plan_says_its_spread_and_what_is_measured_and_what_modelled():
     assert forecast.spread.low.usd < forecast.spread.high.usd
     measured = next(line for line in lines if line.startswith("Measured"))
     assert measured.startswith(
-        "Measured: step time, evaluation time, the training loop's setup; modelled (no sweep has ended on this "
-        "machine yet): Ray's part"
+        "Measured: step time, evaluation time, the training loop's setup; modelled (no sweep of this shape has "
+        "ended on this machine yet): Ray's part"
     )
     assert "which trials early stopping stops (the rung ladder)" in measured
     one_copy = forecast_lines(with_spread(forecast_sweep(plan, TIMING), plan, [(TIMING, TIMING)]), "CPU core-hours")
