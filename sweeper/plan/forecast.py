@@ -250,7 +250,9 @@ def within_caps(left: Scenario, caps: dict[str, float], spent: Scenario = NOTHIN
     )
 
 
-def share_within_caps(left: Scenario, caps: dict[str, float], spent: Scenario = NOTHING_SPENT) -> tuple[float, str | None]:
+def share_within_caps(
+    left: Scenario, caps: dict[str, float], spent: Scenario = NOTHING_SPENT
+) -> tuple[float, str | None]:
     """(share, cap): how much of `left` fits under what the tightest cap has left after
     `spent` (1.0 and None when all of it fits)."""
     share, tightest = 1.0, None

@@ -203,7 +203,8 @@ class MachineProfile:
             if value is not None:
                 parts.append(label.format(value))
         count = len(self.sweeps)
-        line = f"on this machine's last {count} sweep{'s' if count > 1 else ''} of this shape (median): {', '.join(parts)}"
+        sweeps = f"{count} sweep{'s' if count > 1 else ''}"
+        line = f"on this machine's last {sweeps} of this shape (median): {', '.join(parts)}"
         if len(parts) < len(labels):
             line += "; the rest as modelled constants"
         return line

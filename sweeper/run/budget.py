@@ -120,9 +120,10 @@ class SweepBudget:
         forecast = self.forecast
         if forecast is None or forecast.calibrated is None or self.live is None:
             return
-        measure = SweepMeasure.of(
-            self.spec.name, sweep_shape(self.plan), forecast.calibrated, self.live.measured, self._wall_ratio(run)
-        )
+        # A sweep a cap cut has trials stopped inside a segment, which its ladder counts whole.
+        wall_ratio = None if self.cut() else self._wall_ratio(run)
+        shape = sweep_shape(self.plan)
+        measure = SweepMeasure.of(self.spec.name, shape, forecast.calibrated, self.live.measured, wall_ratio)
         if measure is None:
             return
         try:

@@ -78,7 +78,8 @@ def test_the_next_forecast_applies_the_median_of_the_last_sweeps_of_its_shape():
 def test_a_sweep_of_another_shape_or_machine_moves_nothing(profiles):
     """On the 2-core machine steps ran at 1.2-1.5x the calibration's in the 90-step
     quickstart and at 1.06-1.17x in a sweep of 1,800 steps."""
-    long = sweep_shape(make_plan(quickstart_like(training={"max_steps": 1800, "eval_every": 60}, early_stopping={"grace_period": 60}), CPU_BOX))
+    long_like = quickstart_like(training={"max_steps": 1800, "eval_every": 60}, early_stopping={"grace_period": 60})
+    long = sweep_shape(make_plan(long_like, CPU_BOX))
     two_workers = sweep_shape(make_plan(quickstart_like(resources={"workers_per_trial": 2}), CPU_BOX))
     assert len({SHAPE, long, two_workers}) == 3
     kept(long, step=0.3)
