@@ -202,7 +202,7 @@ def estimate(
         usd=spent_usd,
     )
     caps = plan.spec.budget.caps() if plan.spec.budget else {}
-    left = within_caps(remaining(plan, timing, ladder, restarts, trials), caps, spent)
+    left = within_caps(remaining(plan, timing, ladder, restarts, trials), caps, plan.concurrent_trials, spent)
     return LiveEstimate(elapsed_seconds, spent_usd, left, timing, measured)
 
 

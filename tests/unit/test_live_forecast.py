@@ -342,13 +342,20 @@ def test_what_is_left_stops_at_the_tightest_budget_cap():
     spent = usd_cap / 2  # half the cap used: an eighth of the uncapped rest fits
     left = estimate(capped_plan, capped_forecast, Measured(), [TrialAt(10, True)], spent_usd=spent).left
     assert left.usd == pytest.approx(usd_cap - spent)
-    assert left.wall_seconds == pytest.approx(uncapped.wall_seconds / 8)
+    # That work runs on the 2 slots, full until the cap: its trials' time over 2, less than
+    # an eighth of the whole ladder's wall, whose end has one trial running.
+    assert left.wall_seconds == pytest.approx(uncapped.trial_seconds / 8 / 2)
+    assert left.wall_seconds < uncapped.wall_seconds / 8
     assert left.steps == round(uncapped.steps / 8)
     # The step cap binds first once fewer steps are left under it than the dollars allow.
     left = estimate(capped_plan, capped_forecast, Measured(), [TrialAt(10, True)], spent_usd=spent, spent_steps=9_990).left
     assert left.steps == 10 and left.usd == pytest.approx(uncapped.usd * 10 / uncapped.steps)
     crossed = estimate(capped_plan, capped_forecast, Measured(), [TrialAt(10, True)], spent_usd=2 * usd_cap).left
     assert crossed.wall_seconds == 0 and crossed.usd == 0
+    # A wall-hours cap that binds leaves exactly what it has left.
+    hours_plan, hours_forecast = plan_and_forecast(budget={"max_hours": uncapped.wall_seconds / 2 / 3600})
+    by_hours = estimate(hours_plan, hours_forecast, Measured(), [TrialAt(10, True)], elapsed_seconds=10.0).left
+    assert by_hours.wall_seconds == pytest.approx(uncapped.wall_seconds / 2 - 10.0)
     loose_plan, loose_forecast = plan_and_forecast(budget={"max_usd": 100 * uncapped.usd})
     assert estimate(loose_plan, loose_forecast, Measured(), [TrialAt(10, True)]).left == uncapped
 
@@ -364,7 +371,7 @@ def test_the_forecast_before_launch_stops_at_the_cap_as_the_live_estimate_does()
     capped_plan, capped = plan_and_forecast(budget={"max_usd": usd_cap})
     assert capped.cut_by == "max_usd" and capped.uncapped == forecast.expected
     assert capped.expected.usd == pytest.approx(usd_cap)
-    assert capped.expected.wall_seconds == pytest.approx(forecast.expected.wall_seconds / 2)
+    assert capped.expected.wall_seconds == pytest.approx(forecast.expected.trial_seconds / 2 / 2)  # on 2 full slots
     assert estimate(capped_plan, capped, Measured(), []).left == capped.expected
     assert capped.spread.high.usd == pytest.approx(usd_cap)  # the slowest copy's case is cut too
     lines = forecast_lines(capped, "CPU core-hours")
