@@ -120,8 +120,9 @@ class SweepBudget:
         forecast = self.forecast
         if forecast is None or forecast.calibrated is None or self.live is None:
             return
-        # A sweep a cap cut has trials stopped inside a segment, which its ladder counts whole.
-        wall_ratio = None if self.cut() else self._wall_ratio(run)
+        # A sweep a cap cut or a stop interrupted has trials ended inside a segment, which
+        # its ladder as run counts whole.
+        wall_ratio = None if self.cut() or run.interrupted else self._wall_ratio(run)
         shape = sweep_shape(self.plan)
         measure = SweepMeasure.of(self.spec.name, shape, forecast.calibrated, self.live.measured, wall_ratio)
         if measure is None:
