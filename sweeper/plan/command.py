@@ -15,7 +15,8 @@ from sweeper.cost.memory import gpu_memory_gib, launch_card_gib, with_gpu_packin
 from sweeper.cost.prices import sweep_rate
 from sweeper.cost.throughput import TrialTiming, modelled_timing
 from sweeper.errors import UserError
-from sweeper.plan.forecast import Forecast, forecast_lines, forecast_sweep, mean_of_configs, with_spread
+from sweeper.plan.forecast import Forecast, dearer, forecast_sweep, mean_of_configs, with_spread
+from sweeper.plan.forecast_lines import forecast_lines
 from sweeper.plan.inputs import SweepInputs
 from sweeper.plan.machine_profile import MachineProfile, machine_key, sweep_shape
 from sweeper.plan.sweep_plan import ClusterResources, SweepPlan, make_plan
@@ -60,9 +61,9 @@ def sweep_forecast(plan: SweepPlan, cluster: ClusterResources, inputs: SweepInpu
             forecast_sweep(plan, as_here(calibration.first), as_here(calibration.costliest)), plan,
             [(as_here(first), as_here(costliest)) for first, costliest in copies],
         )
-        costliest = max(calibration.costliest, calibration.first, key=lambda t: t.step_seconds)
         forecast = replace(
-            forecast, calibrated=mean_of_configs(calibration.first, costliest), machine=machine,
+            forecast, calibrated=mean_of_configs(calibration.first, dearer(calibration.first, calibration.costliest)),
+            machine=machine,
             machine_note=profile.line() if profile else None,
         )
         forecast.notes.append(f"Calibration took {calibration.seconds:.1f} s ({calibration.copies} side by side)")

@@ -21,6 +21,8 @@ accelerator-hours and dollars.
   counted as for a sweep of that many trials.
 - While the sweep runs, `remaining` is the same arithmetic from where the trials stand
   (sweeper/plan/live.py): the live forecast.
+
+How a forecast reads on the terminal is sweeper/plan/forecast_lines.py.
 """
 
 from __future__ import annotations
@@ -29,16 +31,14 @@ import heapq
 from dataclasses import dataclass, field, replace
 
 from sweeper.cost.prices import sweep_rate
-from sweeper.cost.throughput import RAY_TRIAL_START_SECONDS, TrialTiming
+from sweeper.cost.throughput import TrialTiming
 from sweeper.names import ForecastKey
 from sweeper.plan.rungs import evaluations_between, milestone_counts
 from sweeper.plan.sweep_plan import SweepPlan
-from sweeper.views import usd
 
 __all__ = [
-    "Scenario", "Spread", "Forecast", "TrialAt", "forecast_sweep", "with_spread", "mean_of_configs",
-    "expected_ladder", "remaining", "forecast_lines", "spread_line", "measured_line", "most_trials_within",
-    "within_caps", "share_within_caps", "ladder_as_run",
+    "Scenario", "Spread", "Forecast", "TrialAt", "forecast_sweep", "with_spread", "mean_of_configs", "dearer",
+    "expected_ladder", "remaining", "most_trials_within", "within_caps", "share_within_caps", "ladder_as_run",
 ]
 
 
@@ -300,8 +300,7 @@ def forecast_sweep(plan: SweepPlan, timing: TrialTiming, costliest: TrialTiming 
     `costliest` the dearest config's in the space: the worst case trains every trial at
     it, the expected case at the mean of the two (sampled configs lie between)."""
     spec = plan.spec
-    # Steps of the costliest config can time below the first's (noise on a busy machine).
-    costliest = max(costliest or timing, timing, key=lambda t: t.step_seconds)
+    costliest = dearer(timing, costliest)
     rate = sweep_rate(spec)
     mean = mean_of_configs(timing, costliest)
     bought = full = binding = None
@@ -384,6 +383,12 @@ def most_trials_within(caps: dict[str, float], scenario_for) -> tuple[int, str |
     return low, crossed(low + 1)
 
 
+def dearer(first: TrialTiming, costliest: TrialTiming | None) -> TrialTiming:
+    """The costliest config's timing, or the first's where the costliest's steps timed
+    below it (noise on a busy machine)."""
+    return max(costliest or first, first, key=lambda t: t.step_seconds)
+
+
 def mean_of_configs(first: TrialTiming, costliest: TrialTiming) -> TrialTiming:
     """The expected case's timing: sampled configs lie between the first and the costliest."""
     return TrialTiming(
@@ -405,7 +410,7 @@ def with_spread(forecast: Forecast, plan: SweepPlan, copies: list[tuple[TrialTim
     if forecast.bought_trials is not None:  # a sweep until a budget cap: the trials it buys
         plan = plan.with_trials(forecast.bought_trials)
     if len(copies) > 1:
-        per_copy = [mean_of_configs(first, max(first, costliest, key=lambda t: t.step_seconds)) for first, costliest in copies]
+        per_copy = [mean_of_configs(first, dearer(first, costliest)) for first, costliest in copies]
         ladder, _, restarts = expected_ladder(plan)
 
         def extreme(pick) -> TrialTiming:
@@ -424,92 +429,3 @@ def with_spread(forecast: Forecast, plan: SweepPlan, copies: list[tuple[TrialTim
             within_caps(remaining(plan, slowest, ladder, restarts), caps, plan.concurrent_trials),
         )
     return replace(forecast, measured_copies=len(copies), spread=spread)
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.1f} h"
-
-
-def forecast_lines(forecast: Forecast, unit: str) -> list[str]:
-    """The forecast as lines for the terminal; `unit` names the accelerator-hours (GPU-hours
-    or CPU core-hours)."""
-    t = forecast.timing
-    ladder = ", ".join(f"{n} to step {step}" for step, n in forecast.ladder)
-    lines = [
-        f"Step budget by rung: {ladder} ({forecast.expected.steps} steps; {forecast.worst.steps} without early stopping)",
-        f"Expected case: {forecast.assumption}",
-        f"Step time: {t.step_seconds * 1000:.1f} ms per step (mean of the first and the costliest config; "
-        f"costliest {(forecast.costliest or t).step_seconds * 1000:.1f} ms), {t.eval_seconds * 1000:.0f} ms per "
-        f"evaluation, {t.setup_seconds:.1f} s per trial start",
-        f"Timing source: {t.source}",
-        f"Price: {usd(forecast.usd_per_hour)} per {unit.removesuffix('s')} ({forecast.accelerator}), "
-        f"{forecast.accelerators_per_trial:g} per trial, {forecast.slots} trial(s) at once",
-    ]
-    worst = "Worst case (no pruning)"
-    if forecast.bought_trials is not None:  # until a budget cap: what the caps buy either way
-        worst = f"Without early stopping ({forecast.bought_full_trials} trial(s) to the end)"
-        expected = f"Expected ({forecast.bought_trials} trials)"
-    elif forecast.uncapped is not None:  # a cap stops the sweep of search.num_trials first
-        share = forecast.expected.value(forecast.cut_by) / max(forecast.uncapped.value(forecast.cut_by), 1e-12)
-        expected = f"Expected (budget.{forecast.cut_by} stops it at about {share:.0%} of all its trials' expected work)"
-    else:
-        expected = "Expected"
-    for label, scenario in ((expected, forecast.expected), (worst, forecast.worst)):
-        lines.append(
-            f"{label}: {_duration(scenario.wall_seconds)} wall, {scenario.accelerator_hours:.4g} {unit}, "
-            f"{usd(scenario.usd)}"
-        )
-    lines += [spread_line(forecast), measured_line(forecast)]
-    lines += forecast.notes
-    return lines
-
-
-def spread_line(forecast: Forecast) -> str:
-    """How far apart the calibration's measurements were, and what that moves."""
-    if forecast.measured_copies == 0:
-        return "Spread: none measured (throughput model); the live ETA corrects it from the first evaluations"
-    spread = forecast.spread
-    if spread is None:
-        return (
-            "Spread: one copy measured (the sweep runs one worker at a time on a node), no spread; "
-            "the live ETA corrects the figures from the first evaluations"
-        )
-    fast, slow, low, high = spread.fastest, spread.slowest, spread.low, spread.high
-    return (
-        f"Spread across the {spread.copies} copies: "
-        f"{_range(fast.step_seconds * 1000, slow.step_seconds * 1000, '{:.1f}')} ms per step, "
-        f"{_range(fast.eval_seconds * 1000, slow.eval_seconds * 1000, '{:.0f}')} ms per evaluation, "
-        f"{_range(fast.setup_seconds, slow.setup_seconds, '{:.1f}')} s per start; expected "
-        f"{_range(low.wall_seconds, high.wall_seconds, _duration)} wall, {_range(low.usd, high.usd, usd)}"
-    )
-
-
-def _range(low: float, high: float, form) -> str:
-    """`low-high` in `form` (a format string or a function), one figure where they read the same."""
-    text = form.format if isinstance(form, str) else form
-    return text(low) if text(low) == text(high) else f"{text(low)}-{text(high)}"
-
-
-def measured_line(forecast: Forecast) -> str:
-    """Which parts of the forecast were measured here and which are modelled."""
-    t = forecast.timing
-    overheads = (
-        f"a trial's stop ({t.stop_seconds:.1f} s), a slot's turnaround ({t.turnaround_seconds:.1f} s), "
-        f"the first wave's cold start ({t.cold_start_seconds:.1f} s), the driver's and Ray's share of the cores"
-    )
-    survival = "which trials early stopping stops (the rung ladder)"
-    if forecast.measured_copies == 0:
-        return f"Measured: nothing; modelled: step and evaluation time (FLOPs at an assumed utilisation), trial start, {overheads}, {survival}"
-    if forecast.machine_note:
-        return (
-            "Measured: step time, evaluation time, the training loop's setup (calibration); what a sweep adds, "
-            f"{forecast.machine_note}; modelled: {survival}"
-        )
-    return (
-        "Measured: step time, evaluation time, the training loop's setup; modelled (no sweep of this shape has "
-        f"ended on this machine yet): Ray's part of a trial start ({RAY_TRIAL_START_SECONDS:.1f} s), {overheads}, {survival}"
-    )

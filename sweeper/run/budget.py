@@ -92,6 +92,7 @@ class SweepBudget:
     def finish(self, tracker, run) -> None:
         """Forecast against actual (a resumed sweep has no forecast of its own: the first
         driver logged it), and what the caps cut, on the parent run and in the summary."""
+        actual_wall = time.time() - run.book.started_at  # the trials' phase
         metrics, tags = {}, {}
         if self.forecast is not None:
             metrics = self.forecast.ending_metrics()
@@ -100,10 +101,9 @@ class SweepBudget:
             metrics.update(budget_metrics)
         if metrics or tags:
             tracker.log_sweep_figures(metrics, tags)
-        self._keep_what_the_machine_showed(run)
+        self._keep_what_the_machine_showed(run, actual_wall)
         if self.forecast is not None:
             expected = self.forecast.expected
-            actual_wall = time.time() - run.book.started_at
             run.notes.append(
                 f"Forecast: {expected.wall_seconds:.0f} s, ${expected.usd:.6f} expected; actual: {actual_wall:.0f} s "
                 f"(trials' phase), ${run.cost.usd:.6f}"
@@ -111,7 +111,7 @@ class SweepBudget:
         if self.guard is not None and self.guard.summary():
             run.notes.append(f"Budget: {self.guard.summary()}")
 
-    def _keep_what_the_machine_showed(self, run) -> None:
+    def _keep_what_the_machine_showed(self, run, actual_wall: float) -> None:
         """What the sweep measured that its calibration could not, for the next forecast on
         this machine (sweeper/plan/machine_profile.py). A resumed sweep has no calibration
         of its own to compare with, and a modelled forecast none at all."""
@@ -122,7 +122,7 @@ class SweepBudget:
             return
         # A sweep a cap cut or a stop interrupted has trials ended inside a segment, which
         # its ladder as run counts whole.
-        wall_ratio = None if self.cut() or run.interrupted else self._wall_ratio(run)
+        wall_ratio = None if self.cut() or run.interrupted else self._wall_ratio(run, actual_wall)
         shape = sweep_shape(self.plan)
         measure = SweepMeasure.of(self.spec.name, shape, forecast.calibrated, self.live.measured, wall_ratio)
         if measure is None:
@@ -132,7 +132,7 @@ class SweepBudget:
         except OSError as error:  # a read-only home: the next forecast uses the constants
             run.notes.append(f"Forecast: this machine's figures were not kept ({error})")
 
-    def _wall_ratio(self, run) -> float | None:
+    def _wall_ratio(self, run, actual_wall: float) -> float | None:
         """The sweep's trials' phase against what the forecast's slot arithmetic gives for
         the ladder it ran, at the figures it measured (None: nothing to compare)."""
         from sweeper.plan.forecast import expected_ladder, ladder_as_run, remaining
@@ -143,5 +143,4 @@ class SweepBudget:
         plan = self.plan if self.plan.trials is not None else self.plan.with_trials(len(steps))  # until a cap
         _, _, restarts = expected_ladder(plan)
         arithmetic = remaining(plan, self.live.timing(), ladder_as_run(plan, steps), restarts).wall_seconds
-        actual = time.time() - run.book.started_at
-        return actual / arithmetic if arithmetic > 0 else None
+        return actual_wall / arithmetic if arithmetic > 0 else None

@@ -8,7 +8,8 @@ import pytest
 from sweeper.cost.prices import Rate
 from sweeper.cost.throughput import TrialTiming
 from sweeper.names import TrialState
-from sweeper.plan.forecast import TrialAt, forecast_lines, forecast_sweep, remaining, with_spread
+from sweeper.plan.forecast import TrialAt, forecast_sweep, remaining, with_spread
+from sweeper.plan.forecast_lines import forecast_lines
 from sweeper.plan.live import Measured, PriorWeight, blend, duration, estimate, live_timing
 from sweeper.plan.sweep_plan import make_plan
 from sweeper.run.budget_guard import BudgetGuard, BudgetSearcher

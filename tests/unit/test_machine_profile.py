@@ -7,7 +7,8 @@ from dataclasses import replace
 import pytest
 
 from sweeper.cost.throughput import RAY_TRIAL_START_SECONDS, TrialTiming
-from sweeper.plan.forecast import forecast_lines, forecast_sweep, ladder_as_run, with_spread
+from sweeper.plan.forecast import forecast_sweep, ladder_as_run, with_spread
+from sweeper.plan.forecast_lines import forecast_lines
 from sweeper.plan.live import Measured
 from sweeper.plan.machine_profile import KEPT, PROFILES_ENV, MachineProfile, SweepMeasure, machine_key, sweep_shape
 from sweeper.plan.sweep_plan import make_plan
