@@ -1,6 +1,7 @@
-"""The `sweep` command (Typer): `app` is the console script's entry point; each
-subcommand parses its arguments and calls one module of the stages."""
+"""The `sweep` command (Typer): `run` is the console script's entry point, `app` the
+Typer group it runs; each subcommand parses its arguments and calls one module of the
+stages."""
 
-from sweeper.cli.app import app
+from sweeper.cli.app import app, run
 
-__all__ = ["app"]
+__all__ = ["app", "run"]

@@ -6,7 +6,7 @@ keyed one-line messages and an exit status, once for all subcommands (tracebacks
 from __future__ import annotations
 
 import os
-import sys
+from typing import NoReturn
 
 import click
 import typer
@@ -19,6 +19,7 @@ import sweeper.cli.reading as reading
 import sweeper.cli.running as running
 import sweeper.cli.scaffolding as scaffolding
 from sweeper.cli.common import errors
+from sweeper.cli.process_exit import exit_process, exit_status
 from sweeper.errors import SweepFailed
 from trainables.errors import InputError
 
@@ -74,5 +75,16 @@ for command, name in COMMANDS:
     app.command(name)(command)
 
 
+def run() -> NoReturn:
+    """The console script and `python -m sweeper.cli`: the command, then the process's end
+    without the interpreter's teardown (about 2 s after the last line, sweeper/cli/process_exit.py)."""
+    try:
+        app()
+        status = 0
+    except SystemExit as done:
+        status = exit_status(done.code)
+    exit_process(status)
+
+
 if __name__ == "__main__":
-    sys.exit(app())
+    run()
