@@ -84,6 +84,11 @@ class TrialTiming:
     # own measured figures: what that arithmetic misses (this machine's sweeps of the same
     # shape measured it, sweeper/plan/machine_profile.py; 1.0 before any has).
     wall_ratio: float = 1.0
+    # A run's seconds while it trains alone over its seconds beside the other slots' runs:
+    # below 1 where trials share cores (the 2-core machine: about 0.8), about 1 on GPUs of
+    # their own. With some slots idle, by the share idle (sweeper/plan/forecast.py). The
+    # live forecast measures it; 1.0 before anything has.
+    alone_ratio: float = 1.0
 
 
 def _examples(path: Path) -> int:

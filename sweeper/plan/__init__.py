@@ -7,6 +7,7 @@ cost (calibrated or modelled); what the budget caps mean; the `sweep plan` comma
 - `sweep_plan`: `SweepPlan` against the cluster's resources;
 - `rungs`: ASHA rung placement and how many trials each rung keeps;
 - `forecast`: expected and worst-case wall time, accelerator-hours and USD;
+- `slots`: the forecast's runs on the sweep's slots, and the stretches with slots idle;
 - `forecast_lines`: how a forecast reads on the terminal;
 - `calibrate`: measured step times, run as the sweep will run them;
 - `machine_profile`: what the calibration cannot see, as this machine's last sweeps measured it;
@@ -16,6 +17,6 @@ cost (calibrated or modelled); what the budget caps mean; the `sweep plan` comma
 """
 
 __all__ = [
-    "checks", "inputs", "sweep_plan", "rungs", "forecast", "forecast_lines", "calibrate", "machine_profile", "live",
+    "checks", "inputs", "sweep_plan", "rungs", "forecast", "slots", "forecast_lines", "calibrate", "machine_profile", "live",
     "budget", "command",
 ]

@@ -27,13 +27,13 @@ How a forecast reads on the terminal is sweeper/plan/forecast_lines.py.
 
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass, field, replace
 
 from sweeper.cost.prices import sweep_rate
 from sweeper.cost.throughput import TrialTiming
 from sweeper.names import ForecastKey
 from sweeper.plan.rungs import evaluations_between, milestone_counts
+from sweeper.plan.slots import on_slots, with_idle_slots
 from sweeper.plan.sweep_plan import SweepPlan
 
 __all__ = [
@@ -226,7 +226,10 @@ def remaining(
         previous = milestone
     if not trials:  # nothing started yet: the first wave of trials starts cold
         trial_seconds += min(slots, ladder[0][1]) * timing.cold_start_seconds
-    wall = _on_slots(segments, slots, timing.cold_start_seconds if not trials else 0.0) * timing.wall_ratio
+    end, runs = on_slots(segments, slots, timing.cold_start_seconds if not trials else 0.0)
+    wall, faster = with_idle_slots(end, runs, slots, timing.alone_ratio)
+    trial_seconds -= faster
+    wall *= timing.wall_ratio
     cost = sweep_rate(plan.spec).trial_cost(trial_seconds)
     return Scenario(steps, trial_seconds, wall, cost.accelerator_hours, cost.usd)
 
@@ -264,35 +267,6 @@ def share_within_caps(
         if wanted > 0 and (limit - spent.value(cap)) / wanted < share:
             share, tightest = max(0.0, limit - spent.value(cap)) / wanted, cap
     return share, tightest
-
-
-def _on_slots(segments: list[tuple[list[float], float, int]], slots: int, ready_at: float) -> float:
-    """When the last run ends: the running trials' rests on their slots from now, each
-    segment's missing runs on the slot free first once the segment before has ended, every
-    slot free from `ready_at` (the first wave's cold start before launch)."""
-    running = [rest for rest, _, _ in segments for rest in rest]
-    free = sorted(running + [ready_at] * max(0, slots - len(running)))
-    ended = 0.0  # when the segment before ended
-    for rest, seconds, missing in segments:
-        last = max([ended, *rest])
-        left = missing
-        while left > 0:
-            starts = [max(free_at, ended) for free_at in free]
-            if left >= len(free) and max(starts) - min(starts) <= seconds:
-                # Slots free within one run of each other take the runs in turn, one each
-                # per round: whole rounds at once (a sweep until a budget cap is counted at
-                # up to a million trials).
-                rounds = left // len(free)
-                free = sorted(start + rounds * seconds for start in starts)
-                last = max(last, free[-1])
-                left -= rounds * len(free)
-                continue
-            start = max(heapq.heappop(free), ended)
-            heapq.heappush(free, start + seconds)
-            last = max(last, start + seconds)
-            left -= 1
-        ended = last
-    return max([ended, *free]) if free else ended
 
 
 def forecast_sweep(plan: SweepPlan, timing: TrialTiming, costliest: TrialTiming | None = None) -> Forecast:
@@ -400,6 +374,7 @@ def mean_of_configs(first: TrialTiming, costliest: TrialTiming) -> TrialTiming:
         first.turnaround_seconds,
         first.cold_start_seconds,
         first.wall_ratio,
+        first.alone_ratio,
     )
 
 

@@ -84,7 +84,8 @@ def measured_line(forecast: Forecast) -> str:
     t = forecast.timing
     overheads = (
         f"a trial's stop ({t.stop_seconds:.1f} s), a slot's turnaround ({t.turnaround_seconds:.1f} s), "
-        f"the first wave's cold start ({t.cold_start_seconds:.1f} s), the driver's and Ray's share of the cores"
+        f"the first wave's cold start ({t.cold_start_seconds:.1f} s), the driver's and Ray's share of the cores, "
+        "a trial alone as fast as beside others"
     )
     survival = "which trials early stopping stops (the rung ladder)"
     if forecast.measured_copies == 0:

@@ -54,9 +54,20 @@ class Measured:
     stop_seconds: float = 0.0  # a run's last report to its end (or pause), as the driver sees it
     turnarounds: int = 0
     turnaround_seconds: float = 0.0  # a run's end to the next run's start on the freed slot
+    # Intervals trained with no other trial running (the sums above leave them out: they
+    # are the figures beside the other slots' runs, as the calibration measures them).
+    alone_steps: int = 0
+    alone_evaluations: int = 0
+    alone_seconds: float = 0.0  # their whole intervals: steps, evaluation, report
 
-    def add_interval(self, steps: int, train_seconds: float, rest_seconds: float) -> None:
-        """A report `steps` after the last one of the same Train run."""
+    def add_interval(self, steps: int, train_seconds: float, rest_seconds: float, alone: bool = False) -> None:
+        """A report `steps` after the last one of the same Train run (`alone`: no other
+        trial ran from the one to the other)."""
+        if alone:
+            self.alone_steps += steps
+            self.alone_evaluations += 1
+            self.alone_seconds += train_seconds + max(0.0, rest_seconds)
+            return
         self.steps += steps
         self.train_seconds += train_seconds
         self.evaluations += 1
@@ -112,16 +123,23 @@ def live_timing(prior: TrialTiming, measured: Measured, weight: PriorWeight) -> 
     start_seconds = measured.start_seconds + max(
         0.0, measured.cold_start_seconds - measured.cold_starts * prior.cold_start_seconds
     )
+    step_seconds = blend(prior.step_seconds, weight.steps, measured.train_seconds, measured.steps)
+    eval_seconds = blend(prior.eval_seconds, weight.evaluations, measured.eval_seconds, measured.evaluations)
+    # Alone against beside others: the intervals measured alone over what they would have
+    # taken at the figures above; the prior weighs what the calibration timed.
+    beside_others = measured.alone_steps * step_seconds + measured.alone_evaluations * eval_seconds
+    prior_seconds = weight.steps * step_seconds + weight.evaluations * eval_seconds
     return replace(
         prior,
-        step_seconds=blend(prior.step_seconds, weight.steps, measured.train_seconds, measured.steps),
-        eval_seconds=blend(prior.eval_seconds, weight.evaluations, measured.eval_seconds, measured.evaluations),
+        step_seconds=step_seconds,
+        eval_seconds=eval_seconds,
         setup_seconds=blend(prior.setup_seconds, weight.starts, start_seconds, measured.starts + measured.cold_starts),
         stop_seconds=blend(prior.stop_seconds, weight.modelled, measured.stop_seconds, measured.stops),
         turnaround_seconds=blend(prior.turnaround_seconds, weight.modelled, measured.turnaround_seconds, measured.turnarounds),
         # What the slot arithmetic misses corrects the forecast before launch; the live
         # estimate's figures are this sweep's own (its ETA target was met without it).
         wall_ratio=1.0,
+        alone_ratio=blend(prior.alone_ratio, prior_seconds, measured.alone_seconds, beside_others),
         source=(
             f"live: {measured.steps} steps, {measured.evaluations} evaluations, "
             f"{measured.starts + measured.cold_starts} starts measured"

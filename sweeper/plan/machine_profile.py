@@ -16,8 +16,8 @@ the next calibrated forecast of a sweep of that shape on that machine (`sweep pl
 `sweep start`) applies the median of its last `KEPT` sweeps (`MachineProfile.applied`):
 the calibrated step and evaluation times times what the sweeps measured over what their
 calibration said; Ray's part of a start, the stop, the turnaround and the cold start as
-measured; and the wall time times what the forecast's slot arithmetic missed at the
-sweep's own figures.
+measured; a trial's speed when it trains alone (the slots' other runs ended); and the
+wall time times what the forecast's slot arithmetic missed at the sweep's own figures.
 
 Why per shape, not per machine: on the 2-core machine steps ran at 1.2-1.5x the
 calibration's in the 90-step quickstart (a neighbour's start or evaluation beside most
@@ -97,6 +97,7 @@ class SweepMeasure:
     cold_start_seconds: float | None  # what a first-wave start took more than a later one
     shape: str = ""  # `sweep_shape`
     wall_ratio: float | None = None  # the sweep's wall over the slot arithmetic's at its measured figures
+    alone_ratio: float | None = None  # a trial's time alone over its time beside others
 
     @classmethod
     def of(
@@ -114,6 +115,13 @@ class SweepMeasure:
         def ratio(value: float | None, prior: float) -> float | None:
             return value / prior if value is not None and prior > 0 else None
 
+        alone_ratio = None
+        if measured.alone_evaluations and measured.evaluations:
+            beside_others = (
+                measured.alone_steps * measured.train_seconds / measured.steps
+                + measured.alone_evaluations * measured.eval_seconds / measured.evaluations
+            )
+            alone_ratio = measured.alone_seconds / beside_others if beside_others > 0 else None
         warm_start = mean(measured.start_seconds, measured.starts)
         cold_start = mean(measured.cold_start_seconds, measured.cold_starts)
         loop_setup = max(0.0, calibrated.setup_seconds - RAY_TRIAL_START_SECONDS)
@@ -128,6 +136,7 @@ class SweepMeasure:
             cold_start_seconds=None if warm_start is None or cold_start is None else max(0.0, cold_start - warm_start),
             shape=shape,
             wall_ratio=wall_ratio,
+            alone_ratio=alone_ratio,
         )
 
 
@@ -183,6 +192,7 @@ class MachineProfile:
             turnaround_seconds=figure("turnaround_seconds", timing.turnaround_seconds),
             cold_start_seconds=figure("cold_start_seconds", timing.cold_start_seconds),
             wall_ratio=figure("wall_ratio", 1.0),
+            alone_ratio=figure("alone_ratio", 1.0),
             source=f"{timing.source}; as this machine's last {len(self.sweeps)} sweep(s) of its shape ran it",
         )
 
@@ -196,16 +206,20 @@ class MachineProfile:
             "cold_start_seconds": "the first wave's cold start ({:.1f} s)",
             "step_ratio": "steps in a sweep x{:.2f}",
             "eval_ratio": "evaluations in a sweep x{:.2f}",
+            "alone_ratio": "a trial alone in x{:.2f} of its time beside others",
             "wall_ratio": "the wall time x{:.2f} of the slot arithmetic's",
         }
+        missing = False
         for name, label in labels.items():
             value = self.figure(name)
             if value is not None:
                 parts.append(label.format(value))
+            # A sweep with no interval trained alone (one slot; none ended early) has nothing to say there.
+            missing = missing or (value is None and name != "alone_ratio")
         count = len(self.sweeps)
         sweeps = f"{count} sweep{'s' if count > 1 else ''}"
         line = f"on this machine's last {sweeps} of this shape (median): {', '.join(parts)}"
-        if len(parts) < len(labels):
+        if missing:
             line += "; the rest as modelled constants"
         return line
 

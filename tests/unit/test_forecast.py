@@ -8,7 +8,7 @@ from sweeper.plan.calibrate import costliest_overrides, mean_timing, side_by_sid
 from sweeper.cli import app
 from sweeper.cost.architecture import parameter_count
 from sweeper.cost.throughput import PEAK_TFLOPS, UTILISATION, TrialTiming, modelled_timing
-from sweeper.plan.forecast import forecast_sweep
+from sweeper.plan.forecast import TrialAt, expected_ladder, forecast_sweep, remaining
 from sweeper.plan.rungs import evaluations_between
 from sweeper.plan.sweep_plan import ClusterResources, make_plan
 from sweeper.spec.load import validate_spec
@@ -329,3 +329,23 @@ def test_sweep_plan_says_what_a_budget_buys(tmp_path):
     assert result.exit_code == 0, result.output
     assert "trials until budget.max_steps: 200" in result.output
     assert "Budget buys: about" in result.output and "budget.max_steps ends it" in result.output
+
+
+def test_a_trial_training_alone_runs_at_the_alone_ratio_and_full_slots_do_not():
+    from dataclasses import replace
+
+    plan = make_plan(quickstart_like(), CPU_BOX)  # 2 slots, 10 trials, top segment 30 -> 90 for 1
+    ladder, _, restarts = expected_ladder(plan)
+    rest = 10 * TIMING.step_seconds + 1 * TIMING.eval_seconds  # step 80 -> 90, one evaluation
+    ranked = [TrialAt(30, False)] * 2 + [TrialAt(10, False)] * 7  # every rung's trials have reached it
+    alone = [TrialAt(80, True), *ranked]
+    as_fast = remaining(plan, TIMING, ladder, restarts, alone)
+    faster = remaining(plan, replace(TIMING, alone_ratio=0.8), ladder, restarts, alone)
+    assert as_fast.wall_seconds == pytest.approx(rest)
+    assert faster.wall_seconds == pytest.approx(0.8 * rest)
+    assert faster.trial_seconds == pytest.approx(0.8 * as_fast.trial_seconds)
+    # Both slots busy to the end: the ratio changes nothing.
+    beside = [TrialAt(80, True), TrialAt(80, True), *ranked[1:]]
+    assert remaining(plan, replace(TIMING, alone_ratio=0.8), ladder, restarts, beside).wall_seconds == pytest.approx(
+        remaining(plan, TIMING, ladder, restarts, beside).wall_seconds
+    )

@@ -162,6 +162,8 @@ def test_the_listener_measures_starts_steps_and_evaluations_and_logs_at_each_eva
     # (What is left, not the total: the trial's spend so far runs on the real clock, which
     # a loaded machine moves by more than the comparison's tolerance.)
     assert logged.metrics[0][1]["forecast_remaining_usd"] == pytest.approx(calibrated.left.usd, rel=1e-6)
+    # Another trial trains beside it from here on: its intervals are the figures beside others.
+    book.trials["n"] = TrialRecord(trial_id="n", number=9, params={}, started_at=clock.now)
     clock.now += 4.0  # start 1.5 s + 10 steps of 0.2 s + an evaluation (0.5 s, the estimate so far)
     record.history.append(report(10, 2.0))
     live.trial_result(record)
@@ -187,6 +189,64 @@ def test_the_listener_measures_starts_steps_and_evaluations_and_logs_at_each_eva
     assert set(step_2) >= {"forecast_remaining_s", "forecast_remaining_usd", "forecast_total_usd", "forecast_total_s"}
     assert step_2["forecast_live_step_seconds"] == pytest.approx((10 * 0.1 + 4.0) / 30)
     assert shown.lines[-1].startswith("ETA ") and "20 steps measured" in shown.lines[-1]
+
+
+def test_a_trial_that_has_just_reported_at_a_rung_is_counted_as_waiting_there_not_training_on():
+    # Most trials are paused or stopped at a rung; counted as training on into the next
+    # segment, the estimate fell by one of its runs at every rung report and rose again.
+    plan, forecast = plan_and_forecast()  # rungs at steps 10 and 30
+    clock = Clock()
+    book = SweepBook(metric="eval_loss", goal="minimize", max_steps=90, started_at=clock.now)
+    live = LiveForecast(plan, forecast, book, Rate("cpu", 1, 3.6), clock=clock)
+    record = TrialRecord(trial_id="a", number=1, params={}, started_at=clock.now)
+    book.trials["a"] = record
+    live.trial_started(record)
+    clock.now += 4.0
+    record.history.append(report(10, 2.0))
+    live.trial_result(record)
+
+    def left_if(running: bool) -> float:
+        return estimate(plan, forecast, live.measured, [TrialAt(10, running)]).left.wall_seconds
+
+    assert left_if(True) < left_if(False)  # the two readings differ, so the check below can fail
+    assert live.latest.left.wall_seconds == pytest.approx(left_if(False))
+    # Promoted, it trains on in a new Train run: once started, it is inside the next segment.
+    live.trial_paused(record)
+    record.state = TrialState.RUNNING
+    live.trial_started(record)
+    assert live.latest.left.wall_seconds == pytest.approx(left_if(True))
+
+
+def test_intervals_trained_alone_are_measured_apart_and_the_rest_alone_runs_at_their_speed():
+    plan, forecast = plan_and_forecast()  # 2 slots
+    clock = Clock()
+    book = SweepBook(metric="eval_loss", goal="minimize", max_steps=90, started_at=clock.now)
+    live = LiveForecast(plan, forecast, book, Rate("cpu", 1, 3.6), clock=clock)
+    record = TrialRecord(trial_id="a", number=1, params={}, started_at=clock.now)
+    book.trials["a"] = record
+    live.trial_started(record)
+    clock.now += 4.0
+    record.history.append(report(40, 3.0))
+    live.trial_result(record)  # the run's start
+    for step in (50, 60):  # alone: 10 steps of 0.08 s and 0.4 s for the rest, 0.8 of TIMING's 1.5 s
+        clock.now += 1.2
+        record.history.append(report(step, 0.8))
+        live.trial_result(record)
+    m = live.measured
+    assert (m.steps, m.evaluations, m.alone_steps, m.alone_evaluations) == (40, 0, 20, 2)
+    assert m.alone_seconds == pytest.approx(2.4)
+    # The prior (1.0) weighs the calibration's 10 steps and 2 evaluations at the live figures.
+    timing = live.timing()
+    prior = 10 * timing.step_seconds + 2 * timing.eval_seconds
+    beside_others = 20 * timing.step_seconds + 2 * timing.eval_seconds
+    assert timing.alone_ratio == pytest.approx((prior + 2.4) / (prior + beside_others))
+    assert timing.alone_ratio < 1.0
+    # What is left of a trial running alone takes its time at that ratio; the rungs' runs
+    # still to come, two at a time, do not.
+    alone = estimate(plan, forecast, m, [TrialAt(60, True)])
+    as_fast = estimate(plan, replace(forecast, timing=replace(forecast.timing, alone_ratio=timing.alone_ratio)), Measured(), [TrialAt(60, True)])
+    assert alone.timing.alone_ratio == pytest.approx(timing.alone_ratio)
+    assert as_fast.left.wall_seconds < estimate(plan, forecast, Measured(), [TrialAt(60, True)]).left.wall_seconds
 
 
 def test_the_first_waves_starts_are_measured_without_their_cold_start():

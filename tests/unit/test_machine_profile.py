@@ -56,6 +56,19 @@ def test_a_sweep_keeps_what_it_measured_against_its_calibration():
     assert (measure.stop_seconds, measure.turnaround_seconds) == (pytest.approx(0.4), pytest.approx(0.9))
     assert (measure.shape, measure.wall_ratio) == (SHAPE, 1.25)
     assert SweepMeasure.of("nothing", SHAPE, CALIBRATED, Measured()) is None
+    assert measure.alone_ratio is None  # no interval trained alone
+
+
+def test_a_sweeps_trials_alone_are_kept_as_their_speed_against_beside_others():
+    measured = measured_sweep()  # beside others: 1.2 s for 10 steps, 0.8 s for the rest
+    measured.add_interval(10, 1.0, 0.6, alone=True)  # alone: 1.6 s for what took 2.0 s
+    measure = SweepMeasure.of("quickstart", SHAPE, CALIBRATED, measured, wall_ratio=1.25)
+    assert measure.alone_ratio == pytest.approx(0.8)
+    assert measure.step_ratio == pytest.approx(1.2)  # the interval alone is not among the steps beside others
+    profile = MachineProfile.add(KEY, measure)
+    assert profile.applied(CALIBRATED).alone_ratio == pytest.approx(0.8)
+    assert "a trial alone in x0.80 of its time beside others" in profile.line()
+    assert not profile.line().endswith("modelled constants")
 
 
 def test_the_next_forecast_applies_the_median_of_the_last_sweeps_of_its_shape():
