@@ -86,7 +86,7 @@ class TrialTiming:
     wall_ratio: float = 1.0
     # A run's seconds while it trains alone over its seconds beside the other slots' runs:
     # below 1 where trials share cores (the 2-core machine: about 0.8), about 1 on GPUs of
-    # their own. With some slots idle, by the share idle (sweeper/plan/forecast.py). The
+    # their own. With some slots idle, by the share idle (sweeper/plan/slots.py). The
     # live forecast measures it; 1.0 before anything has.
     alone_ratio: float = 1.0
 

@@ -219,15 +219,12 @@ def _setup_cluster_inputs_and_plan(context: SweepContext) -> None:
     """Checks and set-up shared by start and resume: the tracking store answers, the data
     is tokenized, Ray is up (on a cluster joined, object storage probed from every node),
     `resources.gpus_per_worker: auto` is sized on the cluster's GPU (context.spec then
-    holds the number), the plan fits the cluster. Nothing of the sweep is written yet; the
-    tracking store is opened while Ray starts (a new SQLite store is created then, and stays
-    empty if a later check refuses the sweep)."""
+    holds the number), the plan fits the cluster. Nothing is written yet."""
     from sweeper.cost.memory import check_before_launch, launch_card_gib, with_gpu_packing
     from sweeper.track.mlflow_store import (
         check_tracking_uri,
         check_tracking_writable,
         hardware_description,
-        open_in_background,
         resolve_tracking_uri,
     )
 
@@ -248,7 +245,6 @@ def _setup_cluster_inputs_and_plan(context: SweepContext) -> None:
     # The storage's endpoint and region travel with the job (a node started before they
     # were set would write elsewhere); credentials never do.
     travelling = storage.travelling_settings(spec.storage_uri, os.environ)
-    open_in_background(context.tracking_uri)  # while Ray starts
     _, context.dashboard_url = start_ray(
         context.address, warm_server, job_metadata(spec, context.tracking_uri), env_vars=travelling
     )

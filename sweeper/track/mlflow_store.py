@@ -10,7 +10,6 @@ client is made, so the read-only commands start without Ray's import.
 from __future__ import annotations
 
 import platform
-import threading
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -20,7 +19,7 @@ from sweeper.names import TrialState
 
 __all__ = [
     "RUN_STATUS", "resolve_tracking_uri", "default_artifact_location", "check_tracking_uri", "check_tracking_writable",
-    "client_for", "open_in_background", "ensure_experiment", "hardware_description",
+    "client_for", "ensure_experiment", "hardware_description",
 ]
 
 # The MLflow run status a trial's child run ends with.
@@ -101,37 +100,10 @@ def check_tracking_writable(uri: str) -> None:
 
 
 def client_for(uri: str):
-    """An MlflowClient for the tracking store and Model Registry at `uri` (once the store
-    `open_in_background` is opening there is open)."""
-    opening = _opening.pop(uri, None)
-    if opening is not None:
-        opening.join()
+    """An MlflowClient for the tracking store and Model Registry at `uri`."""
     from mlflow.tracking import MlflowClient
 
     return MlflowClient(tracking_uri=uri, registry_uri=uri)
-
-
-# uri -> the thread opening its store (open_in_background)
-_opening: dict[str, threading.Thread] = {}
-
-
-def open_in_background(uri: str) -> None:
-    """Import MLflow and open the store at `uri` in a thread, for a caller with other
-    waiting to do first: `sweep start` while its Ray cluster starts (MLflow's imports and a
-    new SQLite store's tables are 2-3 s of a small sweep's start). The caller's own
-    `client_for(uri)` waits for it, and meets and reports any failure itself."""
-
-    def open_quietly() -> None:
-        try:
-            from mlflow.tracking import MlflowClient
-
-            MlflowClient(tracking_uri=uri, registry_uri=uri)
-        except Exception:  # noqa: BLE001 - client_for raises it again where it is reported
-            pass
-
-    thread = threading.Thread(target=open_quietly, name="mlflow-store-open", daemon=True)
-    _opening[uri] = thread
-    thread.start()
 
 
 def ensure_experiment(client, name: str, artifact_location: str | None) -> str:
