@@ -191,16 +191,22 @@ def test_the_listener_measures_starts_steps_and_evaluations_and_logs_at_each_eva
     assert shown.lines[-1].startswith("ETA ") and "20 steps measured" in shown.lines[-1]
 
 
-def test_a_trial_that_has_just_reported_at_a_rung_is_counted_as_waiting_there_not_training_on():
-    # Most trials are paused or stopped at a rung; counted as training on into the next
-    # segment, the estimate fell by one of its runs at every rung report and rose again.
-    plan, forecast = plan_and_forecast()  # rungs at steps 10 and 30
+def one_trial_started():
+    """(plan, forecast, clock, listener, record): the quickstart-like sweep with one trial started."""
+    plan, forecast = plan_and_forecast()
     clock = Clock()
     book = SweepBook(metric="eval_loss", goal="minimize", max_steps=90, started_at=clock.now)
     live = LiveForecast(plan, forecast, book, Rate("cpu", 1, 3.6), clock=clock)
     record = TrialRecord(trial_id="a", number=1, params={}, started_at=clock.now)
     book.trials["a"] = record
     live.trial_started(record)
+    return plan, forecast, clock, live, record
+
+
+def test_a_trial_that_has_just_reported_at_a_rung_is_counted_as_waiting_there_not_training_on():
+    # Most trials are paused or stopped at a rung; counted as training on into the next
+    # segment, the estimate fell by one of its runs at every rung report and rose again.
+    plan, forecast, clock, live, record = one_trial_started()  # rungs at steps 10 and 30
     clock.now += 4.0
     record.history.append(report(10, 2.0))
     live.trial_result(record)
@@ -218,13 +224,7 @@ def test_a_trial_that_has_just_reported_at_a_rung_is_counted_as_waiting_there_no
 
 
 def test_intervals_trained_alone_are_measured_apart_and_the_rest_alone_runs_at_their_speed():
-    plan, forecast = plan_and_forecast()  # 2 slots
-    clock = Clock()
-    book = SweepBook(metric="eval_loss", goal="minimize", max_steps=90, started_at=clock.now)
-    live = LiveForecast(plan, forecast, book, Rate("cpu", 1, 3.6), clock=clock)
-    record = TrialRecord(trial_id="a", number=1, params={}, started_at=clock.now)
-    book.trials["a"] = record
-    live.trial_started(record)
+    plan, forecast, clock, live, record = one_trial_started()  # 2 slots, no other trial
     clock.now += 4.0
     record.history.append(report(40, 3.0))
     live.trial_result(record)  # the run's start
