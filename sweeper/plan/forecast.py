@@ -365,16 +365,11 @@ def dearer(first: TrialTiming, costliest: TrialTiming | None) -> TrialTiming:
 
 def mean_of_configs(first: TrialTiming, costliest: TrialTiming) -> TrialTiming:
     """The expected case's timing: sampled configs lie between the first and the costliest."""
-    return TrialTiming(
-        (first.step_seconds + costliest.step_seconds) / 2,
-        (first.eval_seconds + costliest.eval_seconds) / 2,
-        (first.setup_seconds + costliest.setup_seconds) / 2,
-        first.source,
-        first.stop_seconds,
-        first.turnaround_seconds,
-        first.cold_start_seconds,
-        first.wall_ratio,
-        first.alone_ratio,
+    return replace(
+        first,
+        step_seconds=(first.step_seconds + costliest.step_seconds) / 2,
+        eval_seconds=(first.eval_seconds + costliest.eval_seconds) / 2,
+        setup_seconds=(first.setup_seconds + costliest.setup_seconds) / 2,
     )
 
 

@@ -73,6 +73,10 @@ class Measured:
         self.evaluations += 1
         self.eval_seconds += max(0.0, rest_seconds)
 
+    def alone_beside_others(self, step_seconds: float, eval_seconds: float) -> float:
+        """What the intervals trained alone would have taken beside others, at these figures."""
+        return self.alone_steps * step_seconds + self.alone_evaluations * eval_seconds
+
     def add_start(self, steps: int, train_seconds: float, start_seconds: float, cold: bool = False) -> None:
         """A Train run's first report: its steps count; the rest of its time, less one
         evaluation, is the run's start (`cold`: a run of the first wave)."""
@@ -127,7 +131,7 @@ def live_timing(prior: TrialTiming, measured: Measured, weight: PriorWeight) -> 
     eval_seconds = blend(prior.eval_seconds, weight.evaluations, measured.eval_seconds, measured.evaluations)
     # Alone against beside others: the intervals measured alone over what they would have
     # taken at the figures above; the prior weighs what the calibration timed.
-    beside_others = measured.alone_steps * step_seconds + measured.alone_evaluations * eval_seconds
+    beside_others = measured.alone_beside_others(step_seconds, eval_seconds)
     prior_seconds = weight.steps * step_seconds + weight.evaluations * eval_seconds
     return replace(
         prior,

@@ -117,9 +117,8 @@ class SweepMeasure:
 
         alone_ratio = None
         if measured.alone_evaluations and measured.evaluations:
-            beside_others = (
-                measured.alone_steps * measured.train_seconds / measured.steps
-                + measured.alone_evaluations * measured.eval_seconds / measured.evaluations
+            beside_others = measured.alone_beside_others(
+                measured.train_seconds / measured.steps, measured.eval_seconds / measured.evaluations
             )
             alone_ratio = measured.alone_seconds / beside_others if beside_others > 0 else None
         warm_start = mean(measured.start_seconds, measured.starts)
