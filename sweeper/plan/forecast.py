@@ -10,8 +10,8 @@ accelerator-hours and dollars.
   train to max_steps in one run. For `asha_stopping` (Ray's ASHA) the same ladder is
   assumed, with one start per trial. `median` and `none` are assumed to prune nothing: expected = worst case.
 - Worst case: every trial trains to `training.max_steps`.
-- Wall time: the trials of each segment run in waves of `slots` trials, and the segments
-  follow each other (the promoted trials of a rung wait for its ranking); between two
+- Wall time: the runs go to the slots as Tune starts them, a promoted run (once enough
+  trials are ranked at its rung to promote it) before a new trial; between two
   trials a slot stands idle for a turnaround (the stopped trial's Train run is torn down,
   Tune's loop starts the next one on the reused actor).
 - Without calibration, the throughput model (sweeper/cost/throughput.py) gives the timing.
@@ -32,8 +32,8 @@ from dataclasses import dataclass, field, replace
 from sweeper.cost.prices import sweep_rate
 from sweeper.cost.throughput import TrialTiming
 from sweeper.names import ForecastKey
-from sweeper.plan.rungs import evaluations_between, milestone_counts
-from sweeper.plan.slots import on_slots, with_idle_slots
+from sweeper.plan.rungs import evaluations_between, milestone_counts, ranked_for
+from sweeper.plan.slots import Segment, on_slots, with_idle_slots
 from sweeper.plan.sweep_plan import SweepPlan
 
 __all__ = [
@@ -191,19 +191,20 @@ def remaining(
     where a new run begins (every trial's first segment; each later one of a ranked trial
     under ASHA by promotion).
 
-    Wall time: each running trial holds a slot for the rest of its segment; a segment's
-    missing runs go, one by one, to the slot free first, and not before the segment before
-    has ended (its trials ranked at the rung: a promoted trial waits for its ranking).
-    Before launch, with nothing running, that is the segment's runs in waves of `slots`,
-    the segments one after the other; while the sweep runs, a promoted or startup trial
-    trains beside the first rung's runs, as it does in the sweep."""
+    Wall time: each running trial holds a slot for the rest of its segment; the runs still
+    to start go to the slot free first (sweeper/plan/slots.py), a promoted run before a new
+    trial, as Tune starts them. A run of a later segment waits at its gate: under ASHA by
+    promotion the k-th promotion from a rung waits until enough trials are ranked there to
+    allow k (`ranked_for`), a startup trial's next segment for its own arrival; under
+    Ray's ASHA a trial goes on as it arrives."""
     training = plan.spec.training
     slots = max(1, plan.concurrent_trials)
     start_seconds = timing.setup_seconds + timing.stop_seconds
     # Startup trials train every segment in one Train run: no restart after the first.
     unranked_total = plan.spec.early_stopping.startup_trials_for() if restart_per_segment else 0
+    reduction_factor = plan.spec.early_stopping.reduction_factor_for()
     steps, trial_seconds = 0, 0.0
-    segments = []  # per segment: (the running trials' rests, a missing run's seconds on its slot, missing runs)
+    segments = []
     previous = 0
     for index, (milestone, expected) in enumerate(ladder):
         evaluations = evaluations_between(previous, milestone, training.eval_every, training.max_steps)
@@ -221,8 +222,18 @@ def remaining(
         ]
         steps += missing * (milestone - previous) + sum(milestone - t.step for t in inside)
         trial_seconds += missing * full + starting * start_seconds + sum(rest)
+        gates = None
+        if index > 0:  # the trials at the milestone where it begins, and those still to come
+            arrived, arrivals = sum(1 for t in trials if t.step >= previous), ladder[index - 1][1]
+            goes_on = missing if not restart_per_segment else min(missing, unranked_left)
+            promoted = len(reached) + len(inside) - sum(1 for t in reached + inside if t.unranked)
+            gates = [arrived + k for k in range(1, goes_on + 1)] + [
+                unranked_total + ranked_for(promoted + k, reduction_factor) for k in range(1, missing - goes_on + 1)
+            ]
+            gates = [min(gate, arrivals) for gate in gates]  # a closing rung lets the last go on
         # A missing run on its slot: its start, its steps, the slot's turnaround.
-        segments.append((rest, runs * (start_seconds + timing.turnaround_seconds) + full, missing))
+        seconds = runs * (start_seconds + timing.turnaround_seconds) + full
+        segments.append(Segment(rest, seconds, missing, arrived=len(reached), gates=gates))
         previous = milestone
     if not trials:  # nothing started yet: the first wave of trials starts cold
         trial_seconds += min(slots, ladder[0][1]) * timing.cold_start_seconds

@@ -1,26 +1,93 @@
 """The slot schedule of the forecast's arithmetic (sweeper/plan/forecast.py): runs of known
-length placed on the sweep's slots, segment after segment, and the stretches in which some
-slots stand idle, where the runs still going train faster (the cores are theirs alone)."""
+length placed on the sweep's slots as the sweep would start them, and the stretches in
+which some slots stand idle, where the runs still going train faster (the cores are
+theirs alone)."""
 
 from __future__ import annotations
 
+import bisect
 import heapq
+from dataclasses import dataclass, field
 
-__all__ = ["on_slots", "with_idle_slots"]
+__all__ = ["Segment", "on_slots", "with_idle_slots", "EXACT_RUNS"]
+
+# Schedules of more runs than this are placed segment after segment in whole rounds (a
+# sweep until a budget cap is counted at up to a million trials, each count a schedule);
+# that puts each segment's later runs after the segment before has ended, at most about
+# one run per segment later than the sweep starts them, a share of the wall time under
+# segments x slots / EXACT_RUNS.
+EXACT_RUNS = 5_000
 
 
-def on_slots(segments: list[tuple[list[float], float, int]], slots: int, ready_at: float) -> tuple[float, list[tuple[float, float]]]:
+@dataclass(frozen=True)
+class Segment:
+    """The work of one segment of the ladder (from one milestone to the next) still to do."""
+
+    rests: list[float]  # the running trials' seconds left in it, from now
+    seconds: float  # a run still to start: its seconds on its slot
+    missing: int  # runs still to start
+    arrived: int = 0  # trials already at its end milestone (or past it)
+    # For each run still to start, in order: how many trials must have arrived at the
+    # milestone where it begins before it can start (None: none, it starts on a free slot).
+    gates: list[int] | None = field(default=None)
+
+
+def on_slots(segments: list[Segment], slots: int, ready_at: float) -> tuple[float, list[tuple[float, float]]]:
     """(when the last run ends, each run's (start, end) on its slot): the running trials'
-    rests on their slots from now, each segment's missing runs on the slot free first once
-    the segment before has ended, every slot free from `ready_at` (the first wave's cold
-    start before launch). A slot's whole rounds of runs count as one (start, end)."""
-    running = [rest for rest, _, _ in segments for rest in rest]
+    rests on their slots from now, and every run still to start on the slot free first, as
+    Tune starts them. A slot that frees takes a promoted run whose gate has opened first
+    (the earliest opened), else a new first-segment run, else it waits for the next
+    arrival that opens a gate. Every slot is free from `ready_at` (the first wave's cold
+    start before launch)."""
+    if sum(segment.missing for segment in segments) > EXACT_RUNS:
+        return _segment_after_segment(segments, slots, ready_at)
+    runs = [(0.0, rest) for segment in segments for rest in segment.rests]
+    free = sorted([rest for _, rest in runs] + [ready_at] * max(0, slots - len(runs)))
+    # Arrival times at each segment's end milestone, sorted; placed runs add theirs.
+    arrivals = [sorted([0.0] * segment.arrived + segment.rests) for segment in segments]
+    totals = [segment.arrived + len(segment.rests) + segment.missing for segment in segments]
+    placed = [0] * len(segments)
+
+    def opens(index: int) -> float | None:
+        """When the next run of segment `index` may start (None: not known yet)."""
+        gates = segments[index].gates
+        if index == 0 or gates is None:
+            return 0.0
+        before = arrivals[index - 1]
+        needed = min(gates[placed[index]], totals[index - 1])
+        return before[needed - 1] if len(before) >= needed else None
+
+    while any(placed[i] < segment.missing for i, segment in enumerate(segments)):
+        at = heapq.heappop(free)
+        pending = [(opens(i), i) for i, segment in enumerate(segments) if placed[i] < segment.missing]
+        known = [(when, i) for when, i in pending if when is not None]
+        # A promoted run before a new trial; among promoted ones the gate opened first (the
+        # latest segment at a tie).
+        ready = [(i == 0, when, -i, i) for when, i in known if when <= at]
+        if not ready:  # wait for the next arrival that opens a gate
+            heapq.heappush(free, min(when for when, _ in known))
+            continue
+        index = min(ready)[3]
+        end = at + segments[index].seconds
+        runs.append((at, end))
+        bisect.insort(arrivals[index], end)
+        heapq.heappush(free, end)
+        placed[index] += 1
+    return max([ready_at if not runs else 0.0, *(end for _, end in runs)]), runs
+
+
+def _segment_after_segment(segments: list[Segment], slots: int, ready_at: float) -> tuple[float, list[tuple[float, float]]]:
+    """`on_slots` for a schedule of more than EXACT_RUNS runs: each segment's runs on the
+    slot free first once the segment before has ended. A slot's whole rounds of runs count
+    as one (start, end)."""
+    running = [rest for segment in segments for rest in segment.rests]
     runs = [(0.0, rest) for rest in running]
     free = sorted(running + [ready_at] * max(0, slots - len(running)))
     ended = 0.0  # when the segment before ended
-    for rest, seconds, missing in segments:
-        last = max([ended, *rest])
-        left = missing
+    for segment in segments:
+        seconds = segment.seconds
+        last = max([ended, *segment.rests])
+        left = segment.missing
         while left > 0:
             starts = [max(free_at, ended) for free_at in free]
             if left >= len(free) and max(starts) - min(starts) <= seconds:

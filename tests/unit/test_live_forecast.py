@@ -78,9 +78,10 @@ def test_what_is_left_follows_the_ladder_from_where_the_trials_stand():
     last = start + 60 * 0.1 + 3.0  # 10 s
     assert left.trial_seconds == pytest.approx(at_5 + 3 * first_rung + at_20 + second + last)
     # On the 2 slots: the trial at 5 frees its slot at 1 s, the one at 20 at 1.5 s; the 3
-    # first-rung runs end at 3.5, 4 and 6 s; the second rung's run waits for them (6 to 10 s),
-    # the last segment's for it (10 to 20 s).
-    assert left.wall_seconds == pytest.approx(20.0)
+    # first-rung runs end at 3.5, 4 and 6 s. The second rung's third promotion waits for 9
+    # trials ranked at step 10 (floor(9 / 3) = 3): the 9th arrives at 4 s (4 to 8 s). The
+    # last segment's run waits for 3 at step 30, the last of them that run (8 to 18 s).
+    assert left.wall_seconds == pytest.approx(18.0)
 
 
 def test_a_promoted_trial_trains_beside_the_first_rungs_runs():
@@ -89,9 +90,12 @@ def test_a_promoted_trial_trains_beside_the_first_rungs_runs():
     trials = [TrialAt(10, False)] * 7 + [TrialAt(10, True)]
     left = remaining(plan, TIMING, [(10, 10), (30, 3), (90, 1)], True, trials)
     first_rung, at_10 = 1.0 + 10 * 0.1 + 0.5, 20 * 0.1 + 2 * 0.5  # 2.5 s, 3 s
-    # The other slot runs the 2 first-rung runs (5 s) while the promoted trial trains (3 s);
-    # the second rung's other 2 runs (4 s each) then wait for the first rung: both at 5 s.
-    assert left.wall_seconds == pytest.approx(2 * first_rung + (1.0 + 20 * 0.1 + 1.0) + (1.0 + 60 * 0.1 + 3.0))
+    second, last = 1.0 + 20 * 0.1 + 1.0, 1.0 + 60 * 0.1 + 3.0  # 4 s, 10 s
+    # 8 ranked at step 10 allow 2 promotions: the second starts on the free slot before any
+    # new trial (0 to 4 s). The first rung's 2 runs follow on the slots as they free (3 to
+    # 5.5 s, 4 to 6.5 s); the 9th arrival at 5.5 s lets the third promotion go (5.5 to 9.5
+    # s), and the last segment's run waits for the three at step 30 (9.5 to 19.5 s).
+    assert left.wall_seconds == pytest.approx(at_10 + first_rung + second + last)
     assert at_10 < 2 * first_rung  # the promoted trial's rest was beside them, not after
 
 
