@@ -80,6 +80,9 @@ def start(
         )
     finally:
         if started_ray and ray.is_initialized():
+            from sweeper.cluster.ray_adapter import end_autoscaler_monitor
+
+            end_autoscaler_monitor()  # a second sooner (sweeper/cluster/ray_adapter.py)
             ray.shutdown()
     print_summary(run, console)
     return run

@@ -4,7 +4,13 @@ local sweep, imports this and must stay light."""
 
 from __future__ import annotations
 
-__all__ = ["WARM_STARTED_ENV", "PREEMPTION_WATCHER_ENV"]
+from pathlib import Path
+
+__all__ = ["CACHE_ROOT", "WARM_STARTED_ENV", "PREEMPTION_WATCHER_ENV"]
+
+# What sweeper keeps between sweeps on this machine: tokenized data, machine profiles, an
+# empty MLflow store of the installed version.
+CACHE_ROOT = Path.home() / ".cache" / "sweeper"
 
 # "1" in every process forked from the warm-start server (sweeper/cluster/fork_server.py); the
 # first report of a trial says whether its workers were (trainables/worker.py).

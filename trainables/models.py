@@ -11,6 +11,7 @@ import torch
 from filelock import FileLock
 
 from trainables import tiny
+from trainables.environment import CACHE_ROOT
 from trainables.errors import InputError
 from trainables.sections import BUILTIN_TINY_MODEL
 
@@ -19,7 +20,7 @@ __all__ = [
     "check_target_modules",
     "load_tokenizer", "load_base_model", "prepare_for_training", "add_lora",
 ]
-DEFAULT_CACHE_ROOT = Path.home() / ".cache" / "sweeper"
+DEFAULT_CACHE_ROOT = CACHE_ROOT
 
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 

@@ -5,6 +5,7 @@ process gets, and the warm-start server a local CPU sweep's workers fork from.""
 
 from __future__ import annotations
 
+import atexit
 import os
 from pathlib import Path
 from typing import Mapping
@@ -214,6 +215,11 @@ def start_ray(
         if joining and (auth_refused(exc) or tokenless):
             raise UserError(auth_problem(address)) from None
         raise
+    if not joining:
+        from sweeper.cluster.ray_adapter import end_autoscaler_monitor
+
+        # Registered after Ray's own exit hook, so it runs before Ray's shutdown.
+        atexit.register(end_autoscaler_monitor)
     url = context.dashboard_url
     return context, (f"http://{url}" if url and not url.startswith("http") else url)
 

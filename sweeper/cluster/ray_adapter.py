@@ -53,13 +53,26 @@ Ray Tune (a large sweep's driver, sweeper/run/driver.py):
   averages, and keeps them after the trial has ended: about 30 KB a trial in the driver,
   and more in the JSON of every experiment checkpoint. An ended trial reports no more;
   Tune has no option for fewer averages.
+Ray core (the end of a local cluster, sweeper/cluster/connect.py):
+- `end_autoscaler_monitor`: `ray.shutdown` stops a local cluster's processes one by one
+  with SIGTERM, giving each a second before SIGKILL, and the raylet and GCS go first. The
+  autoscaler's monitor then spends its second in its SIGTERM handler trying to tell the
+  GCS that is gone, so every sweep ended a second late (1.01 of the 1.43 s of a
+  shutdown here). A local cluster's monitor has nothing to save: killed first, before
+  the shutdown, it is simply gone (its handler would have told the driver "the autoscaler
+  failed"). Ray has no option to stop it or to skip it, and no public handle on its
+  process.
 Ray client (joining a cluster, sweeper/cluster/connect.py):
 - `ray_address_file`: where `ray start` writes the address that `--address auto` joins,
   probed before joining so that a dead head is refused in seconds; Ray has no public
   accessor for it.
-MLflow (sweeper/promote/registry.py):
+MLflow (sweeper/promote/registry.py, sweeper/track/mlflow_store.py):
 - `model_name_problem`, `alias_problem`: MLflow's own checks of a registered-model name
   and alias, which it has only as private validators.
+- `build_empty_mlflow_store`: the tables of a new SQLite store at MLflow's latest schema,
+  without the Default experiment MLflow adds when it opens a store (its path depends on
+  who opens it). MLflow does this only inside the store's constructor, which also adds
+  that experiment; `mlflow db upgrade` needs the tables to exist.
 """
 
 from __future__ import annotations
@@ -81,9 +94,11 @@ __all__ = [
     "restore_tuner",
     "hold_restored_trial",
     "ray_address_file",
+    "end_autoscaler_monitor",
     "ON_THE_HEAD_NODE",
     "model_name_problem",
     "alias_problem",
+    "build_empty_mlflow_store",
 ]
 
 # How often a stoppable run checks whether it was asked to stop.
@@ -379,6 +394,36 @@ def alias_problem(alias: str) -> str | None:
     except MlflowException as exc:
         return exc.message
     return None
+
+
+def build_empty_mlflow_store(database) -> None:
+    """A SQLite file at `database` with MLflow's tables at its latest schema and no rows of
+    ours (MLflow adds its Default experiment on opening it)."""
+    import sqlalchemy
+    from mlflow.store.db.utils import _initialize_tables
+
+    engine = sqlalchemy.create_engine(f"sqlite:///{database}")
+    try:
+        _initialize_tables(engine)
+    finally:
+        engine.dispose()
+
+
+# ---------------------------------------------------------------- Ray core: a local cluster's end
+
+
+def end_autoscaler_monitor() -> None:
+    """SIGKILL the autoscaler monitor of the cluster this process started (nothing if it
+    started none, or the monitor is gone), before `ray.shutdown` stops the rest."""
+    from ray._private import ray_constants, worker
+
+    node = worker._global_node
+    if node is None or not node.is_head():
+        return
+    for info in node.all_processes.get(ray_constants.PROCESS_TYPE_MONITOR, []):
+        if info.process.poll() is None:
+            info.process.kill()
+            info.process.wait(timeout=5)
 
 
 # ---------------------------------------------------------------- Ray client

@@ -46,6 +46,7 @@ from pathlib import Path
 
 from sweeper.cost.throughput import RAY_TRIAL_START_SECONDS, TrialTiming
 from sweeper.plan.live import Measured
+from trainables.environment import CACHE_ROOT
 
 __all__ = ["SweepMeasure", "MachineProfile", "machine_key", "sweep_shape", "profiles_folder", "KEPT"]
 
@@ -60,7 +61,7 @@ PROFILES_ENV = "SWEEPER_MACHINE_PROFILES"
 
 def profiles_folder() -> Path:
     folder = os.environ.get(PROFILES_ENV)
-    return Path(folder) if folder else Path.home() / ".cache" / "sweeper" / "machines"
+    return Path(folder) if folder else CACHE_ROOT / "machines"
 
 
 def machine_key(cluster, *, on_cluster: bool) -> str:

@@ -9,13 +9,16 @@ client is made, so the read-only commands start without Ray's import.
 
 from __future__ import annotations
 
+import os
 import platform
+import shutil
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 from sweeper.errors import UserError
 from sweeper.names import TrialState
+from trainables.environment import CACHE_ROOT
 
 __all__ = [
     "RUN_STATUS", "resolve_tracking_uri", "default_artifact_location", "check_tracking_uri", "check_tracking_writable",
@@ -103,7 +106,38 @@ def client_for(uri: str):
     """An MlflowClient for the tracking store and Model Registry at `uri`."""
     from mlflow.tracking import MlflowClient
 
+    if uri.startswith("sqlite:///"):
+        _new_store_from_the_empty_one(Path(uri.removeprefix("sqlite:///")))
     return MlflowClient(tracking_uri=uri, registry_uri=uri)
+
+
+def _new_store_from_the_empty_one(database: Path) -> None:
+    """A SQLite store that does not exist yet starts as a copy of an empty store at the
+    installed MLflow's schema, built once per MLflow version. MLflow builds a new store by
+    running each of its schema migrations in turn, about 2 s on the 2-core machine at
+    every new store (each sweep of the test suite starts one). The copy is put in place
+    only where no store appeared meanwhile; MLflow adds its Default experiment when it
+    opens it, as in a store of its own."""
+    if database.exists() or not database.parent.is_dir():
+        return  # an existing store, or a folder MLflow itself refuses with its own message
+    import mlflow
+
+    from sweeper.cluster.ray_adapter import build_empty_mlflow_store
+
+    empty = CACHE_ROOT / "mlflow" / f"empty-{mlflow.__version__}.db"
+    if not empty.exists():
+        empty.parent.mkdir(parents=True, exist_ok=True)
+        building = empty.with_name(f"{empty.name}.{os.getpid()}")
+        build_empty_mlflow_store(building)
+        os.replace(building, empty)  # whole, or not there: another process may read it
+    copy = database.with_name(f".{database.name}.{os.getpid()}")
+    shutil.copyfile(empty, copy)
+    try:
+        os.link(copy, database)  # fails if a store appeared meanwhile: that one stays
+    except FileExistsError:
+        pass
+    finally:
+        copy.unlink()
 
 
 def ensure_experiment(client, name: str, artifact_location: str | None) -> str:

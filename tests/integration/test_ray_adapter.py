@@ -206,3 +206,18 @@ def test_the_head_node_resource_places_an_actor_on_the_head(ray_cluster):
 
     head = next(node["NodeID"] for node in ray.nodes() if set(ON_THE_HEAD_NODE) <= set(node["Resources"]))
     assert ray.get(where.remote(), timeout=60) == head
+
+
+def test_the_autoscaler_monitor_of_a_local_cluster_ends_at_once_and_the_cluster_works_on(ray_cluster):
+    """Last in the module: the cluster goes on without its monitor until the fixture ends it."""
+    import ray
+    from ray._private import ray_constants, worker
+
+    from sweeper.cluster.ray_adapter import end_autoscaler_monitor
+
+    monitors = [info.process for info in worker._global_node.all_processes[ray_constants.PROCESS_TYPE_MONITOR]]
+    assert monitors and all(process.poll() is None for process in monitors)
+    end_autoscaler_monitor()
+    assert all(process.poll() == -9 for process in monitors)  # SIGKILL: no handler ran
+    assert ray.get(ray.remote(lambda: 42).remote()) == 42
+    end_autoscaler_monitor()  # a second call finds nothing left to end

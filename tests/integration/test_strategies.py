@@ -1,8 +1,10 @@
 """Real-size trial strategies on CPUs, with the tiny model: DeepSpeed ZeRO-2/3 and FSDP
 over gloo with 2 workers. SFT losses of ZeRO-2 and FSDP match DDP's step by step, with
 and without gradient checkpointing; DPO losses and rewards of ZeRO-2, ZeRO-3 and FSDP
-match DDP's. (2-trial sweeps per strategy, with kill -9 of the driver and `sweep
-resume`: tests/integration/test_strategy_sweeps.py.)"""
+match DDP's. All the runs of a test are trained in turn by one pair of processes (one
+import of the training stack, not one per run); each builds its own model, strategy and
+optimizer, as a trial's Train run does. (Sweeps per strategy, with kill -9 and resume:
+tests/integration/test_strategy_sweeps.py.)"""
 
 from __future__ import annotations
 
@@ -19,7 +21,10 @@ from tests.conftest import REPO, small_dpo_sweep, small_sweep
 pytestmark = pytest.mark.integration
 
 
-def _train_in_two_processes(rank: int, task: str, overrides: dict, out: str, port: int) -> None:
+def _train_in_two_processes(rank: int, task: str, runs: list[dict], out: str, port: int) -> None:
+    """Each of `runs` (overrides of the trial config) trained in turn by the same 2
+    processes: one process group and one import of the training stack for all of them.
+    Each run builds its own model, strategy and optimizer, as a trial's Train run does."""
     import torch
     import torch.distributed as dist
 
@@ -36,14 +41,17 @@ def _train_in_two_processes(rank: int, task: str, overrides: dict, out: str, por
     spec = validate_spec(sweep("s", early_stopping={"scheduler": "none"}), base_dir=REPO)
     source = resolve_model_source(BUILTIN_TINY_MODEL)
     tokenizer = load_tokenizer(source)
-    steps = STEPS[task]
-    trial = spec.trial_config().with_values({"training.max_steps": steps, "training.eval_every": 1, **overrides})
-    data = {split: tokenize_split(trial, split, tokenizer) for split in ("train", "eval")}
-    reports = []
     task_module = importlib.import_module(f"trainables.{task}")
-    task_module.train(trial, data, source, lambda metrics, checkpoint: reports.append(metrics), time.time())
+    every_run = []
+    for overrides in runs:
+        values = {"training.max_steps": STEPS[task], "training.eval_every": 1, **overrides}
+        trial = spec.trial_config().with_values(values)
+        data = {split: tokenize_split(trial, split, tokenizer) for split in ("train", "eval")}
+        reports = []
+        task_module.train(trial, data, source, lambda metrics, checkpoint: reports.append(metrics), time.time())
+        every_run.append(reports)
     if rank == 0:
-        Path(out).write_text(json.dumps(reports))
+        Path(out).write_text(json.dumps(every_run))
     dist.destroy_process_group()
 
 
@@ -51,30 +59,26 @@ def _train_in_two_processes(rank: int, task: str, overrides: dict, out: str, por
 STEPS = {"sft": 20, "dpo": 6}
 
 
-def reports(tmp_path, task: str, **overrides) -> list[dict]:
-    """The report of every step of a 2-worker run of `task` (same seed every run)."""
-    out = tmp_path / f"{len(list(tmp_path.iterdir()))}.json"
-    mp.spawn(_train_in_two_processes, args=(task, overrides, str(out), 29500 + os.getpid() % 400), nprocs=2)
-    return json.loads(out.read_text())
-
-
-def losses(tmp_path, **overrides) -> list[float]:
-    """The train loss of each of 20 steps of a 2-worker SFT run."""
-    return [report["train_loss"] for report in reports(tmp_path, "sft", **overrides)]
+def reports(tmp_path, task: str, runs: dict[str, dict]) -> dict[str, list[dict]]:
+    """For each named run (its overrides), the report of every step of a 2-worker run of
+    `task` (same seed every run), all trained by one pair of processes."""
+    out = tmp_path / "reports.json"
+    mp.spawn(_train_in_two_processes, args=(task, list(runs.values()), str(out), 29500 + os.getpid() % 400), nprocs=2)
+    return dict(zip(runs, json.loads(out.read_text()), strict=True))
 
 
 def test_zero2_and_fsdp_losses_match_ddp_and_checkpointing_changes_none(tmp_path):
-    ddp = losses(tmp_path)
+    runs = reports(tmp_path, "sft", {
+        "ddp": {},
+        "ddp+checkpointing": {"training.gradient_checkpointing": True},
+        "fsdp": {"resources.strategy": "fsdp"},
+        "zero2": {"resources.strategy": "deepspeed"},
+        "zero2+checkpointing": {"resources.strategy": "deepspeed", "training.gradient_checkpointing": True},
+    })
+    losses = {name: [report["train_loss"] for report in run] for name, run in runs.items()}
+    ddp = losses.pop("ddp")
     assert len(ddp) == 20 and ddp[-1] < ddp[0]
-    runs = {
-        "zero2": losses(tmp_path, **{"resources.strategy": "deepspeed"}),
-        "ddp+checkpointing": losses(tmp_path, **{"training.gradient_checkpointing": True}),
-        "zero2+checkpointing": losses(
-            tmp_path, **{"resources.strategy": "deepspeed", "training.gradient_checkpointing": True}
-        ),
-        "fsdp": losses(tmp_path, **{"resources.strategy": "fsdp"}),
-    }
-    for name, run in runs.items():
+    for name, run in losses.items():
         assert max(abs(a - b) for a, b in zip(run, ddp, strict=True)) < 1e-3, (name, run, ddp)
 
 
@@ -84,10 +88,17 @@ DPO_METRICS = ("train_loss", "eval_loss", "eval_rewards_chosen", "eval_rewards_r
 def test_dpo_under_zero2_zero3_and_fsdp_matches_ddp(tmp_path):
     """DPO's reference is the policy with its adapters disabled: under ZeRO-3 and FSDP that
     forward gathers the sharded base weights like the policy's own."""
-    ddp = reports(tmp_path, "dpo")
+    strategies = (("fsdp", 2), ("deepspeed", 2), ("deepspeed", 3))  # ZeRO-3, which patches module init, last
+    runs = reports(tmp_path, "dpo", {
+        "ddp": {},
+        **{
+            (strategy, stage): {"resources.strategy": strategy, "resources.deepspeed": {"zero_stage": stage}}
+            for strategy, stage in strategies
+        },
+    })
+    ddp = runs.pop("ddp")
     assert len(ddp) == STEPS["dpo"] and ddp[-1]["eval_loss"] < ddp[0]["eval_loss"], ddp
-    for strategy, stage in (("deepspeed", 2), ("deepspeed", 3), ("fsdp", 2)):
-        run = reports(tmp_path, "dpo", **{"resources.strategy": strategy, "resources.deepspeed": {"zero_stage": stage}})
+    for (strategy, stage), run in runs.items():
         for name in DPO_METRICS:
             ours, theirs = [r[name] for r in run], [r[name] for r in ddp]
             assert max(abs(a - b) for a, b in zip(ours, theirs, strict=True)) < 1e-3, (strategy, stage, name, ours, theirs)

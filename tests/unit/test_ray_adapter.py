@@ -142,3 +142,40 @@ def test_an_ended_trials_running_averages_are_forgotten_and_its_figures_kept(tmp
     assert trial.run_metadata.metric_n_steps == {}
     assert trial.metric_analysis == figures and figures["eval_loss"]["last-5-avg"] == pytest.approx(11 / 18)
     assert len(trial.get_json_state()[1]) < len(checkpointed)
+
+
+def test_a_new_sqlite_store_from_the_empty_one_is_the_store_mlflow_builds(tmp_path, monkeypatch):
+    """The copy (sweeper/track/mlflow_store.py) against a store MLflow builds itself: the
+    same tables at the same schema revision, and the Default experiment MLflow adds on
+    opening either, where a store of its own would have it."""
+    import sqlite3
+
+    from mlflow.tracking import MlflowClient
+
+    from sweeper.track import mlflow_store
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(mlflow_store, "CACHE_ROOT", tmp_path / "cache")
+    theirs, ours = tmp_path / "theirs.db", tmp_path / "ours.db"
+    MlflowClient(tracking_uri=f"sqlite:///{theirs}").search_experiments()
+    client = mlflow_store.client_for(f"sqlite:///{ours}")
+    assert [e.artifact_location for e in client.search_experiments()] == [
+        e.artifact_location for e in MlflowClient(tracking_uri=f"sqlite:///{theirs}").search_experiments()
+    ]
+
+    def schema(database):
+        """Each table's definition as a set of lines: two builds by MLflow itself may list
+        a table's CHECK constraints in either order."""
+        with sqlite3.connect(database) as db:
+            tables = db.execute("select name, sql from sqlite_master where type = 'table'").fetchall()
+            revision = db.execute("select version_num from alembic_version").fetchall()
+        return {name: set(sql.replace(",", "").split("\n")) for name, sql in tables}, revision
+
+    assert schema(ours) == schema(theirs)
+    run = client.create_run(client.create_experiment("e"))
+    client.log_metric(run.info.run_id, "eval_loss", 1.5)
+    client.create_registered_model("m")
+    # An existing store is opened as it is, never replaced by the empty one.
+    again = mlflow_store.client_for(f"sqlite:///{ours}")
+    assert again.get_metric_history(run.info.run_id, "eval_loss")[0].value == 1.5
+    assert [model.name for model in again.search_registered_models()] == ["m"]
