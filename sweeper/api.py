@@ -57,7 +57,7 @@ def start(
     """
     from rich.console import Console
 
-    from sweeper.cluster.connect import cluster_address
+    from sweeper.cluster.connect import cluster_address, stop_local_cluster
     from sweeper.plan.checks import check_spec
     from sweeper.run.launch import run_sweep
     from sweeper.track.summary import print_summary
@@ -79,11 +79,8 @@ def start(
             console=console,
         )
     finally:
-        if started_ray and ray.is_initialized():
-            from sweeper.cluster.ray_adapter import end_autoscaler_monitor
-
-            end_autoscaler_monitor()  # a second sooner (sweeper/cluster/ray_adapter.py)
-            ray.shutdown()
+        if started_ray:
+            stop_local_cluster()
     print_summary(run, console)
     return run
 

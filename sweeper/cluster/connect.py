@@ -16,7 +16,7 @@ from trainables.environment import PREEMPTION_WATCHER_ENV
 __all__ = [
     "TRIAL_SETTINGS", "JOINED_CLUSTER_SETTINGS", "LOCAL_CLUSTER", "cluster_address", "starts_own_cluster", "auth_token_source",
     "client_auth_settings", "set_auth_mode_before_ray_loads", "bootstrap_endpoint", "check_reachable",
-    "auth_refused", "auth_problem", "start_warm_server", "job_metadata", "start_ray",
+    "auth_refused", "auth_problem", "start_warm_server", "job_metadata", "start_ray", "stop_local_cluster",
 ]
 
 
@@ -215,13 +215,26 @@ def start_ray(
         if joining and (auth_refused(exc) or tokenless):
             raise UserError(auth_problem(address)) from None
         raise
-    if not joining:
-        from sweeper.cluster.ray_adapter import end_autoscaler_monitor
-
-        # Registered after Ray's own exit hook, so it runs before Ray's shutdown.
-        atexit.register(end_autoscaler_monitor)
+    if not joining:  # after Ray's own exit hook, so it runs first (once, however many sweeps)
+        atexit.unregister(stop_local_cluster)
+        atexit.register(stop_local_cluster)
     url = context.dashboard_url
     return context, (f"http://{url}" if url and not url.startswith("http") else url)
+
+
+def stop_local_cluster() -> None:
+    """`ray.shutdown` (nothing if Ray is down: a cluster joined is only left), with the
+    autoscaler monitor of a local cluster this process started killed first (a second
+    sooner: sweeper/cluster/ray_adapter.py). At exit this runs before Ray's own hook, which then finds Ray down and
+    skips the half second it waits for workers' last log lines (this driver asks for none:
+    log_to_driver=False)."""
+    import ray
+
+    from sweeper.cluster.ray_adapter import end_autoscaler_monitor
+
+    if ray.is_initialized():
+        end_autoscaler_monitor()
+        ray.shutdown()
 
 
 def auth_problem(address: str) -> str:
