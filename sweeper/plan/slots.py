@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 __all__ = ["Segment", "on_slots", "with_idle_slots", "EXACT_RUNS"]
 
@@ -29,7 +29,7 @@ class Segment:
     arrived: int = 0  # trials already at its end milestone (or past it)
     # For each run still to start, in order: how many trials must have arrived at the
     # milestone where it begins before it can start (None: none, it starts on a free slot).
-    gates: list[int] | None = field(default=None)
+    gates: list[int] | None = None
 
 
 def on_slots(segments: list[Segment], slots: int, ready_at: float) -> tuple[float, list[tuple[float, float]]]:
@@ -54,7 +54,7 @@ def on_slots(segments: list[Segment], slots: int, ready_at: float) -> tuple[floa
         if index == 0 or gates is None:
             return 0.0
         before = arrivals[index - 1]
-        needed = min(gates[placed[index]], totals[index - 1])
+        needed = max(1, min(gates[placed[index]], totals[index - 1]))
         return before[needed - 1] if len(before) >= needed else None
 
     while any(placed[i] < segment.missing for i, segment in enumerate(segments)):
@@ -64,9 +64,11 @@ def on_slots(segments: list[Segment], slots: int, ready_at: float) -> tuple[floa
         # A promoted run before a new trial; among promoted ones the gate opened first (the
         # latest segment at a tie).
         ready = [(i == 0, when, -i, i) for when, i in known if when <= at]
-        if not ready:  # wait for the next arrival that opens a gate
+        if not ready and known:  # wait for the next arrival that opens a gate
             heapq.heappush(free, min(when for when, _ in known))
             continue
+        if not ready:  # no arrival left that could open one (a ladder counted short): start now
+            ready = [(i == 0, at, -i, i) for _, i in pending]
         index = min(ready)[3]
         end = at + segments[index].seconds
         runs.append((at, end))

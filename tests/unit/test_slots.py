@@ -31,3 +31,13 @@ def test_a_large_schedule_is_placed_in_whole_rounds_close_to_the_exact_one(monke
     # The rounds put the promoted runs after the whole first rung: the end moves by a run at most.
     assert abs(rounds - exact) <= 3.0
     assert exact == pytest.approx((600 * 1.0 + 200 * 3.0) / 8, rel=0.05)
+
+
+def test_a_gate_no_arrival_can_open_does_not_stall_the_schedule():
+    # A live ladder counted short (failed trials): the second segment's run waits for 3
+    # arrivals where only 1 trial is left to arrive; it starts when that one has.
+    segments = [Segment([], 1.0, 1), Segment([], 2.0, 1, gates=[3])]
+    end, runs = on_slots(segments, 2, 0.0)
+    assert runs == [(0.0, 1.0), (1.0, 3.0)] and end == 3.0
+    # Nothing at all before it: it starts at once rather than never.
+    assert on_slots([Segment([], 1.0, 0), Segment([], 2.0, 1, gates=[1])], 1, 0.0)[0] == 2.0
