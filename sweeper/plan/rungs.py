@@ -41,11 +41,13 @@ def milestone_counts(
     [(10, 9), (30, 3), (90, 1)]
     >>> milestone_counts(11, [10, 30], 90, 3, startup_trials=2)
     [(10, 11), (30, 5), (90, 3)]
+    >>> milestone_counts(0, [10, 30], 90, 3)  # every trial failed: none goes on
+    [(10, 0), (30, 0), (90, 0)]
     """
     reaching, counts = num_trials - startup_trials, []
     for milestone in [*rungs, max_steps]:
         counts.append((milestone, reaching + startup_trials))
-        reaching = max(1, rung_quota(reaching, reduction_factor))
+        reaching = max(1, rung_quota(reaching, reduction_factor)) if reaching > 0 else 0
     return counts
 
 

@@ -110,6 +110,16 @@ def test_failed_trials_leave_the_ladder_and_a_finished_sweep_has_nothing_left():
     assert estimate(plan, forecast, Measured(), everything).left.wall_seconds == 0
 
 
+def test_a_sweep_whose_every_trial_failed_has_nothing_left():
+    # The live estimate after the only trial's workers could not be placed (CI, session 25:
+    # a ladder of 0 trials still sent 1 on from the first rung, and the slot schedule
+    # failed on the gate no arrival could open).
+    plan, forecast = plan_and_forecast(search={"num_trials": 1})
+    for trials in ([], [TrialAt(0, False)]):
+        left = estimate(plan, forecast, Measured(), trials, failed=1).left
+        assert (left.steps, left.wall_seconds) == (0, 0)
+
+
 def test_the_eta_line_reads_as_the_issue_asks():
     assert duration(190) == "3 min 10 s" and duration(42.4) == "42 s" and duration(7500) == "2 h 05 min"
     plan, forecast = plan_and_forecast()
