@@ -127,30 +127,49 @@ def test_a_paused_trial_continues_from_its_checkpoint(sweep_yaml, tmp_path):
     result = sweep("start", str(promoted), cwd=tmp_path, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
 
-    uninterrupted = sweep_yaml(
-        "uninterrupted",
-        search={"num_trials": 1, "parameters": {}},
-        early_stopping={"scheduler": "none"},
-        **{**common, "training": {**common["training"], "learning_rate": 1e-2}},
-    )
-    result = sweep("start", str(uninterrupted), cwd=tmp_path, timeout=600)
-    assert result.returncode == 0, result.stdout + result.stderr
-
     store = SweepStore(f"sqlite:///{tmp_path / 'mlflow.db'}")
     trials = store.trials("promoted")
     by_lr = {float(json.loads(row["params"])["training.learning_rate"]): row for row in trials.to_dicts()}
     winner, loser = by_lr[1e-2], by_lr[1e-5]
     assert (winner["state"], winner["steps"], winner["pauses"]) == ("completed", 30, 1)
     assert (loser["state"], loser["status"], loser["pauses"]) == ("pruned", "pruned at step 10", 0)
-    references = store.trials("uninterrupted")
-    (reference,) = references.to_dicts()
+    history = store.history(trials=trials.filter(pl.col("run_id") == winner["run_id"])).sort("step")
+    resumed = list(zip(history["step"], history["value"]))
 
-    def losses(frame: pl.DataFrame, row: dict) -> list[tuple[int, float]]:
-        history = store.history(trials=frame.filter(pl.col("run_id") == row["run_id"])).sort("step")
-        return list(zip(history["step"], history["value"]))
-
-    resumed, straight = losses(trials, winner), losses(references, reference)
+    # The same trial trained straight through, in this process: the trial's loop as a
+    # trial's worker runs it (one thread), with no Tune, pause or checkpoint between.
+    straight_spec = sweep_yaml(
+        "uninterrupted",
+        search={"num_trials": 1, "parameters": {}},
+        early_stopping={"scheduler": "none"},
+        **{**common, "training": {**common["training"], "learning_rate": 1e-2}},
+    )
+    reports, seconds = trained_in_this_process(straight_spec)
+    straight = [(report["step"], report["eval_loss"]) for report in reports]
     assert [step for step, _ in resumed] == [step for step, _ in straight] == [10, 20, 30]
     assert [loss for _, loss in resumed] == pytest.approx([loss for _, loss in straight], rel=1e-4)
     # Its cost counts the time it trained, not the time it waited.
-    assert winner["wall_seconds"] < reference["wall_seconds"] * 2 + 10
+    assert winner["wall_seconds"] < seconds * 2 + 10
+
+
+def trained_in_this_process(path) -> tuple[list[dict], float]:
+    """The reports of the one trial of the sweep at `path`, trained by its task's loop in
+    this process with one thread, as a trial's worker trains it, and the seconds it took."""
+    import time
+
+    import torch
+
+    from sweeper.plan.calibrate import run_training
+    from sweeper.plan.inputs import prepare_inputs
+    from sweeper.spec.load import load_spec
+    from trainables.models import DEFAULT_CACHE_ROOT, resolve_model_source
+
+    spec = load_spec(path)
+    data = prepare_inputs(spec, DEFAULT_CACHE_ROOT).data
+    reports, threads, started = [], torch.get_num_threads(), time.time()
+    torch.set_num_threads(1)
+    try:
+        run_training(spec, data, resolve_model_source(spec.model.name_or_path), lambda m, _: reports.append(m), started)
+    finally:
+        torch.set_num_threads(threads)
+    return [report for report in reports if "eval_loss" in report], time.time() - started
