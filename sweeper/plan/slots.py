@@ -12,10 +12,9 @@ from dataclasses import dataclass
 __all__ = ["Segment", "on_slots", "with_idle_slots", "EXACT_RUNS"]
 
 # Schedules of more runs than this are placed segment after segment in whole rounds (a
-# sweep until a budget cap is counted at up to a million trials, each count a schedule);
-# that puts each segment's later runs after the segment before has ended, at most about
-# one run per segment later than the sweep starts them, a share of the wall time under
-# segments x slots / EXACT_RUNS.
+# sweep until a budget cap is counted at up to a million trials, each count a schedule):
+# each segment's runs after the segment before has ended. That moves the end by about one
+# run per segment either way, a share of the wall time under segments x slots / EXACT_RUNS.
 EXACT_RUNS = 5_000
 
 
