@@ -125,16 +125,20 @@ def _new_store_from_the_empty_one(database: Path) -> None:
     from sweeper.cluster.ray_adapter import build_empty_mlflow_store
 
     empty = CACHE_ROOT / "mlflow" / f"empty-{mlflow.__version__}.db"
-    if not empty.exists():
-        empty.parent.mkdir(parents=True, exist_ok=True)
-        building = empty.with_name(f"{empty.name}.{os.getpid()}")
-        build_empty_mlflow_store(building)
-        os.replace(building, empty)  # whole, or not there: another process may read it
     copy = database.with_name(f".{database.name}.{os.getpid()}")
-    shutil.copyfile(empty, copy)
+    try:
+        if not empty.exists():
+            empty.parent.mkdir(parents=True, exist_ok=True)
+            building = empty.with_name(f"{empty.name}.{os.getpid()}")
+            build_empty_mlflow_store(building)
+            os.replace(building, empty)  # whole, or not there: another process may read it
+        shutil.copyfile(empty, copy)
+    except OSError:  # no cache to keep it in, or no room: MLflow builds the store itself
+        copy.unlink(missing_ok=True)
+        return
     try:
         os.link(copy, database)  # fails if a store appeared meanwhile: that one stays
-    except FileExistsError:
+    except OSError:  # that, or a file system without hard links: MLflow builds the store
         pass
     finally:
         copy.unlink()

@@ -179,3 +179,13 @@ def test_a_new_sqlite_store_from_the_empty_one_is_the_store_mlflow_builds(tmp_pa
     again = mlflow_store.client_for(f"sqlite:///{ours}")
     assert again.get_metric_history(run.info.run_id, "eval_loss")[0].value == 1.5
     assert [model.name for model in again.search_registered_models()] == ["m"]
+
+
+def test_without_a_cache_to_keep_the_empty_store_in_mlflow_builds_the_store_itself(tmp_path, monkeypatch):
+    from sweeper.track import mlflow_store
+
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("a file where the cache would be")
+    monkeypatch.setattr(mlflow_store, "CACHE_ROOT", blocked)
+    client = mlflow_store.client_for(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    assert [e.name for e in client.search_experiments()] == ["Default"]
