@@ -212,7 +212,8 @@ def remaining(
         reached = [t for t in trials if t.step >= milestone]
         inside = [t for t in trials if t.running and previous <= t.step < milestone]
         missing = max(0, expected - len(reached) - len(inside))
-        unranked_left = max(0, unranked_total - sum(1 for t in reached + inside if t.unranked))
+        unranked_in = sum(1 for t in reached + inside if t.unranked)
+        unranked_left = max(0, unranked_total - unranked_in)
         starting = missing if index == 0 else runs * (missing - min(missing, unranked_left))
         full = (milestone - previous) * timing.step_seconds + evaluations * timing.eval_seconds
         rest = [
@@ -224,9 +225,9 @@ def remaining(
         trial_seconds += missing * full + starting * start_seconds + sum(rest)
         gates = None
         if index > 0:  # the trials at the milestone where it begins, and those still to come
-            arrived, arrivals = sum(1 for t in trials if t.step >= previous), ladder[index - 1][1]
+            arrived, arrivals = segments[-1].arrived, ladder[index - 1][1]
             goes_on = missing if not restart_per_segment else min(missing, unranked_left)
-            promoted = len(reached) + len(inside) - sum(1 for t in reached + inside if t.unranked)
+            promoted = len(reached) + len(inside) - unranked_in
             gates = [arrived + k for k in range(1, goes_on + 1)] + [
                 unranked_total + ranked_for(promoted + k, reduction_factor) for k in range(1, missing - goes_on + 1)
             ]

@@ -48,6 +48,11 @@ def default_artifact_location(uri: str, workdir: Path | None = None) -> str | No
     return None
 
 
+def _sqlite_file(uri: str) -> Path | None:
+    """The file of a SQLite store's URI (sqlite:///path), or None for any other store."""
+    return Path(uri.removeprefix("sqlite:///")) if uri.startswith("sqlite:///") else None
+
+
 def check_tracking_uri(uri: str) -> None:
     """Fail fast, before any trial starts or any query runs, if the store cannot be
     reached. Raises UserError (key `tracking.uri`)."""
@@ -62,8 +67,8 @@ def check_tracking_uri(uri: str) -> None:
                 f"tracking.uri: cannot reach MLflow at {uri} ({reason}); start the server "
                 "(mlflow server --backend-store-uri sqlite:///mlflow.db) or fix the URI"
             ) from None
-    elif uri.startswith("sqlite:///"):
-        folder = Path(uri.removeprefix("sqlite:///")).parent
+    elif _sqlite_file(uri) is not None:
+        folder = _sqlite_file(uri).parent
         if not folder.is_dir():
             raise UserError(f"tracking.uri: folder {folder} of the SQLite store does not exist; create it or fix the URI")
     elif uri.startswith("file:") or "://" not in uri:
@@ -79,9 +84,9 @@ def check_tracking_writable(uri: str) -> None:
     Raises UserError (key `tracking.uri`)."""
     from sweeper.plan.checks import write_refused
 
-    if not uri.startswith("sqlite:///"):
+    database = _sqlite_file(uri)
+    if database is None:
         return
-    database = Path(uri.removeprefix("sqlite:///"))
     if database.is_dir():
         raise UserError(f"tracking.uri: {database} is a folder; name the SQLite file in it, sqlite:///{database}/mlflow.db")
     if database.exists():
@@ -106,8 +111,9 @@ def client_for(uri: str):
     """An MlflowClient for the tracking store and Model Registry at `uri`."""
     from mlflow.tracking import MlflowClient
 
-    if uri.startswith("sqlite:///"):
-        _new_store_from_the_empty_one(Path(uri.removeprefix("sqlite:///")))
+    database = _sqlite_file(uri)
+    if database is not None and database.name != ":memory:":  # SQLite's in-memory store: no file
+        _new_store_from_the_empty_one(database)
     return MlflowClient(tracking_uri=uri, registry_uri=uri)
 
 

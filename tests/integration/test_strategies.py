@@ -42,11 +42,12 @@ def _train_in_two_processes(rank: int, task: str, runs: list[dict], out: str, po
     source = resolve_model_source(BUILTIN_TINY_MODEL)
     tokenizer = load_tokenizer(source)
     task_module = importlib.import_module(f"trainables.{task}")
+    # The runs differ in strategy and checkpointing only: the data is tokenized once.
+    data = {split: tokenize_split(spec.trial_config(), split, tokenizer) for split in ("train", "eval")}
     every_run = []
     for overrides in runs:
         values = {"training.max_steps": STEPS[task], "training.eval_every": 1, **overrides}
         trial = spec.trial_config().with_values(values)
-        data = {split: tokenize_split(trial, split, tokenizer) for split in ("train", "eval")}
         reports = []
         task_module.train(trial, data, source, lambda metrics, checkpoint: reports.append(metrics), time.time())
         every_run.append(reports)

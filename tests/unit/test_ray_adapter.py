@@ -189,3 +189,11 @@ def test_without_a_cache_to_keep_the_empty_store_in_mlflow_builds_the_store_itse
     monkeypatch.setattr(mlflow_store, "CACHE_ROOT", blocked)
     client = mlflow_store.client_for(f"sqlite:///{tmp_path / 'mlflow.db'}")
     assert [e.name for e in client.search_experiments()] == ["Default"]
+
+
+def test_an_in_memory_store_leaves_no_file_behind(tmp_path, monkeypatch):
+    from sweeper.track import mlflow_store
+
+    monkeypatch.chdir(tmp_path)
+    mlflow_store.client_for("sqlite:///:memory:")
+    assert list(tmp_path.iterdir()) == []
