@@ -3,14 +3,16 @@ torch, transformers and peft already imported, so that a trial's new processes (
 workers above all) start in a second or two instead of importing for 8-10 CPU-seconds.
 
 Ray starts every worker process of a job through the job's `py_executable`, which a
-local sweep sets to `python -m sweeper.cluster.fork_server` (sweeper/cluster/connect.py). That command is
-the client: it hands its arguments, environment, working directory and standard streams
-to the server of this node over a Unix socket; the server forks a child that runs Ray's
-`default_worker.py` with them. The child registers with the raylet under its own pid
-(as workers started through `uv run` do), so Ray signals and kills the child itself;
-the client waits for the child and exits with its status, and the server kills a child
-whose client died. Without a server (another node, the server is still importing, gone,
-or refused to serve) the client simply execs the normal worker.
+CPU sweep whose nodes are all on its machine (its own local cluster, or one it joins)
+sets to `python -m sweeper.cluster.fork_server` (sweeper/cluster/connect.py). That command
+is the client: it hands its arguments, environment, working directory and standard
+streams to the server on this machine over a Unix socket; the server forks a child that
+runs Ray's `default_worker.py` with them, in a session of its own as Ray's workers are.
+The child registers with the raylet under its own pid (as workers started through
+`uv run` do), so Ray signals and kills the child itself; the client waits for the child
+and exits with its status, and the server kills a child whose client died. Without a
+server (it is still importing, gone, or refused to serve) the client simply execs the
+normal worker.
 
 The server forks from its only Python thread and never initialises CUDA; per CPU-second
 the training loop in a forked Train worker does the same work as in a plain process,
@@ -56,6 +58,8 @@ RAY_IMPORTS = (
 )
 _HEADER = struct.Struct("!I")
 FORKED = b"F"
+# How often a client checks that the raylet that started it is still there.
+RAYLET_CHECK_SECONDS = 1.0
 REFUSED = -1  # _fork_worker: this server cannot serve
 
 
@@ -136,7 +140,11 @@ def main(argv: list[str]) -> None:
 
 def start_worker(worker_argv: list[str]) -> None:
     """Run Ray's worker (`worker_argv` = default_worker.py and its arguments) as a child
-    of the warm server, or, without one, as this process."""
+    of the warm server, or, without one, as this process. The client ends when the
+    process that started it (the node's raylet) has gone, and the server then kills the
+    worker: a worker started by its raylet notices that its parent is gone and exits, a
+    forked one has the server for its parent and would train on for a node that is lost."""
+    raylet = os.getppid()
     path = os.environ.get(SOCKET_ENV)
     try:
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -153,6 +161,9 @@ def start_worker(worker_argv: list[str]) -> None:
     if _recv_exactly(conn, len(FORKED)) != FORKED:
         conn.close()
         os.execv(sys.executable, [sys.executable, *worker_argv])
+    while not select.select([conn], [], [], RAYLET_CHECK_SECONDS)[0]:
+        if os.getppid() != raylet:
+            os._exit(1)  # the connection closes with this process: the server kills the worker
     status = _recv_exactly(conn, _HEADER.size)
     os._exit(_HEADER.unpack(status)[0] if status else 1)
 
@@ -249,9 +260,15 @@ def _fork_worker(conn: socket.socket, listener, clients, children) -> int | None
             os.close(fd)
         with contextlib.suppress(OSError):  # a client gone already: its hang-up kills the worker
             conn.sendall(FORKED)
+        # One line per worker in the server's log: which node's raylet it serves.
+        raylet = next((arg.partition("=")[2] for arg in request["argv"] if arg.startswith("--raylet-name=")), "?")
+        print(f"forked worker {pid} for raylet {raylet}", flush=True)
         return pid
-    # The child: become the worker Ray asked for.
+    # The child: become the worker Ray asked for, in a session of its own as Ray starts
+    # its workers: a raylet ends a worker by SIGKILL to the worker's process group, which
+    # would otherwise be this server's (the driver's, and its shell's).
     try:
+        os.setsid()
         for fd, target in zip(fds, (0, 1, 2)):
             os.dup2(fd, target)
         listener.close()

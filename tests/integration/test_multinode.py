@@ -32,8 +32,7 @@ import pytest
 
 from tests.conftest import small_sweep, write_yaml
 from tests.integration.s3_server import S3Server, free_port, s3_server
-from tests.integration.conftest import NODE_ENV, end_process_group, wait_for
-from tests.integration.test_cluster import RAY, wait_for_port
+from tests.integration.conftest import NODE_ENV, RAY, end_process_group, wait_for, wait_for_port
 
 pytestmark = pytest.mark.integration
 
@@ -50,6 +49,7 @@ class MultiNodeCluster:
     tracking_uri: str
     root: Path
     workers: dict[str, subprocess.Popen] = field(default_factory=dict)  # node name -> its `ray start`
+    temp_dirs: dict[str, str] = field(default_factory=dict)  # node name -> its Ray temp folder
 
     def env(self, **extra) -> dict:
         """A client's environment: the token where Ray looks, the S3 variables, nothing else of Ray's."""
@@ -173,9 +173,10 @@ def cluster(tmp_path_factory):
         for name in ("a", "b"):
             # One at a time, and once more if its start timed out (a busy 2-core machine).
             for attempt in (1, 2):
+                result.temp_dirs[name] = ray_temp()
                 worker = stack.enter_context(ended_at_exit(start_node(
                     ["--address", address, "--num-cpus", "1", "--resources", json.dumps({f"node_{name}": 1, "trainer": 1}),
-                     "--temp-dir", ray_temp(), *common],
+                     "--temp-dir", result.temp_dirs[name], *common],
                     joined, root / f"worker-{name}.log",
                 )))
                 result.workers[name] = worker
@@ -250,6 +251,11 @@ def test_two_worker_trials_spread_over_both_worker_nodes_with_checkpoints_in_s3(
     names = cluster.node_ids()
     used = [names.get(node, "gone") for node in cluster.new_train_worker_nodes(seen_before)]
     assert sorted(used) == ["a", "a", "b", "b"], used  # each trial: one worker on each worker node
+    # Every node runs on this machine, so the worker nodes' workers were forked from the
+    # driver's warm-start server too, not started cold.
+    forked = (workdir / "sweeps" / "spread" / "warm_start.log").read_text()
+    for name in ("a", "b"):
+        assert f"for raylet {cluster.temp_dirs[name]}/" in forked, forked
     keys = cluster.s3.keys(BUCKET, "cluster/spread/")
     adapters = [k for k in keys if k.startswith("cluster/spread/trials/") and k.endswith("adapter_config.json")]
     assert len(adapters) == 2, keys

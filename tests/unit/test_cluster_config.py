@@ -90,10 +90,49 @@ def test_an_address_that_answers_passes_the_probe():
         connect.check_reachable(f"127.0.0.1:{port}", ("127.0.0.1", port), timeout_s=5)
 
 
-def test_the_warm_start_server_runs_only_on_a_cluster_the_sweep_starts(tmp_path):
-    assert connect.start_warm_server("auto", tmp_path / "warm_start.log") is None
-    assert connect.start_warm_server("127.0.0.1:6379", tmp_path / "warm_start.log") is None
+def test_no_warm_start_server_for_ray_client_or_gpus(tmp_path):
+    assert connect.start_warm_server("ray://127.0.0.1:10001", tmp_path / "warm_start.log") is None
     assert connect.start_warm_server("local", tmp_path / "warm_start.log", use_gpu=True) is None
+    assert connect.start_warm_server("127.0.0.1:6379", tmp_path / "warm_start.log", use_gpu=True) is None
+
+
+class _Node:
+    def __init__(self, ip):
+        self.node_ip = ip
+
+
+@pytest.mark.parametrize(
+    "node_ips, expected",
+    [
+        (["10.0.0.5", "10.0.0.5", "10.0.0.5"], True),  # head and workers started on this machine
+        (["10.0.0.5", "10.0.0.9"], False),  # a worker node elsewhere could not reach the server
+        ([], False),  # nothing said
+    ],
+)
+def test_a_joined_cluster_warm_starts_only_when_every_node_is_on_this_machine(monkeypatch, node_ips, expected):
+    import ray.util
+    import ray.util.state
+
+    asked = {}
+
+    def list_nodes(address, filters, raise_on_missing_output):
+        asked.update(address=address, filters=filters)
+        return [_Node(ip) for ip in node_ips]
+
+    monkeypatch.setattr(ray.util.state, "list_nodes", list_nodes)
+    monkeypatch.setattr(ray.util, "get_node_ip_address", lambda: "10.0.0.5")
+    assert connect.every_node_here(("127.0.0.1", 6379)) is expected
+    assert asked == {"address": "127.0.0.1:6379", "filters": [("state", "=", "ALIVE")]}
+
+
+def test_a_cluster_that_cannot_list_its_nodes_is_joined_cold(monkeypatch):
+    import ray.util.state
+
+    def no_dashboard(**_):
+        raise ConnectionError("no dashboard at this cluster")
+
+    monkeypatch.setattr(ray.util.state, "list_nodes", no_dashboard)
+    assert connect.every_node_here(("127.0.0.1", 6379)) is False
 
 
 def test_a_folder_holding_only_the_warm_start_log_is_not_an_existing_sweep(tmp_path):

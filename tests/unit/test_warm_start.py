@@ -19,7 +19,7 @@ from sweeper.cluster.fork_server import SOCKET_ENV, Server
 WORKER = textwrap.dedent(
     """
     import os, sys, time
-    print(os.getpid(), os.getppid(), os.environ.get("ASKED"), os.environ.get("SWEEPER_WARM_STARTED"), os.getcwd(), "torch" in sys.modules, sys.argv[1:], flush=True)
+    print(os.getpid(), os.getppid(), os.getpgrp(), os.environ.get("ASKED"), os.environ.get("SWEEPER_WARM_STARTED"), os.getcwd(), "torch" in sys.modules, sys.argv[1:], flush=True)
     if sys.argv[1] == "sleep":
         time.sleep(60)
     sys.exit(int(sys.argv[2]))
@@ -59,14 +59,19 @@ def run_client(socket_path, tmp_path, *args, **popen):
 
 def test_a_worker_runs_forked_from_the_server_with_the_clients_context(server, tmp_path):
     process, socket_path = server
-    client = run_client(socket_path, tmp_path, "exit", "3")
+    client = run_client(socket_path, tmp_path, "exit", "3", "--raylet-name=/tmp/node-a/raylet")
     out, _ = client.communicate(timeout=60)
-    pid, ppid, asked, marked, cwd, warm, args = out.split(" ", 6)
+    pid, ppid, group, asked, marked, cwd, warm, args = out.split(" ", 7)
     assert client.returncode == 3
     assert int(ppid) == process.pid and int(pid) != client.pid
     assert asked == "yes" and marked == "1" and Path(cwd) == tmp_path
     assert warm == "True"  # torch was imported before the fork
-    assert args.strip() == "['exit', '3']"
+    assert args.strip() == "['exit', '3', '--raylet-name=/tmp/node-a/raylet']"
+    # A raylet ends a worker by SIGKILL to its process group: the worker's own, as Ray's
+    # workers have, never the server's (the driver's, and the shell's that started it).
+    assert int(group) == int(pid) != os.getpgid(process.pid)
+    log = (socket_path.parent / "sweep" / "warm_start.log").read_text()
+    assert f"forked worker {pid} for raylet /tmp/node-a/raylet" in log
 
 
 def test_a_killed_client_takes_its_worker_with_it(server, tmp_path):
@@ -85,11 +90,43 @@ def test_a_killed_client_takes_its_worker_with_it(server, tmp_path):
     raise AssertionError("the worker outlived its client")
 
 
+STAND_IN_RAYLET = textwrap.dedent(
+    """
+    import subprocess, sys, time
+    subprocess.Popen([sys.executable, "-m", "sweeper.cluster.fork_server", sys.argv[1], "sleep", "0"])
+    time.sleep(600)
+    """
+)
+
+
+def test_a_worker_goes_when_the_raylet_that_asked_for_it_is_gone(server, tmp_path):
+    """A node lost (its raylet killed): Ray's own workers notice their parent is gone and
+    exit; a forked worker's parent is the server, so its client watches the raylet."""
+    _, socket_path = server
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    raylet = subprocess.Popen(
+        [sys.executable, "-c", STAND_IN_RAYLET, str(script)],
+        env={**os.environ, SOCKET_ENV: str(socket_path)}, stdout=subprocess.PIPE, text=True,
+    )
+    worker_pid = int(raylet.stdout.readline().split()[0])
+    raylet.kill()
+    raylet.wait(timeout=10)
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        try:
+            os.kill(worker_pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.2)
+    raise AssertionError("the worker outlived the raylet that asked for it")
+
+
 def test_without_a_server_the_client_runs_the_worker_itself(tmp_path):
     client = run_client(tmp_path / "no-such-socket", tmp_path, "exit", "5")
     out, _ = client.communicate(timeout=60)
     assert client.returncode == 5
-    pid, _, _, marked, _, warm = out.split()[:6]
+    pid, _, _, _, marked, _, warm = out.split()[:7]
     assert int(pid) == client.pid and marked == "None" and warm == "False"
 
 
@@ -143,5 +180,5 @@ def test_a_server_that_hangs_up_without_forking_leaves_the_client_to_run_the_wor
     refuser.join(timeout=10)
     listener.close()
     assert client.returncode == 4
-    pid, _, _, marked, _, warm = out.split()[:6]
+    pid, _, _, _, marked, _, warm = out.split()[:7]
     assert int(pid) == client.pid and marked == "None" and warm == "False"
