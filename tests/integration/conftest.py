@@ -1,11 +1,12 @@
-"""One real sweep shared by the integration tests that only read what it left behind
-(terminal output, sweep folder, MLflow store): 5 trials on 2 slots with ASHA, the first
-a startup trial."""
+"""What the integration tests share: one real sweep for the tests that only read what it
+left behind (terminal output, sweep folder, MLflow store): 5 trials on 2 slots with ASHA,
+the first a startup trial; the Ray command and the wait for a head node to listen."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -22,6 +23,8 @@ from tests.conftest import small_sweep, write_yaml
 # drain on SIGTERM. Ray's drain (30 s by default) asks the GCS, which the same SIGTERM to
 # the head's process group has ended, so each head took the whole 30 s to go.
 NODE_ENV = {"RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"}
+
+RAY = str(Path(sys.executable).with_name("ray"))
 
 # Every integration test ends within this bound (pytest-timeout) unless it sets its own:
 # a hang fails that test with the stack of every thread, which shows what it waited for,
@@ -57,6 +60,19 @@ def end_process_group(process: subprocess.Popen, grace_s: float = 30) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
         process.wait()
+
+
+def wait_for_port(port: int, process: subprocess.Popen, timeout_s: float = 120) -> None:
+    """Until a node started by `process` listens on `port` (a head's GCS)."""
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        assert process.poll() is None, "the head node exited"
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.5)
+    raise AssertionError(f"the head node did not listen on {port}")
 
 
 def start_driver(*args, cwd) -> subprocess.Popen:

@@ -20,11 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import NODE_ENV, end_process_group
+from tests.integration.conftest import NODE_ENV, RAY, end_process_group, wait_for_port
+from tests.integration.s3_server import free_port
 
 pytestmark = pytest.mark.integration
-
-RAY = str(Path(sys.executable).with_name("ray"))
 
 JOIN = textwrap.dedent(
     """
@@ -45,24 +44,6 @@ JOIN = textwrap.dedent(
 
 HEAD_DASHBOARDS: dict[str, str] = {}  # head address -> its dashboard URL
 RAY_TEMP: dict[str, str] = {}  # head address -> its Ray temp folder
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def wait_for_port(port: int, process: subprocess.Popen, timeout_s: float = 120) -> None:
-    deadline = time.time() + timeout_s
-    while time.time() < deadline:
-        assert process.poll() is None, "the head node exited"
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.5)
-    raise AssertionError(f"the head node did not listen on {port}")
 
 
 @contextlib.contextmanager

@@ -29,8 +29,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import small_sweep, write_yaml
-from tests.integration.conftest import NODE_ENV, end_process_group, sweep_runs
-from tests.integration.test_cluster import RAY, free_port, wait_for_port
+from tests.integration.conftest import NODE_ENV, RAY, end_process_group, sweep_runs, wait_for_port
+from tests.integration.s3_server import free_port
 
 pytestmark = pytest.mark.integration
 

@@ -23,9 +23,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import small_sweep, write_yaml
-from tests.integration.conftest import NODE_ENV, end_process_group
+from tests.integration.conftest import NODE_ENV, RAY, end_process_group, wait_for_port
 from tests.integration.s3_server import free_port, s3_server
-from tests.integration.test_cluster import RAY, wait_for_port
 
 pytestmark = pytest.mark.integration
 
