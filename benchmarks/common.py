@@ -41,11 +41,14 @@ def bench_spec(name: str, output_dir: Path | None = None, **sections) -> SweepSp
     return validate_spec(raw, base_dir=QUICKSTART.parent, source=str(QUICKSTART))
 
 
-def run_bench_sweep(spec: SweepSpec, extra_callbacks: list | None = None):
-    """The sweep as `sweep start` runs it, without its terminal output."""
+def run_bench_sweep(spec: SweepSpec, extra_callbacks: list | None = None, address: str | None = None):
+    """The sweep as `sweep start` runs it, without its terminal output; on its own local
+    cluster, or joining `address`."""
     from sweeper.run.launch import run_sweep
 
-    return run_sweep(spec, yaml_folder=QUICKSTART.parent, console=Console(quiet=True), extra_callbacks=extra_callbacks)
+    return run_sweep(
+        spec, yaml_folder=QUICKSTART.parent, console=Console(quiet=True), extra_callbacks=extra_callbacks, address=address
+    )
 
 
 @dataclass

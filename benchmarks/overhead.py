@@ -10,6 +10,11 @@ once, side by side (after the sweep, Ray shut down): what the machine itself giv
 concurrent trainings, with no Ray in the way.
 
     flock /tmp/sweeper-ray.lock python -m benchmarks.overhead --trials 8 --steps 30
+    flock /tmp/sweeper-ray.lock python -m benchmarks.overhead --address 127.0.0.1:6379   # a head already running
+
+With `--address` the sweep joins that cluster instead of starting its own, as
+`sweep start --address` does: "Ray start + data" is then the join, and the Train
+workers are warm-started only where every node of the cluster is on this machine.
 """
 
 from __future__ import annotations
@@ -56,6 +61,7 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=8, help="N: trials in the sweep")
     parser.add_argument("--steps", type=int, default=30, help="K: optimizer steps per trial")
     parser.add_argument("--eval-every", type=int, default=10)
+    parser.add_argument("--address", help="a running cluster to join (default: a local cluster of its own)")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args()
 
@@ -69,7 +75,7 @@ def main() -> None:
 
     cpu_before = busy_cpu_seconds()
     started = time.time()
-    run = run_bench_sweep(spec)
+    run = run_bench_sweep(spec, address=args.address)
     wall = time.time() - started
     cpu_used = busy_cpu_seconds() - cpu_before
     trials = list(run.book.trials.values())
@@ -78,7 +84,7 @@ def main() -> None:
     slots = run.plan.concurrent_trials
     median_setup = statistics.median(setups)
     minimum = steps * plain.seconds_per_step / slots + median_setup
-    ray.shutdown()  # the side-by-side runs get the machine without Ray's processes
+    ray.shutdown()  # the side-by-side runs get the machine without Ray's processes (a head joined stays)
     side_by_side = statistics.median(run.seconds_per_step for run in plain_side_by_side(spec, slots))
     minimum_side_by_side = steps * side_by_side / slots + median_setup
     before_tune = run.book.started_at - started
