@@ -80,14 +80,18 @@ def test_a_killed_client_takes_its_worker_with_it(server, tmp_path):
     worker_pid = int(client.stdout.readline().split()[0])
     client.send_signal(signal.SIGKILL)
     client.wait(timeout=10)
-    deadline = time.time() + 10
+    wait_until_gone(worker_pid, 10, "the worker outlived its client")
+
+
+def wait_until_gone(pid: int, timeout_s: float, message: str) -> None:
+    deadline = time.time() + timeout_s
     while time.time() < deadline:
         try:
-            os.kill(worker_pid, 0)
+            os.kill(pid, 0)
         except ProcessLookupError:
             return
         time.sleep(0.1)
-    raise AssertionError("the worker outlived its client")
+    raise AssertionError(message)
 
 
 STAND_IN_RAYLET = textwrap.dedent(
@@ -112,14 +116,8 @@ def test_a_worker_goes_when_the_raylet_that_asked_for_it_is_gone(server, tmp_pat
     worker_pid = int(raylet.stdout.readline().split()[0])
     raylet.kill()
     raylet.wait(timeout=10)
-    deadline = time.time() + 20
-    while time.time() < deadline:
-        try:
-            os.kill(worker_pid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.2)
-    raise AssertionError("the worker outlived the raylet that asked for it")
+    # The client looks for its parent every second (RAYLET_CHECK_SECONDS).
+    wait_until_gone(worker_pid, 20, "the worker outlived the raylet that asked for it")
 
 
 def test_without_a_server_the_client_runs_the_worker_itself(tmp_path):
