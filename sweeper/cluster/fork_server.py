@@ -110,7 +110,7 @@ class Server:
             log = open(log_path, "ab")
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "sweeper.cluster.fork_server", "--serve", socket_path],
+                [sys.executable, "-m", "sweeper.cluster.fork_server", "--serve", socket_path, str(os.getpid())],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -130,7 +130,7 @@ class Server:
 
 def main(argv: list[str]) -> None:
     if argv[:1] == ["--serve"]:
-        serve(argv[1])
+        serve(argv[1], int(argv[2]))
     else:
         start_worker(argv)
 
@@ -171,7 +171,7 @@ def start_worker(worker_argv: list[str]) -> None:
 # ---- server ------------------------------------------------------------------------
 
 
-def serve(socket_path: str) -> None:
+def serve(socket_path: str, parent: int) -> None:
     """Import torch and the training code, listen, and fork a worker for each client
     (loading Ray for the first) until the process that started this server (the sweep's
     driver) is gone."""
@@ -179,7 +179,8 @@ def serve(socket_path: str) -> None:
 
     for module in WARM_IMPORTS:
         importlib.import_module(module)
-    parent = os.getppid()
+    # `parent` is the driver's pid, passed in: a driver that ended during the imports (a
+    # refused start) has left this server to init, and its parent pid then read 1 for good.
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     if os.path.exists(socket_path):
         os.unlink(socket_path)

@@ -120,6 +120,25 @@ def test_a_worker_goes_when_the_raylet_that_asked_for_it_is_gone(server, tmp_pat
     wait_until_gone(worker_pid, 20, "the worker outlived the raylet that asked for it")
 
 
+SHORT_LIVED_DRIVER = textwrap.dedent(
+    """
+    import sys
+    from sweeper.cluster.fork_server import Server
+    print(Server(sys.argv[1]).process.pid, flush=True)
+    """
+)
+
+
+def test_a_server_whose_driver_ended_during_its_imports_ends_too(tmp_path):
+    """A start refused after the server was started (a join refused, bad storage) ends
+    the driver while the server still imports torch: the server must not outlive it."""
+    driver = subprocess.run(
+        [sys.executable, "-c", SHORT_LIVED_DRIVER, str(tmp_path / "socket")], capture_output=True, text=True, timeout=60
+    )
+    server_pid = int(driver.stdout.split()[0])
+    wait_until_gone(server_pid, 120, "the server outlived the driver that started it")
+
+
 def test_without_a_server_the_client_runs_the_worker_itself(tmp_path):
     client = run_client(tmp_path / "no-such-socket", tmp_path, "exit", "5")
     out, _ = client.communicate(timeout=60)
