@@ -173,8 +173,8 @@ def start_worker(worker_argv: list[str]) -> None:
 
 def serve(socket_path: str, parent: int) -> None:
     """Import torch and the training code, listen, and fork a worker for each client
-    (loading Ray for the first) until the process that started this server (the sweep's
-    driver) is gone."""
+    (loading Ray for the first) until `parent` (the sweep's driver, which started this
+    server) is gone."""
     import importlib
 
     for module in WARM_IMPORTS:

@@ -101,10 +101,24 @@ def mean_timing(timings: list[TrialTiming]) -> TrialTiming:
 
 def run_training(spec: SweepSpec, data: dict, model_source: str, report, started_at: float) -> None:
     """The one call into a task's training loop (trainables/<task>.py::train), with the
-    trial's config as a trial gets it (in a process group of one under deepspeed and fsdp)."""
+    trial's config as a trial gets it (in a process group of one under deepspeed and fsdp),
+    on as many torch threads as a trial's worker has CPUs."""
     task = importlib.import_module(f"trainables.{spec.task}")
-    with process_group_of_one(spec.resources.strategy):
+    with process_group_of_one(spec.resources.strategy), torch_threads(max(1, int(spec.resources.cpus_per_worker))):
         task.train(spec.trial_config(), data, model_source, report=report, started_at=started_at)
+
+
+@contextlib.contextmanager
+def torch_threads(count: int):
+    """torch's intra-op threads set to `count` while the block runs, then as they were."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 @contextlib.contextmanager
@@ -161,8 +175,6 @@ def measure(spec: SweepSpec, data: dict, model_source: str, steps: int = MEASURE
     `ready()` (copies side by side) waits for the other copies before the measured
     interval: their model loads take different times, and 5 steps are over in a
     fraction of a second, so copies started together need not step together."""
-    import torch
-
     spec = with_overrides(
         spec,
         {
@@ -180,13 +192,8 @@ def measure(spec: SweepSpec, data: dict, model_source: str, steps: int = MEASURE
             ready()  # the loop's step timer starts again after this report
         reports.append((time.time(), metrics))
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(max(1, int(spec.resources.cpus_per_worker)))
     started_at = time.time()
-    try:
-        run_training(spec, data, model_source, lambda metrics, _: on_report(metrics), started_at)
-    finally:
-        torch.set_num_threads(threads)
+    run_training(spec, data, model_source, lambda metrics, _: on_report(metrics), started_at)
     (warm_at, _), (measured_at, measured) = reports
     training = measured["train_tokens"] / measured["tokens_per_second"]
     step = training / steps

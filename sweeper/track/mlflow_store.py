@@ -67,8 +67,8 @@ def check_tracking_uri(uri: str) -> None:
                 f"tracking.uri: cannot reach MLflow at {uri} ({reason}); start the server "
                 "(mlflow server --backend-store-uri sqlite:///mlflow.db) or fix the URI"
             ) from None
-    elif _sqlite_file(uri) is not None:
-        folder = _sqlite_file(uri).parent
+    elif (database := _sqlite_file(uri)) is not None:
+        folder = database.parent
         if not folder.is_dir():
             raise UserError(f"tracking.uri: folder {folder} of the SQLite store does not exist; create it or fix the URI")
     elif uri.startswith("file:") or "://" not in uri:

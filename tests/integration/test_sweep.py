@@ -154,10 +154,9 @@ def test_a_paused_trial_continues_from_its_checkpoint(sweep_yaml, tmp_path):
 
 def trained_in_this_process(path) -> tuple[list[dict], float]:
     """The reports of the one trial of the sweep at `path`, trained by its task's loop in
-    this process with one thread, as a trial's worker trains it, and the seconds it took."""
+    this process with one thread (its one CPU), as a trial's worker trains it, and the
+    seconds it took."""
     import time
-
-    import torch
 
     from sweeper.plan.calibrate import run_training
     from sweeper.plan.inputs import prepare_inputs
@@ -166,10 +165,6 @@ def trained_in_this_process(path) -> tuple[list[dict], float]:
 
     spec = load_spec(path)
     data = prepare_inputs(spec, DEFAULT_CACHE_ROOT).data
-    reports, threads, started = [], torch.get_num_threads(), time.time()
-    torch.set_num_threads(1)
-    try:
-        run_training(spec, data, resolve_model_source(spec.model.name_or_path), lambda m, _: reports.append(m), started)
-    finally:
-        torch.set_num_threads(threads)
+    reports, started = [], time.time()
+    run_training(spec, data, resolve_model_source(spec.model.name_or_path), lambda m, _: reports.append(m), started)
     return [report for report in reports if "eval_loss" in report], time.time() - started

@@ -5,6 +5,7 @@ warm-start server runs; and cluster.yaml against Ray's own cluster-launcher sche
 import json
 import socket
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -96,11 +97,6 @@ def test_no_warm_start_server_for_ray_client_or_gpus(tmp_path):
     assert connect.start_warm_server("127.0.0.1:6379", tmp_path / "warm_start.log", use_gpu=True) is None
 
 
-class _Node:
-    def __init__(self, ip):
-        self.node_ip = ip
-
-
 @pytest.mark.parametrize(
     "node_ips, expected",
     [
@@ -117,7 +113,7 @@ def test_a_joined_cluster_warm_starts_only_when_every_node_is_on_this_machine(mo
 
     def list_nodes(address, filters, raise_on_missing_output):
         asked.update(address=address, filters=filters)
-        return [_Node(ip) for ip in node_ips]
+        return [SimpleNamespace(node_ip=ip) for ip in node_ips]
 
     monkeypatch.setattr(ray.util.state, "list_nodes", list_nodes)
     monkeypatch.setattr(ray.util, "get_node_ip_address", lambda: "10.0.0.5")
