@@ -44,6 +44,10 @@ Ray Tune (`sweep resume`, sweeper/run/launch.py and sweeper/search/asha.py):
   callbacks, pickled at the start, which this driver's live ones replace, and the
   scheduler, searcher and stopper as pickled at the start, whose state the caller
   rebuilds (the budget's stopper and searcher share one guard, which needs the new book).
+- `save_tune_state`: Tune saves its experiment state every 10 s or more, so a driver
+  killed soon after a trial started left an MLflow run that `sweep resume` could not
+  continue. A scheduler may only read the controller it is handed, and Tune has no
+  option to save when a trial is added; sweeper/search/tune_state.py saves it then.
 - `hold_restored_trial`: Tune starts every PENDING trial and a restored unfinished trial
   comes back PENDING; `pause_trial` ignores a trial with no actor, so a scheduler that
   keeps restored trials waiting at their rungs sets their status itself.
@@ -92,6 +96,7 @@ __all__ = [
     "actor_class_ids_from_urandom",
     "ids_differ_in_forks",
     "restore_tuner",
+    "save_tune_state",
     "hold_restored_trial",
     "ray_address_file",
     "end_autoscaler_monitor",
@@ -341,6 +346,13 @@ def restore_tuner(path: str, trainable, callbacks: list, storage_filesystem=None
     run_config.callbacks = callbacks
     tune_config = tuner._local_tuner._tune_config
     return tuner, tune_config.scheduler, tune_config.search_alg, run_config.stop
+
+
+def save_tune_state(tune_controller) -> None:
+    """Save Tune's experiment state (trials, searcher, callbacks) and sync it to storage
+    now, whatever its period. `tune_controller`: what Tune hands a scheduler."""
+    controller = getattr(tune_controller, "_tune_controller", tune_controller)  # past its wrapper
+    controller.checkpoint(force=True, wait=True)
 
 
 def hold_restored_trial(trial) -> None:

@@ -26,7 +26,7 @@ from sweeper.search.study import STARTUP_ATTR, WARM_START_ATTR
 from sweeper.names import TrialState
 from sweeper.run.janitor import error_reason, trial_error
 from sweeper.cluster.ray_adapter import forget_running_averages, tune_trial_number
-from trainables.metrics import REPORTED_KEYS
+from trainables.metrics import REPORTED_KEYS, STEP
 
 __all__ = ["SweepDriver", "TrialListener", "rebuild_for_resume"]
 
@@ -65,7 +65,9 @@ class SweepDriver(Callback):
     def lost_trials(self) -> list[TrialRecord]:
         """Unfinished trials of an earlier driver that Tune's saved state does not hold: that
         driver died after starting them but before Tune saved its state, so `sweep resume`
-        cannot continue them (the search asks for other trials in their place)."""
+        cannot continue them (the search asks for other trials in their place). Tune's
+        state is saved before each new trial starts (sweeper/search/tune_state.py); a sweep
+        begun by an older sweeper, whose scheduler Tune restores as it was, does not."""
         if not self.known_to_tune:
             return []
         return [t for t in self.book.trials.values() if not t.finished and t.trial_id not in self.known_to_tune]
@@ -114,8 +116,12 @@ class SweepDriver(Callback):
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
         record = self.book.trials[trial.trial_id]
-        record.history.append({k: result[k] for k in REPORTED_KEYS if k in result})
         record.checkpoint_path = result.get("checkpoint_path", record.checkpoint_path)
+        if record.history and result.get(STEP, 0) <= record.step:
+            # Had already, from MLflow: a trial whose last report the killed driver recorded
+            # after Tune last saved its state gives that report again on `sweep resume`.
+            return
+        record.history.append({k: result[k] for k in REPORTED_KEYS if k in result})
         self._tell("trial_result", record)
 
     def on_trial_complete(self, iteration, trials, trial, **info):

@@ -6,8 +6,10 @@ URL and attribute keys, and optuna-dashboard on it.
 - `searcher`: `StepAwareOptunaSearch` and `make_search` (searcher, scheduler, concurrency);
 - `study`: the study's file and URL, the attribute keys the searcher marks trials with;
 - `asha`: `PromotionASHA` and its slot limiter;
+- `tune_state`: the schedulers as the sweep uses them, which have Tune save its state
+  before a new trial starts;
 - `warm_start`: the search's `warm_start` (earlier sweeps' trials);
 - `dashboard`: `sweep dashboard` (optuna-dashboard on the study).
 """
 
-__all__ = ["space", "searcher", "study", "asha", "warm_start", "dashboard"]
+__all__ = ["space", "searcher", "study", "asha", "tune_state", "warm_start", "dashboard"]

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import optuna
 from optuna.trial import TrialState
-from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule
 from ray.tune.search import Searcher
 
 import sweeper.names as names  # its TrialState beside Optuna's
@@ -29,6 +28,7 @@ from sweeper.search.study import (
     file_of_study_url,
     study_url,
 )
+from sweeper.search.tune_state import SavedASHAScheduler, SavedFIFOScheduler, SavedMedianStoppingRule, SavedPromotionASHA
 from sweeper.spec.schema import SweepSpec, most_trials
 
 __all__ = ["make_search", "make_searcher", "make_scheduler", "StepAwareOptunaSearch", "optuna_searcher"]
@@ -280,7 +280,7 @@ def make_scheduler(plan: SweepPlan, searched: bool = True):
     grace_period = stopping.grace_period_for(spec.training.max_steps, spec.training.eval_every)
     common = dict(time_attr=TIME_ATTR, metric=spec.search.metric, mode=_mode(spec))
     if stopping.scheduler == "asha" and searched:
-        return PromotionASHA(
+        return SavedPromotionASHA(
             **common,
             milestones=plan.rungs,
             reduction_factor=stopping.reduction_factor_for(),
@@ -288,15 +288,15 @@ def make_scheduler(plan: SweepPlan, searched: bool = True):
             slots=plan.concurrent_trials,
         )
     if stopping.scheduler in ("asha", "asha_stopping"):
-        return ASHAScheduler(
+        return SavedASHAScheduler(
             **common,
             max_t=spec.training.max_steps,
             grace_period=grace_period,
             reduction_factor=stopping.reduction_factor_for(),
         )
     if stopping.scheduler == "median":
-        return MedianStoppingRule(**common, grace_period=grace_period, min_samples_required=3)
-    return FIFOScheduler()
+        return SavedMedianStoppingRule(**common, grace_period=grace_period, min_samples_required=3)
+    return SavedFIFOScheduler()
 
 
 def _mode(spec: SweepSpec) -> str:

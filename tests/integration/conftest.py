@@ -75,9 +75,9 @@ def wait_for_port(port: int, process: subprocess.Popen, timeout_s: float = 120) 
     raise AssertionError(f"the head node did not listen on {port}")
 
 
-def start_driver(*args, cwd) -> subprocess.Popen:
+def start_driver(*args, cwd, env: dict | None = None) -> subprocess.Popen:
     """`sweep ARGS` as a child process to signal (kill -9, SIGINT) while it drives."""
-    env = {**os.environ, "COLUMNS": "200"}
+    env = {**os.environ, "COLUMNS": "200", **(env or {})}
     return subprocess.Popen([sys.executable, "-m", "sweeper.cli", *args], cwd=cwd, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 

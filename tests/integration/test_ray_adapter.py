@@ -208,6 +208,41 @@ def test_the_head_node_resource_places_an_actor_on_the_head(ray_cluster):
     assert ray.get(where.remote(), timeout=60) == head
 
 
+def in_saved_state(config):
+    """Reports whether Tune's newest saved experiment state, as on storage, holds this trial."""
+    from pathlib import Path
+
+    from ray import tune
+
+    states = sorted(Path(config["experiment"]).glob("experiment_state-*.json"))
+    saved = bool(states) and tune.get_context().get_trial_id() in states[-1].read_text()
+    tune.report({"saved": float(saved)})
+
+
+@pytest.mark.parametrize("saved_first", [True, False])
+def test_a_trial_is_in_tunes_saved_state_when_it_starts(saved_first, ray_cluster, tmp_path, monkeypatch):
+    """What sweeper/search/tune_state.py relies on (save_tune_state): a scheduler handed
+    Tune's controller saves the state with the trials just added, before they start. With
+    Tune's own period alone (one hour here, 10 s or more by default) the trials started
+    after its first save are not in it."""
+    from ray import tune
+    from ray.tune.schedulers import FIFOScheduler
+
+    from sweeper.search.tune_state import SavedFIFOScheduler
+
+    monkeypatch.setenv("TUNE_GLOBAL_CHECKPOINT_S", "3600")
+    tuner = tune.Tuner(
+        in_saved_state,
+        param_space={"experiment": str(tmp_path / "saved")},
+        tune_config=tune.TuneConfig(
+            num_samples=3, max_concurrent_trials=1, scheduler=SavedFIFOScheduler() if saved_first else FIFOScheduler()
+        ),
+        run_config=tune.RunConfig(name="saved", storage_path=str(tmp_path)),
+    )
+    saved = [result.metrics["saved"] for result in tuner.fit()]
+    assert saved == [1.0] * 3 if saved_first else 0.0 in saved, saved
+
+
 def test_the_autoscaler_monitor_of_a_local_cluster_ends_at_once_and_the_cluster_works_on(ray_cluster):
     """Last in the module: the cluster goes on without its monitor until the fixture ends it."""
     import ray

@@ -86,6 +86,22 @@ def test_a_trial_restored_as_finished_is_not_started_again():
     assert log == [] and book.trials["a"].state == "completed"
 
 
+def test_a_report_the_book_has_already_is_not_told_again():
+    """A trial whose final report the killed driver logged, but Tune had not saved, gives
+    it again on resume: MLflow and the listeners get it once."""
+    book = SweepBook(metric="eval_loss", goal="minimize", max_steps=30)
+    book.trials["a"] = TrialRecord("a", 1, {}, state="stopped", history=[{"step": 20, "eval_loss": 2.0}, {"step": 30, "eval_loss": 1.0}])
+    log = []
+    driver = SweepDriver(book, [Recorder("tracker", log)])
+    a = trial("a")
+    driver.on_trial_start(0, [a], a)
+    driver.on_trial_result(0, [a], a, {"step": 30, "eval_loss": 1.0, "checkpoint_path": "/c/30"})
+    driver.on_trial_complete(1, [a], a)
+    assert [entry[1] for entry in log] == ["started", "finished"]
+    assert [report["step"] for report in book.trials["a"].history] == [20, 30]
+    assert book.trials["a"].state == "completed" and book.trials["a"].checkpoint_path == "/c/30"
+
+
 def test_unfinished_trials_that_tune_does_not_know_are_lost():
     book = SweepBook(metric="eval_loss", goal="minimize", max_steps=30)
     book.trials = {

@@ -445,3 +445,48 @@ def test_an_open_ended_stream_trains_the_rung_arithmetic_of_the_trials_it_got(nu
         tune.run()
         assert all(t.status == "TERMINATED" for t in tune.trials) and any(t.step == 90 for t in tune.trials)
         assert tune.steps_trained <= promotion_steps(num_trials, grace_period=10, max_steps=90, reduction_factor=3)
+
+
+# ---------------------------------------------------------------- Tune's state saved first
+
+
+class SavingController:
+    """What a scheduler is handed (Tune's wrapper around its controller) and the saves asked of it."""
+
+    def __init__(self):
+        self._tune_controller = self
+        self.saves: list[dict] = []
+        self.search_alg = SimpleNamespace(is_finished=lambda: False)
+
+    def checkpoint(self, force: bool = False, wait: bool = False) -> None:
+        self.saves.append({"force": force, "wait": wait})
+
+    def get_trials(self):
+        return []
+
+
+@pytest.mark.parametrize("kind", ["asha", "asha_stopping", "median", "none"])
+def test_every_scheduler_saves_tunes_state_before_new_trials_start(kind, tmp_path):
+    """A trial added by the search is in Tune's saved state before any trial is chosen to
+    run (one save for the trials added in one loop step); a restored trial that had
+    reported adds no save."""
+    from ray.tune.experiment import Trial
+
+    from sweeper.search.searcher import make_search
+    from sweeper.search.tune_state import NewTrialsSavedFirst
+
+    _, sched, _ = make_search(plan_for(kind), tmp_path)
+    assert isinstance(sched, NewTrialsSavedFirst)
+    tune = SavingController()
+    for trial_id in ("t0", "t1"):
+        sched.on_trial_add(tune, Trial("demo", trial_id=trial_id, stub=True))
+    assert tune.saves == []  # added, not yet started: Tune asks the scheduler first
+    sched.choose_trial_to_run(tune)
+    assert tune.saves == [{"force": True, "wait": True}]
+    sched.choose_trial_to_run(tune)
+    assert len(tune.saves) == 1  # nothing new since
+    restored = Trial("demo", trial_id="t2", stub=True)
+    restored.update_last_result({"step": 10, "eval_loss": 2.0, "training_iteration": 1})
+    sched.on_trial_add(tune, restored)
+    sched.choose_trial_to_run(tune)
+    assert len(tune.saves) == 1

@@ -1,0 +1,58 @@
+"""Every trial a sweep starts is in Tune's saved state before it starts.
+
+Tune saves its experiment state (its trials, the searcher, the callbacks) at most every
+10 s, more rarely as the state grows. A trial started in between has an MLflow run and an
+Optuna trial, and reports, but is not in the state `sweep resume` restores after the
+driver was killed: resume then dropped it, its run deleted and its number given to the
+trial in its place. Saved when it is added, it comes back under its own id, and its Train
+run goes on from the checkpoint it kept.
+
+`NewTrialsSavedFirst` goes first among a scheduler's bases. Tune adds the trials the
+search suggested at the top of its loop step, then asks the scheduler which trial to run
+before it starts any actor; the save is made then, once for all the trials just added.
+Trials a resumed sweep restores are added before the first step: the save waits for that
+step, so it never holds part of them.
+"""
+
+from __future__ import annotations
+
+from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule
+
+from sweeper.cluster.ray_adapter import save_tune_state
+from sweeper.search.asha import PromotionASHA
+
+__all__ = ["NewTrialsSavedFirst", "SavedPromotionASHA", "SavedASHAScheduler", "SavedMedianStoppingRule", "SavedFIFOScheduler"]
+
+
+class NewTrialsSavedFirst:
+    """Mixin for a Tune scheduler: Tune's state is saved before a trial that has never
+    reported starts (a new trial, or a restored one that had not reported yet)."""
+
+    _trials_to_save = False
+
+    def on_trial_add(self, tune_controller, trial) -> None:
+        super().on_trial_add(tune_controller, trial)
+        if not trial.has_reported_at_least_once:
+            self._trials_to_save = True
+
+    def choose_trial_to_run(self, tune_controller):
+        if self._trials_to_save:
+            save_tune_state(tune_controller)
+            self._trials_to_save = False
+        return super().choose_trial_to_run(tune_controller)
+
+
+class SavedPromotionASHA(NewTrialsSavedFirst, PromotionASHA):
+    """ASHA by promotion (the default)."""
+
+
+class SavedASHAScheduler(NewTrialsSavedFirst, ASHAScheduler):
+    """ASHA by stopping."""
+
+
+class SavedMedianStoppingRule(NewTrialsSavedFirst, MedianStoppingRule):
+    """Median stopping."""
+
+
+class SavedFIFOScheduler(NewTrialsSavedFirst, FIFOScheduler):
+    """No early stopping."""
