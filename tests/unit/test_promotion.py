@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import random
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -460,6 +461,7 @@ class SavingController:
 
     def checkpoint(self, force: bool = False, wait: bool = False) -> None:
         self.saves.append({"force": force, "wait": wait})
+        time.sleep(0.001)  # a save takes some time
 
     def get_trials(self):
         return []
@@ -490,3 +492,24 @@ def test_every_scheduler_saves_tunes_state_before_new_trials_start(kind, tmp_pat
     sched.on_trial_add(tune, restored)
     sched.choose_trial_to_run(tune)
     assert len(tune.saves) == 1
+
+
+def test_saves_stop_while_they_would_take_more_than_their_share_of_the_time(tmp_path, monkeypatch):
+    """A save's cost grows with the sweep: once saving has taken more than SAVE_SHARE of the
+    time, new trials wait for a later save, which holds all of them."""
+    from ray.tune.experiment import Trial
+
+    from sweeper.search.searcher import make_search
+    from sweeper.search.tune_state import NewTrialsSavedFirst
+
+    monkeypatch.setattr(NewTrialsSavedFirst, "SAVE_SHARE", 0.0)
+    _, sched, _ = make_search(plan_for("asha"), tmp_path)
+    tune = SavingController()
+    sched.on_trial_add(tune, Trial("demo", trial_id="t0", stub=True))
+    sched.choose_trial_to_run(tune)
+    sched.on_trial_add(tune, Trial("demo", trial_id="t1", stub=True))
+    sched.choose_trial_to_run(tune)
+    assert len(tune.saves) == 1  # the first save took more than no time at all
+    monkeypatch.setattr(NewTrialsSavedFirst, "SAVE_SHARE", 1.0)
+    sched.choose_trial_to_run(tune)
+    assert len(tune.saves) == 2  # t1 still waited for its save
