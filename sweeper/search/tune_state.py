@@ -1,4 +1,4 @@
-"""Every trial a sweep starts is in Tune's saved state before it starts.
+"""Tune's state is saved before a new trial starts, so `sweep resume` finds the trial there.
 
 Tune saves its experiment state (its trials, the searcher, the callbacks) at most every
 10 s, more rarely as the state grows. A trial started in between has an MLflow run and an
@@ -13,8 +13,8 @@ before it starts any actor; the save is made then, once for all the trials just 
 Trials a resumed sweep restores are added before the first step: the save waits for that
 step, so it never holds part of them.
 
-A save writes every trial's state, so its cost grows with the sweep: 35 ms at 50 trials,
-320 ms at 400 here (benchmarks/README.md). These saves may take at most `SAVE_SHARE` of
+A save writes every trial's state, so its cost grows with the sweep: about 40 ms under 50
+trials, 320 ms at 400 here (benchmarks/README.md). These saves may take at most `SAVE_SHARE` of
 the driver's time, as Tune's own period keeps its saves at 5%: a sweep of trials that
 last minutes saves before each one; one of thousands of trials of a second or two saves
 as often as that share allows, each save holding every trial added since the last.
