@@ -19,11 +19,21 @@ Methods, on the same space and seeds:
 - random: random search, every trial to max_steps (in this process, no Ray); its
   evaluations give the rank correlation between the first rung and the end;
 - optuna: the loop a user writes by hand, in this process, one trial at a time:
-  Optuna TPE (seeded) + MedianPruner, `trial.report` at every evaluation;
+  Optuna TPE (seeded) + MedianPruner(n_warmup_steps=27) (`--loop-warmup`), `trial.report`
+  at every evaluation; at least `--trials` trials and until it has trained half random
+  search's steps (`--loop-share`);
 - the sweeper's schedulers through `sweeper.run.launch.run_sweep` (as `sweep start` runs
   them): `asha` is the sweeper's default (one rung at step 9 keeping a quarter),
   `asha_ladder` the default before it (rungs 9, 27, 81 keeping 1/eta, 4 startup trials),
-  and candidate settings (see METHODS).
+  `asha_budget10`, `asha_budget25` and `asha_budget50` the default with no trial count
+  until a `budget.max_steps` cap of 0.1x, 0.25x and 0.5x random search's steps, and
+  candidate settings (see METHODS).
+
+The anytime comparison (issue 38): each method's best-so-far at 0.1x, 0.25x and 0.5x of
+random search's steps, seed by seed; for each method that trained to 0.5x, the best at
+0.5x minus the best at 0.25x (does more compute buy a better config?); each
+budget-capped default minus the loop at the same steps; the task's headroom (random
+search's median trial minus its best); with `--plot`, the curves.
 
 Defaults: 27 trials of at most 243 steps, evaluated every 9 (the grace period: step 9;
 the ladder's rungs 9, 27, 81), eta 3 for the ladder: the issue's own setting, with enough
@@ -40,6 +50,8 @@ Hyperband-style brackets (`replay_brackets`) on random search's finished trials:
 trial successive halving would keep, without running a sweep per placement.
 
     python -m benchmarks.search_quality                       # the default methods, 3 seeds
+    python -m benchmarks.search_quality --base-shape 256x4 --base-steps 1000 --seeds 0,1 \
+        --methods random,optuna,asha,asha_budget10,asha_budget25,asha_budget50 --plot anytime.html
     python -m benchmarks.search_quality --methods random,asha --seeds 0
 """
 
@@ -154,11 +166,23 @@ METHODS: dict[str, dict | None] = {
     # Measured in session 16: no better than the default (benchmarks/README.md)
     "asha_closing2": {"early_stopping": {"reduction_factor": 6}, "closing_trials": 2},
 }
-ON_THE_DEFAULTS = {"asha", "asha_stopping", "median", "asha_screen4", "asha_screen4_random", "asha_closing2"}
+# The anytime comparison (issue 38): each method's best-so-far read at these shares of random
+# search's steps, and the default run with no trial count until a budget.max_steps cap of
+# each share (`asha_budget10` ...): trials keep coming until the cap.
+ANYTIME_SHARES = (0.1, 0.25, 0.5)
+BUDGET_METHODS = {f"asha_budget{round(share * 100)}": share for share in ANYTIME_SHARES}
+METHODS.update({name: {"budget_share": share} for name, share in BUDGET_METHODS.items()})
+ON_THE_DEFAULTS = {"asha", "asha_stopping", "median", "asha_screen4", "asha_screen4_random", "asha_closing2", *BUDGET_METHODS}
 DEFAULT_METHODS = ["random", "optuna", "asha", "asha_ladder", "asha_stopping", "median"]
 
 
 # --- the task ---------------------------------------------------------------------------
+
+# The Optuna loop's MedianPruner waits this many steps (`n_warmup_steps`), as the loops users
+# write do (issue 38's loop: 27, the third evaluation at 243 steps; the sweeper's first rung is
+# at 9). Before issue 38 the loop used MedianPruner() with its defaults, which can prune at the
+# first evaluation.
+LOOP_WARMUP = 27
 
 # Pretraining steps of the benchmark's base (batch 32, learning rate 3e-3): enough for the
 # chat format and the answers' easy part, little enough that the fine-tuning still
@@ -249,6 +273,13 @@ class Settings:
     reduction_factor: float
     task: tuple[Path, Path, Path]  # train, eval, base model
     space: dict = field(default_factory=lambda: SPACE)
+    loop_warmup: int = 0  # the Optuna loop's MedianPruner(n_warmup_steps=)
+    loop_share: float = 0.0  # the loop trains at least this share of random search's steps
+
+    @property
+    def random_steps(self) -> int:
+        """Random search's steps: every trial to max_steps."""
+        return self.trials * self.max_steps
 
     def sections(self, seed: int, method: str = "tpe") -> dict:
         return dict(
@@ -276,6 +307,11 @@ class Outcome:
     # (arrival order, trial, step, value)
     evaluations: list[tuple[float, str, int, float]] = field(default_factory=list)
     wall_s: float = 0.0
+    notes: list[str] = field(default_factory=list)  # a sweep's budget line: how a cap ended it
+
+    @property
+    def trials(self) -> int:
+        return len({trial for _, trial, _, _ in self.evaluations})
 
     @property
     def best(self) -> float:
@@ -394,11 +430,16 @@ def run_random(settings: Settings, seed: int) -> tuple[Outcome, list[list[tuple[
 
 
 def run_optuna_loop(settings: Settings, seed: int) -> Outcome:
-    """What users write by hand: TPE + MedianPruner, one trial at a time."""
+    """What users write by hand: TPE + MedianPruner, one trial at a time. The pruner
+    waits `settings.loop_warmup` steps (`n_warmup_steps`), as users' loops do; with
+    `settings.loop_share` the loop goes on past `settings.trials` trials until it has
+    trained that share of random search's steps, so the anytime comparison can read it
+    there."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=seed), pruner=optuna.pruners.MedianPruner())
+    pruner = optuna.pruners.MedianPruner(n_warmup_steps=settings.loop_warmup)
+    study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=seed), pruner=pruner)
     outcome = Outcome("optuna", seed)
     started = time.time()
     clock = 0
@@ -419,7 +460,11 @@ def run_optuna_loop(settings: Settings, seed: int) -> Outcome:
             raise optuna.TrialPruned()
         return history[-1][1]
 
-    study.optimize(objective, n_trials=settings.trials)
+    def enough(study, trial):
+        if len(study.trials) >= settings.trials and outcome.steps >= settings.loop_share * settings.random_steps:
+            study.stop()
+
+    study.optimize(objective, callbacks=[enough])
     outcome.wall_s = time.time() - started
     return outcome
 
@@ -537,6 +582,9 @@ def run_sweeper(settings: Settings, seed: int, name: str) -> Outcome:
         sections["early_stopping"] = settings.ladder()
     for key in ("early_stopping", "search", "training"):
         sections[key] = {**sections[key], **overrides.get(key, {})}
+    if "budget_share" in overrides:
+        sections["search"]["num_trials"] = None
+        sections["budget"] = {"max_steps": round(overrides["budget_share"] * settings.random_steps)}
     if overrides.get("grace") == "after_warmup":
         warmup = settings.space["training.warmup_ratio"]["high"] * settings.max_steps
         grace = -(-int(warmup) // settings.eval_every) * settings.eval_every
@@ -573,6 +621,7 @@ def run_sweeper(settings: Settings, seed: int, name: str) -> Outcome:
     finally:
         sweeper.search.searcher.make_sampler, sweeper.search.searcher.SlotLimiter = make_sampler, slot_limiter
     outcome.wall_s = run.wall_seconds
+    outcome.notes = [note for note in run.notes if note.startswith("Budget")]
     return outcome
 
 
@@ -766,9 +815,59 @@ def best_trial_ranks(histories: list[list[tuple[int, float]]], steps: list[int])
     return ranks
 
 
+def anytime(runs: list[Outcome], random_steps: float, shares=ANYTIME_SHARES) -> dict[float, list[float]]:
+    """Each seed's best-so-far eval loss at each share of random search's steps: what the
+    method had found once its trials had trained that much (a run that ended sooner:
+    its best when it ended)."""
+    return {share: [o.best_within(share * random_steps) for o in runs] for share in shares}
+
+
+def headroom(random_by_seed: dict[int, list]) -> dict[int, dict[str, float]]:
+    """Per seed, random search's best trial against its median trial (each trial's best
+    eval loss): a task leaves a search room to matter only where these differ (issue 38
+    asks 0.3 at least)."""
+    found = {}
+    for seed, histories in sorted(random_by_seed.items()):
+        bests = [min(v for _, v in h) for h in histories if h]
+        if bests:
+            found[seed] = {"best": min(bests), "median": statistics.median(bests), "gap": statistics.median(bests) - min(bests)}
+    return found
+
+
+def plot_anytime(outcomes: dict[str, list[Outcome]], random_steps: float, path: Path, title: str) -> Path | None:
+    """The best-so-far eval loss (median over seeds) against training steps as a share of
+    random search's, one line per method, as far as the method's median run trained:
+    `path` (HTML, plotly embedded) and a PNG beside it where kaleido finds a browser
+    (returned; None without one)."""
+    import plotly.graph_objects as go
+    import plotly.io as pio
+
+    grid = [i / 100 for i in range(1, 101)]
+    figure = go.Figure()
+    for method, runs in outcomes.items():
+        reach = statistics.median(o.steps for o in runs) / random_steps
+        xs = [x for x in grid if x <= reach + 1e-9]
+        ys = [statistics.median(o.best_within(x * random_steps) for o in runs) for x in xs]
+        figure.add_scatter(x=xs, y=[y if math.isfinite(y) else None for y in ys], mode="lines", name=method, line_shape="hv")
+    for share in ANYTIME_SHARES:
+        figure.add_vline(x=share, line_dash="dot", line_color="grey")
+    figure.update_layout(
+        title=title, template="plotly_white", xaxis_title="training steps / random search's",
+        yaxis_title="best eval loss so far, median over seeds",
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.write_html(path, include_plotlyjs=True)
+    png = path.with_suffix(".png")
+    try:
+        pio.write_image(figure, png, width=1000, height=460)
+    except Exception:  # noqa: BLE001 - kaleido without Chrome or Chromium: the HTML is the plot
+        return None
+    return png
+
+
 def save_outcome(folder: Path, outcome: Outcome, histories=None) -> None:
     data = {"method": outcome.method, "seed": outcome.seed, "wall_s": outcome.wall_s,
-            "evaluations": outcome.evaluations, "histories": histories}
+            "evaluations": outcome.evaluations, "histories": histories, "notes": outcome.notes}
     (folder / f"{outcome.method}-{outcome.seed}.json").write_text(json.dumps(data))
 
 
@@ -777,7 +876,7 @@ def load_outcome(folder: Path, method: str, seed: int) -> tuple[Outcome, list] |
     if not path.exists():
         return None
     data = json.loads(path.read_text())
-    outcome = Outcome(method, seed, [tuple(e) for e in data["evaluations"]], data["wall_s"])
+    outcome = Outcome(method, seed, [tuple(e) for e in data["evaluations"]], data["wall_s"], data.get("notes", []))
     return outcome, [[tuple(r) for r in h] for h in data["histories"] or []]
 
 
@@ -809,6 +908,16 @@ def main() -> None:
     )
     parser.add_argument("--space", choices=SPACES, default="issue", help="the searched space (see SPACES)")
     parser.add_argument(
+        "--loop-warmup", type=int, default=LOOP_WARMUP,
+        help="the Optuna loop's MedianPruner(n_warmup_steps=): no trial is pruned before this step, as users' loops wait",
+    )
+    parser.add_argument(
+        "--loop-share", type=float, default=ANYTIME_SHARES[-1],
+        help="the Optuna loop runs at least --trials trials and until it has trained this share of random search's "
+        "steps (the anytime comparison reads it up to there)",
+    )
+    parser.add_argument("--plot", type=Path, help="also draw the anytime curves to this HTML file (and a PNG beside it where a browser can)")
+    parser.add_argument(
         "--results", type=Path,
         help="folder keeping each method's run per seed: runs found there are not run again, so a long "
         "benchmark can be split over several commands (one seed each) and its table printed from all",
@@ -832,7 +941,8 @@ def main() -> None:
     results = args.results or Path(tempfile.mkdtemp(prefix="sweeper-bench-sq-results-"))
     results.mkdir(parents=True, exist_ok=True)
     task_settings = {"trials": args.trials, "max_steps": args.max_steps, "eval_every": args.eval_every,
-                     "reduction_factor": args.reduction_factor, "base_steps": args.base_steps, "space": args.space}
+                     "reduction_factor": args.reduction_factor, "base_steps": args.base_steps, "space": args.space,
+                     "loop_warmup": args.loop_warmup, "loop_share": args.loop_share}
     if args.train_examples != TRAIN_EXAMPLES:  # so the folders of runs before the option stay readable
         task_settings["train_examples"] = args.train_examples
     if args.base_shape != BASE_SHAPE:
@@ -844,7 +954,7 @@ def main() -> None:
     settings = Settings(
         args.trials, args.max_steps, args.eval_every, args.reduction_factor,
         write_task(results / "task", args.base_steps, args.train_examples, base_shape=args.base_shape),
-        SPACES[args.space],
+        SPACES[args.space], args.loop_warmup, args.loop_share,
     )
 
     outcomes: dict[str, list[Outcome]] = defaultdict(list)
@@ -868,6 +978,68 @@ def main() -> None:
             if method == "random":
                 random_by_seed[seed] = saved[1]
     print_table(args, settings, methods, outcomes, random_by_seed)
+
+
+def print_anytime(console, settings: Settings, methods: list[str], outcomes: dict, random_by_seed: dict, figures: dict) -> None:
+    """Issue 38's figures: the task's headroom, each method's best-so-far at each share of
+    random search's steps, whether more steps bought a better config (0.5x against 0.25x,
+    seed by seed), each budget-capped default against the loop at the same steps, and
+    how each budget-capped sweep ended."""
+    from rich.table import Table
+
+    room = headroom(random_by_seed)
+    figures["headroom"] = room
+    console.print(
+        "headroom (random search's median trial minus its best trial, each trial's best eval loss), per seed: "
+        + ", ".join(f"seed {seed}: {r['median']:.3f} - {r['best']:.3f} = {r['gap']:.3f}" for seed, r in room.items())
+    )
+    random_steps = settings.random_steps
+    table = Table(
+        title=f"anytime: best so far at a share of random search's steps ({random_steps}); "
+        "† a run that ended before that share (its best when it ended)",
+        title_justify="left",
+    )
+    for column in ("method", "steps / random's, per seed", *(f"at {share:g}x, median (per seed)" for share in ANYTIME_SHARES)):
+        table.add_column(column)
+    figures["anytime"] = {}
+    for method in methods:
+        runs = outcomes[method]
+        found = anytime(runs, random_steps)
+        figures["anytime"][method] = {str(share): values for share, values in found.items()}
+        cells = []
+        for share, values in found.items():
+            short = "†" if statistics.median(o.steps for o in runs) < share * random_steps else ""
+            cells.append(f"{statistics.median(values):.3f}{short} ({' '.join(f'{v:.3f}' for v in values)})")
+        table.add_row(method, " ".join(f"{o.steps / random_steps:.2f}" for o in runs), *cells)
+    console.print(table)
+    seeds = len(outcomes["random"])
+    if seeds < 2:
+        return  # the paired intervals need two seeds at least
+    low, high = ANYTIME_SHARES[-2], ANYTIME_SHARES[-1]
+    figures["more_steps"], figures["budget_against_the_loop"] = {}, {}
+    for method in methods:
+        runs = outcomes[method]
+        if any(o.steps < 0.95 * high * random_steps for o in runs):
+            continue  # did not train to the larger share on every seed
+        paired = paired_difference([o.best_within(high * random_steps) for o in runs], [o.best_within(low * random_steps) for o in runs])
+        figures["more_steps"][method] = paired
+        console.print(
+            f"{method}: best at {high:g}x minus best at {low:g}x of random's steps, seed by seed: mean {paired['mean']:+.4f} "
+            f"(95% interval {paired['low']:+.4f} to {paired['high']:+.4f}); lower on {paired['better']} of {seeds} seeds"
+        )
+    for method, share in BUDGET_METHODS.items():
+        if method not in methods or "optuna" not in methods:
+            continue
+        paired = paired_difference([o.best for o in outcomes[method]], [o.best_within(share * random_steps) for o in outcomes["optuna"]])
+        figures["budget_against_the_loop"][method] = paired
+        console.print(
+            f"{method} (cap {share:g}x) minus the loop at {share:g}x, seed by seed: mean {paired['mean']:+.4f} "
+            f"(95% interval {paired['low']:+.4f} to {paired['high']:+.4f}; target: below +0.01); better on "
+            f"{paired['better']}, worse on {paired['worse']}, equal on {paired['equal']}"
+        )
+    for method in (m for m in methods if m in BUDGET_METHODS):
+        for o in outcomes[method]:
+            console.print(f"{method} seed {o.seed}: {o.trials} trials, {o.steps} steps; {' '.join(o.notes) or 'no budget line'}")
 
 
 def print_table(args, settings: Settings, methods: list[str], outcomes: dict, random_by_seed: dict) -> None:
@@ -938,6 +1110,13 @@ def print_table(args, settings: Settings, methods: list[str], outcomes: dict, ra
                 f"(95% interval {paired['low']:+.4f} to {paired['high']:+.4f}); better on {paired['better']}, "
                 f"worse on {paired['worse']}, equal on {paired['equal']} seeds"
             )
+    print_anytime(console, settings, methods, outcomes, random_by_seed, figures)
+    if args.plot:
+        png = plot_anytime(
+            {m: outcomes[m] for m in methods}, settings.random_steps, args.plot,
+            f"best so far against steps: {args.trials}-trial random search's steps = 1, seeds {args.seeds}",
+        )
+        console.print(f"anytime plot: {args.plot}" + (f" and {png}" if png else " (no PNG: kaleido found no browser)"))
     console.print(
         "rank correlation (Spearman, eval loss at a step vs the trial's best, random search's trials): "
         + ", ".join(f"step {s}: {c:.2f}" for s, c in correlations.items())

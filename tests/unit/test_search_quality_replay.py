@@ -5,8 +5,8 @@ small enough to work out by hand."""
 import pytest
 
 from benchmarks.search_quality import (
-    Outcome, median_pruning, oracle_screen, paired_difference, parse_shape, rank_correlations, resampled_replay,
-    successive_halving,
+    Outcome, anytime, headroom, median_pruning, oracle_screen, paired_difference, parse_shape, rank_correlations,
+    resampled_replay, successive_halving,
 )
 
 # Four trials evaluated at steps 1, 2 and 4 (max_steps 4); trial 3 starts slowly and ends best.
@@ -101,3 +101,17 @@ def test_the_paired_difference_compares_seed_by_seed_and_says_when_seeds_cannot_
     assert (mixed["better"], mixed["worse"], mixed["equal"]) == (1, 1, 1)
     with pytest.raises(ValueError):
         paired_difference([1.0, 2.0], [1.0])
+
+
+def test_anytime_reads_each_seeds_best_so_far_at_shares_of_random_searchs_steps():
+    # Seed 0 finds 1.7 once 4 steps are trained; seed 1 stops after 2 steps at 2.2.
+    seed0 = Outcome("m", 0, [(0, "a", 1, 2.0), (1, "b", 1, 2.5), (2, "a", 2, 1.9), (3, "b", 2, 1.7)])
+    seed1 = Outcome("m", 1, [(0, "a", 1, 2.4), (1, "a", 2, 2.2)])
+    found = anytime([seed0, seed1], random_steps=8, shares=(0.25, 0.5, 1.0))
+    assert found == {0.25: [2.0, 2.2], 0.5: [1.7, 2.2], 1.0: [1.7, 2.2]}  # a run that ended sooner keeps its best
+
+
+def test_headroom_is_random_searchs_median_trial_minus_its_best_per_seed():
+    room = headroom({0: HISTORIES, 1: []})
+    # Each trial's best: 1.8, 1.9, 2.1, 1.5; median 1.85.
+    assert room == {0: {"best": 1.5, "median": pytest.approx(1.85), "gap": pytest.approx(0.35)}}
