@@ -222,6 +222,29 @@ def _example(rng: random.Random) -> dict:
     return {"messages": [{"role": "user", "content": prompt}, {"role": "assistant", "content": answer}]}
 
 
+def _new_family_example(rng: random.Random) -> dict:
+    """A fine-tuning example of three families the base never saw (`--sft new`): each
+    letter upper-cased, each letter doubled, each letter shifted one on in the alphabet.
+    Letter-by-letter maps that LoRA learns in a few hundred steps at a good learning rate
+    and not at all at a poor one: what is left to learn is large, so the space's good and
+    bad configs end far apart (issue 38's headroom)."""
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    word = "".join(rng.choice(letters) for _ in range(rng.randint(5, 9)))
+    family = rng.randrange(3)
+    if family == 0:
+        prompt, answer = f"Upper: {word}", word.upper()
+    elif family == 1:
+        prompt, answer = f"Double: {word}", "".join(c + c for c in word)
+    else:
+        prompt, answer = f"Next: {word}", "".join(letters[(letters.index(c) + 1) % 26] for c in word)
+    return {"messages": [{"role": "user", "content": prompt}, {"role": "assistant", "content": answer}]}
+
+
+# `--sft`: what the task fine-tunes on. "same": new examples of the base's own four families
+# (the tasks of sessions 7-16); "new": three families the base never saw (_new_family_example).
+SFT_EXAMPLES = {"same": _example, "new": _new_family_example}
+
+
 @functools.cache
 def _chat_template():
     from trainables.tiny import build_tokenizer
@@ -236,10 +259,12 @@ def _chat_text(rng: random.Random) -> str:
 
 def write_task(
     folder: Path, base_steps: int = BASE_STEPS, train: int = TRAIN_EXAMPLES, eval_: int = 160, base_shape: str = BASE_SHAPE,
+    sft: str = "same",
 ) -> tuple[Path, Path, Path]:
     """The benchmark's base model and chat data, the same on every run (seeded):
     (train file, eval file, model folder). The base's pretraining texts come from their
-    own random stream, not from the train or eval examples."""
+    own random stream, not from the train or eval examples, and always from the four
+    families of `_example`; the train and eval examples from `SFT_EXAMPLES[sft]`."""
     from trainables import tiny
 
     folder = folder.resolve()  # the spec resolves relative paths against the quickstart's folder
@@ -248,7 +273,7 @@ def write_task(
     paths = []
     for name, count in (("train", train), ("eval", eval_)):
         path = folder / f"{name}.jsonl"
-        path.write_text("".join(json.dumps(_example(rng)) + "\n" for _ in range(count)))
+        path.write_text("".join(json.dumps(SFT_EXAMPLES[sft](rng)) + "\n" for _ in range(count)))
         paths.append(path)
     hidden_size, layers = parse_shape(base_shape)
     model = folder / (f"base-{base_steps}" if base_shape == BASE_SHAPE else f"base-{base_shape}-{base_steps}")
@@ -908,6 +933,11 @@ def main() -> None:
     )
     parser.add_argument("--space", choices=SPACES, default="issue", help="the searched space (see SPACES)")
     parser.add_argument(
+        "--sft", choices=SFT_EXAMPLES, default="same",
+        help="what the task fine-tunes on: new examples of the base's own families, or three families it never saw "
+        "(a task with headroom: good and bad configs end far apart)",
+    )
+    parser.add_argument(
         "--loop-warmup", type=int, default=LOOP_WARMUP,
         help="the Optuna loop's MedianPruner(n_warmup_steps=): no trial is pruned before this step, as users' loops wait",
     )
@@ -947,13 +977,15 @@ def main() -> None:
         task_settings["train_examples"] = args.train_examples
     if args.base_shape != BASE_SHAPE:
         task_settings["base_shape"] = args.base_shape
+    if args.sft != "same":
+        task_settings["sft"] = args.sft
     kept = results / "settings.json"
     if kept.exists() and json.loads(kept.read_text()) != task_settings:
         parser.error(f"--results: {results} holds runs of other settings ({kept.read_text().strip()}); use a new folder")
     kept.write_text(json.dumps(task_settings))
     settings = Settings(
         args.trials, args.max_steps, args.eval_every, args.reduction_factor,
-        write_task(results / "task", args.base_steps, args.train_examples, base_shape=args.base_shape),
+        write_task(results / "task", args.base_steps, args.train_examples, base_shape=args.base_shape, sft=args.sft),
         SPACES[args.space], args.loop_warmup, args.loop_share,
     )
 
