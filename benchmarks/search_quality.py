@@ -222,7 +222,7 @@ def _example(rng: random.Random) -> dict:
     return {"messages": [{"role": "user", "content": prompt}, {"role": "assistant", "content": answer}]}
 
 
-def _new_family_example(rng: random.Random) -> dict:
+def new_family_example(rng: random.Random) -> dict:
     """A fine-tuning example of three families the base never saw (`--sft new`): each
     letter upper-cased, each letter doubled, each letter shifted one on in the alphabet.
     Letter-by-letter maps that LoRA learns in a few hundred steps at a good learning rate
@@ -241,8 +241,8 @@ def _new_family_example(rng: random.Random) -> dict:
 
 
 # `--sft`: what the task fine-tunes on. "same": new examples of the base's own four families
-# (the tasks of sessions 7-16); "new": three families the base never saw (_new_family_example).
-SFT_EXAMPLES = {"same": _example, "new": _new_family_example}
+# (the tasks of sessions 7-16); "new": three families the base never saw (new_family_example).
+SFT_EXAMPLES = {"same": _example, "new": new_family_example}
 
 
 @functools.cache

@@ -5,7 +5,7 @@ small enough to work out by hand."""
 import pytest
 
 from benchmarks.search_quality import (
-    Outcome, anytime, headroom, median_pruning, oracle_screen, paired_difference, parse_shape, rank_correlations,
+    Outcome, new_family_example, anytime, headroom, median_pruning, oracle_screen, paired_difference, parse_shape, rank_correlations,
     resampled_replay, successive_halving,
 )
 
@@ -115,3 +115,21 @@ def test_headroom_is_random_searchs_median_trial_minus_its_best_per_seed():
     room = headroom({0: HISTORIES, 1: []})
     # Each trial's best: 1.8, 1.9, 2.1, 1.5; median 1.85.
     assert room == {0: {"best": 1.5, "median": pytest.approx(1.85), "gap": pytest.approx(0.35)}}
+
+
+def test_the_headroom_tasks_answers_map_each_letter_of_the_word():
+    import random
+
+    rng = random.Random(0)
+    seen = set()
+    for _ in range(60):
+        user, assistant = (m["content"] for m in new_family_example(rng)["messages"])
+        family, word = user.split(": ")
+        seen.add(family)
+        expected = {
+            "Upper": word.upper(),
+            "Double": "".join(c * 2 for c in word),
+            "Next": "".join(chr((ord(c) - ord("a") + 1) % 26 + ord("a")) for c in word),
+        }[family]
+        assert assistant == expected
+    assert seen == {"Upper", "Double", "Next"}
