@@ -170,6 +170,9 @@ METHODS: dict[str, dict | None] = {
 # search's steps, and the default run with no trial count until a budget.max_steps cap of
 # each share (`asha_budget10` ...): trials keep coming until the cap.
 ANYTIME_SHARES = (0.1, 0.25, 0.5)
+# A run "reached" a share when it trained this much of it: a budget cap is met to within
+# a trial's first rung (a few steps short), not to the step.
+REACHED = 0.95
 BUDGET_METHODS = {f"asha_budget{round(share * 100)}": share for share in ANYTIME_SHARES}
 METHODS.update({name: {"budget_share": share} for name, share in BUDGET_METHODS.items()})
 ON_THE_DEFAULTS = {"asha", "asha_stopping", "median", "asha_screen4", "asha_screen4_random", "asha_closing2", *BUDGET_METHODS}
@@ -869,11 +872,17 @@ def plot_anytime(outcomes: dict[str, list[Outcome]], random_steps: float, path: 
 
     grid = [i / 100 for i in range(1, 101)]
     figure = go.Figure()
+    from_first_share = []  # the curves' values from the first share on: the y range (the first trials' losses would flatten the rest)
     for method, runs in outcomes.items():
         reach = statistics.median(o.steps for o in runs) / random_steps
         xs = [x for x in grid if x <= reach + 1e-9]
         ys = [statistics.median(o.best_within(x * random_steps) for o in runs) for x in xs]
+        from_first_share += [y for x, y in zip(xs, ys) if x >= ANYTIME_SHARES[0] and math.isfinite(y)]
         figure.add_scatter(x=xs, y=[y if math.isfinite(y) else None for y in ys], mode="lines", name=method, line_shape="hv")
+    if from_first_share:
+        low, high = min(from_first_share), max(from_first_share)
+        margin = max(0.01, 0.1 * (high - low))
+        figure.update_yaxes(range=[low - margin, high + margin])
     for share in ANYTIME_SHARES:
         figure.add_vline(x=share, line_dash="dot", line_color="grey")
     figure.update_layout(
@@ -1028,7 +1037,7 @@ def print_anytime(console, settings: Settings, methods: list[str], outcomes: dic
     random_steps = settings.random_steps
     table = Table(
         title=f"anytime: best so far at a share of random search's steps ({random_steps}); "
-        "† a run that ended before that share (its best when it ended)",
+        f"† a run that ended before {REACHED:g} of that share (its best when it ended)",
         title_justify="left",
     )
     for column in ("method", "steps / random's, per seed", *(f"at {share:g}x, median (per seed)" for share in ANYTIME_SHARES)):
@@ -1040,7 +1049,7 @@ def print_anytime(console, settings: Settings, methods: list[str], outcomes: dic
         figures["anytime"][method] = {str(share): values for share, values in found.items()}
         cells = []
         for share, values in found.items():
-            short = "†" if statistics.median(o.steps for o in runs) < share * random_steps else ""
+            short = "†" if statistics.median(o.steps for o in runs) < REACHED * share * random_steps else ""
             cells.append(f"{statistics.median(values):.3f}{short} ({' '.join(f'{v:.3f}' for v in values)})")
         table.add_row(method, " ".join(f"{o.steps / random_steps:.2f}" for o in runs), *cells)
     console.print(table)
@@ -1051,7 +1060,7 @@ def print_anytime(console, settings: Settings, methods: list[str], outcomes: dic
     figures["more_steps"], figures["budget_against_the_loop"] = {}, {}
     for method in methods:
         runs = outcomes[method]
-        if any(o.steps < 0.95 * high * random_steps for o in runs):
+        if any(o.steps < REACHED * high * random_steps for o in runs):
             continue  # did not train to the larger share on every seed
         paired = paired_difference([o.best_within(high * random_steps) for o in runs], [o.best_within(low * random_steps) for o in runs])
         figures["more_steps"][method] = paired
