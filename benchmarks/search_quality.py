@@ -50,8 +50,8 @@ Hyperband-style brackets (`replay_brackets`) on random search's finished trials:
 trial successive halving would keep, without running a sweep per placement.
 
     python -m benchmarks.search_quality                       # the default methods, 3 seeds
-    python -m benchmarks.search_quality --base-shape 256x4 --base-steps 1000 --seeds 0,1 \
-        --methods random,optuna,asha,asha_budget10,asha_budget25,asha_budget50 --plot anytime.html
+    python -m benchmarks.search_quality --sft new --base-steps 1000 --seeds 0,1,2 \
+        --methods random,optuna,asha,asha_budget10,asha_budget25,asha_budget50 --plot anytime.html   # issue 38
     python -m benchmarks.search_quality --methods random,asha --seeds 0
 """
 
