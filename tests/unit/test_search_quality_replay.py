@@ -5,8 +5,8 @@ small enough to work out by hand."""
 import pytest
 
 from benchmarks.search_quality import (
-    Outcome, new_family_example, anytime, headroom, median_pruning, oracle_screen, paired_difference, parse_shape, rank_correlations,
-    resampled_replay, successive_halving,
+    Outcome, anytime, headroom, median_pruning, new_family_example, oracle_screen, paired_difference, parse_shape,
+    rank_correlations, resampled_replay, successive_halving,
 )
 
 # Four trials evaluated at steps 1, 2 and 4 (max_steps 4); trial 3 starts slowly and ends best.
