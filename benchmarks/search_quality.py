@@ -208,9 +208,16 @@ TRAIN_EXAMPLES = 2000
 BASE_SHAPE = "64x2"
 
 
+LETTERS = "abcdefghijklmnopqrstuvwxyz"
+
+
+def _word(rng: random.Random) -> str:
+    """A random word of 5-9 letters, the subject of every task family."""
+    return "".join(rng.choice(LETTERS) for _ in range(rng.randint(5, 9)))
+
+
 def _example(rng: random.Random) -> dict:
-    letters = "abcdefghijklmnopqrstuvwxyz"
-    word = "".join(rng.choice(letters) for _ in range(rng.randint(5, 9)))
+    word = _word(rng)
     family = rng.randrange(4)
     if family == 0:
         prompt, answer = f"Sort: {word}", "".join(sorted(word))
@@ -231,15 +238,14 @@ def new_family_example(rng: random.Random) -> dict:
     Letter-by-letter maps that LoRA learns in a few hundred steps at a good learning rate
     and not at all at a poor one: what is left to learn is large, so the space's good and
     bad configs end far apart (issue 38's headroom)."""
-    letters = "abcdefghijklmnopqrstuvwxyz"
-    word = "".join(rng.choice(letters) for _ in range(rng.randint(5, 9)))
+    word = _word(rng)
     family = rng.randrange(3)
     if family == 0:
         prompt, answer = f"Upper: {word}", word.upper()
     elif family == 1:
         prompt, answer = f"Double: {word}", "".join(c + c for c in word)
     else:
-        prompt, answer = f"Next: {word}", "".join(letters[(letters.index(c) + 1) % 26] for c in word)
+        prompt, answer = f"Next: {word}", "".join(LETTERS[(LETTERS.index(c) + 1) % 26] for c in word)
     return {"messages": [{"role": "user", "content": prompt}, {"role": "assistant", "content": answer}]}
 
 
@@ -966,6 +972,8 @@ def main() -> None:
 
     seeds = [int(s) for s in args.seeds.split(",")]
     methods = args.methods.split(",")
+    if args.loop_warmup < 0 or not 0 <= args.loop_share <= 1:
+        parser.error(f"--loop-warmup: at least 0 steps, and --loop-share: 0 to 1; got {args.loop_warmup} and {args.loop_share}")
     if args.train_examples < 8:  # one batch of the fine-tuning (per_device_batch_size 8)
         parser.error(f"--train-examples: at least 8 (one batch), got {args.train_examples}")
     try:
