@@ -9,7 +9,8 @@ A page asks for a generated part with a marker line, `<!-- generated: NAME -->`:
 - `keyed-errors`: every keyed message the code can refuse with, read from its syntax tree;
 - `stage-packages`: each `sweeper/` stage package's docstring, from its `__init__.py`;
 - `python-api`: the signatures and docstrings of `sweeper.api`'s public functions;
-- `benchmarks`: `benchmarks/README.md` itself, the one copy of the benchmark figures;
+- `benchmarks`: `benchmarks/README.md` itself, the one copy of the benchmark figures
+  (its plots in `benchmarks/figures/` join the site under `figures/`, see `on_files`);
 - `quickstart-example`: `examples/quickstart.py` itself, as a code block.
 
 The functions are plain (text in, text out) so that tests can call them without MkDocs.
@@ -479,6 +480,16 @@ def on_config(config):
             "or from an environment where this checkout is installed"
         )
     return config
+
+
+def on_files(files, config):
+    """The benchmark page's plots: `benchmarks/README.md` links `figures/NAME.png`, kept
+    beside it in `benchmarks/figures/`, so the site serves them at the same relative path."""
+    from mkdocs.structure.files import File
+
+    for figure in sorted((ROOT / "benchmarks" / "figures").glob("*.png")):
+        files.append(File.generated(config, f"figures/{figure.name}", abs_src_path=str(figure)))
+    return files
 
 
 def on_page_markdown(markdown: str, page, config, files) -> str:

@@ -80,6 +80,8 @@ def test_generated_pages_hold_what_the_code_says(site):
         assert f"sweeper/{package.parent.name}/" in layout
     first_heading = (REPO / "benchmarks" / "README.md").read_text().splitlines()[0].lstrip("# ")
     assert first_heading.split(":")[0] in _text(site, "benchmarks")
+    for image in re.findall(r'<img[^>]* src="([^"]+)"', _text(site, "benchmarks")):  # benchmarks/figures/
+        assert (site / "benchmarks" / image).resolve().is_file(), image
     assert "search.parameters.&lt;name&gt;.low" in _text(site, "reference/errors")
     python_api = re.sub(r"<[^>]+>", "", _text(site, "guides/python-api"))  # code is highlighted span by span
     assert "def quickstart_spec(" in python_api  # examples/quickstart.py, included
