@@ -5,7 +5,7 @@ import pytest
 from sweeper.errors import UserError
 from sweeper.plan.sweep_plan import ClusterResources, TrialResources, concurrency_limit, make_plan
 from sweeper.plan.rungs import asha_rungs
-from sweeper.search.space import make_sampler, to_optuna_distributions
+from sweeper.search.space import ReportsSoFarSampler, make_sampler, to_optuna_distributions
 from sweeper.spec.load import validate_spec
 from sweeper.track.tracker import flat_params
 from tests.conftest import REPO, small_sweep
@@ -44,7 +44,8 @@ def test_samplers_are_seeded(method, sampler):
         study = optuna.create_study(sampler=make_sampler(spec))
         return [study.ask(to_optuna_distributions(spec)).params for _ in range(5)]
 
-    assert isinstance(make_sampler(spec), sampler)
+    made = make_sampler(spec)
+    assert isinstance(made.sampler if isinstance(made, ReportsSoFarSampler) else made, sampler)
     assert draws() == draws()
 
 
@@ -175,6 +176,34 @@ def test_tpe_ignores_trials_still_running_such_as_those_paused_at_a_rung():
 
     assert next_rate(paused=True) == next_rate(paused=False)
     assert 1e-3 < next_rate(paused=True) < 1e-2
+
+
+def test_tpe_learns_from_trials_that_reported_and_still_run_as_from_trials_pruned_there():
+    """A sweep without num_trials (10 random startup trials) whose trials all wait at a
+    rung, RUNNING, after one report: TPE leaves its random startup and samples near the
+    best of them, as it would had they been pruned there; the study is left as it was."""
+    rates = {"training.learning_rate": {"distribution": "log_uniform", "low": 1e-5, "high": 1e-1}}
+    raw = small_sweep("x", search={"num_trials": None, "parameters": rates}, budget={"max_steps": 900})
+    spec = validate_spec(raw, base_dir=REPO)
+    space = to_optuna_distributions(spec)
+
+    def next_rates(state) -> list[float]:
+        study = optuna.create_study(sampler=make_sampler(spec))
+        for i in range(30):  # one report each, at step 9, across the range; best near 3e-3
+            rate = 10 ** (-5 + 4 * i / 29)
+            study.add_trial(optuna.trial.create_trial(params={"training.learning_rate": rate}, distributions=space,
+                                                      state=state, intermediate_values={9: abs(math.log10(rate) + 2.5)}))
+        drawn = []
+        for _ in range(8):
+            trial = study.ask(space)
+            drawn.append(trial.params["training.learning_rate"])
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)  # not to be learnt from
+        assert [t.state for t in study.get_trials()][:30] == [state] * 30
+        return drawn
+
+    waiting = next_rates(optuna.trial.TrialState.RUNNING)
+    assert waiting == next_rates(optuna.trial.TrialState.PRUNED)
+    assert all(abs(math.log10(rate) + 2.5) < 1 for rate in waiting), waiting
 
 
 def test_a_sweep_of_one_config_under_asha_plans_every_rung_as_rays_asha_ranks_it():
