@@ -26,9 +26,16 @@ MIN_COMPLETED_TRIALS = 3
 # 2,000-trial benchmark's sweep, which ranked its parameters alike at 200 and 300);
 # beyond, a seeded random sample of this many, which the report's note names.
 MOST_TRIALS_EVALUATED = 200
+# fANOVA's forest: Optuna's default 64 trees up to this many trials, 16 above. Its time
+# grows with trees x trials; on the 2,000-trial benchmark's 200-trial sample 16 trees took
+# a quarter of 64's time (1.3 s against 5.2 s, the machine loaded) and ranked the three
+# parameters alike, each importance within 0.03 (benchmarks/README.md, Load).
+FULL_FOREST_TRIALS = 100
 EVALUATORS = {
-    "fANOVA": lambda: optuna.importance.FanovaImportanceEvaluator(seed=0),
-    "PED-ANOVA": lambda: optuna.importance.PedAnovaImportanceEvaluator(),
+    "fANOVA": lambda trials: optuna.importance.FanovaImportanceEvaluator(
+        seed=0, n_trees=64 if trials <= FULL_FOREST_TRIALS else 16
+    ),
+    "PED-ANOVA": lambda trials: optuna.importance.PedAnovaImportanceEvaluator(),
 }
 
 
@@ -54,22 +61,25 @@ def param_importance(trials: pl.DataFrame, search_space: dict[str, dict], goal: 
         return Importance(
             None, f"{len(frozen)} completed trial(s): importance needs at least {MIN_COMPLETED_TRIALS}."
         )
-    over = f"{len(frozen)} completed trials"
+    over, how = f"{len(frozen)} completed trials", []
     if len(frozen) > MOST_TRIALS_EVALUATED:
-        over = f"{MOST_TRIALS_EVALUATED} of {len(frozen)} completed trials (a seeded random sample)"
+        over, how = f"{MOST_TRIALS_EVALUATED} of {len(frozen)} completed trials", ["a seeded random sample"]
         frozen = random.Random(0).sample(frozen, MOST_TRIALS_EVALUATED)
+    if len(frozen) > FULL_FOREST_TRIALS:
+        how.append("fANOVA with 16 trees")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(direction=goal)
     study.add_trials(frozen)
     rows = []
     for evaluator_name, make in EVALUATORS.items():
-        scores = optuna.importance.get_param_importances(study, evaluator=make(), normalize=True)
+        scores = optuna.importance.get_param_importances(study, evaluator=make(len(frozen)), normalize=True)
         rows += [
             {"evaluator": evaluator_name, "parameter": name, "importance": float(score)}
             for name, score in scores.items()
         ]
     frame = pl.DataFrame(rows, schema={"evaluator": pl.String, "parameter": pl.String, "importance": pl.Float64})
-    return Importance(frame, f"Optuna's {' and '.join(EVALUATORS)} evaluators over {over}.")
+    how = f" ({'; '.join(how)})" if how else ""
+    return Importance(frame, f"Optuna's {' and '.join(EVALUATORS)} evaluators over {over}{how}.")
 
 
 def _frozen_trial(params: dict[str, str], value: float, distributions: dict) -> optuna.trial.FrozenTrial | None:

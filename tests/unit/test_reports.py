@@ -166,7 +166,7 @@ def test_importance_of_a_large_sweep_reads_a_seeded_sample_and_still_finds_what_
         # Only the learning rate matters: a valley at 1e-2.
         many[number] = ("completed", "completed", abs(math.log10(lr) + 2), 30, 0.3, 0.0, lr, rng.choice([2, 4, 8]), number)
     importance = param_importance(make_sweep(trials=many).trials, SPACE, "minimize")
-    assert f"over {MOST_TRIALS_EVALUATED} of {2 * MOST_TRIALS_EVALUATED} completed trials (a seeded random sample)" in importance.note
+    assert f"over {MOST_TRIALS_EVALUATED} of {2 * MOST_TRIALS_EVALUATED} completed trials (a seeded random sample; fANOVA with 16 trees)" in importance.note
     for _, rows in importance.frame.group_by("evaluator"):
         assert rows.sort("importance")["parameter"][-1] == "training.learning_rate", rows
     again = param_importance(make_sweep(trials=many).trials, SPACE, "minimize")
