@@ -6,16 +6,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import os
+
+import kaleido
 import plotly.graph_objects as go
-import plotly.io as pio
 
 __all__ = ["write_pngs"]
 
 WIDTH, HEIGHT = 1000, 460
+# Browser tabs drawing at once (kaleido's `n`): on the 2-core machine two drew the
+# 2,000-trial sweep's six plots in 6.1 s against one's 7.2 s (median of 3 each).
+MOST_TABS = 2
 
 
 def write_pngs(figures: dict[str, go.Figure], folder: Path, relative_to: Path) -> tuple[dict[str, str], str | None]:
-    """Draw every figure to folder/<slug>.png in one browser session. Returns slug -> path
+    """Draw every figure to folder/<slug>.png in one browser session, MOST_TABS at once. Returns slug -> path
     relative to `relative_to`, and a note when they could not be drawn."""
     for stale in folder.glob("*.png"):  # from an earlier report into the same folder
         stale.unlink()
@@ -23,8 +28,13 @@ def write_pngs(figures: dict[str, go.Figure], folder: Path, relative_to: Path) -
         return {}, None
     folder.mkdir(parents=True, exist_ok=True)
     paths = [folder / f"{slug}.png" for slug in figures]
+    specs = [
+        dict(fig=figure.to_dict(), path=path, opts=dict(format="png", width=WIDTH, height=HEIGHT))
+        for figure, path in zip(figures.values(), paths)
+    ]
+    tabs = max(1, min(MOST_TABS, os.cpu_count() or 1, len(specs)))
     try:
-        pio.write_images(list(figures.values()), paths, width=WIDTH, height=HEIGHT)
+        kaleido.write_fig_from_object_sync(specs, kopts={"n": tabs})
     except Exception as exc:  # kaleido: RuntimeError without a browser; others from the browser itself
         reason = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
         return {}, (
