@@ -285,7 +285,13 @@ def test_a_driver_killed_with_minus_9_is_resumed_without_retraining_a_completed_
     path = multinode_sweep(cluster, workdir, "killed", search={"num_trials": 3, "seed": 4})
 
     def completed():
-        return [c for c in sweep_runs(cluster, "killed")[1] if c.data.tags.get("sweeper.state") == "completed"]
+        # Ended too: the tracker tags a trial completed, then ends its run, and a kill -9
+        # between the two leaves a completed trial whose run the resume ends (no end time
+        # to compare with).
+        return [
+            c for c in sweep_runs(cluster, "killed")[1]
+            if c.data.tags.get("sweeper.state") == "completed" and c.info.end_time is not None
+        ]
 
     driver = subprocess.Popen(
         [sys.executable, "-m", "sweeper.cli", "start", str(path), "--address", cluster.address],
