@@ -4,9 +4,8 @@ report is still written: report.md says so and points to index.html."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import os
+from pathlib import Path
 
 import kaleido
 import plotly.graph_objects as go
@@ -20,8 +19,8 @@ MOST_TABS = 2
 
 
 def write_pngs(figures: dict[str, go.Figure], folder: Path, relative_to: Path) -> tuple[dict[str, str], str | None]:
-    """Draw every figure to folder/<slug>.png in one browser session, MOST_TABS at once. Returns slug -> path
-    relative to `relative_to`, and a note when they could not be drawn."""
+    """Draw every figure to folder/<slug>.png in one browser session, MOST_TABS at once.
+    Returns slug -> path relative to `relative_to`, and a note when they could not be drawn."""
     for stale in folder.glob("*.png"):  # from an earlier report into the same folder
         stale.unlink()
     if not figures:
