@@ -5,7 +5,8 @@ import pytest
 from sweeper.errors import UserError
 from sweeper.plan.sweep_plan import ClusterResources, TrialResources, concurrency_limit, make_plan
 from sweeper.plan.rungs import asha_rungs
-from sweeper.search.space import ReportsSoFarSampler, make_sampler, to_optuna_distributions
+from sweeper.search.reports_so_far import ReportsSoFarSampler
+from sweeper.search.space import make_sampler, to_optuna_distributions
 from sweeper.spec.load import validate_spec
 from sweeper.track.tracker import flat_params
 from tests.conftest import REPO, small_sweep
