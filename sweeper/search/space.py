@@ -74,4 +74,3 @@ class AskTellGridSampler(optuna.samplers.GridSampler):
 
     def after_trial(self, study, trial, state, values) -> None:
         return None
-
