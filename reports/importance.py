@@ -31,9 +31,10 @@ MOST_TRIALS_EVALUATED = 200
 # a quarter of 64's time (1.3 s against 5.2 s, the machine loaded) and ranked the three
 # parameters alike, each importance within 0.03 (benchmarks/README.md, Load).
 FULL_FOREST_TRIALS = 100
+SMALL_FOREST_TREES = 16
 EVALUATORS = {
     "fANOVA": lambda trials: optuna.importance.FanovaImportanceEvaluator(
-        seed=0, n_trees=64 if trials <= FULL_FOREST_TRIALS else 16
+        seed=0, n_trees=64 if trials <= FULL_FOREST_TRIALS else SMALL_FOREST_TREES
     ),
     "PED-ANOVA": lambda trials: optuna.importance.PedAnovaImportanceEvaluator(),
 }
@@ -66,7 +67,7 @@ def param_importance(trials: pl.DataFrame, search_space: dict[str, dict], goal: 
         over, how = f"{MOST_TRIALS_EVALUATED} of {len(frozen)} completed trials", ["a seeded random sample"]
         frozen = random.Random(0).sample(frozen, MOST_TRIALS_EVALUATED)
     if len(frozen) > FULL_FOREST_TRIALS:
-        how.append("fANOVA with 16 trees")
+        how.append(f"fANOVA with {SMALL_FOREST_TREES} trees")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(direction=goal)
     study.add_trials(frozen)

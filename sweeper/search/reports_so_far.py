@@ -19,6 +19,7 @@ took 14% of the driver's time between trials 700 and 825 of the load benchmark.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Container, Sequence
 from typing import Any
 
@@ -136,8 +137,6 @@ class ReportsSoFar(BaseStorage):
     def get_all_trials(
         self, study_id: int, deepcopy: bool = True, states: Container[TrialState] | None = None
     ) -> list[FrozenTrial]:
-        import copy
-
         trials = self.trials if states is None else [t for t in self.trials if t.state in states]
         return copy.deepcopy(trials) if deepcopy else list(trials)
 
