@@ -205,6 +205,41 @@ def test_the_listener_measures_starts_steps_and_evaluations_and_logs_at_each_eva
     assert shown.lines[-1].startswith("ETA ") and "20 steps measured" in shown.lines[-1]
 
 
+def test_estimates_take_at_most_their_share_of_the_drivers_time_and_every_evaluation_is_still_logged():
+    # An estimate walks every trial, so at thousands of trials it costs milliseconds at each
+    # of the driver's events; between estimates an event shows and logs the latest one.
+    plan, forecast = plan_and_forecast()
+    clock, logged = Clock(), Logged()
+    book = SweepBook(metric="eval_loss", goal="minimize", max_steps=90, started_at=clock.now)
+    live = LiveForecast(plan, forecast, book, Rate("cpu", 1, 3.6), logged, clock=clock)
+    walked = []
+    real_current = live.current
+
+    def costly_current():  # an estimate that takes 1 s of the driver's clock
+        walked.append(clock.now)
+        clock.now += 1.0
+        return real_current()
+
+    live.current = costly_current
+    record = TrialRecord(trial_id="a", number=1, params={}, started_at=clock.now)
+    book.trials["a"] = record
+    live.trial_started(record)
+    first = live.latest
+    for step in range(10, 91, 10):  # a report every 2.5 s
+        clock.now += 2.5
+        record.history.append(report(step, 1.0))
+        live.trial_result(record)
+    # 1 s at the start, then again once that 1 s is within 5% of the time since (20 s on),
+    # and not a third time before 40 s.
+    assert len(walked) == 2 and walked[1] - walked[0] >= 1.0 / LiveForecast.ESTIMATE_SHARE
+    assert live.latest is not first
+    # Every evaluation is logged all the same, the latest estimate at its step.
+    assert [step for step, _ in logged.metrics] == list(range(10))
+    assert logged.metrics[1][1]["forecast_remaining_s"] == first.left.wall_seconds
+    # What the budget guard commits trials at is measured at every report.
+    assert live.measured.steps + live.measured.alone_steps == 90
+
+
 def one_trial_started():
     """(plan, forecast, clock, listener, record): the quickstart-like sweep with one trial started."""
     plan, forecast = plan_and_forecast()
