@@ -29,12 +29,12 @@ __all__ = ["LiveForecast"]
 class LiveForecast:
     """Measures as trials report and keeps `latest`, the sweep's live estimate."""
 
-    # An estimate walks every trial's position (about 11 ms at 2,000 trials, 0.7 ms at
-    # 200), and the driver's events come 4-5 times a trial: re-estimating at each would
-    # grow the driver's work per trial with the sweep (benchmarks/README.md, Load). So
-    # estimates take at most this share of the time since the first; between them an
-    # event shows and logs the latest one, and the measured figures (what the budget
-    # guard commits trials at) are always current.
+    # An estimate walks every trial's position and the sweep's whole ladder (10-20 ms in
+    # a sweep of 2,000 trials, 2 ms in one of 200), and the driver's events come 4-5 times
+    # a trial: estimating at each made the driver's work per trial grow with the sweep
+    # (benchmarks/README.md, Load). So estimates take at most this share of the time since
+    # the first; an event between two shows and logs the latest, and the measured figures
+    # (what the budget guard commits trials at) are current at every report.
     ESTIMATE_SHARE = 0.05
     _seconds_estimating: float = 0.0
     _estimating_since: float | None = None  # when the first estimate began
