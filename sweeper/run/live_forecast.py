@@ -21,6 +21,7 @@ from sweeper.names import LiveForecastKey, TrialState
 from sweeper.plan.forecast import Forecast, TrialAt
 from sweeper.plan.live import LiveEstimate, Measured, estimate, rescaled
 from sweeper.plan.sweep_plan import SweepPlan
+from sweeper.time_share import TimeShare
 from trainables.metrics import STEP, TOKENS_PER_SECOND, TRAIN_TOKENS
 
 __all__ = ["LiveForecast"]
@@ -36,9 +37,8 @@ class LiveForecast:
     # the first; an event between two shows and logs the latest, and the measured figures
     # (what the budget guard commits trials at) are current at every report.
     ESTIMATE_SHARE = 0.05
-    _seconds_estimating: float = 0.0
-    _estimating_since: float | None = None  # when the first estimate began
-    # (Class defaults: a sweep resumed from an earlier version's pickle has neither.)
+    # The estimates' time, made at the first (a sweep pickled by an earlier version has none).
+    _estimates: TimeShare | None = None
 
     def __init__(self, plan: SweepPlan, forecast: Forecast, book, rate: Rate, tracker=None, table=None, clock=time.time):
         self.plan, self.forecast, self.book, self.rate = plan, forecast, book, rate
@@ -157,23 +157,17 @@ class LiveForecast:
         evaluation, log it on the parent run."""
         if self.book is None:
             return None
-        if self.latest is None or self._estimate_within_share():
+        self._estimates = self._estimates or TimeShare()
+        if self.latest is None or self._estimates.allows(self.ESTIMATE_SHARE, self.clock()):
             started = self.clock()
-            if self._estimating_since is None:
-                self._estimating_since = started
             self.latest = self.current()
-            self._seconds_estimating += self.clock() - started
+            self._estimates.add(started, self.clock())
         if self.table is not None:
             self.table.forecast(self.latest.line())
         if log and self.tracker is not None:
             self.tracker.log_sweep_metrics(self.metrics(), step=self.evaluations)
             self.logged = True
         return self.latest
-
-    def _estimate_within_share(self) -> bool:
-        if self._estimating_since is None:
-            return True
-        return self._seconds_estimating <= self.ESTIMATE_SHARE * (self.clock() - self._estimating_since)
 
     def metrics(self) -> dict[str, float]:
         e = self.latest

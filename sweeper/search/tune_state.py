@@ -28,6 +28,7 @@ from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule
 
 from sweeper.cluster.ray_adapter import save_tune_state
 from sweeper.search.asha import PromotionASHA
+from sweeper.time_share import TimeShare
 
 __all__ = ["NewTrialsSavedFirst", "SavedPromotionASHA", "SavedASHAScheduler", "SavedMedianStoppingRule", "SavedFIFOScheduler"]
 
@@ -39,8 +40,9 @@ class NewTrialsSavedFirst:
 
     SAVE_SHARE = 0.05
     _trials_to_save = False
-    _saving_since: float | None = None  # this driver's first save (monotonic clock)
-    _seconds_saving = 0.0
+    # The saves' time (monotonic clock), made at the first save: Tune pickles a scheduler
+    # only before its first step, and restores a sweep's as it was pickled.
+    _saves: TimeShare | None = None
 
     def on_trial_add(self, tune_controller, trial) -> None:
         super().on_trial_add(tune_controller, trial)
@@ -48,18 +50,13 @@ class NewTrialsSavedFirst:
             self._trials_to_save = True
 
     def choose_trial_to_run(self, tune_controller):
-        if self._trials_to_save and self._within_share():
+        self._saves = self._saves or TimeShare()
+        if self._trials_to_save and self._saves.allows(self.SAVE_SHARE, time.monotonic()):
             started = time.monotonic()
             save_tune_state(tune_controller)
-            self._seconds_saving += time.monotonic() - started
+            self._saves.add(started, time.monotonic())
             self._trials_to_save = False
         return super().choose_trial_to_run(tune_controller)
-
-    def _within_share(self) -> bool:
-        now = time.monotonic()
-        if self._saving_since is None:  # (Tune pickles a scheduler only before its first step)
-            self._saving_since = now
-        return self._seconds_saving <= self.SAVE_SHARE * (now - self._saving_since)
 
 
 class SavedPromotionASHA(NewTrialsSavedFirst, PromotionASHA):
