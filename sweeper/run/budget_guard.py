@@ -87,19 +87,24 @@ class BudgetGuard:
     # The live forecast (sweeper/run/live_forecast.py): once the sweep has measured steps,
     # commitments are judged at the costliest config's figures corrected by them.
     live: object = None
+    # Those figures as they stood when Tune last saved the guard. A resumed sweep has no
+    # live forecast: judged at the calibration instead, it let trials in that a machine
+    # slower than the calibration ran then took past the cap.
+    saved_commit_timing: TrialTiming | None = None
 
     def __getstate__(self) -> dict:
         # Tune saves its search algorithm and stopper with the experiment; the book and the
         # live forecast are the live driver's, and a resumed sweep's guard gets its own book (attach).
-        return {**self.__dict__, "book": None, "live": None}
+        return {**self.__dict__, "book": None, "live": None, "saved_commit_timing": self.commit_timing()}
 
     def commit_timing(self) -> TrialTiming:
         """What a trial's work to its next rung is judged at: the costliest config's
-        calibrated figures, corrected by the live estimate once the sweep measured steps."""
+        calibrated figures, corrected by the live estimate once the sweep measured steps
+        (in a resumed sweep, by what its earlier driver had measured)."""
         live = getattr(self, "live", None)  # a guard pickled before the live forecast has none
-        if live is None or not live.measured.steps:
-            return self.timing
-        return live.costliest_timing()
+        if live is not None and live.measured.steps:
+            return live.costliest_timing()
+        return getattr(self, "saved_commit_timing", None) or self.timing
 
     def spent(self) -> Spent:
         trials = self.book.trials.values()

@@ -364,8 +364,29 @@ def test_the_guard_pickles_without_the_live_forecast():
     restored = pickle.loads(pickle.dumps(guard))
     assert restored.live is None and restored.commit_timing() == TIMING
     del restored.__dict__["live"]  # as a guard pickled by a driver before the live forecast
+    del restored.__dict__["saved_commit_timing"]
     assert restored.commit_timing() == TIMING
     assert pickle.loads(pickle.dumps(live)).tracker is None
+
+
+def test_a_resumed_sweeps_guard_commits_trials_at_what_its_earlier_driver_measured():
+    """Tune saves the guard without its live forecast; `sweep resume` restores it with none.
+    Its commitments go on at the figures measured before the save, not the calibration."""
+    import pickle
+
+    plan, forecast = plan_and_forecast()
+    book = SweepBook(metric="eval_loss", goal="minimize", max_steps=90)
+    live = LiveForecast(plan, forecast, book, Rate("cpu", 1, 3.6))
+    guard = BudgetGuard(BudgetSpec(max_usd=1.0), book, Rate("cpu", 1, 3.6), TIMING, [10, 30, 90], 10, 10, live=live)
+    for _ in range(100):
+        live.measured.add_interval(10, 3.0, 0.5)  # steps at three times the calibration
+    measured = guard.commit_timing()
+    assert measured.step_seconds > 2 * TIMING.step_seconds
+
+    restored = pickle.loads(pickle.dumps(guard))
+    assert restored.live is None
+    assert restored.commit_timing() == measured
+    assert restored.first_rung_seconds() == pytest.approx(guard.first_rung_seconds())
 
 
 # ------------------------------------------------------------ how sure `sweep plan` is
