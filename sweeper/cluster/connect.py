@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 from typing import Mapping
 
+from sweeper.cluster import ray_adapter
 from sweeper.errors import UserError
 from trainables.environment import PREEMPTION_WATCHER_ENV
 
@@ -35,6 +36,9 @@ TRIAL_SETTINGS = {
     # How long Tune waits for a stopped trial's thread before reusing its actor; the
     # trial aborts its Train run first (sweeper/run/trial.py), which takes about a second.
     "TUNE_FUNCTION_THREAD_TIMEOUT_S": "20",
+    # No event file per worker process: Ray's dashboard agent reads them all every 2 s,
+    # about 3 a trial (sweeper/cluster/ray_adapter.py).
+    **ray_adapter.NO_WORKER_EVENT_FILES,
 }
 
 

@@ -208,6 +208,31 @@ def test_the_head_node_resource_places_an_actor_on_the_head(ray_cluster):
     assert ray.get(where.remote(), timeout=60) == head
 
 
+def test_the_sweeps_workers_open_no_event_files_and_the_others_still_do(ray_cluster):
+    """NO_WORKER_EVENT_FILES in a runtime env: a worker process started with it opens no
+    event file in the session's logs/events; one started without it still does (the
+    setting is Ray's, read from each process's environment)."""
+    import os
+
+    import ray
+
+    from sweeper.cluster.ray_adapter import NO_WORKER_EVENT_FILES, session_logs_dir
+
+    @ray.remote(num_cpus=0)
+    class Process:
+        def pid(self) -> int:
+            return os.getpid()
+
+    ours = Process.options(runtime_env={"env_vars": NO_WORKER_EVENT_FILES}).remote()
+    other = Process.remote()
+    our_pid, other_pid = ray.get([ours.pid.remote(), other.pid.remote()], timeout=60)
+    events = session_logs_dir() / "events"
+    assert (events / f"event_CORE_WORKER_{other_pid}.log").exists(), sorted(p.name for p in events.iterdir())
+    assert not (events / f"event_CORE_WORKER_{our_pid}.log").exists()
+    ray.kill(ours)
+    ray.kill(other)
+
+
 def in_saved_state(config):
     """Reports whether Tune's newest saved experiment state, as on storage, holds this trial."""
     from pathlib import Path
