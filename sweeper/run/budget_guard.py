@@ -88,8 +88,8 @@ class BudgetGuard:
     # commitments are judged at the costliest config's figures corrected by them.
     live: object = None
     # Those figures as they stood when Tune last saved the guard. A resumed sweep has no
-    # live forecast: judged at the calibration instead, it let trials in that a machine
-    # slower than the calibration ran then took past the cap.
+    # live forecast; judged at the calibration instead, its guard let in trials that took
+    # it past the cap on a machine slower than the calibration.
     saved_commit_timing: TrialTiming | None = None
 
     def __getstate__(self) -> dict:
