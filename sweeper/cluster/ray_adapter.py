@@ -67,15 +67,10 @@ Ray core (the end of a local cluster, sweeper/cluster/connect.py):
   failed"). Ray has no option to stop it or to skip it, and no public handle on its
   process.
 Ray core (a sweep's worker processes, TRIAL_SETTINGS in sweeper/cluster/connect.py):
-- `NO_WORKER_EVENT_FILES`: each Ray worker process opens an event file of its own
-  (`logs/events/event_CORE_WORKER_<pid>.log`, empty in every sweep seen), and the dashboard
-  agent lists and reads every file there every 2 s: about 3 files a trial, 5,000 at
-  2,000 trials, so the agent's work grew with the sweep. Ray's core reads its setting
-  `event_log_reporter_enabled` from each process's environment; given in the job's
-  runtime env it turns the files off for the sweep's workers only, while the raylet's
-  and GCS's events (out-of-memory kills, node deaths) still reach the dashboard. Ray
-  has no public option for it. `session_logs_dir` is the session's log folder, where the
-  test looks for them.
+- `NO_WORKER_EVENT_FILES`: Ray's core setting `event_log_reporter_enabled`, read from each
+  process's environment; in the job's runtime env it stops the sweep's workers' own (empty)
+  event files, about 3 a trial, which Ray's dashboard agent re-reads every 2 s, while the
+  raylet's and GCS's events still reach the dashboard. No public option for it.
 Ray client (joining a cluster, sweeper/cluster/connect.py):
 - `ray_address_file`: where `ray start` writes the address that `--address auto` joins,
   probed before joining so that a dead head is refused in seconds; Ray has no public
@@ -381,18 +376,8 @@ def forget_running_averages(trial) -> None:
     trial.run_metadata.metric_n_steps = {}  # its setattr drops the cached JSON too
 
 
-# Ray core's own setting (RayConfig `event_log_reporter_enabled`), read by each process
-# from its environment: for the sweep's workers only (see the module docstring).
+# Ray core's own setting (RayConfig `event_log_reporter_enabled`): see the docstring.
 NO_WORKER_EVENT_FILES = {"RAY_event_log_reporter_enabled": "0"}
-
-
-def session_logs_dir():
-    """The connected Ray session's log folder (Ray has no public accessor for it)."""
-    from pathlib import Path
-
-    import ray
-
-    return Path(ray._private.worker._global_node.get_logs_dir_path())
 
 
 # Ray gives its head node this resource (`ray._common.constants.HEAD_NODE_RESOURCE_NAME`;

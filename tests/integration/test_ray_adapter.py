@@ -42,8 +42,7 @@ def stoppable_trial(config):
 def ray_cluster():
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=True, dashboard_host="127.0.0.1", log_to_driver=False)
-    yield
+    yield ray.init(num_cpus=2, include_dashboard=True, dashboard_host="127.0.0.1", log_to_driver=False)
     ray.shutdown()
 
 
@@ -213,10 +212,11 @@ def test_the_sweeps_workers_open_no_event_files_and_the_others_still_do(ray_clus
     event file in the session's logs/events; one started without it still does (the
     setting is Ray's, read from each process's environment)."""
     import os
+    from pathlib import Path
 
     import ray
 
-    from sweeper.cluster.ray_adapter import NO_WORKER_EVENT_FILES, session_logs_dir
+    from sweeper.cluster.ray_adapter import NO_WORKER_EVENT_FILES
 
     @ray.remote(num_cpus=0)
     class Process:
@@ -226,7 +226,7 @@ def test_the_sweeps_workers_open_no_event_files_and_the_others_still_do(ray_clus
     ours = Process.options(runtime_env={"env_vars": NO_WORKER_EVENT_FILES}).remote()
     other = Process.remote()
     our_pid, other_pid = ray.get([ours.pid.remote(), other.pid.remote()], timeout=60)
-    events = session_logs_dir() / "events"
+    events = Path(ray_cluster.address_info["session_dir"]) / "logs" / "events"
     assert (events / f"event_CORE_WORKER_{other_pid}.log").exists(), sorted(p.name for p in events.iterdir())
     assert not (events / f"event_CORE_WORKER_{our_pid}.log").exists()
     ray.kill(ours)
