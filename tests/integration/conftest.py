@@ -18,6 +18,7 @@ from filelock import FileLock
 
 from sweeper.plan.machine_profile import PROFILES_ENV
 from tests.conftest import small_sweep, write_yaml
+from tests.integration import cli_process
 
 # For the `ray start --block` nodes the tests start and end with end_process_group: no
 # drain on SIGTERM. Ray's drain (30 s by default) asks the GCS, which the same SIGTERM to
@@ -38,11 +39,33 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.timeout(INTEGRATION_TIMEOUT_S))
 
 
+# The environment of every `sweep` command a test runs, less what a test adds.
+CLI_ENV = {"COLUMNS": "200"}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def cli_zygote(tmp_path_factory, machine_profiles_of_the_session):
+    """One process that imports the CLI's stack for the whole run and forks the tests'
+    `sweep` commands from it (tests/integration/cli_process.py); SWEEPER_TESTS_FORK=0 runs
+    each as a new interpreter instead."""
+    if os.environ.get("SWEEPER_TESTS_FORK") == "0":
+        yield None
+        return
+    zygote = cli_process.start_zygote(tmp_path_factory.mktemp("cli"), {**os.environ, **CLI_ENV})
+    yield zygote
+    zygote.end()
+
+
+def pytest_terminal_summary(terminalreporter):
+    started = cli_process.COMMANDS
+    if sum(started.values()):
+        terminalreporter.write_line(f"sweep commands: {started['forked']} forked from the test zygote, "
+                                    f"{started['new interpreter']} as new interpreters")
+
+
 def run_cli(*args, cwd, timeout=900, env: dict | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "COLUMNS": "200", **(env or {})}
-    return subprocess.run(
-        [sys.executable, "-m", "sweeper.cli", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
-    )
+    """`sweep ARGS` to its end, its output captured; `env` over the test run's."""
+    return cli_process.run(list(args), cwd=cwd, env={**os.environ, **CLI_ENV, **(env or {})}, timeout=timeout)
 
 
 def end_process_group(process: subprocess.Popen, grace_s: float = 30) -> None:
@@ -75,11 +98,10 @@ def wait_for_port(port: int, process: subprocess.Popen, timeout_s: float = 120) 
     raise AssertionError(f"the head node did not listen on {port}")
 
 
-def start_driver(*args, cwd, env: dict | None = None) -> subprocess.Popen:
-    """`sweep ARGS` as a child process to signal (kill -9, SIGINT) while it drives."""
-    env = {**os.environ, "COLUMNS": "200", **(env or {})}
-    return subprocess.Popen([sys.executable, "-m", "sweeper.cli", *args], cwd=cwd, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+def start_driver(*args, cwd, env: dict | None = None):
+    """`sweep ARGS` as a process of its own (session included) to signal (kill -9, SIGINT)
+    while it drives, its output and errors on `stdout`; `env` over the test run's."""
+    return cli_process.start(list(args), cwd=cwd, env={**os.environ, **CLI_ENV, **(env or {})})
 
 
 def sweep_runs(uri: str, name: str):

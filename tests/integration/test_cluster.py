@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration import cli_process
 from tests.integration.conftest import NODE_ENV, RAY, end_process_group, wait_for_port
 from tests.integration.s3_server import free_port
 
@@ -202,7 +203,7 @@ def test_without_a_token_the_refusal_is_one_keyed_line_naming_ray_get_auth_token
 
 
 def sweep_cli(*args, cwd: Path, env: dict, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sweeper.cli", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    return cli_process.run(list(args), cwd=cwd, env=env, timeout=timeout)
 
 
 def _resources(address: str, tmp_path: Path, token_file: Path) -> str:

@@ -31,6 +31,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import small_sweep, write_yaml
+from tests.integration import cli_process
 from tests.integration.s3_server import S3Server, free_port, s3_server
 from tests.integration.conftest import NODE_ENV, RAY, end_process_group, wait_for, wait_for_port
 
@@ -209,9 +210,7 @@ def multinode_sweep(cluster: MultiNodeCluster, workdir: Path, name: str, **secti
 
 
 def sweep_cli(cluster: MultiNodeCluster, *args, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "sweeper.cli", *args], cwd=cwd, env=cluster.env(), capture_output=True, text=True, timeout=timeout
-    )
+    return cli_process.run(list(args), cwd=cwd, env=cluster.env(), timeout=timeout)
 
 
 def sweep_runs(cluster: MultiNodeCluster, sweep: str) -> tuple[list, list]:
@@ -293,10 +292,8 @@ def test_a_driver_killed_with_minus_9_is_resumed_without_retraining_a_completed_
             if c.data.tags.get("sweeper.state") == "completed" and c.info.end_time is not None
         ]
 
-    driver = subprocess.Popen(
-        [sys.executable, "-m", "sweeper.cli", "start", str(path), "--address", cluster.address],
-        cwd=workdir, env=cluster.env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-    )
+    driver = cli_process.start(["start", str(path), "--address", cluster.address], cwd=workdir, env=cluster.env(),
+                               quiet=True)
     try:
         wait_for(lambda: completed(), 400, "a completed trial", every=1)
     finally:
@@ -364,10 +361,7 @@ def test_a_worker_node_lost_mid_trial_retries_from_its_checkpoint(cluster, tmp_p
         search={"num_trials": 1, "seed": 6, "max_failures": 1}, training={"max_steps": 150, "eval_every": 10},
     )
     seen_before = cluster.train_workers()
-    driver = subprocess.Popen(
-        [sys.executable, "-m", "sweeper.cli", "start", str(path), "--address", cluster.address],
-        cwd=workdir, env=cluster.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
-    )
+    driver = cli_process.start(["start", str(path), "--address", cluster.address], cwd=workdir, env=cluster.env())
     try:
         names = cluster.node_ids()
         # Placed: an actor waiting for its node has no node id yet.
@@ -481,11 +475,7 @@ def test_a_trial_on_a_node_given_notice_keeps_its_step_and_moves_to_another_node
     try:
         wait_for(lambda: "c" in cluster.node_ids().values(), 120, "the fresh worker node", every=1)
         seen_before = cluster.train_workers()
-        driver = subprocess.Popen(
-            [sys.executable, "-m", "sweeper.cli", "start", str(path), "--address", cluster.address],
-            cwd=workdir, env=cluster.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            start_new_session=True,
-        )
+        driver = cli_process.start(["start", str(path), "--address", cluster.address], cwd=workdir, env=cluster.env())
         first = wait_for(lambda: [n for n in cluster.new_train_worker_nodes(seen_before) if n], 300, "the trial's Train worker", every=1)
 
         def evaluated():

@@ -29,6 +29,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import small_sweep, write_yaml
+from tests.integration import cli_process
 from tests.integration.conftest import NODE_ENV, RAY, end_process_group, sweep_runs, wait_for_port
 from tests.integration.s3_server import free_port
 
@@ -136,8 +137,7 @@ def loaded_machine():
 
 
 def start(yaml_path: Path, address: str, env: dict, cwd: Path, timeout: float) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sweeper.cli", "start", str(yaml_path), "--address", address],
-                          cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    return cli_process.run(["start", str(yaml_path), "--address", address], cwd=cwd, env=env, timeout=timeout)
 
 
 def test_a_trial_tune_is_done_with_gives_its_cpus_back_before_the_next_is_placed(cluster, tmp_path):

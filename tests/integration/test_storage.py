@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import small_sweep, write_yaml
+from tests.integration import cli_process
 from tests.integration.conftest import NODE_ENV, RAY, end_process_group, wait_for_port
 from tests.integration.s3_server import free_port, s3_server
 
@@ -39,9 +40,7 @@ def s3(tmp_path):
 
 
 def sweep_cli(*args, cwd: Path, env: dict, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "sweeper.cli", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
-    )
+    return cli_process.run(list(args), cwd=cwd, env=env, timeout=timeout)
 
 
 def clean_env(**extra) -> dict:
