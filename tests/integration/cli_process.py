@@ -112,7 +112,15 @@ def serve(socket_path: str) -> None:
 
 
 def _fork_command(connection: socket.socket, listener: socket.socket, children: dict) -> int | None:
-    message, fds, _, _ = socket.recv_fds(connection, 1 << 20, 3)
+    connection.settimeout(10)  # a client sends its request at once: one that does not cannot stall the others
+    try:
+        message, fds, _, _ = socket.recv_fds(connection, 1 << 20, 3)
+    except OSError:
+        message = b""
+    if not message:
+        connection.close()
+        return None
+    connection.settimeout(None)
     request = json.loads(message)
     sys.stdout.flush()
     sys.stderr.flush()
@@ -152,7 +160,9 @@ def _run_command(request: dict, fds: list[int]) -> None:
     os.environ.update(request["env"])
     sys.argv = [_CLI_MAIN, *request["args"]]
     try:
-        runpy.run_path(_CLI_MAIN, run_name="__main__")
+        # As `python -m sweeper.cli`: __main__ is sweeper.cli.__main__ while it runs, which a
+        # child that multiprocessing spawns (the calibration's copies) does not run again.
+        runpy.run_module("sweeper.cli", run_name="__main__", alter_sys=True)
         status = 0
     except SystemExit as exc:
         status = exit_status(exc.code)
