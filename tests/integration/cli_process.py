@@ -22,6 +22,7 @@ when it is gone.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import importlib
 import json
@@ -146,11 +147,10 @@ def _fork_command(connection: socket.socket, listener: socket.socket, children: 
 
 def _run_command(request: dict, fds: list[int]) -> None:
     """In the child: become `python -m sweeper.cli ARGS` in the client's session of streams."""
-    import atexit
     import runpy
     import traceback
 
-    from sweeper.cli.process_exit import exit_process, exit_status
+    from sweeper.cli.process_exit import exit_process
 
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
@@ -162,22 +162,11 @@ def _run_command(request: dict, fds: list[int]) -> None:
     try:
         # As `python -m sweeper.cli`: __main__ is sweeper.cli.__main__ while it runs, which a
         # child that multiprocessing spawns (the calibration's copies) does not run again.
+        # Its `run()` ends the process itself (sweeper/cli/process_exit.py), status included.
         runpy.run_module("sweeper.cli", run_name="__main__", alter_sys=True)
-        status = 0
-    except SystemExit as exc:
-        status = exit_status(exc.code)
-    except KeyboardInterrupt:  # as Python ends on an unhandled Ctrl-C: its exit, then the signal
+    except BaseException:  # noqa: BLE001 - what escapes before run() catches anything: as Python, the traceback
         traceback.print_exc()
-        atexit._run_exitfuncs()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGINT)
-        status = 1
-    except BaseException:  # noqa: BLE001 - as Python: the traceback, then status 1
-        traceback.print_exc()
-        status = 1
-    exit_process(status)
+    exit_process(1)
 
 
 def _reap(children: dict[int, socket.socket]) -> None:
@@ -199,14 +188,15 @@ def _reap(children: dict[int, socket.socket]) -> None:
 
 
 class Zygote:
-    """The zygote process, started at the beginning of the test run and ended at its end."""
+    """A zygote process: its environment is the test run's, with `extra` over it."""
 
-    def __init__(self, folder: Path, env: dict):
-        self.socket_path = str(folder / "cli.sock")
-        self.env = env
+    def __init__(self, folder: Path, extra: dict, generation: int = 0):
+        self.folder, self.extra = folder, extra
+        self.socket_path = str(folder / f"cli{generation}.sock")
+        self.env = {**os.environ, **extra}
         self.process = subprocess.Popen(
             [sys.executable, "-m", "tests.integration.cli_process", self.socket_path],
-            cwd=Path(__file__).resolve().parents[2], env=env, stdin=subprocess.DEVNULL, start_new_session=True,
+            cwd=Path(__file__).resolve().parents[2], env=self.env, stdin=subprocess.DEVNULL, start_new_session=True,
         )
 
     def end(self) -> None:
@@ -221,23 +211,64 @@ class Zygote:
             assert time.monotonic() < deadline, f"the test zygote did not import the CLI's stack in {timeout_s} s"
             time.sleep(0.1)
 
+    def unsafe_differences(self, env: dict) -> set[str]:
+        """The keys in which `env` differs from the zygote's, read when a module is imported."""
+        differing = {key for key in env.keys() | self.env.keys() if env.get(key) != self.env.get(key)}
+        return {key for key in differing if not key.startswith(READ_AT_CALL_TIME)}
+
     def serves(self, env: dict) -> bool:
         """Whether a command with environment `env` may be forked from the zygote now."""
         if self.process.poll() is not None or not os.path.exists(self.socket_path):
             return False
-        differing = {key for key in env.keys() | self.env.keys() if env.get(key) != self.env.get(key)}
-        return all(key.startswith(READ_AT_CALL_TIME) for key in differing)
+        unsafe = self.unsafe_differences(env)
+        UNFORKED_FOR.update(unsafe)
+        return not unsafe
 
 
-_zygote: Zygote | None = None
+# The run's zygotes, the last the one in use. The test run's own environment changes as it
+# goes (a library imported in a test sets a variable, as deepspeed does
+# PYTORCH_NVML_BASED_CUDA_CHECK): then a new zygote starts with it, while the earlier ones
+# stay until the end for the commands they forked (each reports its children's status).
+_zygotes: list[Zygote] = []
+MAX_ZYGOTES = 4
 COMMANDS = {"forked": 0, "new interpreter": 0}  # how the run's commands started (its summary)
+UNFORKED_FOR: collections.Counter = collections.Counter()  # environment keys that kept commands from the zygote
 
 
-def start_zygote(folder: Path, env: dict) -> Zygote:
-    """The zygote for this test run, its environment `env` (what the tests' commands have)."""
-    global _zygote
-    _zygote = Zygote(folder, env)
-    return _zygote
+def start_zygote(folder: Path, extra: dict) -> Zygote:
+    """The first zygote of this test run; `extra` is what the tests' commands add to its
+    environment (COLUMNS)."""
+    _zygotes.append(Zygote(folder, extra))
+    return _zygotes[-1]
+
+
+def end_zygotes() -> None:
+    for zygote in _zygotes:
+        zygote.end()
+
+
+def zygotes_started() -> int:
+    return len(_zygotes)
+
+
+def ready_zygote(timeout_s: float) -> Zygote:
+    """The zygote that forks the test run's next command, once it has imported."""
+    _zygote_for({**os.environ, **_zygotes[-1].extra})
+    _zygotes[-1].wait_ready(timeout_s)
+    return _zygotes[-1]
+
+
+def _zygote_for(env: dict) -> Zygote | None:
+    """The zygote to fork a command with environment `env` from, if any; starts a new one
+    (for later commands) when the test run's environment has moved from the current one's."""
+    if not _zygotes:
+        return None
+    current = _zygotes[-1]
+    if current.serves(env):
+        return current
+    if current.unsafe_differences({**os.environ, **current.extra}) and len(_zygotes) < MAX_ZYGOTES:
+        _zygotes.append(Zygote(current.folder, current.extra, generation=len(_zygotes)))
+    return None
 
 
 class ForkedCommand:
@@ -339,11 +370,12 @@ def start(args: list[str], *, cwd, env: dict, merge_stderr: bool = True, quiet: 
 
 def _connect(env: dict) -> socket.socket | None:
     """A connection to the zygote, if it is ready and may fork a command with `env`."""
-    if _zygote is None or not _zygote.serves(env):
+    zygote = _zygote_for(env)
+    if zygote is None:
         return None
     connection = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
-        connection.connect(_zygote.socket_path)
+        connection.connect(zygote.socket_path)
     except OSError:  # still importing, or gone
         connection.close()
         return None

@@ -51,16 +51,20 @@ def cli_zygote(tmp_path_factory, machine_profiles_of_the_session):
     if os.environ.get("SWEEPER_TESTS_FORK") == "0":
         yield None
         return
-    zygote = cli_process.start_zygote(tmp_path_factory.mktemp("cli"), {**os.environ, **CLI_ENV})
+    zygote = cli_process.start_zygote(tmp_path_factory.mktemp("cli"), CLI_ENV)
     yield zygote
-    zygote.end()
+    cli_process.end_zygotes()
 
 
 def pytest_terminal_summary(terminalreporter):
     started = cli_process.COMMANDS
     if sum(started.values()):
-        terminalreporter.write_line(f"sweep commands: {started['forked']} forked from the test zygote, "
+        terminalreporter.write_line(f"sweep commands: {started['forked']} forked from the test zygote "
+                                    f"({cli_process.zygotes_started()} started), "
                                     f"{started['new interpreter']} as new interpreters")
+        if cli_process.UNFORKED_FOR:
+            keys = ", ".join(f"{key} ({count})" for key, count in cli_process.UNFORKED_FOR.most_common())
+            terminalreporter.write_line(f"sweep commands not forked for their environment's {keys}")
 
 
 def run_cli(*args, cwd, timeout=900, env: dict | None = None) -> subprocess.CompletedProcess:

@@ -20,8 +20,7 @@ pytestmark = pytest.mark.integration
 def zygote(cli_zygote):
     if cli_zygote is None:
         pytest.skip("SWEEPER_TESTS_FORK=0: every command is a new interpreter")
-    cli_zygote.wait_ready(120)
-    return cli_zygote
+    return cli_process.ready_zygote(120)
 
 
 def test_a_forked_command_has_the_status_and_streams_of_a_new_interpreter(zygote, tmp_path):

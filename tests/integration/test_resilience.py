@@ -4,7 +4,6 @@ driver, and bad input at start."""
 import contextlib
 import json
 import re
-import signal
 from pathlib import Path
 
 import psutil
