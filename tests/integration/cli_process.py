@@ -81,7 +81,6 @@ READ_AT_CALL_TIME = (
 )
 SOCKET_ENV = "SWEEPER_TEST_CLI_SOCKET"
 _STATUS = struct.Struct("!i")
-_CLI_MAIN = str(Path(__file__).resolve().parents[2] / "sweeper" / "cli" / "__main__.py")
 
 
 # ---- the zygote ------------------------------------------------------------------------
@@ -158,7 +157,7 @@ def _run_command(request: dict, fds: list[int]) -> None:
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
-    sys.argv = [_CLI_MAIN, *request["args"]]
+    sys.argv = [sys.argv[0], *request["args"]]  # run_module puts the module's file first
     try:
         # As `python -m sweeper.cli`: __main__ is sweeper.cli.__main__ while it runs, which a
         # child that multiprocessing spawns (the calibration's copies) does not run again.
@@ -313,7 +312,7 @@ class ForkedCommand:
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
 
-    def communicate(self, input=None, timeout: float | None = None) -> tuple:
+    def communicate(self, timeout: float | None = None) -> tuple:
         """Each stream read to its end by a thread of its own (as `subprocess` does on
         Windows), so that a timeout leaves the readers to a later call."""
         deadline = None if timeout is None else time.monotonic() + timeout
