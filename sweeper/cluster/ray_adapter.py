@@ -1,10 +1,9 @@
-"""The one place where sweeper uses private parts of Ray (2.60) and MLflow. Each entry
-says what it relies on and why no public API does it; tests/unit/test_ray_adapter.py and
-tests/integration/test_ray_adapter.py check that behaviour, so a Ray or MLflow upgrade
-that changes it fails there, not in a sweep.
+"""The one place where sweeper uses private parts of Ray (2.60); MLflow's are in
+sweeper/track/mlflow_adapter.py. Each entry says what it relies on and why no public API
+does it; tests/unit/test_ray_adapter.py and tests/integration/test_ray_adapter.py check
+that behaviour, so a Ray upgrade that changes it fails there, not in a sweep.
 
-Nothing is imported at module level: `sweep promote` uses the MLflow entries without
-loading Ray or torch.
+Nothing is imported at module level: Ray is loaded only by the entries that use it.
 
 Ray Train (a trial's TorchTrainer, sweeper/run/trial.py):
 - `StoppableTorchTrainer` runs Train's controller in the calling thread (the Tune trial's
@@ -75,13 +74,6 @@ Ray client (joining a cluster, sweeper/cluster/connect.py):
 - `ray_address_file`: where `ray start` writes the address that `--address auto` joins,
   probed before joining so that a dead head is refused in seconds; Ray has no public
   accessor for it.
-MLflow (sweeper/promote/registry.py, sweeper/track/mlflow_store.py):
-- `model_name_problem`, `alias_problem`: MLflow's own checks of a registered-model name
-  and alias, which it has only as private validators.
-- `build_empty_mlflow_store`: the tables of a new SQLite store at MLflow's latest schema,
-  without the Default experiment MLflow adds when it opens a store (its path depends on
-  who opens it). MLflow does this only inside the store's constructor, which also adds
-  that experiment; `mlflow db upgrade` needs the tables to exist.
 """
 
 from __future__ import annotations
@@ -106,9 +98,6 @@ __all__ = [
     "ray_address_file",
     "end_autoscaler_monitor",
     "ON_THE_HEAD_NODE",
-    "model_name_problem",
-    "alias_problem",
-    "build_empty_mlflow_store",
 ]
 
 # How often a stoppable run checks whether it was asked to stop.
@@ -386,48 +375,6 @@ NO_WORKER_EVENT_FILES = {"RAY_event_log_reporter_enabled": "0"}
 # (whose workers hold the CPUs and GPUs), and on the head it does not die with a worker
 # node, so Train's retry of a lost worker group can run (Tune does not retry the trial).
 ON_THE_HEAD_NODE = {"node:__internal_head__": 0.001}
-
-
-# ---------------------------------------------------------------- MLflow
-
-
-def model_name_problem(name: str) -> str | None:
-    """What MLflow finds wrong with `name` as a registered-model name, or None."""
-    from mlflow.exceptions import MlflowException
-    from mlflow.utils.validation import _validate_model_name
-
-    try:
-        _validate_model_name(name)
-    except MlflowException as exc:
-        return exc.message
-    return None
-
-
-def alias_problem(alias: str) -> str | None:
-    """What MLflow finds wrong with `alias` as a model-version alias (reserved names such
-    as `latest` and `v3` included), or None."""
-    from mlflow.exceptions import MlflowException
-    from mlflow.utils.validation import _validate_model_alias_name, _validate_model_alias_name_reserved
-
-    try:
-        _validate_model_alias_name(alias)
-        _validate_model_alias_name_reserved(alias)
-    except MlflowException as exc:
-        return exc.message
-    return None
-
-
-def build_empty_mlflow_store(database) -> None:
-    """A SQLite file at `database` with MLflow's tables at its latest schema and no rows of
-    ours (MLflow adds its Default experiment on opening it)."""
-    import sqlalchemy
-    from mlflow.store.db.utils import _initialize_tables
-
-    engine = sqlalchemy.create_engine(f"sqlite:///{database}")
-    try:
-        _initialize_tables(engine)
-    finally:
-        engine.dispose()
 
 
 # ---------------------------------------------------------------- Ray core: a local cluster's end

@@ -175,7 +175,7 @@ def check_registry(client, model_name: str, alias: str) -> None:
     """The model name and alias are valid and the store has a Model Registry (reads only)."""
     from mlflow.exceptions import MlflowException
 
-    from sweeper.cluster.ray_adapter import alias_problem, model_name_problem
+    from sweeper.track.mlflow_adapter import alias_problem, model_name_problem
 
     problems = []
     if (problem := model_name_problem(model_name)) is not None:

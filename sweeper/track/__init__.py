@@ -6,8 +6,9 @@ neither Ray nor torch: `sweep list`, `status` and `report` use only it.
 - `book`: `SweepBook` and `TrialRecord`, filled by the driver;
 - `tracker`: `MlflowTracker`, every MLflow write of a sweep;
 - `mlflow_store`: tracking URI, client and experiment;
+- `mlflow_adapter`: the private MLflow names, and only those;
 - `store` and `run_reader`: sweeps and trials read back as polars frames;
 - `console` and `summary`: the live table and the summary printed at the end.
 """
 
-__all__ = ["book", "tracker", "mlflow_store", "store", "run_reader", "console", "summary"]
+__all__ = ["book", "tracker", "mlflow_store", "mlflow_adapter", "store", "run_reader", "console", "summary"]

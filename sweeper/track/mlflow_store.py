@@ -128,7 +128,7 @@ def _new_store_from_the_empty_one(database: Path) -> None:
         return  # an existing store, or a folder MLflow itself refuses with its own message
     import mlflow
 
-    from sweeper.cluster.ray_adapter import build_empty_mlflow_store
+    from sweeper.track.mlflow_adapter import build_empty_mlflow_store
 
     empty = CACHE_ROOT / "mlflow" / f"empty-{mlflow.__version__}.db"
     copy = database.with_name(f".{database.name}.{os.getpid()}")
