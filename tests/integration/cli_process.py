@@ -70,14 +70,26 @@ PREIMPORTS = (
     "mlflow.store.tracking.sqlalchemy_store",
 )
 # Environment keys a command may have other than the zygote's and still be forked: each is
-# read when it is used, not when a module is imported. AWS_ by botocore's clients;
-# MLFLOW_TRACKING_URI and SWEEPER_ by our code at the call; and what the test process sets
-# in its own environment as it runs: PYTEST_CURRENT_TEST (pytest, for each test), torch's
-# inductor cache folder (set at a test's first compile) and MLflow's telemetry session.
+# read when it is used, not when a module is imported.
+# - AWS_ by botocore's clients, MLFLOW_S3_ENDPOINT_URL by MLflow's S3 artifact client
+#   (`MLFLOW_S3_ENDPOINT_URL.get()` when it makes one);
+# - TUNE_GLOBAL_CHECKPOINT_S by Tune's controller when a sweep starts;
+# - MLFLOW_TRACKING_URI and SWEEPER_ by our code at the call;
+# - and what the test process sets in its own environment as it runs: PYTEST_CURRENT_TEST
+#   (pytest, for each test); torch's inductor cache folder and tensor pointer (set at a
+#   test's first compile); MLflow's telemetry session; PYTORCH_NVML_BASED_CUDA_CHECK
+#   (deepspeed's import; torch reads it at each `torch.cuda.is_available()`); and
+#   CRC32C_SW_MODE (tensorboardX's import; read by crc32c's, which the zygote does not
+#   do, so a command imports it with its own environment, as a new interpreter would).
 # Not COLUMNS: sweeper/cli/common.py's consoles take their width when imported, so the
-# zygote runs with the tests' COLUMNS (`Zygote`).
+# zygote runs with the tests' COLUMNS (`Zygote`). Not HOME: huggingface_hub and others
+# derive their cache folders from it at import. Not RAY_AUTH_TOKEN_PATH: tried, a forked
+# driver joining a token cluster with it was refused ("RAY_AUTH_MODE is currently
+# 'disabled'"), Ray having settled its auth mode when the zygote imported it.
 READ_AT_CALL_TIME = (
-    "AWS_", "MLFLOW_TRACKING_URI", "SWEEPER_", "PYTEST_", "TORCHINDUCTOR_CACHE_DIR", "_MLFLOW_TELEMETRY_SESSION_ID",
+    "AWS_", "MLFLOW_S3_ENDPOINT_URL", "TUNE_GLOBAL_CHECKPOINT_S", "MLFLOW_TRACKING_URI",
+    "SWEEPER_", "PYTEST_", "TORCHINDUCTOR_CACHE_DIR", "_TORCHINDUCTOR_PYOBJECT_TENSOR_DATA_PTR",
+    "_MLFLOW_TELEMETRY_SESSION_ID", "PYTORCH_NVML_BASED_CUDA_CHECK", "CRC32C_SW_MODE",
 )
 SOCKET_ENV = "SWEEPER_TEST_CLI_SOCKET"
 _STATUS = struct.Struct("!i")
