@@ -246,7 +246,41 @@ def start_ray(
         atexit.unregister(stop_local_cluster)
         atexit.register(stop_local_cluster)
     url = context.dashboard_url
-    return context, (f"http://{url}" if url and not url.startswith("http") else url)
+    url = f"http://{url}" if url and not url.startswith("http") else url
+    if joining and os.environ.get(AUTH_MODE_ENV) == "token" and cluster_auth_mode(url) == "disabled":
+        ray.shutdown()  # only leaves the cluster
+        raise UserError(token_to_a_cluster_without_auth(address))
+    return context, url
+
+
+def cluster_auth_mode(dashboard_url: str | None) -> str | None:
+    """The cluster's authentication mode ("token" or "disabled") as its dashboard tells
+    anyone (`/api/authentication_mode`, open without a token: the dashboard's login page
+    asks it); None when there is no dashboard to ask or it does not answer."""
+    import json
+    import urllib.request
+
+    if not dashboard_url:
+        return None
+    try:
+        with urllib.request.urlopen(f"{dashboard_url}/api/authentication_mode", timeout=PROBE_TIMEOUT_S) as response:
+            return json.load(response).get("authentication_mode")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def token_to_a_cluster_without_auth(address: str) -> str:
+    """The one message for a token-mode client joining a head started with token auth off
+    (RAY_AUTH_MODE=disabled, as `ray start --head` suggests to opt out): the join succeeds,
+    but the cluster's workers, without tokens, cannot call back into this driver, and every
+    trial failed with "The actor never ran"."""
+    source = auth_token_source(os.environ, Path.home())
+    found = f"the token from {source}" if source else "a token (RAY_AUTH_MODE=token)"
+    return (
+        f"--address: the Ray cluster at {address} has token authentication off (its head runs with "
+        f"RAY_AUTH_MODE=disabled) but this client would send {found}; set RAY_AUTH_MODE=disabled here too, "
+        "or restart the head without RAY_AUTH_MODE=disabled"
+    )
 
 
 def stop_local_cluster() -> None:

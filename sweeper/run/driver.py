@@ -132,6 +132,10 @@ class SweepDriver(Callback):
         forget_running_averages(trial)  # about 30 KB a trial, kept for the whole sweep
 
     def on_trial_error(self, iteration, trials, trial, **info):
+        if trial.trial_id not in self.book.trials:
+            # Failed before it started (its actor never ran): recorded, started and failed,
+            # so its run in MLflow says why.
+            self.on_trial_start(iteration, trials, trial)
         record = self.book.trials[trial.trial_id]
         record.state = TrialState.FAILED
         record.error = error_reason(trial_error(trial))

@@ -48,9 +48,11 @@ RAY_TEMP: dict[str, str] = {}  # head address -> its Ray temp folder
 
 
 @contextlib.contextmanager
-def token_head(root: Path):
+def token_head(root: Path, auth_off: bool = False):
     """A token-authenticated head node in its own process (its own HOME under `root`, so
-    its token is its own), ended by its pid whatever the tests did."""
+    its token is its own), ended by its pid whatever the tests did. `auth_off`: started
+    with RAY_AUTH_MODE=disabled, as `ray start --head` says to opt out, its token file
+    still there."""
     home = root / "head-home"
     home.mkdir()
     port, dashboard = free_port(), free_port()
@@ -61,6 +63,8 @@ def token_head(root: Path):
     # a token in ~/.ray, `ray start --head` turns token authentication on.
     subprocess.run([RAY, "get-auth-token", "--generate"], env=env, capture_output=True, check=True, timeout=120)
     log = open(root / "head.log", "wb")
+    if auth_off:
+        env["RAY_AUTH_MODE"] = "disabled"
     # Ray's Unix sockets live under its temp folder; pytest's tmp_path is too long a path.
     ray_temp = tempfile.mkdtemp(prefix="h8ray-", dir="/tmp")
     RAY_TEMP[f"127.0.0.1:{port}"] = ray_temp
@@ -181,6 +185,29 @@ def test_a_sweep_joining_two_nodes_with_its_folder_on_one_disk_is_refused(own_he
         assert token_file.read_text().strip() not in refused.stdout + refused.stderr
     finally:
         end_process_group(worker)
+
+
+def test_a_client_with_a_token_joining_a_head_with_auth_off_is_one_keyed_line(tmp_path):
+    """The join itself succeeds, but the cluster's workers cannot call back into a token-mode
+    driver: every trial once failed with "The actor never ran" and the driver ended in a
+    traceback. Refused before anything starts; with RAY_AUTH_MODE=disabled it joins."""
+    with token_head(tmp_path, auth_off=True) as (address, token_file):
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_AUTH", "RAY_ADDRESS"))}
+        env.update(RAY_AUTH_TOKEN_PATH=str(token_file), COLUMNS="200")
+        workdir = tmp_path / "project"
+        workdir.mkdir()
+        quickstart = Path(__file__).resolve().parents[2] / "search_spaces" / "quickstart.yaml"
+        refused = sweep_cli("start", str(quickstart), "--address", address, cwd=workdir, env=env)
+        assert refused.returncode == 2, refused.stdout + refused.stderr
+        assert (
+            f"error: --address: the Ray cluster at {address} has token authentication off (its head runs with "
+            f"RAY_AUTH_MODE=disabled) but this client would send the token from {token_file}; "
+            "set RAY_AUTH_MODE=disabled here too"
+        ) in refused.stderr
+        assert "Traceback" not in refused.stderr
+        assert sorted(path.name for path in workdir.iterdir()) == []  # no sweep folder, no MLflow store
+        joined = join(address, tmp_path, RAY_AUTH_TOKEN_PATH=str(token_file), RAY_AUTH_MODE="disabled")
+        assert "JOINED 1 1.0" in joined.stdout, joined.stdout + joined.stderr
 
 
 def test_a_sweep_joins_a_token_cluster_with_the_token_where_ray_looks(head, tmp_path):

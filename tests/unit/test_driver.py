@@ -208,3 +208,19 @@ def test_a_restored_trial_pruned_without_running_again_is_not_charged_for_the_wa
     book.trials["b"].started_at -= 3.0
     driver.on_trial_complete(2, [b], b)
     assert 7.0 <= book.trials["b"].wall_seconds < 7.5
+
+
+def test_a_trial_that_fails_before_it_starts_is_recorded_as_started_and_failed(monkeypatch):
+    """Tune calls back on_trial_error without on_trial_start when a trial's actor never
+    ran (the driver once ended in a KeyError there)."""
+    from sweeper.run import driver as driver_module
+
+    monkeypatch.setattr(driver_module, "trial_error", lambda trial: RuntimeError("The actor never ran"))
+    book = SweepBook(metric="eval_loss", goal="minimize", max_steps=30)
+    log = []
+    driver = SweepDriver(book, [Recorder("tracker", log)])
+    a = trial("a", status="ERROR", number=2)
+    driver.on_trial_error(0, [a], a)
+    assert log == [("tracker", "started", "a", "running"), ("tracker", "finished", "a", "failed")]
+    record = book.trials["a"]
+    assert record.number == 2 and record.state == TrialState.FAILED and "The actor never ran" in record.error
