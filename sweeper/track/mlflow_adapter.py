@@ -1,7 +1,7 @@
 """The one place where sweeper uses private parts of MLflow. Each entry says what it relies on
 and why no public API does it; tests/unit/test_mlflow_adapter.py checks that behaviour, so an
 MLflow upgrade that changes it fails there, not in a sweep. Nothing is imported at module
-level: `sweep promote` loads MLflow only when it checks a name.
+level: MLflow is loaded by the entry that uses it.
 
 Used by sweeper/promote/registry.py and sweeper/track/mlflow_store.py:
 - `model_name_problem`, `alias_problem`: MLflow's own checks of a registered-model name

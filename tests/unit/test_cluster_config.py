@@ -91,6 +91,41 @@ def test_an_address_that_answers_passes_the_probe():
         connect.check_reachable(f"127.0.0.1:{port}", ("127.0.0.1", port), timeout_s=5)
 
 
+@pytest.mark.parametrize("body, expected", [(b'{"authentication_mode": "disabled"}', "disabled"), (b"<html>", None)])
+def test_the_clusters_auth_mode_is_what_its_dashboard_says_and_none_when_it_cannot_say(body, expected):
+    import http.server
+    import threading
+
+    class Dashboard(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200 if self.path == "/api/authentication_mode" else 404)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Dashboard)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        assert connect.cluster_auth_mode(f"http://127.0.0.1:{server.server_port}") == expected
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert connect.cluster_auth_mode(None) is None
+    assert connect.cluster_auth_mode(f"http://127.0.0.1:{server.server_port}") is None  # gone
+
+
+def test_the_refusal_of_a_token_for_a_cluster_without_auth_names_both_fixes(tmp_path, monkeypatch):
+    token = tmp_path / "token"
+    token.write_text("secret-token")
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(token))
+    line = connect.token_to_a_cluster_without_auth("10.0.0.1:6379")
+    assert line.startswith("--address: the Ray cluster at 10.0.0.1:6379 has token authentication off")
+    assert f"the token from {token}" in line and "set RAY_AUTH_MODE=disabled here too" in line
+    assert "secret-token" not in line
+
+
 def test_no_warm_start_server_for_ray_client_or_gpus(tmp_path):
     assert connect.start_warm_server("ray://127.0.0.1:10001", tmp_path / "warm_start.log") is None
     assert connect.start_warm_server("local", tmp_path / "warm_start.log", use_gpu=True) is None
