@@ -2,8 +2,8 @@
 token authentication on as Ray 2.60 starts it: a sweep's Ray start joins it with the
 token where Ray looks and no other setting, refuses it without one in one keyed line
 that names `ray get-auth-token`, and never prints the token; a sweep joining a cluster
-of two nodes with its folder on one machine's disk, or an address where nothing
-answers, is refused in one keyed line."""
+of two nodes with its folder on one machine's disk, an address where nothing answers, or
+a head with token auth off while the client has a token, is refused in one keyed line."""
 
 from __future__ import annotations
 
