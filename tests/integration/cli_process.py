@@ -231,9 +231,7 @@ class Zygote:
         """Whether a command with environment `env` may be forked from the zygote now."""
         if self.process.poll() is not None or not os.path.exists(self.socket_path):
             return False
-        unsafe = self.unsafe_differences(env)
-        UNFORKED_FOR.update(unsafe)
-        return not unsafe
+        return not self.unsafe_differences(env)
 
 
 # The run's zygotes, the last the one in use. The test run's own environment changes as it
@@ -277,6 +275,7 @@ def _zygote_for(env: dict) -> Zygote | None:
     current = _zygotes[-1]
     if current.serves(env):
         return current
+    UNFORKED_FOR.update(current.unsafe_differences(env))
     if current.unsafe_differences({**os.environ, **current.extra}) and len(_zygotes) < MAX_ZYGOTES:
         _zygotes.append(Zygote(current.folder, current.extra, generation=len(_zygotes)))
     return None
