@@ -238,8 +238,8 @@ def start_ray(
     except Exception as exc:
         # A refused token reaches ray.init only as "Failed to connect to Ray cluster" (the
         # InvalidAuthToken is logged); the probe has shown that the address answers.
-        tokenless = isinstance(exc, ConnectionError) and auth_token_source(os.environ, Path.home()) is None
-        if joining and (auth_refused(exc) or tokenless):
+        sends_no_token = auth_token_source(os.environ, Path.home()) is None or os.environ.get(AUTH_MODE_ENV) == "disabled"
+        if joining and (auth_refused(exc) or (isinstance(exc, ConnectionError) and sends_no_token)):
             raise UserError(auth_problem(address)) from None
         raise
     if not joining:  # after Ray's own exit hook, so it runs first (once, however many sweeps)
@@ -299,8 +299,16 @@ def stop_local_cluster() -> None:
 
 
 def auth_problem(address: str) -> str:
-    """The one message for a cluster that wants a token this client lacks or that it refused."""
+    """The one message for a cluster that wants a token this client lacks, that it refused,
+    or that this client's RAY_AUTH_MODE=disabled keeps from being sent."""
     source = auth_token_source(os.environ, Path.home())
+    if os.environ.get(AUTH_MODE_ENV) == "disabled":
+        found = f"; the token from {source} would be sent without it" if source else ""
+        return (
+            f"--address: the Ray cluster at {address} requires an authentication token, but RAY_AUTH_MODE=disabled "
+            f"here sends none{found}; unset RAY_AUTH_MODE (or set it to token)"
+            + ("" if source else " and put the token from `ray get-auth-token` on its head in ~/.ray/auth_token")
+        )
     if source is None:
         return (
             f"--address: the Ray cluster at {address} requires an authentication token and none was found; "

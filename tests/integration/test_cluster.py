@@ -227,6 +227,16 @@ def test_without_a_token_the_refusal_is_one_keyed_line_naming_ray_get_auth_token
     assert f"USER ERROR --address: the Ray cluster at {address} requires an authentication token" in refused.stdout
     assert "ray get-auth-token" in refused.stdout
     assert time.time() - started < 60
+    # A token where Ray looks, but RAY_AUTH_MODE=disabled set here: the token is never sent,
+    # so the line names the mode, not a refused token.
+    started = time.time()
+    refused = join(address, tmp_path, RAY_AUTH_TOKEN_PATH=str(token_file), RAY_AUTH_MODE="disabled")
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert (
+        f"USER ERROR --address: the Ray cluster at {address} requires an authentication token, but "
+        f"RAY_AUTH_MODE=disabled here sends none; the token from {token_file} would be sent without it"
+    ) in refused.stdout, refused.stdout + refused.stderr
+    assert time.time() - started < 60
 
 
 def sweep_cli(*args, cwd: Path, env: dict, timeout: float = 300) -> subprocess.CompletedProcess:

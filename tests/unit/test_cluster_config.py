@@ -62,6 +62,23 @@ def test_the_refusal_without_a_token_says_how_to_get_one_and_never_shows_a_token
     assert line.startswith("--address:") and "RAY_AUTH_TOKEN" in line and "s3cr3t" not in line
 
 
+def test_the_refusal_of_a_client_with_auth_off_names_its_mode_not_a_refused_token(tmp_path, monkeypatch):
+    # RAY_AUTH_MODE=disabled keeps Ray from sending the token it finds: "refused the token"
+    # would send the user to fetch a token they already have.
+    token = tmp_path / "token"
+    token.write_text("secret-token")
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(token))
+    line = connect.auth_problem("10.0.0.5:6379")
+    assert line.startswith("--address: the Ray cluster at 10.0.0.5:6379 requires an authentication token, but RAY_AUTH_MODE=disabled")
+    assert f"the token from {token} would be sent without it; unset RAY_AUTH_MODE" in line
+    assert "refused" not in line and "secret-token" not in line
+    monkeypatch.delenv("RAY_AUTH_TOKEN_PATH")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    line = connect.auth_problem("10.0.0.5:6379")
+    assert "unset RAY_AUTH_MODE (or set it to token) and put the token from `ray get-auth-token`" in line
+
+
 def test_the_probe_reads_host_and_port_from_every_address_form(tmp_path):
     assert connect.bootstrap_endpoint("10.0.0.5:6379") == ("10.0.0.5", 6379)
     assert connect.bootstrap_endpoint("ray://head.example:10001") == ("head.example", 10001)
