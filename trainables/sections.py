@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, ValidationIn
 from trainables.errors import FieldProblems
 
 __all__ = [
-    "BUILTIN_MODELS", "BUILTIN_TINY_MODEL", "Task", "StrictModel", "ModelSpec", "DataSpec", "HubSplit", "TrainingSpec",
+    "BUILTIN_MODELS", "BUILTIN_TINY_MODEL", "MAX_SEED", "Task", "StrictModel", "ModelSpec", "DataSpec", "HubSplit", "TrainingSpec",
     "LoraSpec", "DpoSpec", "ChaosSpec", "resolve_relative_path", "checks_files", "json_object", "model_folder_problem",
 ]
 
@@ -31,12 +31,38 @@ BUILTIN_MODELS = (BUILTIN_TINY_MODEL,)
 Task = Literal["sft", "dpo"]
 
 
+# The largest seed every random generator a trial or a sampler seeds takes: numpy's (so
+# Optuna's samplers'); torch's stops at 2**64 - 1, Python's has no limit.
+MAX_SEED = 2**32 - 1
+
+
 class StrictModel(BaseModel):
     """Unknown keys are errors (with the nearest valid key suggested by the loader), and so
     are NaN and infinity in a number (YAML's .nan and .inf: no price, cap, rate or range
-    means them)."""
+    means them), and true or false where a number goes (pydantic would read them as 1 and
+    0: `budget.max_usd: true` is a slip, not a dollar)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_boolean_for_a_number(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            problems = [
+                (key, f"expected a number, got {str(value).lower()}")
+                for key, value in data.items()
+                if isinstance(value, bool) and key in cls.model_fields
+                and _takes_numbers_not_booleans(cls.model_fields[key].annotation)
+            ]
+            if problems:
+                raise FieldProblems(problems)
+        return data
+
+
+def _takes_numbers_not_booleans(annotation: Any) -> bool:
+    """int or float, alone or with None (`int | None`), and no bool among the choices."""
+    choices = set(getattr(annotation, "__args__", None) or (annotation,)) - {type(None)}
+    return bool(choices) and choices <= {int, float}
 
 
 def resolve_relative_path(value: Any, info: ValidationInfo) -> Any:
@@ -243,7 +269,7 @@ class TrainingSpec(StrictModel):
     warmup_ratio: float = Field(0.03, ge=0, lt=1, description="Share of max_steps spent in linear warmup.")
     weight_decay: float = Field(0.0, ge=0, lt=1, description="AdamW weight decay.")
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping norm.")
-    seed: int = Field(0, ge=0, description="Seed for adapter init and data order: same seed, same run.")
+    seed: int = Field(0, ge=0, le=MAX_SEED, description="Seed for adapter init and data order: same seed, same run.")
     precision: Literal["fp32", "bf16", "fp16"] = Field(
         "fp32", description="Compute precision: fp32 (CPU), bf16 (Ampere+ GPUs), fp16 (older GPUs)."
     )

@@ -35,6 +35,7 @@ from sweeper.names import ForecastKey
 from sweeper.plan.rungs import evaluations_between, milestone_counts, ranked_for
 from sweeper.plan.slots import Segment, on_slots, with_idle_slots
 from sweeper.plan.sweep_plan import SweepPlan
+from sweeper.spec.sections import MOST_TRIALS
 
 __all__ = [
     "Scenario", "Spread", "Forecast", "TrialAt", "forecast_sweep", "with_spread", "mean_of_configs", "dearer",
@@ -333,15 +334,11 @@ def _full_ladder(plan: SweepPlan, trials: int) -> list[tuple[int, int]]:
     return [(plan.spec.training.max_steps, trials)]
 
 
-# Beyond this many trials a cap is not counted further (a forecast of that many is a
-# cap that does not bind: a long wall-hours cap over a fast step).
-MOST_TRIALS_COUNTED = 1_000_000
-
-
 def most_trials_within(caps: dict[str, float], scenario_for) -> tuple[int, str | None]:
     """(n, cap): the most trials whose scenario (`scenario_for(n)`) fits every cap, at
-    least 1, and the cap that one more trial would cross first (None past
-    MOST_TRIALS_COUNTED). A scenario grows with its trial count: doubling, then
+    least 1, and the cap that one more trial would cross first (None at MOST_TRIALS, the
+    most a sweep takes: a cap that does not bind, such as a long wall-hours cap over a
+    fast step). A scenario grows with its trial count: doubling, then
     bisection.
 
     >>> most_trials_within({"max_steps": 100}, lambda n: Scenario(30 * n, 0, 0, 0, 0))
@@ -357,8 +354,8 @@ def most_trials_within(caps: dict[str, float], scenario_for) -> tuple[int, str |
     low, high = 1, 2
     while not crossed(high):
         low = high
-        if high >= MOST_TRIALS_COUNTED:
-            return high, None
+        if high >= MOST_TRIALS:
+            return MOST_TRIALS, None
         high *= 2
     while high - low > 1:
         middle = (low + high) // 2
@@ -366,7 +363,7 @@ def most_trials_within(caps: dict[str, float], scenario_for) -> tuple[int, str |
             high = middle
         else:
             low = middle
-    return low, crossed(low + 1)
+    return (MOST_TRIALS, None) if low >= MOST_TRIALS else (low, crossed(low + 1))
 
 
 def dearer(first: TrialTiming, costliest: TrialTiming | None) -> TrialTiming:

@@ -10,8 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sweeper.spec.schema import SweepSpec
+from trainables.errors import InputError
 
-__all__ = ["SweepInputs", "prepare_inputs"]
+__all__ = ["SweepInputs", "prepare_inputs", "check_batch_fits_the_data"]
 
 
 @dataclass
@@ -38,4 +39,20 @@ def prepare_inputs(spec: SweepSpec, cache_root: Path) -> SweepInputs:
     tokenizer = load_tokenizer(base)
     trial = spec.trial_config()
     data = {split: tokenize_split(trial, split, tokenizer) for split in ("train", "eval")}
+    check_batch_fits_the_data(spec, len(data["train"]))
     return SweepInputs(str(source), tokenizer, data)
+
+
+def check_batch_fits_the_data(spec: SweepSpec, train_examples: int) -> None:
+    """A micro-batch larger than the training set holds the same example several times: a
+    slip (a zero too many) that would only show as a calibration or trial that never ends."""
+    from sweeper.plan.calibrate import costliest_overrides
+
+    key = "training.per_device_batch_size"
+    searched = costliest_overrides(spec).get(key)
+    largest = spec.training.per_device_batch_size if searched is None else searched
+    if largest > train_examples:
+        raise InputError(
+            f"{'search.parameters.' if searched is not None else ''}{key}: {largest} examples a micro-batch, but "
+            f"data.train holds {train_examples:,}; give at most {train_examples:,} (a batch would repeat examples)"
+        )

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,6 +52,10 @@ def read_yaml(path: str | Path) -> dict:
 MAX_YAML_BYTES = 1024**2
 MAX_YAML_VALUES = 100_000
 MAX_YAML_DEPTH = 64
+# YAML's plain integers (as PyYAML resolves them): Python refuses to read one of more than
+# sys.get_int_max_str_digits() digits (4,300) with a ValueError, a guard against slow
+# conversions of its own.
+_YAML_INT = re.compile(r"[-+]?[0-9][0-9_]*")
 
 
 def parse_yaml(text: str, path: str | Path) -> dict:
@@ -128,6 +134,11 @@ def _check_shape(text: str, file_name: str) -> None:
                     "(search.parameters.NAME.values)"
                 )
             continue
+        if isinstance(event, yaml.ScalarEvent) and event.style is None and _too_many_digits(event.value):
+            raise UserError(
+                f"{where}: a whole number of {len(event.value):,} digits; Python reads at most "
+                f"{sys.get_int_max_str_digits():,}: give a number a sweep can use"
+            )
         values = anchors.get(event.anchor, 1) if isinstance(event, yaml.AliasEvent) else 1
         if isinstance(event, yaml.ScalarEvent) and event.anchor:
             anchors[event.anchor] = 1
@@ -140,6 +151,11 @@ def _check_shape(text: str, file_name: str) -> None:
                 f"{where}: the file expands to more than {MAX_YAML_VALUES:,} values here{via}; a sweep file holds "
                 "a few hundred: write the values out instead of nesting aliases (&name, *name)"
             )
+
+
+def _too_many_digits(plain: str) -> bool:
+    limit = sys.get_int_max_str_digits()
+    return bool(limit) and len(plain) > limit and _YAML_INT.fullmatch(plain) is not None
 
 
 def _node_path(stack: list[_Collection]) -> str:

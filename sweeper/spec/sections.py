@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from trainables.sections import StrictModel, resolve_relative_path
+from trainables.sections import MAX_SEED, StrictModel, resolve_relative_path
 from trainables.errors import FieldProblems
 
 
@@ -91,6 +91,12 @@ class WarmStartSpec(StrictModel):
         return resolve_relative_path(value, info)
 
 
+# The most trials a sweep takes: 500 times the 2,000 of our load benchmark
+# (benchmarks/README.md), and as far as the forecast counts them (a count past it would
+# keep `sweep plan` busy for minutes).
+MOST_TRIALS = 1_000_000
+
+
 class SearchSpec(StrictModel):
     method: Literal["tpe", "random", "grid"] = Field(
         "tpe", description="Optuna sampler: tpe (default), random, or grid (categorical parameters only)."
@@ -100,6 +106,7 @@ class SearchSpec(StrictModel):
     num_trials: int | None = Field(
         None,
         ge=1,
+        le=MOST_TRIALS,
         description="Trials to run (for grid: at most the grid size); required unless a budget cap is given "
         "(budget.max_usd, max_hours, max_accelerator_hours or max_steps): without it, trials keep coming until "
         "the cap ends the sweep.",
@@ -107,7 +114,7 @@ class SearchSpec(StrictModel):
     max_concurrent_trials: int | None = Field(
         None, ge=1, description="Cap on trials at once; default: as many as the cluster fits."
     )
-    seed: int = Field(0, ge=0, description="Sampler seed: same seed, same sequence of configs.")
+    seed: int = Field(0, ge=0, le=MAX_SEED, description="Sampler seed: same seed, same sequence of configs.")
     max_failures: int = Field(
         1, ge=0,
         description="Retries of a failed trial (exception, NaN loss, lost worker) from its last checkpoint (Ray "

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 import sweeper.run.launch as launch
 from sweeper.cli import app
-from tests.conftest import small_sweep, write_yaml
+from tests.conftest import SFT_TRAIN, small_sweep, write_yaml
 
 runner = CliRunner()
 
@@ -36,7 +36,7 @@ def workdir(tmp_path, monkeypatch):
     return tmp_path
 
 
-def refused(workdir: Path, *args: str) -> str:
+def refused(workdir: Path, *args: str, within_s: float = 10) -> str:
     """Run `sweep ARGS` and assert: exit 2, one error line and no traceback, within
     seconds, nothing new in `workdir`. Returns the error line without its 'error: '."""
     before = sorted(workdir.rglob("*"))
@@ -47,7 +47,7 @@ def refused(workdir: Path, *args: str) -> str:
     assert result.exit_code == 2, result.output
     assert len(lines) == 1 and "Traceback" not in result.output, result.output
     assert sorted(workdir.rglob("*")) == before, "bad input left files behind"
-    assert seconds < 10, seconds
+    assert seconds < within_s, seconds
     return lines[0].removeprefix("error: ")
 
 
@@ -102,6 +102,15 @@ def test_sqlite_tracking_store_that_cannot_be_written(workdir, database, message
     ({"early_stopping": {"reduction_factor": math.inf}},
      "early_stopping.reduction_factor: Input should be a finite number (got inf)"),
     ({"training": {"max_grad_norm": math.nan}}, "training.max_grad_norm: Input should be a finite number (got nan)"),
+    # YAML's true where a number goes: pydantic alone would read it as 1 (a dollar, a trial).
+    ({"budget": {"max_usd": True}}, "budget.max_usd: expected a number, got true"),
+    ({"search": {"num_trials": True}}, "search.num_trials: expected a number, got true"),
+    ({"training": {"learning_rate": False}}, "training.learning_rate: expected a number, got false"),
+    # Past what the samplers and the forecast take: numpy refuses seeds past 2**32 - 1 in a
+    # trial or in Optuna's sampler, and the forecast counted 10**12 trials for minutes.
+    ({"search": {"seed": 2**70}}, "search.seed: Input should be less than or equal to 4294967295 (got 1180591620717411303424)"),
+    ({"training": {"seed": 2**32}}, "training.seed: Input should be less than or equal to 4294967295 (got 4294967296)"),
+    ({"search": {"num_trials": 10**12}}, "search.num_trials: Input should be less than or equal to 1000000 (got 1000000000000)"),
 ])
 def test_numbers_that_mean_nothing_are_refused(workdir, sections, expected):
     # YAML writes them as -1.5, .nan and .inf.
@@ -152,3 +161,25 @@ def test_a_file_far_larger_than_a_sweep_file_is_refused(workdir):
     (workdir / "big.yaml").write_text("name: x\n" + "# padding\n" * 200_000)
     line = refused(workdir, "start", str(workdir / "big.yaml"))
     assert line == f"{workdir / 'big.yaml'}: 2,000,008 bytes, more than a sweep file's 1,048,576; give the sweep's YAML file"
+
+
+def test_an_integer_python_will_not_read_is_refused_where_it_is(workdir):
+    text = Path(sweep_file(workdir)).read_text().replace("num_trials: 4", "num_trials: 1" + "0" * 5000)
+    (workdir / "x.yaml").write_text(text)
+    line = refused(workdir, "start", str(workdir / "x.yaml"))
+    assert line == "search.num_trials: a whole number of 5,001 digits; Python reads at most 4,300: give a number a sweep can use"
+
+
+@pytest.mark.parametrize("sections, key", [
+    ({"training": {"per_device_batch_size": 100}}, "training.per_device_batch_size"),
+    ({"search": {"parameters": {"training.per_device_batch_size": {"distribution": "categorical", "values": [8, 100]}}}},
+     "search.parameters.training.per_device_batch_size"),
+])
+def test_a_micro_batch_larger_than_the_training_set_is_refused(workdir, sections, key):
+    # A zero too many: the calibration (or every trial) would run for hours on repeated examples.
+    # `plan` reads the data as `start` does (prepare_inputs), without the warm-start server;
+    # its time is torch's and transformers' imports, not hours.
+    train = workdir / "train.jsonl"
+    train.write_text("".join(SFT_TRAIN.read_text().splitlines(keepends=True)[:20]))
+    line = refused(workdir, "plan", sweep_file(workdir, data={"train": str(train)}, **sections), within_s=60)
+    assert line.startswith(f"{key}: 100 examples a micro-batch, but data.train holds 20; give at most 20"), line
