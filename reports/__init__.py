@@ -32,17 +32,14 @@ class WrittenReport:
 
 
 def check_writable(folder: Path) -> None:
-    """Create `folder` and write into it now, before anything is read: a clear UserError
-    if it cannot be done."""
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        probe = folder / ".sweep-report-write-test"
-        probe.write_text("ok")
-        probe.unlink()
-    except OSError as exc:
-        raise UserError(
-            f"--out: cannot write the report to {folder} ({exc.strerror or exc}); give a folder you can write to"
-        ) from None
+    """Refuse, before anything is read, a `folder` that cannot be created and written:
+    a clear UserError. Tried with a probe that leaves nothing behind; the folder itself
+    is made once the report is built."""
+    from sweeper.plan.checks import folder_creation_problem
+
+    problem = folder_creation_problem(folder)
+    if problem:
+        raise UserError(f"--out: {problem}; give a folder you can write to")
 
 
 def make_report(store: SweepStore, names: list[str], out: Path, console: Console | None = None) -> WrittenReport:
@@ -57,6 +54,7 @@ def make_report(store: SweepStore, names: list[str], out: Path, console: Console
 
     check_writable(out)
     report = build_report(load_sweeps(store, names))
+    out.mkdir(parents=True, exist_ok=True)
     html = out / "index.html"
     html.write_text(render_html(report), encoding="utf-8")
     images, note = write_pngs(report.all_figures(), out / "plots", relative_to=out)

@@ -71,11 +71,46 @@ def check_tracking_uri(uri: str) -> None:
         folder = database.parent
         if not folder.is_dir():
             raise UserError(f"tracking.uri: folder {folder} of the SQLite store does not exist; create it or fix the URI")
-    elif uri.startswith("file:") or "://" not in uri:
+        if database.is_dir():  # SQLite would retry opening it for minutes
+            raise UserError(f"tracking.uri: {database} is a folder; name the SQLite file in it, sqlite:///{database}/mlflow.db")
+    elif uri.startswith("file:") or ("://" not in uri and not uri.startswith("databricks")):
         raise UserError(
             f"tracking.uri: {uri!r} is a file store, which has no Model Registry; use sqlite:///path/mlflow.db "
             "or an http:// MLflow server"
         )
+    elif uri.partition("://")[0].partition("+")[0] in DATABASE_SCHEMES:
+        _check_database_driver(uri)
+    else:
+        raise UserError(
+            f"tracking.uri: {uri.partition('://')[0] or uri}:// is not a tracking store sweeper can use; give "
+            f"sqlite:///path/mlflow.db, an http(s):// MLflow server, or a database URI ({', '.join(DATABASE_SCHEMES)})"
+        )
+
+
+# The databases MLflow keeps a tracking store in besides SQLite (mlflow.store.db.db_types),
+# reached through SQLAlchemy and a driver the user installs.
+DATABASE_SCHEMES = ("postgresql", "mysql", "mssql")
+# Drivers whose package is named otherwise than their module.
+_DRIVER_PACKAGES = {"psycopg": "psycopg[binary]", "psycopg2": "psycopg2-binary", "MySQLdb": "mysqlclient"}
+
+
+def _check_database_driver(uri: str) -> None:
+    """The driver SQLAlchemy picks for `uri` (postgresql: psycopg2, postgresql+psycopg:
+    psycopg, ...) is importable: without it the store's first query was a traceback."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+    scheme = uri.partition("://")[0]
+    try:
+        make_url(uri).get_dialect().import_dbapi()
+    except ModuleNotFoundError as exc:
+        package = _DRIVER_PACKAGES.get(exc.name or "", exc.name)
+        raise UserError(
+            f"tracking.uri: {scheme}:// needs the database driver {exc.name}, which is not installed here; "
+            f"pip install {package}, or use sqlite:///path/mlflow.db or an http(s):// MLflow server"
+        ) from None
+    except (ArgumentError, NoSuchModuleError) as exc:
+        raise UserError(f"tracking.uri: {scheme}:// is not a database URI SQLAlchemy knows ({exc})") from None
 
 
 def check_tracking_writable(uri: str) -> None:
@@ -87,9 +122,7 @@ def check_tracking_writable(uri: str) -> None:
     database = _sqlite_file(uri)
     if database is None:
         return
-    if database.is_dir():
-        raise UserError(f"tracking.uri: {database} is a folder; name the SQLite file in it, sqlite:///{database}/mlflow.db")
-    if database.exists():
+    if database.exists():  # a file: check_tracking_uri refuses a folder
         try:
             with open(database, "ab"):  # opened for writing, nothing written
                 pass

@@ -23,7 +23,7 @@ import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["ClientRunReader", "SqliteRunReader", "RunView", "reader_for"]
+__all__ = ["ClientRunReader", "SqliteRunReader", "NoStoreYet", "RunView", "reader_for"]
 
 PAGE = 1000  # MLflow's largest search page
 CHUNK = 500  # run ids per SQL IN (...) list, well below SQLite's variable limit
@@ -89,6 +89,17 @@ class ClientRunReader:
     def metric_histories(self, run_ids: list[str], key: str) -> dict[str, list]:
         """Every logged value of metric `key` per run (points with step, value, timestamp)."""
         return {run_id: self.client.get_metric_history(run_id, key) for run_id in run_ids}
+
+
+class NoStoreYet:
+    """A local SQLite store whose file does not exist: no runs. A read never creates the
+    store (MLflow's client would, schema and all, wherever `sweep list` was typed)."""
+
+    def find_runs(self, tags: dict[str, str], experiment_ids: list[str] | None = None, newest_first: bool = False) -> list:
+        return []
+
+    def metric_histories(self, run_ids: list[str], key: str) -> dict[str, list]:
+        return {}
 
 
 class SqliteRunReader:
@@ -185,11 +196,13 @@ def _chunks(items: list[str]) -> list[list[str]]:
     return [items[start : start + CHUNK] for start in range(0, len(items), CHUNK)]
 
 
-def reader_for(uri: str, client_factory) -> ClientRunReader | SqliteRunReader:
-    """The SQLite reader for a local SQLite store whose tables it knows; else the client's
-    (`client_factory()` makes the MlflowClient)."""
+def reader_for(uri: str, client_factory) -> ClientRunReader | SqliteRunReader | NoStoreYet:
+    """The SQLite reader for a local SQLite store whose tables it knows, no runs for one
+    whose file does not exist; else the client's (`client_factory()` makes the MlflowClient)."""
     if uri.startswith("sqlite:///"):
         path = Path(uri.removeprefix("sqlite:///"))
+        if not path.exists():
+            return NoStoreYet()
         if path.is_file():
             try:
                 reader = SqliteRunReader(path)

@@ -205,13 +205,13 @@ def test_bad_input_is_one_clear_line_and_exit_2(finished_sweep, tmp_path):
     assert unknown.stderr.strip() == (
         f"error: NAME: no sweep named 'nope' in {finished_sweep.tracking_uri}; known sweeps: shared"
     )
-    assert not (tmp_path / "r" / "index.html").exists()
+    assert not (tmp_path / "r").exists(), "a report of no sweep left its folder"
 
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     unwritable = run_cli("report", "shared", "--out", str(blocker / "r"), cwd=finished_sweep.workdir, timeout=300)
     assert unwritable.returncode == 2 and "Traceback" not in unwritable.stderr
-    assert unwritable.stderr.startswith(f"error: --out: cannot write the report to {blocker / 'r'} (")
+    assert unwritable.stderr.startswith(f"error: --out: cannot create {blocker / 'r'}: {blocker} is a file; ")
 
 
 def test_sweep_without_a_completed_trial_is_reported_and_exits_2(tmp_path, monkeypatch):

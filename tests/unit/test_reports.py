@@ -7,6 +7,8 @@ import json
 import re
 
 import polars as pl
+from pathlib import Path
+
 import pytest
 
 from reports import check_writable
@@ -301,8 +303,13 @@ def test_markdown_cells_escape_pipes():
 def test_unwritable_out_is_a_user_error(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("")
-    with pytest.raises(UserError, match=r"^--out: cannot write the report to .*a-file/report"):
+    with pytest.raises(UserError, match=r"^--out: cannot create .*a-file/report: .*a-file is a file; give a folder"):
         check_writable(blocker / "report")
+    with pytest.raises(UserError, match=r"^--out: cannot create /proc/sweeper-report: /proc refuses new files"):
+        check_writable(Path("/proc/sweeper-report"))
+    # The probe leaves nothing: a report of a sweep that does not exist writes no folder.
+    check_writable(tmp_path / "new" / "report")
+    assert not (tmp_path / "new").exists()
 
 
 def test_static_images_fall_back_to_a_note_without_a_browser(tmp_path, monkeypatch):

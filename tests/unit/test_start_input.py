@@ -84,6 +84,36 @@ def test_sqlite_tracking_store_that_cannot_be_written(workdir, database, message
     assert line.startswith(message.format(workdir=workdir)), line
 
 
+@pytest.mark.parametrize("uri, message", [
+    ("ftp://host/x", "tracking.uri: ftp:// is not a tracking store sweeper can use; give sqlite:///path/mlflow.db"),
+    # SQLAlchemy's postgresql driver is not among our dependencies: its first query was a traceback.
+    ("postgresql://user@127.0.0.1:1/db", "tracking.uri: postgresql:// needs the database driver psycopg"),
+    ("mysql://user@127.0.0.1:1/db", "tracking.uri: mysql:// needs the database driver MySQLdb, which is not installed "
+     "here; pip install mysqlclient"),
+])
+@pytest.mark.parametrize("command", ["start", "list", "status"])
+def test_a_tracking_store_sweeper_cannot_use_is_one_keyed_line(workdir, uri, message, command):
+    args = ["start", sweep_file(workdir, tracking={"uri": uri})] if command == "start" else [command, "--tracking-uri", uri]
+    if command == "status":
+        args.insert(1, "x")
+    assert refused(workdir, *args).startswith(message)
+
+
+def test_a_sqlite_store_that_is_a_folder_is_refused_by_a_read_within_seconds(workdir):
+    # SQLite retried opening it for minutes.
+    line = refused(workdir, "list", "--tracking-uri", f"sqlite:///{workdir}")
+    assert line == f"tracking.uri: {workdir} is a folder; name the SQLite file in it, sqlite:///{workdir}/mlflow.db"
+
+
+@pytest.mark.parametrize("command", [["status", "nope"], ["report", "nope"], ["export", "nope"], ["promote", "nope"]])
+def test_a_read_where_no_sweep_ran_creates_no_store_and_no_report_folder(workdir, command):
+    # MLflow's client creates a SQLite store, schema and all, on its first query.
+    line = refused(workdir, *command)
+    assert line == f"NAME: no sweep named 'nope' in sqlite:///{workdir / 'mlflow.db'}; known sweeps: none yet"
+    result = runner.invoke(app, ["list"])
+    assert result.exit_code == 0 and not (workdir / "mlflow.db").exists(), result.output
+
+
 @pytest.mark.parametrize("sections, expected", [
     ({"cost": {"accelerator": "mine", "prices": {"mine": -1.5}}},
      "cost.prices.mine: Input should be greater than or equal to 0 (got -1.5)"),
