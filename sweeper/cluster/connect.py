@@ -16,7 +16,7 @@ from trainables.environment import PREEMPTION_WATCHER_ENV
 
 __all__ = [
     "TRIAL_SETTINGS", "JOINED_CLUSTER_SETTINGS", "LOCAL_CLUSTER", "cluster_address", "starts_own_cluster", "auth_token_source",
-    "client_auth_settings", "set_auth_mode_before_ray_loads", "bootstrap_endpoint", "check_reachable",
+    "client_auth_settings", "set_auth_mode_before_ray_loads", "bootstrap_endpoint", "check_reachable", "check_address",
     "auth_refused", "auth_problem", "start_warm_server", "every_node_here", "job_metadata", "start_ray", "stop_local_cluster",
 ]
 
@@ -124,6 +124,23 @@ def check_reachable(address: str, endpoint: tuple[str, int] | None, timeout_s: f
         ) from None
 
 
+def check_address(address: str) -> tuple[str, int] | None:
+    """The (host, port) a joined `address` answers at; UserError, keyed `--address`, for
+    one that is malformed or does not answer. Quick, and asked before the data is read or
+    anything starts (and again as Ray joins); None for a cluster of the sweep's own."""
+    if starts_own_cluster(address):
+        return None
+    address_file = None
+    if address == "auto":
+        set_auth_mode_before_ray_loads()  # Ray is imported next, and settles its auth mode as it loads
+        from sweeper.cluster.ray_adapter import ray_address_file
+
+        address_file = ray_address_file()
+    endpoint = bootstrap_endpoint(address, address_file)
+    check_reachable(address, endpoint)
+    return endpoint
+
+
 def auth_refused(exc: BaseException) -> bool:
     text = f"{type(exc).__name__} {exc}"
     words = ("InvalidAuthToken", "UNAUTHENTICATED", "authentication token", "AuthenticationError", "Authentication required", "Authentication failed")
@@ -210,11 +227,9 @@ def start_ray(
             warm_server.stop()  # the workers of a running Ray are started already
         return ray.get_runtime_context(), None
     from sweeper.cluster import fork_server
-    from sweeper.cluster.ray_adapter import ray_address_file
 
     if joining:
-        endpoint = bootstrap_endpoint(address, ray_address_file())
-        check_reachable(address, endpoint)
+        endpoint = check_address(address)
         if warm_server and not every_node_here(endpoint):
             warm_server.stop()  # a node elsewhere could not reach it
             warm_server = None

@@ -17,7 +17,9 @@ from rich.console import Console
 from rich.markup import escape
 
 from sweeper.cluster import storage
-from sweeper.cluster.connect import LOCAL_CLUSTER, job_metadata, start_ray, start_warm_server, starts_own_cluster
+from sweeper.cluster.connect import (
+    LOCAL_CLUSTER, check_address, job_metadata, start_ray, start_warm_server, starts_own_cluster,
+)
 from sweeper.cost.prices import SweepCost
 from sweeper.errors import UserError
 from sweeper.plan.inputs import SweepInputs, prepare_inputs
@@ -229,6 +231,7 @@ def _setup_cluster_inputs_and_plan(context: SweepContext) -> None:
     )
 
     spec, console = context.spec, context.console
+    check_address(context.address)  # seconds, before the data and the warm-start server's minutes
     context.tracking_uri = resolve_tracking_uri(spec.tracking.uri)
     check_tracking_uri(context.tracking_uri)
     check_tracking_writable(context.tracking_uri)

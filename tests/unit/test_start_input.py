@@ -213,3 +213,17 @@ def test_a_micro_batch_larger_than_the_training_set_is_refused(workdir, sections
     train.write_text("".join(SFT_TRAIN.read_text().splitlines(keepends=True)[:20]))
     line = refused(workdir, "plan", sweep_file(workdir, data={"train": str(train)}, **sections), within_s=60)
     assert line.startswith(f"{key}: 100 examples a micro-batch, but data.train holds 20; give at most 20"), line
+
+
+@pytest.mark.parametrize("address, message", [
+    ("bogus", "--address: expected auto, HOST:PORT or ray://HOST:PORT, got 'bogus'"),
+    ("127.0.0.1:1", "--address: no Ray cluster answers at 127.0.0.1:1 ("),
+])
+def test_an_address_is_checked_before_the_data_is_read_or_anything_starts(workdir, monkeypatch, address, message):
+    # It came after the data's tokenizing and the warm-start server: 30 s to a typo's line.
+    # (`sweep resume` takes the same path, after its own checks of the sweep folder.)
+    def no_data(*args, **kwargs):
+        raise AssertionError("the data was read before the address was checked")
+
+    monkeypatch.setattr(launch, "prepare_inputs", no_data)
+    assert refused(workdir, "start", sweep_file(workdir), "--address", address).startswith(message)
