@@ -100,6 +100,10 @@ def plan_sweep(file: Path, *, address: str | None, calibrate: bool, console: Con
 
     started = time.time()
     spec = load_checked_spec(file)
+    if spec.search.warm_start:
+        from sweeper.search.warm_start import read_warm_start
+
+        read_warm_start(spec)  # as `sweep start` reads it: an earlier sweep it cannot read is the same keyed line
     if address:
         from sweeper.cluster.connect import start_ray
 

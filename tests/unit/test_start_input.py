@@ -227,3 +227,9 @@ def test_an_address_is_checked_before_the_data_is_read_or_anything_starts(workdi
 
     monkeypatch.setattr(launch, "prepare_inputs", no_data)
     assert refused(workdir, "start", sweep_file(workdir), "--address", address).startswith(message)
+
+
+def test_plan_refuses_a_warm_start_from_a_sweep_that_is_not_there_as_start_does(workdir):
+    # `sweep plan` said "Planned" for a sweep that `sweep start` then refused.
+    line = refused(workdir, "plan", sweep_file(workdir, search={"warm_start": [{"sweep": "nope"}]}), "--no-calibrate")
+    assert line.startswith(f"search.warm_start.0.sweep: no earlier sweep 'nope' at {workdir / 'sweeps' / 'nope'} (no optuna.db)")
