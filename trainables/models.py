@@ -51,9 +51,37 @@ def check_model_config(source: str) -> None:
     from transformers import AutoConfig
 
     try:
+        AutoConfig.from_pretrained(source, local_files_only=True)  # a folder, or a hub id in the cache
+        return
+    except Exception:  # not there: the Hub is asked below
+        pass
+    unreachable = hub_unreachable()
+    if unreachable:
+        raise InputError(
+            f"model.name_or_path: {source} is not in the Hugging Face cache and the Hub cannot be reached "
+            f"({unreachable}); download it once with network access (or copy the Hub cache here), or give a local "
+            "model folder"
+        )
+    try:
         AutoConfig.from_pretrained(source)
     except Exception as exc:  # transformers raises OSError, ValueError, KeyError, ... for bad input
         raise InputError(f"model.name_or_path: cannot load the model config of {source}: {_first_line(exc)}") from exc
+
+
+def hub_unreachable(timeout_s: float = 5.0) -> str | None:
+    """Why the Hugging Face Hub (HF_ENDPOINT) does not answer, in one request through
+    huggingface_hub's own session (its proxies and certificates); None when it answers.
+    Asked before a download: the hub's client retries a failed request five times over
+    about 25 s, logging each retry."""
+    from huggingface_hub import constants, get_session
+
+    if constants.HF_HUB_OFFLINE:
+        return "HF_HUB_OFFLINE is set"
+    try:
+        get_session().head(constants.ENDPOINT, timeout=timeout_s)
+    except Exception as exc:  # the HTTP client's connection and timeout errors
+        return _first_line(exc) or type(exc).__name__
+    return None
 
 
 def check_target_modules(source: str, target_modules: list[str]) -> None:

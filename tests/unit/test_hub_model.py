@@ -43,11 +43,11 @@ def hub_cache(tmp_path_factory):
     return root / "cache"
 
 
-def load(hub_id: str, cache) -> dict:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(cache), "HF_HOME": str(cache.parent / "home")}
+def load(hub_id: str, cache, **settings) -> dict:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(cache), "HF_HOME": str(cache.parent / "home"), **settings}
     result = subprocess.run([sys.executable, "-c", LOAD, hub_id], capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    return {**json.loads(result.stdout.strip().splitlines()[-1]), "stderr": result.stderr}
 
 
 def test_a_hub_id_loads_from_the_hub_cache_offline(hub_cache):
@@ -57,5 +57,18 @@ def test_a_hub_id_loads_from_the_hub_cache_offline(hub_cache):
 
 def test_offline_without_the_model_in_the_cache_is_a_keyed_error_naming_the_id(hub_cache):
     error = load("sweeper-test/not-cached", hub_cache)["error"]
-    assert error.startswith("model.name_or_path: cannot load the model config of sweeper-test/not-cached")
+    assert error.startswith(
+        "model.name_or_path: sweeper-test/not-cached is not in the Hugging Face cache and the Hub cannot be reached "
+        "(HF_HUB_OFFLINE is set); download it once with network access"
+    )
     assert "Traceback" not in error
+
+
+def test_online_with_the_hub_unreachable_is_one_request_not_five_retries(hub_cache):
+    # huggingface_hub retried the config's HEAD five times (about 25 s), logging each retry,
+    # before the same keyed line.
+    loaded = load("sweeper-test/not-cached", hub_cache, HF_HUB_OFFLINE="0", HF_ENDPOINT="http://127.0.0.1:1")
+    assert loaded["error"].startswith(
+        "model.name_or_path: sweeper-test/not-cached is not in the Hugging Face cache and the Hub cannot be reached ("
+    ), loaded["error"]
+    assert "Retrying in" not in loaded["stderr"], loaded["stderr"][-2000:]
