@@ -15,8 +15,8 @@ EVERY_LINE = ("sft_1b", "sft_1b_checkpointing", "sft_8b_checkpointing", "dpo_1b"
 def test_the_gpu_check_runs_on_cpu_and_writes_every_line(tmp_path):
     result = subprocess.run(
         [sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), str(tmp_path), "--cpu"],
-        # A bound on a hang, not on speed: about 50 s on the quiet 2-core machine, 196 s with
-        # the machine loaded 3.5 times over (a CI-like run beside it).
+        # A bound on a hang, not on speed: on the 2-core machine 53 s in a CI-like run, 98 s
+        # with a CPU-bound process beside it, 196 s with the machine loaded 3.5 times over.
         capture_output=True, text=True, timeout=900, cwd=tmp_path,
     )
     assert result.returncode == 0, result.stdout + result.stderr
