@@ -34,6 +34,7 @@ import contextlib
 import importlib
 import logging
 import math
+import os
 import statistics
 import time
 from dataclasses import dataclass, field, replace
@@ -129,8 +130,6 @@ def process_group_of_one(strategy: str):
 
     The group is made once and kept for the process's life: DeepSpeed caches the groups
     it derives from the first one, and a second engine over a re-made group fails."""
-    import os
-
     import torch
     import torch.distributed as dist
 
@@ -291,10 +290,8 @@ def _calibrate_in_processes(spec_json, data, model_source, overrides, copies) ->
     context = multiprocessing.get_context("spawn")
     barrier = context.Barrier(copies, timeout=BARRIER_SECONDS)
     results = context.Queue()
-    others = [
-        context.Process(target=_calibrate_copy, args=(spec_json, data, model_source, overrides, barrier, results), daemon=True)
-        for _ in range(copies - 1)
-    ]
+    copy_args = (spec_json, data, model_source, overrides, barrier, results, os.getpid())
+    others = [context.Process(target=_calibrate_copy, args=copy_args, daemon=True) for _ in range(copies - 1)]
     for process in others:
         process.start()
     try:
@@ -313,12 +310,27 @@ def _calibrate_in_processes(spec_json, data, model_source, overrides, copies) ->
     return timings
 
 
-def _calibrate_copy(spec_json, data, model_source, overrides, barrier, results) -> None:
+def _calibrate_copy(spec_json, data, model_source, overrides, barrier, results, parent_pid: int) -> None:
     """A spawned copy: its timings, or its error in words, on the queue."""
+    _exit_with(parent_pid)
     try:
         results.put(_calibrate_here(spec_json, data, model_source, overrides, barrier.wait))
     except BaseException as error:  # the parent reports it; a traceback here would interleave
         results.put(f"{type(error).__name__}: {error}")
+
+
+def _exit_with(parent_pid: int) -> None:
+    """End this copy when the process that spawned it is gone. Killed by a signal that
+    runs no `finally` (SIGTERM, SIGKILL), `sweep plan` left its copies training on, each a
+    core's worth, for as long as their steps took: two of them ran almost two hours here."""
+    import threading
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(1)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
 
 
 def _calibrate_as_ray_tasks(spec, spec_json, data, model_source, overrides, copies) -> list[tuple[TrialTiming, TrialTiming]]:

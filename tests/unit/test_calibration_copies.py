@@ -1,0 +1,55 @@
+"""`sweep plan` calibrates with copies side by side, spawned processes: killed by a signal
+that runs no `finally` (SIGKILL here; SIGTERM from `timeout` did it), it left them training
+on. Each copy now ends when its parent is gone. Real processes, no Ray."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from tests.conftest import small_sweep, write_yaml
+
+HANG_S = 300  # bounds on a hang, not on speed
+
+
+def wait_for(condition, timeout_s: float):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.5)
+    return None
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one core calibrates with one copy, spawning none")
+def test_a_killed_plan_leaves_no_calibration_copy_training(tmp_path):
+    # A step of 100,000 micro-batches: the copy trains for hours unless it ends with its parent.
+    raw = small_sweep("x", training={"gradient_accumulation_steps": 100_000}, cost={"calibrate": True})
+    file = write_yaml(tmp_path / "x.yaml", raw)
+    plan = subprocess.Popen([sys.executable, "-m", "sweeper.cli", "plan", str(file)], cwd=tmp_path,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        copy = wait_for(lambda: next((child for child in psutil.Process(plan.pid).children()
+                                      if "spawn_main" in " ".join(child.cmdline())), None), HANG_S)
+        assert copy is not None, "sweep plan spawned no calibration copy"
+        time.sleep(5)  # into its imports or its training
+    finally:
+        plan.kill()
+        plan.wait()
+
+    def ended() -> bool:
+        try:
+            return copy.status() == psutil.STATUS_ZOMBIE  # ended, not reaped by an init that reaps nothing
+        except psutil.NoSuchProcess:
+            return True
+
+    try:
+        assert wait_for(ended, HANG_S), f"the calibration copy {copy.pid} still runs after its parent was killed"
+    finally:
+        if not ended():
+            copy.send_signal(signal.SIGKILL)
