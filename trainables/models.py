@@ -50,12 +50,16 @@ def check_model_config(source: str) -> None:
     config of `source`: an unknown model_type, a hub id that cannot be reached, ..."""
     from transformers import AutoConfig
 
-    try:
-        AutoConfig.from_pretrained(source, local_files_only=True)  # a folder, or a hub id in the cache
-        return
-    except Exception:  # not there: the Hub is asked below
-        pass
-    unreachable = hub_unreachable()
+    local = Path(source).is_dir()  # a folder: no Hub to ask
+    if not local:
+        try:
+            AutoConfig.from_pretrained(source, local_files_only=True)  # a hub id in the Hub cache
+            return
+        except OSError:  # not in the cache: the Hub is asked below
+            pass
+        except Exception as exc:  # in the cache, but transformers cannot read it
+            raise InputError(f"model.name_or_path: cannot load the model config of {source}: {_first_line(exc)}") from exc
+    unreachable = None if local else hub_unreachable()
     if unreachable:
         raise InputError(
             f"model.name_or_path: {source} is not in the Hugging Face cache and the Hub cannot be reached "
