@@ -3,6 +3,7 @@ built-in tiny model is built once into the user cache and reused."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -93,3 +94,14 @@ def small_dpo_sweep(name: str, **sections) -> dict:
         },
     )
     return merge_sections(raw, sections)
+
+
+def wait_for(condition, timeout: float, what: str, every: float = 2):
+    """The first truthy value of `condition()`, polled `every` seconds for `timeout` seconds."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"timed out waiting for {what}")

@@ -58,7 +58,7 @@ def check_model_config(source: str) -> None:
         except OSError:  # not in the cache: the Hub is asked below
             pass
         except Exception as exc:  # in the cache, but transformers cannot read it
-            raise InputError(f"model.name_or_path: cannot load the model config of {source}: {_first_line(exc)}") from exc
+            raise _unreadable_config(source, exc) from exc
     unreachable = None if local else hub_unreachable()
     if unreachable:
         raise InputError(
@@ -69,7 +69,11 @@ def check_model_config(source: str) -> None:
     try:
         AutoConfig.from_pretrained(source)
     except Exception as exc:  # transformers raises OSError, ValueError, KeyError, ... for bad input
-        raise InputError(f"model.name_or_path: cannot load the model config of {source}: {_first_line(exc)}") from exc
+        raise _unreadable_config(source, exc) from exc
+
+
+def _unreadable_config(source: str, exc: Exception) -> InputError:
+    return InputError(f"model.name_or_path: cannot load the model config of {source}: {_first_line(exc)}")
 
 
 def hub_unreachable(timeout_s: float = 5.0) -> str | None:

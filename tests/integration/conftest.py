@@ -121,17 +121,6 @@ def sweep_runs(uri: str, name: str):
             [r for r in runs if r.data.tags["sweeper.kind"] == "trial"])
 
 
-def wait_for(condition, timeout: float, what: str, every: float = 2):
-    """The first truthy value of `condition()`, polled `every` seconds for `timeout` seconds."""
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(every)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 @dataclass
 class FinishedSweep:
     workdir: Path

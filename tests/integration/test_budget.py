@@ -12,9 +12,9 @@ import signal
 import mlflow
 import pytest
 
-from tests.conftest import small_sweep, write_yaml
+from tests.conftest import small_sweep, wait_for, write_yaml
 from tests.integration.conftest import run_cli as sweep
-from tests.integration.conftest import start_driver, sweep_runs, wait_for
+from tests.integration.conftest import start_driver, sweep_runs
 
 pytestmark = pytest.mark.integration
 

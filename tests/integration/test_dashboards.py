@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tests.conftest import small_sweep, write_yaml
+from tests.conftest import small_sweep, wait_for, write_yaml
 from tests.integration.browser import visit
-from tests.integration.conftest import run_cli, wait_for
+from tests.integration.conftest import run_cli
 
 pytestmark = pytest.mark.integration
 

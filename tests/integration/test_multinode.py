@@ -30,10 +30,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import small_sweep, write_yaml
+from tests.conftest import small_sweep, wait_for, write_yaml
 from tests.integration import cli_process
 from tests.integration.s3_server import S3Server, free_port, s3_server
-from tests.integration.conftest import NODE_ENV, RAY, end_process_group, wait_for, wait_for_port
+from tests.integration.conftest import NODE_ENV, RAY, end_process_group, wait_for_port
 
 pytestmark = pytest.mark.integration
 

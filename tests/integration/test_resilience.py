@@ -10,8 +10,8 @@ import psutil
 
 import pytest
 
-from tests.conftest import small_sweep, write_yaml
-from tests.integration.conftest import run_cli, start_driver, sweep_runs, wait_for
+from tests.conftest import small_sweep, wait_for, write_yaml
+from tests.integration.conftest import run_cli, start_driver, sweep_runs
 
 pytestmark = pytest.mark.integration
 

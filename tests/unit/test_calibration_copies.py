@@ -11,19 +11,9 @@ import time
 import psutil
 import pytest
 
-from tests.conftest import small_sweep, write_yaml
+from tests.conftest import small_sweep, wait_for, write_yaml
 
 HANG_S = 300  # bounds on a hang, not on speed
-
-
-def wait_for(condition, timeout_s: float):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.5)
-    return None
 
 
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one core calibrates with one copy, spawning none")
@@ -35,8 +25,8 @@ def test_a_killed_plan_leaves_no_calibration_copy_training(tmp_path):
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         copy = wait_for(lambda: next((child for child in psutil.Process(plan.pid).children()
-                                      if "spawn_main" in " ".join(child.cmdline())), None), HANG_S)
-        assert copy is not None, "sweep plan spawned no calibration copy"
+                                      if "spawn_main" in " ".join(child.cmdline())), None),
+                        HANG_S, "sweep plan's calibration copy", every=0.5)
         time.sleep(5)  # into its imports or its training
     finally:
         plan.kill()
@@ -49,7 +39,7 @@ def test_a_killed_plan_leaves_no_calibration_copy_training(tmp_path):
             return True
 
     try:
-        assert wait_for(ended, HANG_S), f"the calibration copy {copy.pid} still runs after its parent was killed"
+        wait_for(ended, HANG_S, f"the calibration copy {copy.pid} to end after its parent was killed", every=0.5)
     finally:
         if not ended():
             copy.send_signal(signal.SIGKILL)
