@@ -17,7 +17,7 @@ from trainables.sections import BUILTIN_TINY_MODEL
 
 __all__ = [
     "BUILTIN_TINY_MODEL", "DEFAULT_CACHE_ROOT", "resolve_model_source", "adapter_base", "check_model_config",
-    "check_target_modules",
+    "check_target_modules", "from_cache_first",
     "load_tokenizer", "load_base_model", "prepare_for_training", "add_lora",
 ]
 DEFAULT_CACHE_ROOT = CACHE_ROOT
@@ -76,6 +76,21 @@ def _unreadable_config(source: str, exc: Exception) -> InputError:
     return InputError(f"model.name_or_path: cannot load the model config of {source}: {_first_line(exc)}")
 
 
+def from_cache_first(load, source: str, *, cached_only: dict | None = None, **kwargs):
+    """`load(source, **kwargs)` (a `from_pretrained`) from the Hugging Face cache when
+    `source` is a hub id cached there, else as asked (a download). Asked online, even a
+    cached model sends a request per file to the Hub; where the Hub does not answer,
+    huggingface_hub retries each five times (about 25 s): 35 retries and 170 s for one
+    load of the tiny model, in every trial. Cached first, a trial asks the Hub nothing.
+    `cached_only`: what else `load` needs to stay off the Hub."""
+    if Path(source).is_dir():
+        return load(source, **kwargs)
+    try:
+        return load(source, local_files_only=True, **(cached_only or {}), **kwargs)
+    except OSError:  # not in the cache, or only part of it (the driver fetched the config alone)
+        return load(source, **kwargs)
+
+
 def hub_unreachable(timeout_s: float = 5.0) -> str | None:
     """Why the Hugging Face Hub (HF_ENDPOINT) does not answer, in one request through
     huggingface_hub's own session (its proxies and certificates); None when it answers.
@@ -100,7 +115,7 @@ def check_target_modules(source: str, target_modules: list[str]) -> None:
 
     try:
         with torch.device("meta"):  # the module tree without allocating any weights
-            model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(source))
+            model = AutoModelForCausalLM.from_config(from_cache_first(AutoConfig.from_pretrained, source))
     except Exception:  # a model this check cannot build; the trial reports what fails
         return
     names = [name for name, _ in model.named_modules()]
@@ -119,7 +134,7 @@ def load_tokenizer(source: str):
     from transformers import AutoTokenizer
 
     try:
-        tokenizer = AutoTokenizer.from_pretrained(source)
+        tokenizer = from_cache_first(AutoTokenizer.from_pretrained, source)
     except Exception as exc:  # transformers raises OSError, ValueError, TypeError, ... for bad input
         raise InputError(
             f"model.name_or_path: cannot load a tokenizer from {source}: {_first_line(exc)}; "
@@ -155,7 +170,10 @@ def load_base_model(
         kwargs["quantization_config"] = quantization_config(quantization, precision)
         kwargs["device_map"] = {"": device or torch.device("cpu")}
     base = adapter_base(source)
-    model = AutoModelForCausalLM.from_pretrained(base or source, **kwargs)
+    # transformers looks for an adapter config in the model's repository with arguments of
+    # its own (`adapter_kwargs`), which do not inherit local_files_only.
+    offline_adapter_lookup = {"adapter_kwargs": {"local_files_only": True}}
+    model = from_cache_first(AutoModelForCausalLM.from_pretrained, base or source, cached_only=offline_adapter_lookup, **kwargs)
     if base:
         from peft import PeftModel
 

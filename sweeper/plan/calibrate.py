@@ -238,9 +238,9 @@ def _import_what_a_trial_has_imported(spec: SweepSpec, model_source: str) -> Non
     import peft  # noqa: F401
     from transformers import MODEL_FOR_CAUSAL_LM_MAPPING, AutoConfig
 
-    from trainables.models import adapter_base
+    from trainables.models import adapter_base, from_cache_first
 
-    config = AutoConfig.from_pretrained(adapter_base(model_source) or model_source)
+    config = from_cache_first(AutoConfig.from_pretrained, adapter_base(model_source) or model_source)
     MODEL_FOR_CAUSAL_LM_MAPPING.get(type(config), None)
 
 

@@ -18,10 +18,11 @@ COMMIT = "0123456789abcdef0123456789abcdef01234567"
 LOAD = """
 import json, sys
 from trainables.errors import InputError
-from trainables.models import check_model_config, load_base_model, load_tokenizer, resolve_model_source
+from trainables.models import check_model_config, check_target_modules, load_base_model, load_tokenizer, resolve_model_source
 source = resolve_model_source(sys.argv[1])
 try:
     check_model_config(source)
+    check_target_modules(source, ["q_proj"])
     tokenizer = load_tokenizer(source)
     model = load_base_model(source)
 except InputError as exc:
@@ -62,6 +63,14 @@ def test_offline_without_the_model_in_the_cache_is_a_keyed_error_naming_the_id(h
         "(HF_HUB_OFFLINE is set); download it once with network access"
     )
     assert "Traceback" not in error
+
+
+def test_a_cached_hub_id_loads_without_asking_a_hub_that_does_not_answer(hub_cache):
+    # Asked online, every file of a cached model went through huggingface_hub's five
+    # retries: 35 "Retrying in" lines and 170 s for this load, in every trial.
+    loaded = load(HUB_ID, hub_cache, HF_HUB_OFFLINE="0", HF_ENDPOINT="http://127.0.0.1:1")
+    assert loaded["layers"] == 2 and loaded["vocab"] > 0
+    assert "Retrying in" not in loaded["stderr"] and "127.0.0.1:1" not in loaded["stderr"], loaded["stderr"][-2000:]
 
 
 def test_online_with_the_hub_unreachable_is_one_request_not_five_retries(hub_cache):
