@@ -58,6 +58,11 @@ __all__ = ["Calibration", "calibrate", "costliest_overrides", "run_training", "s
 # step while the others step (one step per evaluation, a copy's steps mostly met the
 # others' evaluations and model loads instead).
 MEASURED_STEPS = 5
+# Micro-batches a measured step accumulates at most; a step of more is timed at this many
+# and scaled (a step's time is its micro-batches', the optimizer's update a small part):
+# `training.gradient_accumulation_steps: 100000` kept a calibration of 10 such steps
+# going for hours.
+MEASURED_MICRO_BATCHES = 8
 # How long a copy waits at the start barrier for the others' imports and model loads.
 BARRIER_SECONDS = 300
 
@@ -174,11 +179,14 @@ def measure(spec: SweepSpec, data: dict, model_source: str, steps: int = MEASURE
     `ready()` (copies side by side) waits for the other copies before the measured
     interval: their model loads take different times, and 5 steps are over in a
     fraction of a second, so copies started together need not step together."""
+    accumulation = spec.training.gradient_accumulation_steps
+    measured_accumulation = min(accumulation, MEASURED_MICRO_BATCHES)
     spec = with_overrides(
         spec,
         {
             "training.max_steps": 2 * steps,
             "training.eval_every": steps,
+            "training.gradient_accumulation_steps": measured_accumulation,
             **{f"early_stopping.{key}": value for key, value in NO_EARLY_STOPPING.items()},
             "chaos.fault": "none",
             "budget": None,
@@ -195,11 +203,11 @@ def measure(spec: SweepSpec, data: dict, model_source: str, steps: int = MEASURE
     run_training(spec, data, model_source, lambda metrics, _: on_report(metrics), started_at)
     (warm_at, _), (measured_at, measured) = reports
     training = measured["train_tokens"] / measured["tokens_per_second"]
-    step = training / steps
+    measured_step = training / steps
     # setup_seconds runs to the end of the first step: its steady part is a step's.
-    loop_setup = reports[0][1]["setup_seconds"] - step
+    loop_setup = reports[0][1]["setup_seconds"] - measured_step
     return TrialTiming(
-        step_seconds=step,
+        step_seconds=measured_step * accumulation / measured_accumulation,
         eval_seconds=max(0.0, measured_at - warm_at - training),
         setup_seconds=max(0.0, loop_setup) + RAY_TRIAL_START_SECONDS,
         source="",

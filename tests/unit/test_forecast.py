@@ -228,6 +228,29 @@ def test_measure_times_the_second_interval_of_steps_in_a_row_from_a_common_start
     assert timing.setup_seconds == pytest.approx(1.2 - 0.05 + calibration.RAY_TRIAL_START_SECONDS)
 
 
+def test_a_step_of_many_micro_batches_is_timed_at_a_few_and_scaled(monkeypatch):
+    """`gradient_accumulation_steps: 100000` kept the calibration's ten steps going for hours:
+    a measured step accumulates at most MEASURED_MICRO_BATCHES, and its time is scaled."""
+    steps, few = calibration.MEASURED_STEPS, calibration.MEASURED_MICRO_BATCHES
+    clock, accumulated = [100.0], []
+    monkeypatch.setattr(calibration.time, "time", lambda: clock[0])
+
+    def fake_training(spec, data, source, report, started_at):
+        accumulated.append(spec.training.gradient_accumulation_steps)
+        clock[0] += 2.0
+        report({"train_tokens": 1000, "tokens_per_second": 1000 / 1.5, "setup_seconds": 1.2}, None)
+        clock[0] += steps * 0.05 + 0.3  # steps of `few` micro-batches, 50 ms each step
+        report({"train_tokens": 1000, "tokens_per_second": 1000 / (steps * 0.05), "setup_seconds": 1.2}, None)
+
+    monkeypatch.setattr(calibration, "run_training", fake_training)
+    many = calibration.measure(quickstart_like(training={"gradient_accumulation_steps": 100_000}), {}, "model")
+    assert accumulated == [few]
+    assert many.step_seconds == pytest.approx(0.05 * 100_000 / few) and many.eval_seconds == pytest.approx(0.3)
+    assert many.setup_seconds == pytest.approx(1.2 - 0.05 + calibration.RAY_TRIAL_START_SECONDS)
+    fewer = calibration.measure(quickstart_like(training={"gradient_accumulation_steps": 2}), {}, "model")
+    assert accumulated[-1] == 2 and fewer.step_seconds == pytest.approx(0.05)  # measured as it is
+
+
 def test_sweep_plan_without_calibration_prints_the_forecast(tmp_path):
     result = CliRunner().invoke(app, ["plan", str(REPO / "search_spaces" / "quickstart.yaml"), "--no-calibrate"])
     assert result.exit_code == 0, result.output
