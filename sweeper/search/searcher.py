@@ -219,15 +219,18 @@ class StepAwareOptunaSearch(Searcher):
 
 
     def reconcile(self, book) -> None:
-        """For `sweep resume`: a trial that `book` (rebuilt from MLflow) has finished but
-        the study has not (the last driver died between the two) gets its reports and its
-        end told now."""
+        """For `sweep resume`: what `book` (rebuilt from MLflow) holds and the study does
+        not (the last driver died between the two) is told now: every trial's reports, and
+        the end of a trial that has finished. A report MLflow recorded just before the loss
+        is not given again by the trial, which goes on from its checkpoint past it."""
         for trial_id, record in book.trials.items():
-            if trial_id not in self.trials or trial_id in self.finished or not record.finished:
+            if trial_id not in self.trials or trial_id in self.finished:
                 continue
             for report in record.history:
                 self._report(trial_id, report)
-            self.on_trial_complete(trial_id, record.history[-1] if record.history else None, error=record.state == names.TrialState.FAILED)
+            if record.finished:
+                last = record.history[-1] if record.history else None
+                self.on_trial_complete(trial_id, last, error=record.state == names.TrialState.FAILED)
 
 
 def optuna_searcher(search_alg) -> StepAwareOptunaSearch | None:

@@ -167,8 +167,8 @@ def test_a_trial_optuna_has_finished_is_not_reported_to_or_told_again(tmp_path):
 
 
 def test_resume_tells_optuna_what_mlflow_recorded_after_the_last_tell(tmp_path):
-    """The last driver died after MLflow recorded a trial's end and before Optuna heard of
-    it: reconciled against the book, the study gets its reports and its end."""
+    """The last driver died after MLflow recorded a trial's reports or end and before Optuna
+    heard of them: reconciled against the book, the study gets its reports and its end."""
     from sweeper.track.book import SweepBook, TrialRecord
 
     search = make_search(tmp_path)
@@ -186,6 +186,10 @@ def test_resume_tells_optuna_what_mlflow_recorded_after_the_last_tell(tmp_path):
     a, b, c = study_trials(tmp_path)
     assert (a.state, a.intermediate_values) == (TrialState.PRUNED, {10: 3.0, 20: 2.9})
     assert (b.state, c.state) == (TrialState.RUNNING, TrialState.FAIL)
+    # b goes on from its checkpoint past step 10, which MLflow recorded just before the
+    # loss: the study has it now (CI-like run of session 35: a trial pruned at its first rung
+    # with no intermediate value in the study, its value in MLflow).
+    assert b.intermediate_values == {10: 3.0}
 
 
 def test_each_tune_checkpoint_holds_a_copy_of_the_study_that_a_moved_sweep_continues(tmp_path):
