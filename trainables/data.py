@@ -110,12 +110,26 @@ def hub_dataset_folder(source: HubSplit, key: str) -> Path:
     """The Hub cache's snapshot of the dataset repo `source` names, fetched into the cache
     first when it is not there and the Hub can be reached: huggingface_hub's rules, the
     ones transformers follows for a model id (HF_HUB_CACHE, HF_HOME, HF_HUB_OFFLINE,
-    HF_TOKEN). InputError, naming the id, when it is neither cached nor reachable."""
+    HF_TOKEN). InputError, naming the id, when it is neither cached nor reachable.
+
+    The cache is read first, as for a model (trainables.models.from_cache_first): asked
+    online, a cached dataset went through huggingface_hub's five retries (about 25 s) at
+    each read where the Hub did not answer; and one request decides whether the Hub
+    answers before a download is tried."""
     from huggingface_hub import snapshot_download
 
+    from trainables.models import hub_unreachable
+
     try:
+        return Path(snapshot_download(source.repo_id, repo_type="dataset", local_files_only=True))
+    except Exception:  # not in the cache (LocalEntryNotFoundError): from the Hub below
+        pass
+    unreachable = hub_unreachable()
+    try:
+        if unreachable:
+            raise OSError(f"not in the Hugging Face cache and the Hub cannot be reached ({unreachable})")
         return Path(snapshot_download(source.repo_id, repo_type="dataset"))
-    except Exception as exc:  # huggingface_hub raises LocalEntryNotFoundError, HTTP and network errors, ...
+    except Exception as exc:  # huggingface_hub raises HTTP and network errors, ...
         raise InputError(
             f"{key}: cannot get the Hub dataset {source.repo_id} (from the Hub cache or the Hub): "
             f"{_first_line(exc).rstrip('.')}; download it once with network access (or copy the Hub cache here), "

@@ -56,17 +56,17 @@ def hub_cache(tmp_path_factory):
     return root
 
 
-def tokenize(train: str, eval_: str, root) -> dict:
+def tokenize(train: str, eval_: str, root, **settings) -> dict:
     env = {
         **os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(root / "cache"), "HF_HOME": str(root / "home"),
-        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]), **settings,
     }
     result = subprocess.run(
         [sys.executable, "-c", TOKENIZE, train, eval_, str(root / "out"), str(root / "tiny")],
         capture_output=True, text=True, env=env, timeout=300, cwd=REPO,
     )
     assert result.returncode == 0, result.stderr[-2000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    return {**json.loads(result.stdout.strip().splitlines()[-1]), "stderr": result.stderr}
 
 
 def test_a_hub_split_reads_from_the_hub_cache_offline_as_the_same_local_files(hub_cache):
@@ -74,6 +74,22 @@ def test_a_hub_split_reads_from_the_hub_cache_offline_as_the_same_local_files(hu
     local = tokenize(str(SFT_TRAIN), str(SFT_EVAL), hub_cache)
     assert from_hub["ids"] == local["ids"] and len(from_hub["ids"]["eval"]) > 0
     assert from_hub["hashes"][0] == from_hub["hashes"][1]  # both splits: the snapshot's files
+
+
+def test_a_cached_hub_split_reads_without_asking_a_hub_that_does_not_answer(hub_cache):
+    # Asked online, the cached dataset went through huggingface_hub's five retries (about
+    # 25 s, a "Retrying in" line each) at each of its reads.
+    unreachable = {"HF_HUB_OFFLINE": "0", "HF_ENDPOINT": "http://127.0.0.1:1"}
+    from_hub = tokenize(f"{HUB_ID}:train", f"{HUB_ID}:test", hub_cache, **unreachable)
+    assert len(from_hub["ids"]["train"]) > 0, from_hub
+    assert "Retrying in" not in from_hub["stderr"], from_hub["stderr"][-2000:]
+    # Not cached: one request to the Hub decides, then the keyed line.
+    missing = tokenize("sweeper-test/not-cached:train", str(SFT_EVAL), hub_cache, **unreachable)
+    assert missing["error"].startswith(
+        "data.train: cannot get the Hub dataset sweeper-test/not-cached (from the Hub cache or the Hub): "
+        "not in the Hugging Face cache and the Hub cannot be reached ("
+    ), missing["error"]
+    assert "Retrying in" not in missing["stderr"], missing["stderr"][-2000:]
 
 
 def test_offline_without_the_dataset_in_the_cache_is_a_keyed_error_naming_the_id(hub_cache):
