@@ -197,16 +197,21 @@ def restore_random_state(checkpoint_dir: str, workers: Workers) -> None:
         torch.cuda.set_rng_state(state["cuda"], workers.device)
 
 
-def final_report_of(checkpoint_dir: str, max_steps: int) -> dict | None:
-    """The last report of a run whose checkpoint is at max_steps already: the run trained
-    to its end, but the driver that ran it died before it recorded that report (so a
-    resumed sweep restarts it with nothing left to train). None otherwise."""
+def checkpoint_report(checkpoint_dir: str) -> dict | None:
+    """The report a checkpoint was taken with; None for a checkpoint without one."""
     path = os.path.join(checkpoint_dir, REPORT_FILE)
     if not os.path.isfile(path):
         return None
     with open(path) as file:
-        metrics = json.load(file)
-    return metrics if metrics.get("step", 0) >= max_steps else None
+        return json.load(file)
+
+
+def final_report_of(checkpoint_dir: str, max_steps: int) -> dict | None:
+    """The last report of a run whose checkpoint is at max_steps already: the run trained
+    to its end, but the driver that ran it died before it recorded that report (so a
+    resumed sweep restarts it with nothing left to train). None otherwise."""
+    metrics = checkpoint_report(checkpoint_dir)
+    return metrics if metrics is not None and metrics.get("step", 0) >= max_steps else None
 
 
 class NonFiniteLossError(RuntimeError):

@@ -13,7 +13,7 @@ import ray.train
 import ray.train.torch
 import torch
 
-from trainables.common import final_report_of
+from trainables.common import checkpoint_report, final_report_of
 from trainables.config import TrialConfig
 from trainables.environment import WARM_STARTED_ENV
 from trainables.metrics import PLACEMENT_GROUP, SETUP_PHASES
@@ -63,6 +63,15 @@ def train_loop_per_worker(config: dict) -> None:
         if final is not None:  # nothing left to train: tell the driver how it ended
             report(final, resume_from if ray.train.get_context().get_world_rank() == 0 else None)
             return
+        last = checkpoint_report(resume_from)
+        if last is not None:
+            # Said again before training on: a driver stopped or killed between this
+            # checkpoint reaching storage and its report reaching the driver never
+            # recorded that evaluation, and the rungs would rank the trial by its next one.
+            # The driver, the search and the rungs each take a step's report once, so
+            # where it was recorded (a promoted trial goes on from its rung) it changes
+            # nothing. No checkpoint: it is the one this run starts from.
+            ray.train.report(last)
         task.train(
             trial, data, model_source, report=report, started_at=started_at, resume_from=resume_from,
             memory_forecast_gib=forecast, preemption=train_notice(moves_of(resume_from)),

@@ -7,7 +7,7 @@ import random
 
 import torch
 
-from trainables.common import REPORT_FILE, Workers, final_report_of, restore_random_state, save_random_state
+from trainables.common import REPORT_FILE, Workers, checkpoint_report, final_report_of, restore_random_state, save_random_state
 
 
 def test_the_final_report_comes_back_only_for_a_run_at_its_end(tmp_path):
@@ -16,6 +16,12 @@ def test_the_final_report_comes_back_only_for_a_run_at_its_end(tmp_path):
     assert final_report_of(str(tmp_path), max_steps=30) is None  # training goes on
     (tmp_path / REPORT_FILE).write_text(json.dumps({"step": 30, "eval_loss": 3.9}))
     assert final_report_of(str(tmp_path), max_steps=30) == {"step": 30, "eval_loss": 3.9}
+
+
+def test_a_checkpoint_gives_back_the_report_it_was_taken_with(tmp_path):
+    assert checkpoint_report(str(tmp_path)) is None
+    (tmp_path / REPORT_FILE).write_text(json.dumps({"step": 20, "eval_loss": 4.0}))
+    assert checkpoint_report(str(tmp_path)) == {"step": 20, "eval_loss": 4.0}
 
 
 def dropout_draws() -> tuple:
