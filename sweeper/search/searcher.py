@@ -221,8 +221,9 @@ class StepAwareOptunaSearch(Searcher):
     def reconcile(self, book) -> None:
         """For `sweep resume`: what `book` (rebuilt from MLflow) holds and the study does
         not (the last driver died between the two) is told now: every trial's reports, and
-        the end of a trial that has finished. A report MLflow recorded just before the loss
-        is not given again by the trial, which goes on from its checkpoint past it."""
+        the end of a trial that has finished. A trial whose last report MLflow recorded
+        just before the loss may never report again: the rungs, rebuilt from MLflow, can
+        prune it where it waits."""
         for trial_id, record in book.trials.items():
             if trial_id not in self.trials or trial_id in self.finished:
                 continue
