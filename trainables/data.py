@@ -125,16 +125,17 @@ def hub_dataset_folder(source: HubSplit, key: str) -> Path:
     except Exception:  # not in the cache (LocalEntryNotFoundError): from the Hub below
         pass
     unreachable = hub_unreachable()
-    try:
-        if unreachable:
-            raise OSError(f"not in the Hugging Face cache and the Hub cannot be reached ({unreachable})")
-        return Path(snapshot_download(source.repo_id, repo_type="dataset"))
-    except Exception as exc:  # huggingface_hub raises HTTP and network errors, ...
-        raise InputError(
-            f"{key}: cannot get the Hub dataset {source.repo_id} (from the Hub cache or the Hub): "
-            f"{_first_line(exc).rstrip('.')}; download it once with network access (or copy the Hub cache here), "
-            "or give a local file"
-        ) from None
+    if unreachable:
+        problem = f"not in the Hugging Face cache and the Hub cannot be reached ({unreachable})"
+    else:
+        try:
+            return Path(snapshot_download(source.repo_id, repo_type="dataset"))
+        except Exception as exc:  # huggingface_hub raises HTTP and network errors, ...
+            problem = _first_line(exc).rstrip(".")
+    raise InputError(
+        f"{key}: cannot get the Hub dataset {source.repo_id} (from the Hub cache or the Hub): "
+        f"{problem}; download it once with network access (or copy the Hub cache here), or give a local file"
+    )
 
 
 def _hub_split_rows(source: HubSplit, key: str) -> list[dict]:

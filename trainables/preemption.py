@@ -23,12 +23,11 @@ restarted trial's reports carry PREEMPTIONS (how often it moved) and PREEMPTED_A
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Callable
 
-from trainables.common import REPORT_FILE, Reporter, Workers, report_with_checkpoint
+from trainables.common import Reporter, Workers, checkpoint_report, report_with_checkpoint
 from trainables.environment import PREEMPTION_WATCHER_ENV
 from trainables.metrics import PREEMPTED_AT_STEP, PREEMPTION_CHECKPOINT, PREEMPTIONS, STEP
 
@@ -79,9 +78,5 @@ def train_notice(moves: dict[str, int] | None = None) -> PreemptionNotice:
 def moves_of(checkpoint_dir: str) -> dict[str, int]:
     """PREEMPTIONS and PREEMPTED_AT_STEP as of a checkpoint: those of its report, a
     preemption checkpoint's or an evaluation's that carried them on; {} for a run never moved."""
-    path = os.path.join(checkpoint_dir, REPORT_FILE)
-    if not os.path.isfile(path):
-        return {}
-    with open(path) as file:
-        report = json.load(file)
+    report = checkpoint_report(checkpoint_dir) or {}
     return {key: int(report[key]) for key in (PREEMPTIONS, PREEMPTED_AT_STEP) if key in report}
