@@ -6,6 +6,7 @@ when the trial goes on; a checkpoint at max_steps ends the run with its report."
 
 import contextlib
 import json
+import sys
 import types
 
 import pytest
@@ -44,8 +45,7 @@ def run_worker(monkeypatch, tmp_path):
         monkeypatch.setattr(worker, "resolve_model_source", lambda name, cache_root: name)
         monkeypatch.setattr(worker, "train_notice", lambda moves=None: moves)
         task = types.SimpleNamespace(train=lambda *args, **kwargs: trained.append(kwargs))
-        import_module = worker.importlib.import_module
-        monkeypatch.setattr(worker.importlib, "import_module", lambda name, package=None: task if name == "trainables.sft" else import_module(name, package))
+        monkeypatch.setitem(sys.modules, "trainables.sft", task)  # what import_module finds first
         spec = validate_spec(small_sweep("w", training={"max_steps": max_steps, "eval_every": 10}), base_dir=REPO)
         config = {"trial": spec.trial_config(), "data": {"ref": None}, "cache_root": tmp_path, "started_at": 0.0}
         worker.train_loop_per_worker(config)
