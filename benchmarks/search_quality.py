@@ -175,13 +175,17 @@ ANYTIME_SHARES = (0.1, 0.25, 0.5)
 REACHED = 0.95
 BUDGET_METHODS = {f"asha_budget{round(share * 100)}": share for share in ANYTIME_SHARES}
 METHODS.update({name: {"budget_share": share} for name, share in BUDGET_METHODS.items()})
-# The same caps with the first rung at step 27, where the loop's MedianPruner first judges
-# (`asha_budget50_grace27` ...): on the sixth task a trial's loss at step 27 ranks its best
-# at 0.86 (Spearman, random search's 270 trials of seeds 0-9) against 0.71 at step 9, and
-# the sampler reads the waiting trials at the rung (issue 38, session 37).
-LATER_RUNG_METHODS = {f"{name}_grace27": share for name, share in BUDGET_METHODS.items()}
-METHODS.update({name: {"budget_share": share, "early_stopping": {"grace_period": 27}} for name, share in LATER_RUNG_METHODS.items()})
-BUDGET_METHODS.update(LATER_RUNG_METHODS)
+# The same caps with the first rung pinned (`asha_budget50_grace27` ...): at step 27, where
+# the loop's MedianPruner first judges and where the default without a trial count has put
+# it since session 37 (max_steps / 9; on the sixth task a trial's loss at step 27 ranks its
+# best at 0.86, at step 9 at 0.71); at step 9, the default before (max_steps / 27, sessions
+# 28-36). Pinned, their cached runs keep meaning what they measured when the default moves.
+PINNED_RUNG_METHODS = {f"{name}_grace{rung}": (share, rung) for name, share in BUDGET_METHODS.items() for rung in (9, 27)}
+METHODS.update({
+    name: {"budget_share": share, "early_stopping": {"grace_period": rung}}
+    for name, (share, rung) in PINNED_RUNG_METHODS.items()
+})
+BUDGET_METHODS.update({name: share for name, (share, _) in PINNED_RUNG_METHODS.items()})
 ON_THE_DEFAULTS = {"asha", "asha_stopping", "median", "asha_screen4", "asha_screen4_random", "asha_closing2", *BUDGET_METHODS}
 DEFAULT_METHODS = ["random", "optuna", "asha", "asha_ladder", "asha_stopping", "median"]
 
@@ -646,7 +650,7 @@ def run_sweeper(settings: Settings, seed: int, name: str) -> Outcome:
 
                 stopping, training = spec.early_stopping, spec.training
                 rungs = asha_rungs(
-                    stopping.grace_period_for(training.max_steps, training.eval_every), training.max_steps,
+                    spec.grace_period(), training.max_steps,
                     stopping.rung_spacing_for(), stopping.rung_count(),
                 )
                 return RungModelTPE(

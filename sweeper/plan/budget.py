@@ -114,10 +114,9 @@ def _bought_lines(budget: BudgetSpec, forecast: "Forecast") -> list[str]:
 
 def first_trial_steps(spec) -> int:
     """Steps one trial trains at least: to the first rung (to max_steps without early stopping)."""
-    stopping, training = spec.early_stopping, spec.training
-    if stopping.scheduler in ("asha", "asha_stopping"):
-        return stopping.grace_period_for(training.max_steps, training.eval_every)
-    return training.max_steps
+    if spec.early_stopping.scheduler in ("asha", "asha_stopping"):
+        return spec.grace_period()
+    return spec.training.max_steps
 
 
 def first_trial_cost(spec) -> tuple[float, float] | None:

@@ -150,7 +150,7 @@ def make_plan(spec: SweepSpec, cluster: ClusterResources) -> SweepPlan:
     stopping = spec.early_stopping
     rungs = []
     if stopping.scheduler in ("asha", "asha_stopping"):
-        grace_period = stopping.grace_period_for(spec.training.max_steps, spec.training.eval_every)
+        grace_period = spec.grace_period()
         rungs = asha_rungs(grace_period, spec.training.max_steps, stopping.rung_spacing_for(),
                            stopping.rung_count(searched=bool(spec.search.parameters)))
     return SweepPlan(spec=spec, trial_resources=trial, concurrent_trials=concurrent, cluster_slots=slots, rungs=rungs)

@@ -281,7 +281,7 @@ def make_scheduler(plan: SweepPlan, searched: bool = True):
     search.parameters) gets ASHA by stopping instead."""
     spec = plan.spec
     stopping = spec.early_stopping
-    grace_period = stopping.grace_period_for(spec.training.max_steps, spec.training.eval_every)
+    grace_period = spec.grace_period()
     common = dict(time_attr=TIME_ATTR, metric=spec.search.metric, mode=_mode(spec))
     if stopping.scheduler == "asha" and searched:
         return SavedPromotionASHA(

@@ -87,6 +87,13 @@ class SweepSpec(StrictModel):
         """Where Tune's state and the Train checkpoints go: storage.uri, else the sweep folder."""
         return self.storage.uri or str(self.sweep_dir)
 
+    def grace_period(self) -> int:
+        """The first rung's step: early_stopping.grace_period, or its default for this
+        sweep's training and trial count (a sweep until a budget cap ranks later)."""
+        return self.early_stopping.grace_period_for(
+            self.training.max_steps, self.training.eval_every, until_a_cap=self.search.num_trials is None
+        )
+
     def trial_config(self) -> TrialConfig:
         """The sections every trial trains with, before its sampled values are applied
         (`TrialConfig.with_values`); the search, cost and tracking sections stay here."""
@@ -148,7 +155,7 @@ def _task_problems(spec: SweepSpec) -> list[Problem]:
 def _schedule_problems(spec: SweepSpec) -> list[Problem]:
     stopping, training = spec.early_stopping, spec.training
     problems = []
-    grace_period = stopping.grace_period_for(training.max_steps, training.eval_every)
+    grace_period = spec.grace_period()
     if stopping.scheduler != "none" and not training.eval_every <= grace_period < training.max_steps:
         if stopping.grace_period is not None:
             problems.append((

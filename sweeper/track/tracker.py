@@ -75,8 +75,8 @@ def flat_params(spec: SweepSpec) -> dict[str, str]:
             flat[prefix] = json.dumps(value) if isinstance(value, (dict, list)) else str(value)
 
     walk("", dumped)
-    stopping, training = spec.early_stopping, spec.training
-    flat["early_stopping.grace_period"] = str(stopping.grace_period_for(training.max_steps, training.eval_every))
+    stopping = spec.early_stopping
+    flat["early_stopping.grace_period"] = str(spec.grace_period())
     flat["early_stopping.reduction_factor"] = str(stopping.reduction_factor_for())
     flat["early_stopping.startup_trials"] = str(stopping.startup_trials_for())
     flat["early_stopping.rung_spacing"] = str(stopping.rung_spacing_for())

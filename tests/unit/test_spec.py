@@ -98,11 +98,14 @@ def test_grace_period_within_budget():
 
 
 def test_the_first_rung_by_default_is_placed_relative_to_max_steps_on_an_evaluation():
-    def first_rung(training: dict, **early_stopping):
+    def first_rung(training: dict, until_a_cap: bool = False, **early_stopping):
         raw = small_sweep("x", training=training, early_stopping=early_stopping)
         raw["early_stopping"].pop("grace_period")
+        if until_a_cap:
+            raw["search"].pop("num_trials")
+            raw["budget"] = {"max_steps": 5000}
         spec = validate_spec(raw, base_dir=REPO)
-        return spec.early_stopping.grace_period_for(spec.training.max_steps, spec.training.eval_every)
+        return spec.grace_period()
 
     # max_steps / 27, rounded up to an evaluation: the search-quality task's 9.
     assert first_rung({"max_steps": 243, "eval_every": 9}) == 9
@@ -112,6 +115,11 @@ def test_the_first_rung_by_default_is_placed_relative_to_max_steps_on_an_evaluat
     # of 100 made invalid before: the fixed default 10 was below it).
     assert first_rung({"max_steps": 2000, "eval_every": 100}) == 100
     assert first_rung({"max_steps": 2000, "eval_every": 20}) == 80
+    # A sweep that draws trials until a budget cap ranks them later: max_steps / 9 on an
+    # evaluation (step 27 of 243), where the quickstart's first evaluation already is.
+    assert first_rung({"max_steps": 243, "eval_every": 9}, until_a_cap=True) == 27
+    assert first_rung({"max_steps": 90, "eval_every": 10}, until_a_cap=True) == 10
+    assert first_rung({"max_steps": 2000, "eval_every": 20}, until_a_cap=True) == 240
     # Neither the share kept nor the rungs' spacing moves it.
     assert first_rung({"max_steps": 243, "eval_every": 9}, reduction_factor=2) == 9
     assert first_rung({"max_steps": 243, "eval_every": 9}, reduction_factor=2, rung_spacing=4, rungs="all") == 9
