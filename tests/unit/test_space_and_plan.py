@@ -147,14 +147,14 @@ def test_asha_by_promotion_knows_its_step_budget_before_launch():
 def test_a_sweep_until_a_budget_cap_screens_its_trials_later():
     # 243 steps evaluated every 9: with a trial count the screen is at step 9; without one,
     # trials keep coming until the cap, each judged at the rung, and the rung is at step 27.
-    def plan(search: dict, **sections):
-        raw = small_sweep("x", search=search, training={"max_steps": 243, "eval_every": 9}, **sections)
+    def plan(num_trials: int | None, **sections):
+        raw = small_sweep("x", training={"max_steps": 243, "eval_every": 9}, **sections)
         raw["early_stopping"] = {}
-        raw["search"] = {key: value for key, value in raw["search"].items() if value is not None}
+        raw["search"]["num_trials"] = num_trials
         return make_plan(validate_spec(raw, base_dir=REPO), ClusterResources(2, 0, 2, 0))
 
-    assert plan({"num_trials": 27}).rungs == [9]
-    until_the_cap = plan({"num_trials": None}, budget={"max_steps": 3280})
+    assert plan(27).rungs == [9]
+    until_the_cap = plan(None, budget={"max_steps": 3280})
     assert until_the_cap.rungs == [27]
     # What the tracker logs as the sweep's grace period is the rung it ran.
     from sweeper.track.tracker import flat_params
