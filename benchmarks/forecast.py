@@ -88,6 +88,7 @@ def one_run(sweep: str) -> dict:
         "trials": len(run.book.trials),
         "completed": run.book.count("completed"),
         "median_trial_setup_seconds": run.book.median_setup_seconds(),
+        "ray_part": params.get("forecast_ray_part"),
         **trial_parts(run.book),
     }
 
@@ -199,6 +200,8 @@ def main() -> None:
             f"start {row['setup_seconds']:.1f} s; trial setup median {row['median_trial_setup_seconds'] or 0:.1f} s",
             flush=True,
         )
+        if row.get("ray_part"):
+            print(f"  measured before the sweep: {row['ray_part']}", flush=True)
         if row.get("cap_usd"):
             over = (row["actual_usd"] - row["cap_usd"]) / row["cap_usd"]
             print(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from rich.console import Console
 
 from sweeper.cost.memory import gpu_memory_gib, launch_card_gib, with_gpu_packing
 from sweeper.cost.prices import sweep_rate
-from sweeper.cost.throughput import TrialTiming, modelled_timing
+from sweeper.cost.throughput import RayPart, TrialTiming, modelled_timing
 from sweeper.errors import UserError
 from sweeper.plan.forecast import Forecast, dearer, forecast_sweep, mean_of_configs, with_spread
 from sweeper.plan.forecast_lines import forecast_lines
@@ -37,11 +38,16 @@ def local_cluster() -> ClusterResources:
     return ClusterResources(cpus=cpus, gpus=gpus, max_node_cpus=cpus, max_node_gpus=gpus)
 
 
-def sweep_forecast(plan: SweepPlan, cluster: ClusterResources, inputs: SweepInputs | None, *, on_cluster: bool) -> Forecast:
+def sweep_forecast(
+    plan: SweepPlan, cluster: ClusterResources, inputs: SweepInputs | None, *, on_cluster: bool,
+    measure_ray_part: Callable[[], RayPart | None] | None = None,
+) -> Forecast:
     """The plan's forecast: calibrated when `inputs` are given (on the cluster as Ray
     tasks when `on_cluster`; as many copies side by side as the sweep runs workers at
     once on a node of `cluster`), else from the throughput model. Raises UserError when
-    the model's size is unknown and nothing is calibrated."""
+    the model's size is unknown and nothing is calibrated. `measure_ray_part` (where Ray
+    is up: `sweep start`) measures Ray's part of a trial on the cluster, for a calibrated
+    forecast that this machine has no sweep of the same shape to learn from."""
     spec = plan.spec
     if inputs is not None:
         from sweeper.plan.calibrate import calibrate, side_by_side
@@ -52,9 +58,12 @@ def sweep_forecast(plan: SweepPlan, cluster: ClusterResources, inputs: SweepInpu
         # the sweep's load), as this machine's last sweeps measured it.
         machine = machine_key(cluster, on_cluster=on_cluster)
         profile = MachineProfile.load(machine, sweep_shape(plan))
+        ray_part = measure_ray_part() if profile is None and measure_ray_part is not None else None
 
         def as_here(timing: TrialTiming) -> TrialTiming:
-            return profile.applied(timing) if profile else timing
+            if profile is not None:
+                return profile.applied(timing)
+            return ray_part.applied(timing) if ray_part is not None else timing
 
         copies = calibration.per_copy or [(calibration.first, calibration.costliest)]
         forecast = with_spread(
@@ -65,6 +74,7 @@ def sweep_forecast(plan: SweepPlan, cluster: ClusterResources, inputs: SweepInpu
             forecast, calibrated=mean_of_configs(calibration.first, dearer(calibration.first, calibration.costliest)),
             machine=machine,
             machine_note=profile.line() if profile else None,
+            ray_part=ray_part,
         )
         forecast.notes.append(f"Calibration took {calibration.seconds:.1f} s ({calibration.copies} side by side)")
         return forecast

@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from sweeper.cost.prices import sweep_rate
-from sweeper.cost.throughput import TrialTiming
+from sweeper.cost.throughput import RayPart, TrialTiming
 from sweeper.names import ForecastKey
 from sweeper.plan.rungs import evaluations_between, milestone_counts, ranked_for
 from sweeper.plan.slots import Segment, on_slots, with_idle_slots
@@ -103,6 +103,7 @@ class Forecast:
     calibrated: TrialTiming | None = None
     machine: str | None = None
     machine_note: str | None = None
+    ray_part: RayPart | None = None  # Ray's part measured on the cluster (no profile yet)
 
     def as_params(self) -> dict[str, str]:
         """The forecast as MLflow params of the parent run (`forecast_*`)."""
@@ -123,6 +124,7 @@ class Forecast:
             ForecastKey.WORST_USD: f"{w.usd:.6g}",
             ForecastKey.ASSUMPTION: self.assumption[:500],
             **({ForecastKey.BUDGET_TRIALS: str(self.bought_trials)} if self.bought_trials is not None else {}),
+            **({ForecastKey.RAY_PART: self.ray_part.line()[:500]} if self.ray_part is not None else {}),
         }
 
     def ending_metrics(self) -> dict[str, float]:

@@ -95,6 +95,12 @@ def measured_line(forecast: Forecast) -> str:
             "Measured: step time, evaluation time, the training loop's setup (calibration); what a sweep adds, "
             f"{forecast.machine_note}; modelled: {survival}"
         )
+    if forecast.ray_part is not None:
+        return (
+            f"Measured: step time, evaluation time, the training loop's setup; {forecast.ray_part.line()}; modelled "
+            "(no sweep of this shape has ended on this machine yet): the driver's and Ray's share of the cores, "
+            f"a trial alone as fast as beside others, {survival}"
+        )
     return (
         "Measured: step time, evaluation time, the training loop's setup; modelled (no sweep of this shape has "
         f"ended on this machine yet): Ray's part of a trial start ({RAY_TRIAL_START_SECONDS:.1f} s), {overheads}, {survival}"

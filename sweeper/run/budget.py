@@ -26,10 +26,16 @@ class SweepBudget:
 
     @classmethod
     def forecast_sweep(cls, plan: SweepPlan, inputs: SweepInputs, console: Console, on_cluster: bool) -> "SweepBudget":
-        """Calibrate (unless cost.calibrate is false: the throughput model) and print the
-        forecast (before the sweep's clock starts; Ray is up)."""
+        """Calibrate (unless cost.calibrate is false: the throughput model), measure Ray's
+        part of a trial where this machine has no sweep of the shape to learn from, and
+        print the forecast (before the sweep's clock starts; Ray is up)."""
+        from sweeper.run.ray_part import measure_ray_part
+
         measured = inputs if plan.spec.cost.calibrate else None
-        forecast = sweep_forecast(plan, ClusterResources.from_ray(), measured, on_cluster=on_cluster)
+        forecast = sweep_forecast(
+            plan, ClusterResources.from_ray(), measured, on_cluster=on_cluster,
+            measure_ray_part=lambda: measure_ray_part(plan),
+        )
         print_forecast(forecast, plan.spec, console)
         return cls(plan.spec, plan, forecast)
 

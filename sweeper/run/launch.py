@@ -297,8 +297,7 @@ def _trainable(context: SweepContext):
     import ray
     from ray import tune
 
-    from sweeper.cluster.ray_adapter import ON_THE_HEAD_NODE
-    from sweeper.run.trial import run_trial, worker_start_timeout
+    from sweeper.run.trial import TRIAL_ACTOR_RESOURCES, run_trial, worker_start_timeout
 
     spec = context.spec
     forecast = context.budget.forecast  # a resumed sweep has none: its first driver's
@@ -319,9 +318,7 @@ def _trainable(context: SweepContext):
         trials_dir=storage.join(spec.storage_uri, "trials"),
         worker_start_timeout_s=timeout_s,
     )
-    # The trial's own process only waits on its TorchTrainer; the workers hold the CPUs
-    # and GPUs. It stays on the head node (a lost worker node must not take it along).
-    trainable = tune.with_resources(trainable, {"cpu": 0, "memory": 1024**2, **ON_THE_HEAD_NODE})
+    trainable = tune.with_resources(trainable, TRIAL_ACTOR_RESOURCES)
     trainable.__name__ = trainable_name(spec)
     return trainable
 

@@ -33,7 +33,7 @@ from ray.train.v2.api.callback import UserCallback
 
 from sweeper.cluster import storage
 from sweeper.cluster.placement import free_resources_text, resources_text
-from sweeper.cluster.ray_adapter import StoppableTorchTrainer, tune_stop_event, workers_never_started
+from sweeper.cluster.ray_adapter import ON_THE_HEAD_NODE, StoppableTorchTrainer, tune_stop_event, workers_never_started
 from sweeper.cost.memory import trial_forecast_gib
 from trainables.config import TrialConfig
 from trainables.metrics import PREEMPTION_CHECKPOINT, RESTARTS
@@ -47,6 +47,10 @@ WORKER_START_TIMEOUT_ENV = "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S"
 # trial starts they get beyond it.
 WORKER_START_FLOOR_S = 60.0
 WORKER_START_MEASURED_TIMES = 10
+# What a trial's own process (Tune's trial actor) asks for: it only waits on its
+# TorchTrainer, whose workers hold the CPUs and GPUs, and it stays on the head node (a
+# lost worker node must not take it along).
+TRIAL_ACTOR_RESOURCES = {"cpu": 0, "memory": 1024**2, **ON_THE_HEAD_NODE}
 
 
 class WorkersNotPlaced(RuntimeError):
@@ -70,6 +74,7 @@ def run_trial(
     cache_root: str,
     trials_dir: str,
     worker_start_timeout_s: float,
+    train_loop=train_loop_per_worker,
 ) -> None:
     """Tune's function trainable: this trial's TorchTrainer, fitted until it finishes or
     Tune stops the trial. `config` holds the trial's sampled values (dotted path -> value),
@@ -78,7 +83,8 @@ def run_trial(
     `trials_dir`, from the driver: s3://bucket/prefix/trials or an absolute folder (the
     trial runs in Tune's working directory, where a relative sweep folder would resolve
     somewhere else, Ray's session folder). Its file system is resolved here, on the
-    trial's node, from that node's AWS variables."""
+    trial's node, from that node's AWS variables. `train_loop`: what each worker runs
+    (another only where Ray's part of a trial is measured, sweeper/run/ray_part.py)."""
     started_at = time.time()
     trial = trial_config.with_values(config)
     resources = trial.resources
@@ -87,7 +93,7 @@ def run_trial(
     if resources.gpus_per_worker:
         per_worker["GPU"] = resources.gpus_per_worker
     trainer = StoppableTorchTrainer(
-        train_loop_per_worker=train_loop_per_worker,
+        train_loop_per_worker=train_loop,
         train_loop_config={
             "trial": trial,
             "data": data,

@@ -1,0 +1,186 @@
+"""Ray's part of a trial, measured on the sweep's own cluster before its forecast.
+
+The calibration times the training loop alone (sweeper/plan/calibrate.py). What Ray adds
+around it (a Train run's placement group and workers, each report's way to the driver, a
+run's end, a slot's turnaround to the next trial, the first wave's new processes) the
+forecast took from constants measured on one 2-core machine (sweeper/cost/throughput.py),
+until a sweep of the same shape had ended on the machine in use and left its figures
+(sweeper/plan/machine_profile.py). On a newcomer's first sweep those constants were what
+the forecast missed: Ray's part of a start was 1.9 s on a fresh clone's 2-core VM against
+the constant's 1.0 s, and the quickstart's forecast read 31 % low (benchmarks/README.md).
+
+So `sweep start` runs, where no such sweep has ended yet, two waves of trials of an empty
+training loop through the sweep's own trial function (`run_trial`: its TorchTrainer, its
+workers' resources, its report callback), as many at once as the sweep runs, with Tune
+reusing the trial actors as the sweep does, and times them from the driver as the live
+forecast times a sweep's trials (sweeper/run/live_forecast.py): the first wave starts
+cold, the second as the sweep's later trials do. It costs a few seconds, once per shape.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import statistics
+import tempfile
+import time
+from contextlib import contextmanager
+
+from ray.tune import Callback
+
+from sweeper.cost.throughput import RayPart
+from sweeper.plan.sweep_plan import SweepPlan
+
+__all__ = ["measure_ray_part", "RunTimes", "empty_loop"]
+
+logger = logging.getLogger(__name__)
+
+# Reports each empty run makes, this far apart (a loop's work between two reports): the
+# first report ends the run's start, the others time a report's way to the driver.
+REPORTS = 3
+REPORT_GAP_SECONDS = 0.2
+# Waves of trials: the first starts cold, the second in the actors the first leaves.
+WAVES = 2
+
+
+def empty_loop(config: dict) -> None:
+    """A trial's worker with nothing to train: it imports what the real loop imports
+    (trainables/worker.py, the task's loop), then reports REPORTS times, REPORT_GAP_SECONDS
+    apart, rank 0 with a checkpoint of one small file, the first report naming the run's
+    placement group as the real loop's does (the driver releases it when the trial ends)."""
+    import importlib
+
+    import ray
+    import ray.train
+
+    import trainables.worker  # noqa: F401
+    from trainables.metrics import PLACEMENT_GROUP
+
+    importlib.import_module(f"trainables.{config['trial'].task}")
+    placement_group = ray.util.get_current_placement_group()
+    rank = ray.train.get_context().get_world_rank()
+    for index in range(REPORTS):
+        if index:
+            time.sleep(REPORT_GAP_SECONDS)
+        metrics = {"step": index + 1}
+        if index == 0 and placement_group is not None:
+            metrics[PLACEMENT_GROUP] = placement_group.id.hex()
+        if rank != 0:
+            ray.train.report(metrics)
+            continue
+        with tempfile.TemporaryDirectory() as folder:
+            with open(os.path.join(folder, "report.json"), "w") as file:
+                file.write("{}")
+            ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(folder))
+
+
+class RunTimes(Callback):
+    """Tune callback on the driver: when each trial started, reported and ended, as the
+    live forecast reads them, and the figures they come to (`ray_part`)."""
+
+    def __init__(self, concurrent_trials: int, clock=time.time) -> None:
+        self.concurrent_trials, self.clock = concurrent_trials, clock
+        self.starts: dict[str, tuple[float, bool]] = {}  # trial id -> (start, in the first wave)
+        self.reports: dict[str, list[float]] = {}
+        self.ends: dict[str, float] = {}
+        self.turnarounds: list[float] = []
+        self._freed: list[float] = []  # runs ended, their slot not yet taken again
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        now = self.clock()
+        if self._freed:
+            self.turnarounds.append(now - self._freed.pop(0))
+        self.starts[trial.trial_id] = (now, len(self.starts) < self.concurrent_trials)
+        self.reports[trial.trial_id] = []
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        self.reports.setdefault(trial.trial_id, []).append(self.clock())
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        now = self.clock()
+        self.ends[trial.trial_id] = now
+        self._freed.append(now)
+
+    def ray_part(self, seconds: float) -> RayPart | None:
+        """The figures, or None unless every trial reported REPORTS times and ended.
+
+        - a report's way: each interval between two reports less the loop's gap;
+        - a start: from the trial's start to its first report, less one report's way (the
+          live forecast counts that in the evaluation); the second wave's mean;
+        - the cold start: the first wave's mean start over the second's;
+        - a stop: from the last report to the trial's end."""
+        whole = [t for t, times in self.reports.items() if len(times) == REPORTS and t in self.ends]
+        if not whole or len(whole) < len(self.starts) or not any(not self.starts[t][1] for t in whole):
+            return None
+        gaps = [b - a for t in whole for a, b in zip(self.reports[t], self.reports[t][1:])]
+        report = max(0.0, statistics.fmean(gaps) - REPORT_GAP_SECONDS)
+        starts = {t: max(0.0, self.reports[t][0] - self.starts[t][0] - report) for t in whole}
+        cold = statistics.fmean(s for t, s in starts.items() if self.starts[t][1])
+        warm = statistics.fmean(s for t, s in starts.items() if not self.starts[t][1])
+        return RayPart(
+            start_seconds=warm,
+            report_seconds=report,
+            stop_seconds=statistics.fmean(self.ends[t] - self.reports[t][-1] for t in whole),
+            turnaround_seconds=statistics.fmean(self.turnarounds) if self.turnarounds else 0.0,
+            cold_start_seconds=max(0.0, cold - warm),
+            trials=len(whole),
+            seconds=seconds,
+        )
+
+
+def measure_ray_part(plan: SweepPlan) -> RayPart | None:
+    """Run WAVES waves of the plan's trials at once with the empty loop on the cluster
+    (Ray is up) and time them; None where that failed (the forecast then keeps the
+    constants, and says so). Ctrl-C stops it as it stops `sweep start`: nothing else ran."""
+    from ray import tune
+
+    from sweeper.run.release import ReleaseFinishedRuns
+    from sweeper.run.trial import TRIAL_ACTOR_RESOURCES, WORKER_START_FLOOR_S, run_trial
+
+    started = time.time()
+    concurrent = plan.concurrent_trials
+    times = RunTimes(concurrent)
+    with tempfile.TemporaryDirectory(prefix="sweeper-ray-part-") as folder, tune_without_its_sigint_handler():
+        trainable = tune.with_parameters(
+            run_trial,
+            trial_config=plan.spec.trial_config(),
+            max_failures=0,
+            data={},  # the empty loop reads neither the data nor the model cache
+            cache_root=folder,
+            trials_dir=folder,
+            worker_start_timeout_s=WORKER_START_FLOOR_S,
+            train_loop=empty_loop,
+        )
+        trainable.__name__ = "ray_part"
+        tuner = tune.Tuner(
+            tune.with_resources(trainable, TRIAL_ACTOR_RESOURCES),
+            tune_config=tune.TuneConfig(num_samples=WAVES * concurrent, max_concurrent_trials=concurrent, reuse_actors=True),
+            run_config=tune.RunConfig(
+                name="ray-part", storage_path=folder, callbacks=[times, ReleaseFinishedRuns()], verbose=0
+            ),
+        )
+        try:
+            results = tuner.fit()
+        except Exception as error:  # a forecast never fails on this: it keeps the constants
+            logger.warning("Ray's part of a trial was not measured: %s", error)
+            return None
+        if results.errors:
+            logger.warning("Ray's part of a trial was not measured: %s", results.errors[0])
+            return None
+    return times.ray_part(time.time() - started)
+
+
+@contextmanager
+def tune_without_its_sigint_handler():
+    """Tune's own Ctrl-C handler ends a run quietly and returns; here Ctrl-C must stop
+    `sweep start` as it would a moment later, so Tune leaves SIGINT alone."""
+    name = "TUNE_DISABLE_SIGINT_HANDLER"
+    before = os.environ.get(name)
+    os.environ[name] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before
