@@ -18,7 +18,7 @@ from sweeper.spec.load import spec_to_yaml
 from sweeper.spec.schema import SweepSpec
 
 __all__ = [
-    "refuse_existing_sweep", "prepare_sweep_dir", "PUBLISHED_FILES", "publish_sweep_files", "WARM_START_LOG",
+    "refuse_existing_sweep", "prepare_sweep_dir", "spec_as_started", "PUBLISHED_FILES", "publish_sweep_files", "WARM_START_LOG",
     "first_missing_folder", "forget_warm_start_log", "DRIVER_PID_FILE", "DRIVER_LOG", "running_driver_pid",
     "refuse_if_running", "refuse_if_read_only", "stop_sweep",
 ]
@@ -41,9 +41,17 @@ def prepare_sweep_dir(spec: SweepSpec, overwrite: bool) -> Path:
     for path in _sweep_files(sweep_dir):
         shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
     sweep_dir.mkdir(parents=True, exist_ok=True)
-    # With its folder pinned, so that `sweep resume --sweep-dir` works from any directory.
-    (sweep_dir / "sweep.yaml").write_text(spec_to_yaml(spec.model_copy(update={"output_dir": sweep_dir})))
+    (sweep_dir / "sweep.yaml").write_text(spec_to_yaml(spec_as_started(spec)))
     return sweep_dir
+
+
+def spec_as_started(spec: SweepSpec) -> SweepSpec:
+    """The spec as `sweep resume` reads it back: with its folder, so that `--sweep-dir`
+    works from any directory, and its first rung as it ran, so that a later version's
+    default (session 37 moved a sweep-until-a-cap's from max_steps / 27 to / 9) does not
+    move the rungs of a sweep it resumes."""
+    early_stopping = spec.early_stopping.model_copy(update={"grace_period": spec.grace_period()})
+    return spec.model_copy(update={"output_dir": spec.sweep_dir, "early_stopping": early_stopping})
 
 
 # What `sweep promote` and `sweep resume` need from a sweep besides its Tune state and

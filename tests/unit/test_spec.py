@@ -131,6 +131,25 @@ def test_the_first_rung_by_default_is_placed_relative_to_max_steps_on_an_evaluat
         "training.eval_every is 10; lower eval_every, raise max_steps, or set early_stopping.scheduler: none"
     ]
 
+def test_a_sweep_keeps_the_first_rung_it_started_with_when_a_later_default_differs(tmp_path):
+    """`sweep resume` reads the sweep.yaml `sweep start` wrote: the first rung is written
+    there as the sweep ran it, so a later version's default cannot move a resumed sweep's
+    rungs (as session 37 moved a sweep-until-a-cap's from step 9 of 243 to 27)."""
+    from sweeper.run.sweep_dir import prepare_sweep_dir
+
+    raw = small_sweep("kept", training={"max_steps": 243, "eval_every": 9}, output_dir=str(tmp_path))
+    raw["early_stopping"].pop("grace_period")
+    raw["search"].pop("num_trials")
+    raw["budget"] = {"max_steps": 5000}
+    spec = validate_spec(raw, base_dir=REPO)
+    sweep_dir = prepare_sweep_dir(spec, overwrite=False)
+    written = load_spec(sweep_dir / "sweep.yaml")
+    assert written.early_stopping.grace_period == 27 == spec.grace_period()
+    assert written.output_dir == sweep_dir
+    # Its YAML otherwise as the user's: the saved spec validates to the same sweep.
+    assert written.model_copy(update={"early_stopping": spec.early_stopping, "output_dir": spec.output_dir}) == spec
+
+
 
 @pytest.mark.parametrize(
     "key, value, too_low, fix",
