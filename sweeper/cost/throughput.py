@@ -93,38 +93,38 @@ class TrialTiming:
 
 @dataclass(frozen=True)
 class RayPart:
-    """Ray's part of a trial as the sweep's own cluster ran it just now: a few trials of an
-    empty training loop, started as the sweep starts its trials (sweeper/run/ray_part.py).
-    Stands in for the constants above where no sweep of the same shape has ended on this
-    machine yet (sweeper/plan/machine_profile.py)."""
+    """Ray's part of a trial start as the sweep's own cluster ran it just now: a few trials
+    of an empty training loop, started as the sweep starts its trials
+    (sweeper/run/ray_part.py). Stands in for RAY_TRIAL_START_SECONDS and COLD_START_SECONDS
+    where no sweep of the same shape has ended on this machine yet
+    (sweeper/plan/machine_profile.py). A trial's stop and a slot's turnaround keep their
+    constants: measured, they are a tenth of a second or less, and the constants hold what
+    the forecast's slot arithmetic misses besides, which only a whole sweep measures (its
+    wall ratio); with the measured ones in their place the first forecasts read 12-22 % low
+    on the 2-core machine (benchmarks/README.md)."""
 
     start_seconds: float  # a Train run's start in a reused trial actor (RAY_TRIAL_START_SECONDS)
     report_seconds: float  # a report's way from the workers to the driver
-    stop_seconds: float  # a run's last report to its end (TRIAL_STOP_SECONDS)
-    turnaround_seconds: float  # a slot idle between two runs (SLOT_TURNAROUND_SECONDS)
     cold_start_seconds: float  # the first wave's extra (COLD_START_SECONDS)
     trials: int  # the empty trials measured
     seconds: float  # how long measuring took
 
     def applied(self, timing: TrialTiming) -> TrialTiming:
         """A calibrated `timing` (the loop's own setup plus RAY_TRIAL_START_SECONDS) with
-        Ray's part as measured; each evaluation reaches the driver through a report."""
+        Ray's part of a start as measured; each evaluation reaches the driver through a report."""
         return replace(
             timing,
             setup_seconds=max(0.0, timing.setup_seconds - RAY_TRIAL_START_SECONDS) + self.start_seconds,
             eval_seconds=timing.eval_seconds + self.report_seconds,
-            stop_seconds=self.stop_seconds,
-            turnaround_seconds=self.turnaround_seconds,
             cold_start_seconds=self.cold_start_seconds,
-            source=f"{timing.source}; Ray's part measured with {self.trials} empty trials on the cluster",
+            source=f"{timing.source}; Ray's part of a start measured with {self.trials} empty trials on the cluster",
         )
 
     def line(self) -> str:
         """What was measured, for `sweep start`'s "Measured" line."""
         return (
-            f"Ray's part of a trial start ({self.start_seconds:.1f} s), a report's way to the driver "
-            f"({self.report_seconds * 1000:.0f} ms), a trial's stop ({self.stop_seconds:.1f} s), a slot's turnaround "
-            f"({self.turnaround_seconds:.1f} s) and the first wave's cold start ({self.cold_start_seconds:.1f} s), "
+            f"Ray's part of a trial start ({self.start_seconds:.1f} s), the first wave's cold start "
+            f"({self.cold_start_seconds:.1f} s) and a report's way to the driver ({self.report_seconds * 1000:.0f} ms), "
             f"with {self.trials} empty trials on the cluster in {self.seconds:.1f} s"
         )
 

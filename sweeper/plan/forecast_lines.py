@@ -96,10 +96,13 @@ def measured_line(forecast: Forecast) -> str:
             f"{forecast.machine_note}; modelled: {survival}"
         )
     if forecast.ray_part is not None:
+        rest = (
+            f"a trial's stop ({t.stop_seconds:.1f} s), a slot's turnaround ({t.turnaround_seconds:.1f} s), the driver's "
+            "and Ray's share of the cores, a trial alone as fast as beside others"
+        )
         return (
             f"Measured: step time, evaluation time, the training loop's setup; {forecast.ray_part.line()}; modelled "
-            "(no sweep of this shape has ended on this machine yet): the driver's and Ray's share of the cores, "
-            f"a trial alone as fast as beside others, {survival}"
+            f"(no sweep of this shape has ended on this machine yet): {rest}, {survival}"
         )
     return (
         "Measured: step time, evaluation time, the training loop's setup; modelled (no sweep of this shape has "

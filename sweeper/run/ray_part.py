@@ -1,9 +1,9 @@
 """Ray's part of a trial, measured on the sweep's own cluster before its forecast.
 
 The calibration times the training loop alone (sweeper/plan/calibrate.py). What Ray adds
-around it (a Train run's placement group and workers, each report's way to the driver, a
-run's end, a slot's turnaround to the next trial, the first wave's new processes) the
-forecast took from constants measured on one 2-core machine (sweeper/cost/throughput.py),
+to a trial's start (a Train run's placement group and workers, the first wave's new
+processes) and to each report (its way to the driver) the forecast took from constants
+measured on one 2-core machine (sweeper/cost/throughput.py),
 until a sweep of the same shape had ended on the machine in use and left its figures
 (sweeper/plan/machine_profile.py). On a newcomer's first sweep those constants were what
 the forecast missed: Ray's part of a start was 1.9 s on a fresh clone's 2-core VM against
@@ -14,7 +14,8 @@ training loop through the sweep's own trial function (`run_trial`: its TorchTrai
 workers' resources, its report callback), as many at once as the sweep runs, with Tune
 reusing the trial actors as the sweep does, and times them from the driver as the live
 forecast times a sweep's trials (sweeper/run/live_forecast.py): the first wave starts
-cold, the second as the sweep's later trials do. It costs a few seconds, once per shape.
+cold, the second as the sweep's later trials do. It costs about 6 s on the 2-core machine,
+once per shape.
 """
 
 from __future__ import annotations
@@ -82,35 +83,28 @@ class RunTimes(Callback):
         self.concurrent_trials, self.clock = concurrent_trials, clock
         self.starts: dict[str, tuple[float, bool]] = {}  # trial id -> (start, in the first wave)
         self.reports: dict[str, list[float]] = {}
-        self.ends: dict[str, float] = {}
-        self.turnarounds: list[float] = []
-        self._freed: list[float] = []  # runs ended, their slot not yet taken again
+        self.ended: set[str] = set()
 
     def on_trial_start(self, iteration, trials, trial, **info):
-        now = self.clock()
-        if self._freed:
-            self.turnarounds.append(now - self._freed.pop(0))
-        self.starts[trial.trial_id] = (now, len(self.starts) < self.concurrent_trials)
+        self.starts[trial.trial_id] = (self.clock(), len(self.starts) < self.concurrent_trials)
         self.reports[trial.trial_id] = []
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
         self.reports.setdefault(trial.trial_id, []).append(self.clock())
 
     def on_trial_complete(self, iteration, trials, trial, **info):
-        now = self.clock()
-        self.ends[trial.trial_id] = now
-        self._freed.append(now)
+        self.ended.add(trial.trial_id)
 
     def ray_part(self, seconds: float) -> RayPart | None:
-        """The figures, or None unless every trial reported REPORTS times and ended.
+        """The figures, or None unless every trial reported REPORTS times and ended, and one
+        started in the second wave.
 
         - a report's way: each interval between two reports less the loop's gap;
         - a start: from the trial's start to its first report, less one report's way (the
           live forecast counts that in the evaluation); the second wave's mean;
-        - the cold start: the first wave's mean start over the second's;
-        - a stop: from the last report to the trial's end."""
-        whole = [t for t, times in self.reports.items() if len(times) == REPORTS and t in self.ends]
-        if not whole or len(whole) < len(self.starts) or not any(not self.starts[t][1] for t in whole):
+        - the cold start: the first wave's mean start over the second's."""
+        whole = [t for t, times in self.reports.items() if len(times) == REPORTS and t in self.ended]
+        if len(whole) < len(self.starts) or not any(not self.starts[t][1] for t in whole):
             return None
         gaps = [b - a for t in whole for a, b in zip(self.reports[t], self.reports[t][1:])]
         report = max(0.0, statistics.fmean(gaps) - REPORT_GAP_SECONDS)
@@ -120,8 +114,6 @@ class RunTimes(Callback):
         return RayPart(
             start_seconds=warm,
             report_seconds=report,
-            stop_seconds=statistics.fmean(self.ends[t] - self.reports[t][-1] for t in whole),
-            turnaround_seconds=statistics.fmean(self.turnarounds) if self.turnarounds else 0.0,
             cold_start_seconds=max(0.0, cold - warm),
             trials=len(whole),
             seconds=seconds,

@@ -27,14 +27,14 @@ class Clock:
         return self.now
 
 
-def trial_events(trial_id: str, at: float, start: float, report: float, stop: float) -> list[tuple[float, str, str]]:
+def trial_events(trial_id: str, at: float, start: float, report: float) -> list[tuple[float, str, str]]:
     """One empty trial as the driver sees it: started at `at`, its first report `start` +
-    `report` later, the next ones REPORT_GAP_SECONDS + `report` apart, its end `stop` after the last."""
+    `report` later, the next ones REPORT_GAP_SECONDS + `report` apart, its end 0.1 s after the last."""
     events, now = [(at, "start", trial_id)], at + start + report
     for index in range(REPORTS):
         now += (REPORT_GAP_SECONDS + report) if index else 0.0
         events.append((now, "result", trial_id))
-    return [*events, (now + stop, "complete", trial_id)]
+    return [*events, (now + 0.1, "complete", trial_id)]
 
 
 def replay(times: RunTimes, clock: Clock, *trials: list) -> None:
@@ -50,45 +50,43 @@ def replay(times: RunTimes, clock: Clock, *trials: list) -> None:
             times.on_trial_complete(0, [], trial)
 
 
-def test_the_empty_trials_give_rays_part_of_a_start_a_report_a_stop_a_turnaround_and_the_cold_start():
+def test_the_empty_trials_give_rays_part_of_a_start_a_report_and_the_cold_start():
     clock = Clock()
     times = RunTimes(concurrent_trials=2, clock=clock)
-    # The first wave starts cold (3 s), the second in its actors (2 s); a report's way is
-    # 0.1 s, a stop 0.25 s, and each second-wave trial starts 0.5 s after a slot freed.
-    first = trial_events("a", 0.0, 3.0, 0.1, 0.25)
+    # The first wave starts cold (3 s), the second in its actors (2 s); a report's way is 0.1 s.
+    first = trial_events("a", 0.0, 3.0, 0.1)
     freed = first[-1][0]
     replay(
-        times, clock, first, trial_events("b", 0.0, 3.0, 0.1, 0.25),
-        trial_events("c", freed + 0.5, 2.0, 0.1, 0.25), trial_events("d", freed + 0.5, 2.0, 0.1, 0.25),
+        times, clock, first, trial_events("b", 0.0, 3.0, 0.1),
+        trial_events("c", freed + 0.5, 2.0, 0.1), trial_events("d", freed + 0.5, 2.0, 0.1),
     )
     part = times.ray_part(seconds=9.0)
     assert part.start_seconds == pytest.approx(2.0)
     assert part.cold_start_seconds == pytest.approx(1.0)
     assert part.report_seconds == pytest.approx(0.1)
-    assert part.stop_seconds == pytest.approx(0.25)
-    assert part.turnaround_seconds == pytest.approx(0.5)
     assert (part.trials, part.seconds) == (4, 9.0)
 
 
 def test_nothing_is_measured_unless_every_trial_reported_and_ended_and_one_started_warm():
     clock = Clock()
     times = RunTimes(concurrent_trials=2, clock=clock)
-    replay(times, clock, trial_events("a", 0.0, 3.0, 0.1, 0.25), trial_events("b", 0.0, 3.0, 0.1, 0.25))
+    replay(times, clock, trial_events("a", 0.0, 3.0, 0.1), trial_events("b", 0.0, 3.0, 0.1))
     assert times.ray_part(seconds=1.0) is None  # only the cold wave
-    late = trial_events("c", 10.0, 2.0, 0.1, 0.25)
-    replay(times, clock, late[:1], trial_events("d", 10.0, 2.0, 0.1, 0.25))  # "c" started, never reported
+    late = trial_events("c", 10.0, 2.0, 0.1)
+    replay(times, clock, late[:1], trial_events("d", 10.0, 2.0, 0.1))  # "c" started, never reported
     assert times.ray_part(seconds=1.0) is None
     replay(times, clock, late[1:])
     assert times.ray_part(seconds=1.0).trials == 4
 
 
 def test_the_measured_part_replaces_rays_constants_in_a_calibrated_timing():
-    part = RayPart(start_seconds=1.9, report_seconds=0.2, stop_seconds=0.1, turnaround_seconds=0.05,
-                   cold_start_seconds=2.5, trials=4, seconds=8.0)
+    part = RayPart(start_seconds=1.9, report_seconds=0.2, cold_start_seconds=2.5, trials=4, seconds=8.0)
     timing = part.applied(CALIBRATED)
     assert timing.setup_seconds == pytest.approx(1.0 + 1.9)  # the loop's own setup, then Ray's as measured
     assert timing.eval_seconds == pytest.approx(0.5 + 0.2)
-    assert (timing.stop_seconds, timing.turnaround_seconds, timing.cold_start_seconds) == (0.1, 0.05, 2.5)
+    assert timing.cold_start_seconds == 2.5
+    # A stop and a turnaround keep their constants (they hold what the slot arithmetic misses).
+    assert (timing.stop_seconds, timing.turnaround_seconds) == (CALIBRATED.stop_seconds, CALIBRATED.turnaround_seconds)
     assert timing.step_seconds == CALIBRATED.step_seconds
     # A slower Ray than the constants' makes a dearer forecast.
     assert forecast_sweep(PLAN, timing).expected.usd > forecast_sweep(PLAN, CALIBRATED).expected.usd
@@ -104,7 +102,7 @@ def calibrating_to(monkeypatch, timing: TrialTiming) -> None:
 def test_sweep_start_measures_rays_part_only_where_no_sweep_of_the_shape_has_ended(tmp_path, monkeypatch):
     monkeypatch.setenv(PROFILES_ENV, str(tmp_path))
     calibrating_to(monkeypatch, CALIBRATED)
-    part = RayPart(1.9, 0.2, 0.1, 0.05, 2.5, 4, 8.0)
+    part = RayPart(1.9, 0.2, 2.5, 4, 8.0)
     asked = []
 
     def measure() -> RayPart:
@@ -118,8 +116,11 @@ def test_sweep_start_measures_rays_part_only_where_no_sweep_of_the_shape_has_end
     assert forecast.calibrated.setup_seconds == CALIBRATED.setup_seconds  # what a profile is measured against
     assert forecast.as_params()["forecast_ray_part"].startswith("Ray's part of a trial start (1.9 s)")
     (line,) = [line for line in forecast_lines(forecast, "CPU core-hours") if line.startswith("Measured")]
-    assert "Ray's part of a trial start (1.9 s), a report's way to the driver (200 ms)" in line, line
-    assert "with 4 empty trials on the cluster in 8.0 s; modelled (no sweep of this shape" in line, line
+    assert (
+        "Ray's part of a trial start (1.9 s), the first wave's cold start (2.5 s) and a report's way to the driver "
+        "(200 ms), with 4 empty trials on the cluster in 8.0 s; modelled (no sweep of this shape has ended on this "
+        "machine yet): a trial's stop (0.3 s), a slot's turnaround (0.5 s)"
+    ) in line, line
 
     # Once a sweep of the shape has ended here, its figures apply and nothing is measured.
     measure_kept = SweepMeasure("earlier", 0.0, 1.0, 1.0, 1.5, 0.4, 0.9, 1.0, sweep_shape(PLAN), 1.0, 1.0)
