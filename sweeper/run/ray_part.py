@@ -9,18 +9,19 @@ until a sweep of the same shape had ended on the machine in use and left its fig
 the forecast missed: Ray's part of a start was 1.9 s on a fresh clone's 2-core VM against
 the constant's 1.0 s, and the quickstart's forecast read 31 % low (benchmarks/README.md).
 
-So `sweep start` runs, where no such sweep has ended yet, two waves of trials of an empty
+So `sweep start` runs, where no such sweep has ended yet, waves of trials of an empty
 training loop through the sweep's own trial function (`run_trial`: its TorchTrainer, its
 workers' resources, its report callback), as many at once as the sweep runs, with Tune
 reusing the trial actors as the sweep does, and times them from the driver as the live
 forecast times a sweep's trials (sweeper/run/live_forecast.py): the first wave starts
-cold, the second as the sweep's later trials do. It costs about 6 s on the 2-core machine,
-once per shape.
+cold, the later ones (WARM_STARTS trials at least) as the sweep's later trials do. It costs
+a few seconds on the 2-core machine, once per shape.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import statistics
 import tempfile
@@ -37,11 +38,13 @@ __all__ = ["measure_ray_part", "RunTimes", "empty_loop"]
 logger = logging.getLogger(__name__)
 
 # Reports each empty run makes, this far apart (a loop's work between two reports): the
-# first report ends the run's start, the others time a report's way to the driver.
-REPORTS = 3
-REPORT_GAP_SECONDS = 0.2
-# Waves of trials: the first starts cold, the second in the actors the first leaves.
-WAVES = 2
+# first report ends the run's start, the other times a report's way to the driver.
+REPORTS = 2
+REPORT_GAP_SECONDS = 0.1
+# Trial starts measured after the first wave (in the actors it leaves), at the least: the
+# median of one or two was off by a second now and then on the 2-core machine (one read 2.2 s
+# where the sweep's own starts took 1.2 s).
+WARM_STARTS = 4
 
 
 def empty_loop(config: dict) -> None:
@@ -97,20 +100,20 @@ class RunTimes(Callback):
 
     def ray_part(self, seconds: float) -> RayPart | None:
         """The figures, or None unless every trial reported REPORTS times and ended, and one
-        started in the second wave.
+        started after the first wave. Medians, so that one slow start moves nothing:
 
-        - a report's way: each interval between two reports less the loop's gap;
+        - a report's way: an interval between two reports less the loop's gap;
         - a start: from the trial's start to its first report, less one report's way (the
-          live forecast counts that in the evaluation); the second wave's mean;
-        - the cold start: the first wave's mean start over the second's."""
+          live forecast counts that in the evaluation), of the trials after the first wave;
+        - the cold start: the first wave's start over the later ones'."""
         whole = [t for t, times in self.reports.items() if len(times) == REPORTS and t in self.ended]
         if len(whole) < len(self.starts) or not any(not self.starts[t][1] for t in whole):
             return None
         gaps = [b - a for t in whole for a, b in zip(self.reports[t], self.reports[t][1:])]
-        report = max(0.0, statistics.fmean(gaps) - REPORT_GAP_SECONDS)
+        report = max(0.0, statistics.median(gaps) - REPORT_GAP_SECONDS)
         starts = {t: max(0.0, self.reports[t][0] - self.starts[t][0] - report) for t in whole}
-        cold = statistics.fmean(s for t, s in starts.items() if self.starts[t][1])
-        warm = statistics.fmean(s for t, s in starts.items() if not self.starts[t][1])
+        cold = statistics.median(s for t, s in starts.items() if self.starts[t][1])
+        warm = statistics.median(s for t, s in starts.items() if not self.starts[t][1])
         return RayPart(
             start_seconds=warm,
             report_seconds=report,
@@ -121,8 +124,8 @@ class RunTimes(Callback):
 
 
 def measure_ray_part(plan: SweepPlan) -> RayPart | None:
-    """Run WAVES waves of the plan's trials at once with the empty loop on the cluster
-    (Ray is up) and time them; None where that failed (the forecast then keeps the
+    """Run waves of the plan's trials at once with the empty loop on the cluster (Ray is
+    up), a first and as many more as make WARM_STARTS starts, and time them; None where that failed (the forecast then keeps the
     constants, and says so). Ctrl-C stops it as it stops `sweep start`: nothing else ran."""
     from ray import tune
 
@@ -131,6 +134,7 @@ def measure_ray_part(plan: SweepPlan) -> RayPart | None:
 
     started = time.time()
     concurrent = plan.concurrent_trials
+    waves = 1 + math.ceil(WARM_STARTS / concurrent)
     times = RunTimes(concurrent)
     with tempfile.TemporaryDirectory(prefix="sweeper-ray-part-") as folder, tune_without_its_sigint_handler():
         trainable = tune.with_parameters(
@@ -146,7 +150,7 @@ def measure_ray_part(plan: SweepPlan) -> RayPart | None:
         trainable.__name__ = "ray_part"
         tuner = tune.Tuner(
             tune.with_resources(trainable, TRIAL_ACTOR_RESOURCES),
-            tune_config=tune.TuneConfig(num_samples=WAVES * concurrent, max_concurrent_trials=concurrent, reuse_actors=True),
+            tune_config=tune.TuneConfig(num_samples=waves * concurrent, max_concurrent_trials=concurrent, reuse_actors=True),
             run_config=tune.RunConfig(
                 name="ray-part", storage_path=folder, callbacks=[times, ReleaseFinishedRuns()], verbose=0
             ),
