@@ -101,8 +101,8 @@ class RayPart:
     constants: measured, they are a tenth of a second or less, and the constants hold what
     the forecast's slot arithmetic misses besides, which only a whole sweep measures (its
     wall ratio); with the measured ones in their place the quickstart's and the DPO
-    quickstart's first forecasts read 12-22 % low in wall time on the 2-core machine, where
-    the constants' read 2-8 % low (benchmarks/README.md)."""
+    quickstart's first forecasts read 12-22 % low in wall time on the 2-core machine
+    (benchmarks/README.md)."""
 
     start_seconds: float  # a Train run's start in a reused trial actor (RAY_TRIAL_START_SECONDS)
     report_seconds: float  # a report's way from the workers to the driver

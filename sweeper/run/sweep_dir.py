@@ -18,7 +18,7 @@ from sweeper.spec.load import spec_to_yaml
 from sweeper.spec.schema import SweepSpec
 
 __all__ = [
-    "refuse_existing_sweep", "prepare_sweep_dir", "spec_as_started", "PUBLISHED_FILES", "publish_sweep_files", "WARM_START_LOG",
+    "refuse_existing_sweep", "prepare_sweep_dir", "PUBLISHED_FILES", "publish_sweep_files", "WARM_START_LOG",
     "first_missing_folder", "forget_warm_start_log", "DRIVER_PID_FILE", "DRIVER_LOG", "running_driver_pid",
     "refuse_if_running", "refuse_if_read_only", "stop_sweep",
 ]

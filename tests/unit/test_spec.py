@@ -131,6 +131,7 @@ def test_the_first_rung_by_default_is_placed_relative_to_max_steps_on_an_evaluat
         "training.eval_every is 10; lower eval_every, raise max_steps, or set early_stopping.scheduler: none"
     ]
 
+
 def test_a_sweep_keeps_the_first_rung_it_started_with_when_a_later_default_differs(tmp_path):
     """`sweep resume` reads the sweep.yaml `sweep start` wrote: the first rung is written
     there as the sweep ran it, so a later version's default cannot move a resumed sweep's
