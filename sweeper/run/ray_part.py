@@ -33,7 +33,7 @@ from ray.tune import Callback
 from sweeper.cost.throughput import RayPart
 from sweeper.plan.sweep_plan import SweepPlan
 
-__all__ = ["measure_ray_part", "RunTimes", "empty_loop"]
+__all__ = ["measure_ray_part", "RunTimes", "empty_loop", "MEASURING_TRIAL_PREFIX"]
 
 logger = logging.getLogger(__name__)
 
@@ -150,7 +150,11 @@ def measure_ray_part(plan: SweepPlan) -> RayPart | None:
         trainable.__name__ = "ray_part"
         tuner = tune.Tuner(
             tune.with_resources(trainable, TRIAL_ACTOR_RESOURCES),
-            tune_config=tune.TuneConfig(num_samples=waves * concurrent, max_concurrent_trials=concurrent, reuse_actors=True),
+            tune_config=tune.TuneConfig(
+                num_samples=waves * concurrent, max_concurrent_trials=concurrent, reuse_actors=True,
+                # The Repr of their Train workers in the dashboard: not the sweep's trials.
+                trial_name_creator=measuring_trial_name,
+            ),
             run_config=tune.RunConfig(
                 name="ray-part", storage_path=folder, callbacks=[times, ReleaseFinishedRuns()], verbose=0
             ),
@@ -164,6 +168,14 @@ def measure_ray_part(plan: SweepPlan) -> RayPart | None:
             logger.warning("Ray's part of a trial was not measured: %s", results.errors[0])
             return None
     return times.ray_part(time.time() - started)
+
+
+# The start of the empty trials' names (and of their Train workers' Repr).
+MEASURING_TRIAL_PREFIX = "measuring-ray-part-"
+
+
+def measuring_trial_name(trial) -> str:
+    return f"{MEASURING_TRIAL_PREFIX}{trial.trial_id}"
 
 
 @contextmanager
