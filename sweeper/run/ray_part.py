@@ -136,7 +136,7 @@ def measure_ray_part(plan: SweepPlan) -> RayPart | None:
     concurrent = plan.concurrent_trials
     waves = 1 + math.ceil(WARM_STARTS / concurrent)
     times = RunTimes(concurrent)
-    with tempfile.TemporaryDirectory(prefix="sweeper-ray-part-") as folder, tune_without_its_sigint_handler():
+    with tempfile.TemporaryDirectory(prefix="sweeper-ray-part-") as folder, tune_quiet_and_interruptible():
         trainable = tune.with_parameters(
             run_trial,
             trial_config=plan.spec.trial_config(),
@@ -179,16 +179,19 @@ def measuring_trial_name(trial) -> str:
 
 
 @contextmanager
-def tune_without_its_sigint_handler():
+def tune_quiet_and_interruptible():
     """Tune's own Ctrl-C handler ends a run quietly and returns; here Ctrl-C must stop
-    `sweep start` as it would a moment later, so Tune leaves SIGINT alone."""
-    name = "TUNE_DISABLE_SIGINT_HANDLER"
-    before = os.environ.get(name)
-    os.environ[name] = "1"
+    `sweep start` as it would a moment later, so Tune leaves SIGINT alone. And Tune's
+    progress output (its experiment box, "View detailed results here: <a folder deleted
+    a moment later>") is the legacy reporter's at verbose 0 here: none."""
+    settings = {"TUNE_DISABLE_SIGINT_HANDLER": "1", "RAY_AIR_NEW_OUTPUT": "0"}
+    before = {name: os.environ.get(name) for name in settings}
+    os.environ.update(settings)
     try:
         yield
     finally:
-        if before is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = before
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
