@@ -41,9 +41,9 @@ logger = logging.getLogger(__name__)
 # first report ends the run's start, the other times a report's way to the driver.
 REPORTS = 2
 REPORT_GAP_SECONDS = 0.1
-# Trial starts measured after the first wave (in the actors it leaves), at the least: the
-# median of one or two was off by a second now and then on the 2-core machine (one read 2.2 s
-# where the sweep's own starts took 1.2 s).
+# Trial starts measured after the first wave (in the actors it leaves), at the least: one
+# alone was off by a second now and then on the 2-core machine (it read 2.2 s where the
+# sweep's own starts took 1.2 s, and the forecast read 68 % high).
 WARM_STARTS = 4
 
 
@@ -125,8 +125,9 @@ class RunTimes(Callback):
 
 def measure_ray_part(plan: SweepPlan) -> RayPart | None:
     """Run waves of the plan's trials at once with the empty loop on the cluster (Ray is
-    up), a first and as many more as make WARM_STARTS starts, and time them; None where that failed (the forecast then keeps the
-    constants, and says so). Ctrl-C stops it as it stops `sweep start`: nothing else ran."""
+    up), a first and as many more as make WARM_STARTS starts, and time them; None where
+    that failed (the forecast then keeps the constants, and says so). Ctrl-C stops it as it
+    stops `sweep start`: nothing else ran."""
     from ray import tune
 
     from sweeper.run.release import ReleaseFinishedRuns
