@@ -26,7 +26,7 @@ import os
 import statistics
 import tempfile
 import time
-from contextlib import contextmanager
+from unittest import mock
 
 from ray.tune import Callback
 
@@ -90,7 +90,6 @@ class RunTimes(Callback):
 
     def on_trial_start(self, iteration, trials, trial, **info):
         self.starts[trial.trial_id] = (self.clock(), len(self.starts) < self.concurrent_trials)
-        self.reports[trial.trial_id] = []
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
         self.reports.setdefault(trial.trial_id, []).append(self.clock())
@@ -179,20 +178,10 @@ def measuring_trial_name(trial) -> str:
     return f"{MEASURING_TRIAL_PREFIX}{trial.trial_id}"
 
 
-@contextmanager
 def tune_quiet_and_interruptible():
     """Tune's own Ctrl-C handler ends a run quietly and returns; here Ctrl-C must stop
     `sweep start` as it would a moment later, so Tune leaves SIGINT alone. And Tune's
     progress output (its experiment box, "View detailed results here: <a folder deleted
-    a moment later>") is the legacy reporter's at verbose 0 here: none."""
-    settings = {"TUNE_DISABLE_SIGINT_HANDLER": "1", "RAY_AIR_NEW_OUTPUT": "0"}
-    before = {name: os.environ.get(name) for name in settings}
-    os.environ.update(settings)
-    try:
-        yield
-    finally:
-        for name, value in before.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+    a moment later>") is the legacy reporter's at verbose 0 here: none. The environment
+    as it was afterwards."""
+    return mock.patch.dict(os.environ, {"TUNE_DISABLE_SIGINT_HANDLER": "1", "RAY_AIR_NEW_OUTPUT": "0"})
