@@ -25,6 +25,9 @@ class TokenizedSplit:
     def __len__(self) -> int:
         return len(self.input_ids)
 
+    def rows(self, indices: list[int]) -> TokenizedSplit:
+        return TokenizedSplit([self.input_ids[i] for i in indices], [self.labels[i] for i in indices])
+
     @property
     def num_target_tokens(self) -> int:
         return sum(sum(1 for t in row if t != IGNORE_INDEX) for row in self.labels)
@@ -40,6 +43,9 @@ class PreferenceSplit:
 
     def __len__(self) -> int:
         return len(self.chosen)
+
+    def rows(self, indices: list[int]) -> PreferenceSplit:
+        return PreferenceSplit(self.chosen.rows(indices), self.rejected.rows(indices))
 
 
 def read_jsonl(path: Path, key: str) -> list[tuple[int, dict]]:

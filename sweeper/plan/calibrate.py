@@ -214,6 +214,21 @@ def measure(spec: SweepSpec, data: dict, model_source: str, steps: int = MEASURE
     )
 
 
+def first_workers_data(data: dict, workers_per_trial: int) -> dict:
+    """The data as a trial's first worker uses it: each of a trial's workers evaluates its
+    own share of the eval split (`shard_batches`), so a copy timing one worker of several
+    evaluates that share, not the whole split. Training draws the same micro-batches either way."""
+    if workers_per_trial <= 1:
+        return data
+    import torch
+
+    from trainables.common import Workers, shard_batches
+
+    first_worker = Workers(rank=0, world_size=workers_per_trial, device=torch.device("cpu"))
+    share = [index for batch in shard_batches(len(data["eval"]), 1, first_worker) for index in batch]
+    return {**data, "eval": data["eval"].rows(share)}
+
+
 def _calibrate_here(
     spec_json: dict, data, model_source: str, overrides: dict, ready=None
 ) -> tuple[TrialTiming, TrialTiming]:
@@ -261,6 +276,7 @@ def calibrate(spec: SweepSpec, data: dict, model_source: str, on_cluster: bool, 
     spec_json = spec.model_dump(mode="json")
     copies = max(1, copies)
     threads = max(1, int(spec.resources.cpus_per_worker))
+    data = first_workers_data(data, spec.resources.workers_per_trial)
     if on_cluster:
         timings = _calibrate_as_ray_tasks(spec, spec_json, data, model_source, overrides, copies)
         where = "a Ray task with one worker's resources on the cluster"
@@ -277,7 +293,10 @@ def calibrate(spec: SweepSpec, data: dict, model_source: str, on_cluster: bool, 
     what = f"measured: {MEASURED_STEPS} steps in a row after {MEASURED_STEPS} warm-up"
     what += f", {copies} copies side by side (as the sweep's workers run at once), in {where}" if copies > 1 else f" in {where}"
     if spec.resources.workers_per_trial > 1:
-        what += f"; a copy is one worker of {spec.resources.workers_per_trial} (the workers' communication not included)"
+        what += (
+            f"; a copy is one worker of {spec.resources.workers_per_trial}, evaluating that worker's share of the eval"
+            " split (the workers' communication not included)"
+        )
     costly = ", ".join(f"{k}={v}" for k, v in overrides.items()) or "the first config"
     return Calibration(
         replace(first, source=f"{what}; first config"),

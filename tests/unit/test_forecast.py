@@ -202,6 +202,37 @@ def test_calibrate_side_by_side_in_processes_only_when_the_sweep_runs_workers_si
     assert "2 copies side by side" in two.first.source
 
 
+def test_a_copy_timing_one_worker_of_several_evaluates_that_workers_share_of_the_eval_split(monkeypatch):
+    """Each of a trial's workers evaluates its own share of the eval split; a calibration copy
+    that evaluated the whole split forecast two-worker sweeps' evaluations 1.3-1.7x too long."""
+    import torch
+
+    from trainables.common import Workers, shard_batches
+    from trainables.data import PreferenceSplit, TokenizedSplit
+
+    def split(rows: int) -> TokenizedSplit:
+        return TokenizedSplit([[row, row] for row in range(rows)], [[-100, row] for row in range(rows)])
+
+    given = []
+    monkeypatch.setattr(calibration, "_calibrate_here", lambda spec_json, data, *rest: given.append(data) or (None, None))
+    monkeypatch.setattr(calibration, "mean_timing", lambda timings: TrialTiming(0.03, 0.2, 1.0, ""))
+    train, eval_ = split(8), split(7)
+    for workers in (1, 2, 3):
+        spec = quickstart_like(resources={"workers_per_trial": workers})
+        calibration.calibrate(spec, {"train": train, "eval": eval_}, "model", on_cluster=False, copies=1)
+        first_worker = Workers(rank=0, world_size=workers, device=torch.device("cpu"))
+        evaluated = [row for batch in shard_batches(7, 2, first_worker) for row in batch]
+        assert given[-1]["train"] is train  # training draws the same micro-batches either way
+        assert given[-1]["eval"].input_ids == [[row, row] for row in evaluated]
+        assert given[-1]["eval"].labels == [[-100, row] for row in evaluated]
+    assert [len(data["eval"]) for data in given] == [7, 4, 3]
+
+    pairs = PreferenceSplit(split(5), split(5))
+    spec = quickstart_like(resources={"workers_per_trial": 2})
+    calibration.calibrate(spec, {"train": pairs, "eval": pairs}, "model", on_cluster=False, copies=1)
+    assert given[-1]["eval"].chosen.input_ids == given[-1]["eval"].rejected.input_ids == [[0, 0], [2, 2], [4, 4]]
+
+
 def test_measure_times_the_second_interval_of_steps_in_a_row_from_a_common_start(monkeypatch):
     """Two intervals of MEASURED_STEPS steps: the first warms up; copies meet before the
     second; its training time / steps is the step, the rest of the gap the evaluation."""
