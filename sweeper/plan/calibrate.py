@@ -217,7 +217,8 @@ def measure(spec: SweepSpec, data: dict, model_source: str, steps: int = MEASURE
 def first_workers_data(data: dict, workers_per_trial: int) -> dict:
     """The data as a trial's first worker uses it: each of a trial's workers evaluates its
     own share of the eval split (`shard_batches`), so a copy timing one worker of several
-    evaluates that share, not the whole split. Training draws the same micro-batches either way."""
+    evaluates that share, not the whole split. Its training steps take micro-batches of the
+    same size either way."""
     if workers_per_trial <= 1:
         return data
     import torch

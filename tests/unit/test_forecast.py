@@ -204,7 +204,8 @@ def test_calibrate_side_by_side_in_processes_only_when_the_sweep_runs_workers_si
 
 def test_a_copy_timing_one_worker_of_several_evaluates_that_workers_share_of_the_eval_split(monkeypatch):
     """Each of a trial's workers evaluates its own share of the eval split; a calibration copy
-    that evaluated the whole split forecast two-worker sweeps' evaluations 1.3-1.7x too long."""
+    that evaluated the whole split forecast two-worker sweeps' evaluations 1.1-1.7x too long
+    (their measured eval ratios: 0.58-0.92, benchmarks/README.md)."""
     import torch
 
     from trainables.common import Workers, shard_batches
@@ -222,7 +223,7 @@ def test_a_copy_timing_one_worker_of_several_evaluates_that_workers_share_of_the
         calibration.calibrate(spec, {"train": train, "eval": eval_}, "model", on_cluster=False, copies=1)
         first_worker = Workers(rank=0, world_size=workers, device=torch.device("cpu"))
         evaluated = [row for batch in shard_batches(7, 2, first_worker) for row in batch]
-        assert given[-1]["train"] is train  # training draws the same micro-batches either way
+        assert given[-1]["train"] is train  # micro-batches of the same size either way
         assert given[-1]["eval"].input_ids == [[row, row] for row in evaluated]
         assert given[-1]["eval"].labels == [[-100, row] for row in evaluated]
     assert [len(data["eval"]) for data in given] == [7, 4, 3]
