@@ -98,11 +98,12 @@ class RayPart:
     (sweeper/run/ray_part.py). Stands in for RAY_TRIAL_START_SECONDS and COLD_START_SECONDS
     where no sweep of the same shape has ended on this machine yet
     (sweeper/plan/machine_profile.py). A trial's stop and a slot's turnaround keep their
-    constants: measured, they are a tenth of a second or less, and the constants hold what
-    the forecast's slot arithmetic misses besides, which only a whole sweep measures (its
-    wall ratio); with the measured ones in their place the quickstart's and the DPO
-    quickstart's first forecasts read 12-22 % low in wall time on the 2-core machine
-    (benchmarks/README.md)."""
+    constants: measured, they are a tenth of a second or less, and the constants hold about
+    what the calibration misses of the sweep's own load besides (a training thread gets
+    0.75-0.89 of a core during a sweep on the 2-core machine, 0.97-1.00 in the calibration),
+    which only a whole sweep measures (its step and evaluation ratios); with the measured
+    ones in their place the quickstart's and the DPO quickstart's first forecasts read
+    12-22 % low in wall time on the 2-core machine (benchmarks/README.md)."""
 
     start_seconds: float  # a Train run's start in a reused trial actor (RAY_TRIAL_START_SECONDS)
     report_seconds: float  # a report's way from the workers to the driver
