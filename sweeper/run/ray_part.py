@@ -45,6 +45,8 @@ REPORT_GAP_SECONDS = 0.1
 # alone was off by a second now and then on the 2-core machine (it read 2.2 s where the
 # sweep's own starts took 1.2 s, and the forecast read 68 % high).
 WARM_STARTS = 4
+# The start of the empty trials' names (and of their Train workers' Repr in the dashboard).
+MEASURING_TRIAL_PREFIX = "measuring-ray-part-"
 
 
 def empty_loop(config: dict) -> None:
@@ -168,10 +170,6 @@ def measure_ray_part(plan: SweepPlan) -> RayPart | None:
             logger.warning("Ray's part of a trial was not measured: %s", results.errors[0])
             return None
     return times.ray_part(time.time() - started)
-
-
-# The start of the empty trials' names (and of their Train workers' Repr).
-MEASURING_TRIAL_PREFIX = "measuring-ray-part-"
 
 
 def measuring_trial_name(trial) -> str:
