@@ -47,7 +47,9 @@ first quarter included), steps until the best-so-far first reaches random search
 median best, wall time; then each sweeper method minus the loop seed by seed (the mean,
 a bootstrap 95% interval, better/worse/equal seeds). A second table replays rung placements and
 Hyperband-style brackets (`replay_brackets`) on random search's finished trials: which
-trial successive halving would keep, without running a sweep per placement.
+trial successive halving would keep, without running a sweep per placement. The last
+table (`capped_replay`) replays the default under each anytime cap, keeping 1/2 to 1/6 of
+the trials past its rung, beside the loop's pruning: what the screen alone does there.
 
     python -m benchmarks.search_quality                       # the default methods, 3 seeds
     python -m benchmarks.search_quality --sft new --base-steps 1000 --seeds 0,1,2 \
@@ -738,6 +740,78 @@ def median_pruning(histories: list[list[tuple[int, float]]], max_steps: int, sta
     return best, steps
 
 
+def capped_promotion(histories: list[list[tuple[int, float]]], rung: int, max_steps: int, eta: float, cap: float) -> float:
+    """Replay the default under a budget cap (ASHA by promotion, one rung, no trial count) on
+    finished trials' histories, one trial at a time in order: a trial waiting at the rung
+    that is among the best floor(n / eta) of the n ranked there goes on to max_steps, or else
+    the next trial trains to the rung, until `cap` training steps. Returns the best eval
+    loss seen within the cap."""
+    from sweeper.plan.rungs import rung_quota
+
+    waiting: list[tuple[float, int]] = []  # (value at the rung, trial) of every trial ranked there
+    promoted: set[int] = set()
+    steps, best, arriving = 0, math.inf, iter(range(len(histories)))
+    while steps < cap:
+        going_on = [i for _, i in sorted(waiting)[: rung_quota(len(waiting), eta)] if i not in promoted]
+        if going_on:
+            trial, start, end = going_on[0], rung, max_steps
+            promoted.add(trial)
+        else:
+            trial, start, end = next(arriving, None), 0, rung
+            if trial is None:
+                break
+        for step, value in histories[trial]:
+            if start < step <= end and steps + step - start <= cap:
+                best = min(best, value)
+        steps += end - start
+        if end == rung:
+            waiting.append((dict(histories[trial])[rung], trial))
+    return best
+
+
+def capped_pruning(histories: list[list[tuple[int, float]]], cap: float, warmup: int, startup: int = 5) -> float:
+    """The Optuna loop's pruning (MedianPruner(n_warmup_steps=warmup) after `startup`
+    completed trials) replayed under a cap: the best eval loss seen within `cap` steps."""
+    completed: list[dict[int, float]] = []
+    steps, best = 0, math.inf
+    for history in histories:
+        previous = 0
+        for step, value in history:
+            steps += step - previous
+            previous = step
+            if steps > cap:
+                return best
+            best = min(best, value)
+            if step >= warmup and len(completed) >= startup and value > statistics.median(c[step] for c in completed):
+                break
+        else:
+            completed.append(dict(history))
+    return best
+
+
+def capped_replay(histories: list, settings: "Settings", draws: int = 400, seed: int = 0) -> dict[float, dict[str, float]]:
+    """What share of the trials to keep past the rung under a cap (issue 38): the default's
+    first rung under a cap, keeping 1/2 to 1/6 there, and the loop's pruning, each on `draws`
+    random orders of random search's finished trials of every seed, under each anytime
+    share's cap. Random configs, no TPE: the screen's part alone. Returns share -> rule ->
+    the mean best eval loss."""
+    from sweeper.spec.sections import default_grace_period
+
+    rung = default_grace_period(settings.max_steps, settings.eval_every, until_a_cap=True)
+    rng = random.Random(seed)
+    finished = [h for h in histories if h]
+    orders = [rng.sample(finished, len(finished)) for _ in range(draws)]
+    found = {}
+    for share in ANYTIME_SHARES:
+        cap = share * settings.random_steps
+        rules = {f"rung {rung}, keep 1/{keep}" + (" (the default)" if keep == 4 else ""):
+                 (lambda h, keep=keep: capped_promotion(h, rung, settings.max_steps, keep, cap)) for keep in (2, 3, 4, 6)}
+        rules[f"the loop's pruning (MedianPruner(n_warmup_steps={settings.loop_warmup}))"] = (
+            lambda h: capped_pruning(h, cap, settings.loop_warmup))
+        found[share] = {name: statistics.fmean(rule(order) for order in orders) for name, rule in rules.items()}
+    return found
+
+
 def oracle_screen(histories: list[list[tuple[int, float]]], max_steps: int, share: float, keep: float) -> tuple[float, int]:
     """A reference, not a rule: a screen that knows without training which trials end in
     the best `keep` of them, and trains as many of those (in order) to max_steps as `share`
@@ -1227,6 +1301,19 @@ def print_table(args, settings: Settings, methods: list[str], outcomes: dict, ra
         table.add_column(column)
     for name, row in resampled.items():
         table.add_row(name, f"{row['mean_best']:.4f}", f"{row['p80_best']:.4f}", f"{row['mean_steps'] / random_steps:.2f}")
+    console.print(table)
+    capped = capped_replay(histories, settings, draws)
+    figures["capped_replay"] = capped
+    table = Table(
+        title=f"under a cap, what to keep past the rung: {draws} random orders of random search's {len(histories)} trials "
+        "(random configs, no TPE), best eval loss, mean",
+        title_justify="left",
+    )
+    table.add_column("rule")
+    for share in capped:
+        table.add_column(f"{share:g}x random's steps")
+    for name in capped[ANYTIME_SHARES[0]]:
+        table.add_row(name, *(f"{capped[share][name]:.3f}" for share in capped))
     console.print(table)
     console.print(f"machine: {machine()}")
     save_json(args.json, figures)

@@ -5,7 +5,7 @@ small enough to work out by hand."""
 import pytest
 
 from benchmarks.search_quality import (
-    Outcome, anytime, headroom, median_pruning, new_family_example, oracle_screen, paired_difference, parse_shape,
+    Outcome, anytime, capped_promotion, capped_pruning, headroom, median_pruning, new_family_example, oracle_screen, paired_difference, parse_shape,
     rank_correlations, resampled_replay, successive_halving,
 )
 
@@ -50,6 +50,28 @@ def test_the_resampled_replay_draws_distinct_trials_and_averages_over_draws():
 def test_one_rung_keeping_a_quarter_trains_the_rest_to_the_end():
     # One rung at step 1 keeping max(1, floor(4 / 4)) = 1: the fast starter, to the end.
     assert successive_halving(HISTORIES, [1], 4, 4) == (1.8, 4 + 1 + 1 + 1)
+
+
+def test_under_a_cap_a_waiting_trial_goes_on_once_among_the_best_share_and_the_cap_cuts_what_is_seen():
+    # Keep 1/2 at step 1: trial 0 waits alone (quota 0), trial 1 arrives, then trial 0 goes
+    # on (best of 2); trials 2 and 3 arrive, and trial 1 goes on (2nd best of 4). The slow
+    # starter (2.5 at step 1) never does: 1.8, however large the cap.
+    assert capped_promotion(HISTORIES, 1, 4, 2, cap=100) == 1.8
+    # Keeping every trial trains each to the end in turn (16 steps) and finds the slow starter;
+    # one step less and its last evaluation falls past the cap.
+    assert capped_promotion(HISTORIES, 1, 4, 1, cap=16) == 1.5
+    assert capped_promotion(HISTORIES, 1, 4, 1, cap=15) == 1.8
+    # A cap of one step: trial 0's first evaluation only.
+    assert capped_promotion(HISTORIES, 1, 4, 2, cap=1) == 2.0
+
+
+def test_the_loops_pruning_under_a_cap_waits_its_warmup_steps():
+    # 2 startup trials complete (8 steps). Without a warmup the next two stop at step 1,
+    # above the completed trials' median there (2.05).
+    assert capped_pruning(HISTORIES, 100, warmup=0, startup=2) == 1.8
+    # Waiting to step 4, the slow starter ends at 1.5 after 16 steps; a cap of 15 cuts it first.
+    assert capped_pruning(HISTORIES, 16, warmup=4, startup=2) == 1.5
+    assert capped_pruning(HISTORIES, 15, warmup=4, startup=2) == 1.8
 
 
 def test_the_reference_screen_trains_only_trials_of_the_best_share_as_far_as_the_steps_allow():
