@@ -89,44 +89,73 @@ class TrialTiming:
     # their own. With some slots idle, by the share idle (sweeper/plan/slots.py). The
     # live forecast measures it; 1.0 before anything has.
     alone_ratio: float = 1.0
+    # The training thread's CPU time over its wall time while these steps were timed (the
+    # calibration's `train_cpu_share`, 0.97-1.00 on the 2-core machine); None where not
+    # measured. Below 1 the thread waited for a core.
+    cpu_share: float | None = None
 
 
 @dataclass(frozen=True)
 class RayPart:
-    """Ray's part of a trial start as the sweep's own cluster ran it just now: a few trials
-    of an empty training loop, started as the sweep starts its trials
-    (sweeper/run/ray_part.py). Stands in for RAY_TRIAL_START_SECONDS and COLD_START_SECONDS
-    where no sweep of the same shape has ended on this machine yet
-    (sweeper/plan/machine_profile.py). A trial's stop and a slot's turnaround keep their
-    constants: measured, they are a tenth of a second or less, and the constants hold about
-    what the calibration misses of the sweep's own load besides (a training thread gets
-    0.75-0.89 of a core during a sweep on the 2-core machine, 0.97-1.00 in the calibration),
-    which only a whole sweep measures (its step and evaluation ratios); with the measured
-    ones in their place the quickstart's and the DPO quickstart's first forecasts read
-    12-22 % low in wall time on the 2-core machine (benchmarks/README.md)."""
+    """What the sweep's own cluster adds to a trial, as it ran just now: a few trials of an
+    empty training loop, started as the sweep starts its trials (sweeper/run/ray_part.py).
+    Stands in for the constants (RAY_TRIAL_START_SECONDS, COLD_START_SECONDS,
+    TRIAL_STOP_SECONDS, SLOT_TURNAROUND_SECONDS) where no sweep of the same shape has ended
+    on this machine yet (sweeper/plan/machine_profile.py).
+
+    It also measures the training thread's share of a core beside the sweep's processes:
+    the empty loop keeps its thread busy between two reports, as many at once as the sweep
+    trains, with Ray's processes, the trial actors and the driver's Tune loop around it. On
+    the 2-core machine a sweep's training thread gets 0.75-0.89 of a core where the
+    calibration's got 0.97-1.00, so the sweep's steps ran 1.2-1.6x the calibrated step
+    (benchmarks/README.md); the calibrated step and evaluation are stretched by the ratio of
+    the two shares. Before this was measured the stop and turnaround constants (0.3 + 0.5 s,
+    against a measured 0.1-0.2 s) held about that much time on two-slot sweeps and overshot
+    on one-slot ones."""
 
     start_seconds: float  # a Train run's start in a reused trial actor (RAY_TRIAL_START_SECONDS)
     report_seconds: float  # a report's way from the workers to the driver
     cold_start_seconds: float  # the first wave's extra (COLD_START_SECONDS)
     trials: int  # the empty trials measured
     seconds: float  # how long measuring took
+    stop_seconds: float = TRIAL_STOP_SECONDS  # a run's last report to its end
+    turnaround_seconds: float = SLOT_TURNAROUND_SECONDS  # a run's end to the next run's start on its slot
+    cpu_share: float | None = None  # the busy thread's CPU time over its wall time; None on GPU trials
+
+    def stretch(self, timing: TrialTiming) -> float:
+        """How much longer a step and an evaluation take in the sweep than in the calibration
+        that timed `timing`: the calibration's CPU share over the one measured here (1 where
+        either is unknown: GPU trials, a model's timing)."""
+        if not self.cpu_share or not timing.cpu_share:
+            return 1.0
+        return timing.cpu_share / self.cpu_share
 
     def applied(self, timing: TrialTiming) -> TrialTiming:
-        """A calibrated `timing` (the loop's own setup plus RAY_TRIAL_START_SECONDS) with
-        Ray's part of a start as measured; each evaluation reaches the driver through a report."""
+        """A calibrated `timing` (the loop's own setup plus RAY_TRIAL_START_SECONDS) as the
+        sweep's cluster runs it: Ray's part of a start, a stop and a turnaround as measured,
+        steps and evaluations at the measured share of a core, and each evaluation's report."""
+        stretch = self.stretch(timing)
+        source = f"{timing.source}; Ray's part of a trial measured with {self.trials} empty trials on the cluster"
+        if stretch != 1.0:
+            source += f", steps and evaluations x{stretch:.2f} (a training thread's share of a core there)"
         return replace(
             timing,
+            step_seconds=timing.step_seconds * stretch,
             setup_seconds=max(0.0, timing.setup_seconds - RAY_TRIAL_START_SECONDS) + self.start_seconds,
-            eval_seconds=timing.eval_seconds + self.report_seconds,
+            eval_seconds=timing.eval_seconds * stretch + self.report_seconds,
             cold_start_seconds=self.cold_start_seconds,
-            source=f"{timing.source}; Ray's part of a start measured with {self.trials} empty trials on the cluster",
+            stop_seconds=self.stop_seconds,
+            turnaround_seconds=self.turnaround_seconds,
+            source=source,
         )
 
     def line(self) -> str:
         """What was measured, for `sweep start`'s "Measured" line."""
+        share = "" if self.cpu_share is None else f", a training thread's share of a core ({self.cpu_share:.2f})"
         return (
             f"Ray's part of a trial start ({self.start_seconds:.1f} s), the first wave's cold start "
-            f"({self.cold_start_seconds:.1f} s) and a report's way to the driver ({self.report_seconds * 1000:.0f} ms), "
+            f"({self.cold_start_seconds:.1f} s), a report's way to the driver ({self.report_seconds * 1000:.0f} ms), "
+            f"a trial's stop ({self.stop_seconds:.1f} s), a slot's turnaround ({self.turnaround_seconds:.1f} s){share}, "
             f"with {self.trials} empty trials on the cluster in {self.seconds:.1f} s"
         )
 

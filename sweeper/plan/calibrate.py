@@ -45,6 +45,7 @@ from sweeper.plan.sweep_plan import ClusterResources, SweepPlan
 from sweeper.spec.overrides import NO_EARLY_STOPPING, with_overrides
 from sweeper.spec.schema import CategoricalDist, SweepSpec
 from sweeper.spec.sections import IntUniformDist
+from trainables.metrics import TRAIN_CPU_SHARE
 
 # Without a logging handler set up (`sweep plan`, a spawned copy) Python prints
 # bitsandbytes' import-time note about an optional CPU kernel package (`kernels`) to the
@@ -102,6 +103,7 @@ def mean_timing(timings: list[TrialTiming]) -> TrialTiming:
         eval_seconds=statistics.fmean(t.eval_seconds for t in timings),
         setup_seconds=statistics.fmean(t.setup_seconds for t in timings),
         source=timings[0].source,
+        cpu_share=statistics.fmean(shares) if (shares := [t.cpu_share for t in timings if t.cpu_share]) else None,
     )
 
 
@@ -211,6 +213,7 @@ def measure(spec: SweepSpec, data: dict, model_source: str, steps: int = MEASURE
         eval_seconds=max(0.0, measured_at - warm_at - training),
         setup_seconds=max(0.0, loop_setup) + RAY_TRIAL_START_SECONDS,
         source="",
+        cpu_share=measured.get(TRAIN_CPU_SHARE),
     )
 
 

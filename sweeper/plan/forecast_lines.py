@@ -96,10 +96,13 @@ def measured_line(forecast: Forecast) -> str:
             f"{forecast.machine_note}; modelled: {survival}"
         )
     if forecast.ray_part is not None:
-        rest = (
-            f"a trial's stop ({t.stop_seconds:.1f} s), a slot's turnaround ({t.turnaround_seconds:.1f} s), the driver's "
-            "and Ray's share of the cores, a trial alone as fast as beside others"
+        # The empty trials' busy threads had Ray's processes and the driver's Tune loop beside
+        # them, not its MLflow logging and live table, nor real neighbours' starts.
+        cores = (
+            "what the driver's logging and the neighbours' starts and evaluations take of the cores"
+            if forecast.ray_part.cpu_share is not None else "the driver's and Ray's share of the cores"
         )
+        rest = f"{cores}, a trial alone as fast as beside others"
         return (
             f"Measured: step time, evaluation time, the training loop's setup; {forecast.ray_part.line()}; modelled "
             f"(no sweep of this shape has ended on this machine yet): {rest}, {survival}"

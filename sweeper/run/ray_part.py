@@ -16,6 +16,11 @@ reusing the trial actors as the sweep does, and times them from the driver as th
 forecast times a sweep's trials (sweeper/run/live_forecast.py): the first wave starts
 cold, the later ones (WARM_STARTS trials at least) as the sweep's later trials do. It costs
 a few seconds on the 2-core machine, once per shape.
+
+Between its two reports each empty run keeps its training thread busy with small torch
+steps, and reports the thread's share of a core in that time: the calibration's copies
+train with nothing of the sweep around them, and on the 2-core machine a sweep's training
+thread got 0.75-0.89 of a core against their 0.97-1.00 (benchmarks/README.md).
 """
 
 from __future__ import annotations
@@ -30,17 +35,19 @@ from unittest import mock
 
 from ray.tune import Callback
 
-from sweeper.cost.throughput import RayPart
+from sweeper.cost.throughput import SLOT_TURNAROUND_SECONDS, RayPart
 from sweeper.plan.sweep_plan import SweepPlan
 
-__all__ = ["measure_ray_part", "RunTimes", "empty_loop", "MEASURING_TRIAL_PREFIX"]
+__all__ = ["measure_ray_part", "RunTimes", "empty_loop", "busy_steps", "MEASURING_TRIAL_PREFIX"]
 
 logger = logging.getLogger(__name__)
 
-# Reports each empty run makes, this far apart (a loop's work between two reports): the
-# first report ends the run's start, the other times a report's way to the driver.
+# Reports each empty run makes, this long apart (a loop's work between two reports: busy
+# steps on CPU trials, a sleep on GPU ones): the first report ends the run's start, the
+# other times a report's way to the driver and carries the busy thread's share of a core.
 REPORTS = 2
-REPORT_GAP_SECONDS = 0.1
+BUSY_SECONDS = 0.5
+BUSY_SECONDS_METRIC = "busy_seconds"  # how long the loop's work between the reports took
 # Trial starts measured after the first wave (in the actors it leaves), at the least: one
 # alone was off by a second now and then on the 2-core machine (it read 2.2 s where the
 # sweep's own starts took 1.2 s, and the forecast read 68 % high).
@@ -51,24 +58,32 @@ MEASURING_TRIAL_PREFIX = "measuring-ray-part-"
 
 def empty_loop(config: dict) -> None:
     """A trial's worker with nothing to train: it imports what the real loop imports
-    (trainables/worker.py, the task's loop), then reports REPORTS times, REPORT_GAP_SECONDS
+    (trainables/worker.py, the task's loop), then reports REPORTS times, BUSY_SECONDS
     apart, rank 0 with a checkpoint of one small file, the first report naming the run's
-    placement group as the real loop's does (the driver releases it when the trial ends)."""
+    placement group as the real loop's does (the driver releases it when the trial ends).
+    On CPU trials the thread is busy in between (`busy_steps`), on as many intra-op
+    threads as the real loop's, and the later reports carry its share of a core."""
     import importlib
 
     import ray
     import ray.train
 
     import trainables.worker  # noqa: F401
-    from trainables.metrics import PLACEMENT_GROUP
+    from trainables.metrics import PLACEMENT_GROUP, TRAIN_CPU_SHARE
 
-    importlib.import_module(f"trainables.{config['trial'].task}")
+    trial = config["trial"]
+    importlib.import_module(f"trainables.{trial.task}")
     placement_group = ray.util.get_current_placement_group()
     rank = ray.train.get_context().get_world_rank()
     for index in range(REPORTS):
-        if index:
-            time.sleep(REPORT_GAP_SECONDS)
         metrics = {"step": index + 1}
+        if index and trial.resources.use_gpu:  # the step's work is the GPU's: no CPU share to measure
+            started = time.perf_counter()
+            time.sleep(BUSY_SECONDS)
+            metrics[BUSY_SECONDS_METRIC] = time.perf_counter() - started
+        elif index:
+            seconds, share = busy_steps(BUSY_SECONDS, threads=max(1, int(trial.resources.cpus_per_worker)))
+            metrics |= {BUSY_SECONDS_METRIC: seconds, TRAIN_CPU_SHARE: share}
         if index == 0 and placement_group is not None:
             metrics[PLACEMENT_GROUP] = placement_group.id.hex()
         if rank != 0:
@@ -80,47 +95,83 @@ def empty_loop(config: dict) -> None:
             ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(folder))
 
 
+def busy_steps(seconds: float, threads: int) -> tuple[float, float]:
+    """Small torch steps (a matmul's forward and backward, as a small model's loop runs
+    them) on `threads` intra-op threads for `seconds`: the seconds they took and this
+    thread's CPU time over them, as the real loop measures its `train_cpu_share`."""
+    import torch
+
+    torch.set_num_threads(threads)
+    inputs = torch.randn(64, 64)
+    weight = torch.randn(64, 64, requires_grad=True)
+    started, cpu_started = time.perf_counter(), time.thread_time()
+    while time.perf_counter() - started < seconds:
+        (inputs @ weight).relu().sum().backward()
+    took = time.perf_counter() - started
+    return took, (time.thread_time() - cpu_started) / took
+
+
 class RunTimes(Callback):
     """Tune callback on the driver: when each trial started, reported and ended, as the
-    live forecast reads them, and the figures they come to (`ray_part`)."""
+    live forecast reads them, what its loop measured between reports, and the figures they
+    come to (`ray_part`)."""
 
     def __init__(self, concurrent_trials: int, clock=time.time) -> None:
         self.concurrent_trials, self.clock = concurrent_trials, clock
         self.starts: dict[str, tuple[float, bool]] = {}  # trial id -> (start, in the first wave)
         self.reports: dict[str, list[float]] = {}
-        self.ended: set[str] = set()
+        self.busy: dict[str, list[float]] = {}  # trial id -> its loop's work between reports, seconds
+        self.cpu_shares: list[float] = []
+        self.ends: dict[str, float] = {}
 
     def on_trial_start(self, iteration, trials, trial, **info):
         self.starts[trial.trial_id] = (self.clock(), len(self.starts) < self.concurrent_trials)
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
+        from trainables.metrics import TRAIN_CPU_SHARE
+
         self.reports.setdefault(trial.trial_id, []).append(self.clock())
+        if BUSY_SECONDS_METRIC in result:
+            self.busy.setdefault(trial.trial_id, []).append(result[BUSY_SECONDS_METRIC])
+        if TRAIN_CPU_SHARE in result:
+            self.cpu_shares.append(result[TRAIN_CPU_SHARE])
 
     def on_trial_complete(self, iteration, trials, trial, **info):
-        self.ended.add(trial.trial_id)
+        self.ends[trial.trial_id] = self.clock()
 
     def ray_part(self, seconds: float) -> RayPart | None:
         """The figures, or None unless every trial reported REPORTS times and ended, and one
         started after the first wave. Medians, so that one slow start moves nothing:
 
-        - a report's way: an interval between two reports less the loop's gap;
+        - a report's way: an interval between two reports less the loop's work in it;
         - a start: from the trial's start to its first report, less one report's way (the
           live forecast counts that in the evaluation), of the trials after the first wave;
-        - the cold start: the first wave's start over the later ones'."""
-        whole = [t for t, times in self.reports.items() if len(times) == REPORTS and t in self.ended]
+        - the cold start: the first wave's start over the later ones';
+        - a stop: from a trial's last report to its end;
+        - a turnaround: from the last end before a later wave's trial started to its start;
+        - the CPU share: what the busy loops measured (None where none was busy)."""
+        whole = [t for t, times in self.reports.items() if len(times) == REPORTS and t in self.ends]
         if len(whole) < len(self.starts) or not any(not self.starts[t][1] for t in whole):
             return None
-        gaps = [b - a for t in whole for a, b in zip(self.reports[t], self.reports[t][1:])]
-        report = max(0.0, statistics.median(gaps) - REPORT_GAP_SECONDS)
+        gaps = [b - a - busy for t in whole for a, b, busy in zip(self.reports[t], self.reports[t][1:], self.busy.get(t, []))]
+        report = max(0.0, statistics.median(gaps)) if gaps else 0.0
         starts = {t: max(0.0, self.reports[t][0] - self.starts[t][0] - report) for t in whole}
+        later = [t for t in whole if not self.starts[t][1]]
         cold = statistics.median(s for t, s in starts.items() if self.starts[t][1])
-        warm = statistics.median(s for t, s in starts.items() if not self.starts[t][1])
+        warm = statistics.median(starts[t] for t in later)
+        stop = statistics.median(self.ends[t] - self.reports[t][-1] for t in whole)
+        # Each later start takes the slot freed first, as the live forecast pairs them.
+        freed = zip(sorted(self.starts[t][0] for t in later), sorted(self.ends.values()))
+        turnarounds = [start - end for start, end in freed if end <= start]
         return RayPart(
             start_seconds=warm,
             report_seconds=report,
             cold_start_seconds=max(0.0, cold - warm),
             trials=len(whole),
             seconds=seconds,
+            stop_seconds=max(0.0, stop),
+            turnaround_seconds=statistics.median(turnarounds) if turnarounds else SLOT_TURNAROUND_SECONDS,
+            cpu_share=statistics.median(self.cpu_shares) if self.cpu_shares else None,
         )
 
 

@@ -120,4 +120,5 @@ def test_calibration_steps_deepspeed_and_fsdp_in_this_process():
         data = prepare_inputs(spec, DEFAULT_CACHE_ROOT).data
         calibration = calibrate(spec, data, source, on_cluster=False)
         assert calibration.first.step_seconds > 0 and calibration.costliest.step_seconds > 0, resources
+        assert 0 < calibration.first.cpu_share <= 1.05, resources  # the loop's own train_cpu_share
         assert "one worker of 2" in calibration.first.source

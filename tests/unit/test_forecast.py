@@ -247,7 +247,8 @@ def test_measure_times_the_second_interval_of_steps_in_a_row_from_a_common_start
         report({"train_tokens": 1000, "tokens_per_second": 1000 / 1.5, "setup_seconds": 1.2}, None)
         events.append("second interval")
         clock[0] += steps * 0.05 + 0.3  # steps of 50 ms, then a 300 ms evaluation
-        report({"train_tokens": 1000, "tokens_per_second": 1000 / (steps * 0.05), "setup_seconds": 1.2}, None)
+        report({"train_tokens": 1000, "tokens_per_second": 1000 / (steps * 0.05), "setup_seconds": 1.2,
+                "train_cpu_share": 0.97}, None)
 
     monkeypatch.setattr(calibration, "run_training", fake_training)
     # Startup trials and a rung spacing set in the YAML do not stop the calibration run (scheduler
@@ -258,6 +259,8 @@ def test_measure_times_the_second_interval_of_steps_in_a_row_from_a_common_start
     assert timing.step_seconds == pytest.approx(0.05) and timing.eval_seconds == pytest.approx(0.3)
     # The loop's setup runs to the end of the first step: a steady step is taken off.
     assert timing.setup_seconds == pytest.approx(1.2 - 0.05 + calibration.RAY_TRIAL_START_SECONDS)
+    # The thread's share of a core in the measured interval, for Ray's part to compare with.
+    assert timing.cpu_share == 0.97
 
 
 def test_a_step_of_many_micro_batches_is_timed_at_a_few_and_scaled(monkeypatch):

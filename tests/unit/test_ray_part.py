@@ -12,10 +12,11 @@ from sweeper.plan.forecast import forecast_sweep
 from sweeper.plan.forecast_lines import forecast_lines
 from sweeper.plan.machine_profile import PROFILES_ENV, MachineProfile, SweepMeasure, machine_key, sweep_shape
 from sweeper.plan.sweep_plan import make_plan
-from sweeper.run.ray_part import REPORT_GAP_SECONDS, REPORTS, RunTimes
+from sweeper.run.ray_part import BUSY_SECONDS_METRIC, REPORTS, RunTimes, busy_steps
+from trainables.metrics import TRAIN_CPU_SHARE
 from tests.unit.test_forecast import CPU_BOX, quickstart_like
 
-CALIBRATED = TrialTiming(0.1, 0.5, 1.0 + RAY_TRIAL_START_SECONDS, "calibrated")
+CALIBRATED = TrialTiming(0.1, 0.5, 1.0 + RAY_TRIAL_START_SECONDS, "calibrated", cpu_share=0.99)
 PLAN = make_plan(quickstart_like(), CPU_BOX)  # 2 trials at once
 
 
@@ -27,25 +28,29 @@ class Clock:
         return self.now
 
 
-def trial_events(trial_id: str, at: float, start: float, report: float) -> list[tuple[float, str, str]]:
+BUSY = 0.5  # the empty loop's work between its reports, seconds
+
+
+def trial_events(trial_id: str, at: float, start: float, report: float, share: float = 0.8) -> list[tuple]:
     """One empty trial as the driver sees it: started at `at`, its first report `start` +
-    `report` later, the next ones REPORT_GAP_SECONDS + `report` apart, its end 0.1 s after the last."""
-    events, now = [(at, "start", trial_id)], at + start + report
+    `report` later, the next ones BUSY + `report` apart (carrying the loop's busy seconds
+    and its thread's `share` of a core), its end 0.1 s after the last."""
+    events, now = [(at, "start", trial_id, {})], at + start + report
     for index in range(REPORTS):
-        now += (REPORT_GAP_SECONDS + report) if index else 0.0
-        events.append((now, "result", trial_id))
-    return [*events, (now + 0.1, "complete", trial_id)]
+        now += (BUSY + report) if index else 0.0
+        events.append((now, "result", trial_id, {BUSY_SECONDS_METRIC: BUSY, TRAIN_CPU_SHARE: share} if index else {}))
+    return [*events, (now + 0.1, "complete", trial_id, {})]
 
 
 def replay(times: RunTimes, clock: Clock, *trials: list) -> None:
     """The trials' events in the order of their times, as Tune calls the callback."""
-    for at, kind, trial_id in sorted(event for trial in trials for event in trial):
+    for at, kind, trial_id, result in sorted((event for trial in trials for event in trial), key=lambda e: e[:3]):
         clock.now = at
         trial = SimpleNamespace(trial_id=trial_id)
         if kind == "start":
             times.on_trial_start(0, [], trial)
         elif kind == "result":
-            times.on_trial_result(0, [], trial, {})
+            times.on_trial_result(0, [], trial, result)
         else:
             times.on_trial_complete(0, [], trial)
 
@@ -55,19 +60,25 @@ def test_the_empty_trials_give_rays_part_of_a_start_a_report_and_the_cold_start(
     times = RunTimes(concurrent_trials=2, clock=clock)
     # The first wave starts cold (3 s), the later ones in its actors (2 s, one 3.5 s: a
     # median moves not for one slow start); a report's way is 0.1 s.
-    first = trial_events("a", 0.0, 3.0, 0.1)
-    second_at = first[-1][0] + 0.5
-    second = trial_events("c", second_at, 2.0, 0.1)
-    third_at = second[-1][0] + 0.5
+    # Each wave starts 0.3 s after the last one ended; the busy threads got 0.7-0.9 of a core.
+    first = trial_events("a", 0.0, 3.0, 0.1, share=0.7)
+    second_at = first[-1][0] + 0.3
+    second = trial_events("c", second_at, 2.0, 0.1, share=0.9)
+    third_at = trial_events("d", second_at, 3.5, 0.1)[-1][0] + 0.3
     replay(
-        times, clock, first, trial_events("b", 0.0, 3.0, 0.1),
-        second, trial_events("d", second_at, 3.5, 0.1),
-        trial_events("e", third_at, 2.0, 0.1), trial_events("f", third_at, 2.0, 0.1),
+        times, clock, first, trial_events("b", 0.0, 3.0, 0.1, share=0.75),
+        second, trial_events("d", second_at, 3.5, 0.1, share=0.85),
+        trial_events("e", third_at, 2.0, 0.1, share=0.8), trial_events("f", third_at, 2.0, 0.1, share=0.8),
     )
     part = times.ray_part(seconds=9.0)
     assert part.start_seconds == pytest.approx(2.0)
     assert part.cold_start_seconds == pytest.approx(1.0)
-    assert part.report_seconds == pytest.approx(0.1)
+    assert part.report_seconds == pytest.approx(0.1)  # the interval less the loop's busy seconds
+    assert part.stop_seconds == pytest.approx(0.1)
+    # "c" and "d" take the slots "a" and "b" freed 0.3 s before; "e" and "f" start 0.3 s after
+    # "d" ended and 1.8 s after "c" did, paired with the slot freed first: 0.3, 0.3, 1.8, 0.3.
+    assert part.turnaround_seconds == pytest.approx(0.3)
+    assert part.cpu_share == pytest.approx(0.8)  # the median of the six
     assert (part.trials, part.seconds) == (6, 9.0)
 
 
@@ -84,16 +95,35 @@ def test_nothing_is_measured_unless_every_trial_reported_and_ended_and_one_start
 
 
 def test_the_measured_part_replaces_rays_constants_in_a_calibrated_timing():
-    part = RayPart(start_seconds=1.9, report_seconds=0.2, cold_start_seconds=2.5, trials=4, seconds=8.0)
+    part = RayPart(
+        start_seconds=1.9, report_seconds=0.2, cold_start_seconds=2.5, trials=4, seconds=8.0,
+        stop_seconds=0.1, turnaround_seconds=0.15, cpu_share=0.8,
+    )
     timing = part.applied(CALIBRATED)
     assert timing.setup_seconds == pytest.approx(1.0 + 1.9)  # the loop's own setup, then Ray's as measured
-    assert timing.eval_seconds == pytest.approx(0.5 + 0.2)
-    assert timing.cold_start_seconds == 2.5
-    # A stop and a turnaround keep their constants (they hold what the slot arithmetic misses).
-    assert (timing.stop_seconds, timing.turnaround_seconds) == (CALIBRATED.stop_seconds, CALIBRATED.turnaround_seconds)
-    assert timing.step_seconds == CALIBRATED.step_seconds
+    assert (timing.cold_start_seconds, timing.stop_seconds, timing.turnaround_seconds) == (2.5, 0.1, 0.15)
+    # The calibration's thread had 0.99 of a core, the sweep's busy threads 0.8: steps and
+    # evaluations take 0.99 / 0.8 as long there; each evaluation's report is added.
+    assert timing.step_seconds == pytest.approx(0.1 * 0.99 / 0.8)
+    assert timing.eval_seconds == pytest.approx(0.5 * 0.99 / 0.8 + 0.2)
+    assert "x1.24 (a training thread's share of a core there)" in timing.source
     # A slower Ray than the constants' makes a dearer forecast.
     assert forecast_sweep(PLAN, timing).expected.usd > forecast_sweep(PLAN, CALIBRATED).expected.usd
+
+
+def test_steps_keep_the_calibrated_time_where_either_share_is_unknown():
+    # GPU trials (no busy thread measured) or a calibration that reported no share.
+    on_gpu = RayPart(1.9, 0.2, 2.5, 4, 8.0, cpu_share=None)
+    assert on_gpu.applied(CALIBRATED).step_seconds == CALIBRATED.step_seconds
+    measured = RayPart(1.9, 0.2, 2.5, 4, 8.0, cpu_share=0.8)
+    unknown = TrialTiming(0.1, 0.5, 2.0, "modelled")
+    assert measured.applied(unknown).step_seconds == unknown.step_seconds
+
+
+def test_the_busy_steps_keep_the_thread_busy_for_the_time_asked_and_measure_its_share():
+    seconds, share = busy_steps(0.2, threads=1)
+    assert seconds >= 0.2
+    assert 0.0 < share <= 1.05  # CPU time over wall time (thread_time's tick can round up a little)
 
 
 def calibrating_to(monkeypatch, timing: TrialTiming) -> None:
@@ -106,7 +136,7 @@ def calibrating_to(monkeypatch, timing: TrialTiming) -> None:
 def test_sweep_start_measures_rays_part_only_where_no_sweep_of_the_shape_has_ended(tmp_path, monkeypatch):
     monkeypatch.setenv(PROFILES_ENV, str(tmp_path))
     calibrating_to(monkeypatch, CALIBRATED)
-    part = RayPart(1.9, 0.2, 2.5, 4, 8.0)
+    part = RayPart(1.9, 0.2, 2.5, 4, 8.0, stop_seconds=0.1, turnaround_seconds=0.2, cpu_share=0.8)
     asked = []
 
     def measure() -> RayPart:
@@ -121,10 +151,12 @@ def test_sweep_start_measures_rays_part_only_where_no_sweep_of_the_shape_has_end
     assert forecast.as_params()["forecast_ray_part"].startswith("Ray's part of a trial start (1.9 s)")
     (line,) = [line for line in forecast_lines(forecast, "CPU core-hours") if line.startswith("Measured")]
     assert (
-        "Ray's part of a trial start (1.9 s), the first wave's cold start (2.5 s) and a report's way to the driver "
-        "(200 ms), with 4 empty trials on the cluster in 8.0 s; modelled (no sweep of this shape has ended on this "
-        "machine yet): a trial's stop (0.3 s), a slot's turnaround (0.5 s)"
+        "Ray's part of a trial start (1.9 s), the first wave's cold start (2.5 s), a report's way to the driver "
+        "(200 ms), a trial's stop (0.1 s), a slot's turnaround (0.2 s), a training thread's share of a core (0.80), "
+        "with 4 empty trials on the cluster in 8.0 s; modelled (no sweep of this shape has ended on this machine yet): "
+        "what the driver's logging and the neighbours' starts and evaluations take of the cores"
     ) in line, line
+    assert forecast.timing.step_seconds == pytest.approx(0.1 * 0.99 / 0.8)
 
     # Once a sweep of the shape has ended here, its figures apply and nothing is measured.
     measure_kept = SweepMeasure("earlier", 0.0, 1.0, 1.0, 1.5, 0.4, 0.9, 1.0, sweep_shape(PLAN), 1.0, 1.0)
