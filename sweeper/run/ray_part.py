@@ -42,12 +42,16 @@ __all__ = ["measure_ray_part", "RunTimes", "empty_loop", "busy_steps", "MEASURIN
 
 logger = logging.getLogger(__name__)
 
-# Reports each empty run makes, this long apart (a loop's work between two reports: busy
-# steps on CPU trials, a sleep on GPU ones): the first report ends the run's start, the
-# other times a report's way to the driver and carries the busy thread's share of a core.
-REPORTS = 2
+# Reports each empty run makes. The first ends the run's start. Before the second the loop
+# works BUSY_SECONDS (busy steps on CPU trials, a sleep on GPU ones), and the second carries
+# the busy thread's share of a core. Before the third it sleeps REPORT_GAP_SECONDS: that
+# interval times a report's way to the driver. The busy one cannot: the driver's own work
+# waits for a core while the threads are busy, and on the 2-core machine the arrivals of
+# the first and second report came closer together than the loop's work between them.
+REPORTS = 3
 BUSY_SECONDS = 0.5
-BUSY_SECONDS_METRIC = "busy_seconds"  # how long the loop's work between the reports took
+REPORT_GAP_SECONDS = 0.1
+BUSY_SECONDS_METRIC = "busy_seconds"  # how long the loop's work before this report took
 # Trial starts measured after the first wave (in the actors it leaves), at the least: one
 # alone was off by a second now and then on the 2-core machine (it read 2.2 s where the
 # sweep's own starts took 1.2 s, and the forecast read 68 % high).
@@ -58,11 +62,11 @@ MEASURING_TRIAL_PREFIX = "measuring-ray-part-"
 
 def empty_loop(config: dict) -> None:
     """A trial's worker with nothing to train: it imports what the real loop imports
-    (trainables/worker.py, the task's loop), then reports REPORTS times, BUSY_SECONDS
-    apart, rank 0 with a checkpoint of one small file, the first report naming the run's
-    placement group as the real loop's does (the driver releases it when the trial ends).
-    On CPU trials the thread is busy in between (`busy_steps`), on as many intra-op
-    threads as the real loop's, and the later reports carry its share of a core."""
+    (trainables/worker.py, the task's loop), then reports REPORTS times, rank 0 with a
+    checkpoint of one small file, the first report naming the run's placement group as the
+    real loop's does (the driver releases it when the trial ends). Between the first two
+    the thread is busy on CPU trials (`busy_steps`, on as many intra-op threads as the
+    real loop's) and the second report carries its share of a core; then it sleeps."""
     import importlib
 
     import ray
@@ -77,13 +81,13 @@ def empty_loop(config: dict) -> None:
     rank = ray.train.get_context().get_world_rank()
     for index in range(REPORTS):
         metrics = {"step": index + 1}
-        if index and trial.resources.use_gpu:  # the step's work is the GPU's: no CPU share to measure
-            started = time.perf_counter()
-            time.sleep(BUSY_SECONDS)
-            metrics[BUSY_SECONDS_METRIC] = time.perf_counter() - started
-        elif index:
+        if index == 1 and not trial.resources.use_gpu:  # a GPU trial's steps are the GPU's: no share to measure
             seconds, share = busy_steps(BUSY_SECONDS, threads=max(1, int(trial.resources.cpus_per_worker)))
             metrics |= {BUSY_SECONDS_METRIC: seconds, TRAIN_CPU_SHARE: share}
+        elif index:
+            started = time.perf_counter()
+            time.sleep(BUSY_SECONDS if index == 1 else REPORT_GAP_SECONDS)
+            metrics[BUSY_SECONDS_METRIC] = time.perf_counter() - started
         if index == 0 and placement_group is not None:
             metrics[PLACEMENT_GROUP] = placement_group.id.hex()
         if rank != 0:
@@ -143,7 +147,7 @@ class RunTimes(Callback):
         """The figures, or None unless every trial reported REPORTS times and ended, and one
         started after the first wave. Medians, so that one slow start moves nothing:
 
-        - a report's way: an interval between two reports less the loop's work in it;
+        - a report's way: the last interval between two reports less the loop's sleep in it;
         - a start: from the trial's start to its first report, less one report's way (the
           live forecast counts that in the evaluation), of the trials after the first wave;
         - the cold start: the first wave's start over the later ones';
@@ -153,7 +157,7 @@ class RunTimes(Callback):
         whole = [t for t, times in self.reports.items() if len(times) == REPORTS and t in self.ends]
         if len(whole) < len(self.starts) or not any(not self.starts[t][1] for t in whole):
             return None
-        gaps = [b - a - busy for t in whole for a, b, busy in zip(self.reports[t], self.reports[t][1:], self.busy.get(t, []))]
+        gaps = [self.reports[t][-1] - self.reports[t][-2] - self.busy[t][-1] for t in whole if t in self.busy]
         report = max(0.0, statistics.median(gaps)) if gaps else 0.0
         starts = {t: max(0.0, self.reports[t][0] - self.starts[t][0] - report) for t in whole}
         later = [t for t in whole if not self.starts[t][1]]

@@ -12,7 +12,7 @@ from sweeper.plan.forecast import forecast_sweep
 from sweeper.plan.forecast_lines import forecast_lines
 from sweeper.plan.machine_profile import PROFILES_ENV, MachineProfile, SweepMeasure, machine_key, sweep_shape
 from sweeper.plan.sweep_plan import make_plan
-from sweeper.run.ray_part import BUSY_SECONDS_METRIC, REPORTS, RunTimes, busy_steps
+from sweeper.run.ray_part import BUSY_SECONDS, BUSY_SECONDS_METRIC, REPORT_GAP_SECONDS, RunTimes, busy_steps
 from trainables.metrics import TRAIN_CPU_SHARE
 from tests.unit.test_forecast import CPU_BOX, quickstart_like
 
@@ -28,18 +28,21 @@ class Clock:
         return self.now
 
 
-BUSY = 0.5  # the empty loop's work between its reports, seconds
-
-
 def trial_events(trial_id: str, at: float, start: float, report: float, share: float = 0.8) -> list[tuple]:
     """One empty trial as the driver sees it: started at `at`, its first report `start` +
-    `report` later, the next ones BUSY + `report` apart (carrying the loop's busy seconds
-    and its thread's `share` of a core), its end 0.1 s after the last."""
-    events, now = [(at, "start", trial_id, {})], at + start + report
-    for index in range(REPORTS):
-        now += (BUSY + report) if index else 0.0
-        events.append((now, "result", trial_id, {BUSY_SECONDS_METRIC: BUSY, TRAIN_CPU_SHARE: share} if index else {}))
-    return [*events, (now + 0.1, "complete", trial_id, {})]
+    `report` later, the second BUSY_SECONDS later (carrying the loop's busy seconds and its
+    thread's `share` of a core; the driver's own work delayed the first, so no report's way
+    shows here), the third REPORT_GAP_SECONDS + `report` after that, its end 0.1 s later."""
+    first = at + start + report
+    second = first + BUSY_SECONDS
+    third = second + REPORT_GAP_SECONDS + report
+    return [
+        (at, "start", trial_id, {}),
+        (first, "result", trial_id, {}),
+        (second, "result", trial_id, {BUSY_SECONDS_METRIC: BUSY_SECONDS, TRAIN_CPU_SHARE: share}),
+        (third, "result", trial_id, {BUSY_SECONDS_METRIC: REPORT_GAP_SECONDS}),
+        (third + 0.1, "complete", trial_id, {}),
+    ]
 
 
 def replay(times: RunTimes, clock: Clock, *trials: list) -> None:
