@@ -54,7 +54,9 @@ MODEL_LOAD_BYTES_PER_SECOND = 1e9
 # three forecast benchmarks (benchmarks/README.md, "Forecast against actual"): what a trial
 # start adds to the loop's own setup (worker group, placement group), the time from a
 # trial's last report until Tune has ended it (counted in its cost), and the time a slot
-# stands idle between two trials (not counted in any trial's cost).
+# stands idle between two trials (not counted in any trial's cost). What `sweep plan`
+# assumes before any sweep of the shape has ended on the machine; `sweep start` measures
+# them on its cluster instead (RayPart).
 RAY_TRIAL_START_SECONDS = 1.0
 
 

@@ -26,9 +26,9 @@ worker per trial against 0.7-0.8x with two; a median across shapes fitted none o
 The measured stop and turnaround (0.07-0.1 s) are smaller than the constants (0.3, 0.5 s),
 which had absorbed what the slot arithmetic misses, so they only hold together with that
 sweep's wall ratio. The first sweep of a shape on a machine has no profile: `sweep start`
-measures Ray's part of a trial start with empty trials before its forecast
-(sweeper/run/ray_part.py) and takes the rest from the constants; `sweep plan` takes all from
-the constants; each says which.
+measures Ray's part of a trial (its start, stop and turnaround, and a training thread's
+share of a core there) with empty trials before its forecast (sweeper/run/ray_part.py);
+`sweep plan` takes all from the constants; each says which.
 
 Kept under `~/.cache/sweeper/machines/` (`SWEEPER_MACHINE_PROFILES` names another folder),
 one JSON file per machine.
