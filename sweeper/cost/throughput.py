@@ -109,11 +109,12 @@ class RayPart:
     the empty loop keeps its thread busy between two reports, as many at once as the sweep
     trains, with Ray's processes, the trial actors and the driver's Tune loop around it. On
     the 2-core machine a sweep's training thread gets 0.75-0.89 of a core where the
-    calibration's got 0.97-1.00, so the sweep's steps ran 1.2-1.6x the calibrated step
-    (benchmarks/README.md); the calibrated step and evaluation are stretched by the ratio of
-    the two shares. Before this was measured the stop and turnaround constants (0.3 + 0.5 s,
-    against a measured 0.1-0.2 s) held about that much time on two-slot sweeps and overshot
-    on one-slot ones."""
+    calibration's got 0.97-1.00, and the sweep's steps ran 1.2-1.6x the calibrated step. The
+    calibrated step and evaluation are stretched by the ratio of the two shares, which covers
+    part of that: the first forecasts read 1-21 % low in wall time on the two-slot sweeps
+    there (benchmarks/README.md, session 40). Before, the stop and turnaround constants
+    (0.3 + 0.5 s, against a measured 0.1-0.2 s) held about that much time on two-slot sweeps
+    and overshot on one-slot ones (+15 to +39 %)."""
 
     start_seconds: float  # a Train run's start in a reused trial actor (RAY_TRIAL_START_SECONDS)
     report_seconds: float  # a report's way from the workers to the driver

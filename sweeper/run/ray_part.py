@@ -17,10 +17,10 @@ forecast times a sweep's trials (sweeper/run/live_forecast.py): the first wave s
 cold, the later ones (WARM_STARTS trials at least) as the sweep's later trials do. It costs
 a few seconds on the 2-core machine, once per shape.
 
-Between its two reports each empty run keeps its training thread busy with small torch
-steps, and reports the thread's share of a core in that time: the calibration's copies
-train with nothing of the sweep around them, and on the 2-core machine a sweep's training
-thread got 0.75-0.89 of a core against their 0.97-1.00 (benchmarks/README.md).
+Between its first two reports each empty run keeps its training thread busy with small
+torch steps, and reports the thread's share of a core in that time: the calibration's
+copies train with nothing of the sweep around them, and on the 2-core machine a sweep's
+training thread got 0.75-0.89 of a core against their 0.97-1.00 (benchmarks/README.md).
 """
 
 from __future__ import annotations
@@ -152,7 +152,8 @@ class RunTimes(Callback):
           live forecast counts that in the evaluation), of the trials after the first wave;
         - the cold start: the first wave's start over the later ones';
         - a stop: from a trial's last report to its end;
-        - a turnaround: from the last end before a later wave's trial started to its start;
+        - a turnaround: from a run's end to the next run's start, the slot freed first
+          going first;
         - the CPU share: what the busy loops measured (None where none was busy)."""
         whole = [t for t, times in self.reports.items() if len(times) == REPORTS and t in self.ends]
         if len(whole) < len(self.starts) or not any(not self.starts[t][1] for t in whole):
