@@ -721,22 +721,29 @@ def successive_halving(
     return best, sum(reached.values())
 
 
-def median_pruning(histories: list[list[tuple[int, float]]], max_steps: int, startup: int = 5) -> tuple[float, int]:
+def median_pruning(
+    histories: list[list[tuple[int, float]]], max_steps: int, startup: int = 5, warmup: int = 0, cap: float = math.inf,
+) -> tuple[float, int]:
     """Replay the Optuna loop's pruning on finished trials' histories, one trial at a time
-    in order: Optuna's MedianPruner stops a trial at the first evaluation where its value
-    is above the median of the completed trials' values at that step, once `startup`
-    trials have completed. Returns (best eval loss seen, steps trained)."""
+    in order: Optuna's MedianPruner stops a trial at the first evaluation from step `warmup`
+    on (`n_warmup_steps`) where its value is above the median of the completed trials'
+    values at that step, once `startup` trials have completed. Returns (best eval loss
+    seen, steps trained), both within `cap` training steps."""
     completed: list[dict[int, float]] = []
     best, steps = math.inf, 0
     for history in histories:
+        previous = 0
         for step, value in history:
+            if steps + step - previous > cap:
+                return best, steps
+            steps += step - previous
+            previous = step
             best = min(best, value)
-            if len(completed) >= startup and value > statistics.median(c[step] for c in completed):
-                steps += step
+            if step >= warmup and len(completed) >= startup and value > statistics.median(c[step] for c in completed):
                 break
         else:
             completed.append(dict(history))
-            steps += max_steps
+            steps += max_steps - previous
     return best, steps
 
 
@@ -769,26 +776,6 @@ def capped_promotion(histories: list[list[tuple[int, float]]], rung: int, max_st
     return best
 
 
-def capped_pruning(histories: list[list[tuple[int, float]]], cap: float, warmup: int, startup: int = 5) -> float:
-    """The Optuna loop's pruning (MedianPruner(n_warmup_steps=warmup) after `startup`
-    completed trials) replayed under a cap: the best eval loss seen within `cap` steps."""
-    completed: list[dict[int, float]] = []
-    steps, best = 0, math.inf
-    for history in histories:
-        previous = 0
-        for step, value in history:
-            steps += step - previous
-            previous = step
-            if steps > cap:
-                return best
-            best = min(best, value)
-            if step >= warmup and len(completed) >= startup and value > statistics.median(c[step] for c in completed):
-                break
-        else:
-            completed.append(dict(history))
-    return best
-
-
 def capped_replay(histories: list, settings: "Settings", draws: int = 400, seed: int = 0) -> dict[float, dict[str, float]]:
     """What share of the trials to keep past the rung under a cap (issue 38): the default's
     first rung under a cap, keeping 1/2 to 1/6 there, and the loop's pruning, each on `draws`
@@ -807,7 +794,7 @@ def capped_replay(histories: list, settings: "Settings", draws: int = 400, seed:
         rules = {f"rung {rung}, keep 1/{keep}" + (" (the default)" if keep == 4 else ""):
                  (lambda h, keep=keep: capped_promotion(h, rung, settings.max_steps, keep, cap)) for keep in (2, 3, 4, 6)}
         rules[f"the loop's pruning (MedianPruner(n_warmup_steps={settings.loop_warmup}))"] = (
-            lambda h: capped_pruning(h, cap, settings.loop_warmup))
+            lambda h: median_pruning(h, settings.max_steps, warmup=settings.loop_warmup, cap=cap)[0])
         found[share] = {name: statistics.fmean(rule(order) for order in orders) for name, rule in rules.items()}
     return found
 

@@ -24,8 +24,8 @@ calibration's in the 90-step quickstart (a neighbour's start or evaluation besid
 steps) and at 1.06-1.17x in a sweep of 1,800 steps, and evaluations at 1.3-1.6x with one
 worker per trial against 0.7-0.8x with two; a median across shapes fitted none of them.
 The measured stop and turnaround (0.07-0.1 s) are smaller than the constants (0.3, 0.5 s),
-which had absorbed what the slot arithmetic misses, so they only hold together with that
-sweep's wall ratio. The first sweep of a shape on a machine has no profile: `sweep start`
+which had absorbed what the calibration misses of the steps and evaluations, so they only
+hold together with that sweep's step and evaluation ratios. The first sweep of a shape on a machine has no profile: `sweep start`
 measures Ray's part of a trial (its start, stop and turnaround, and a training thread's
 share of a core there) with empty trials before its forecast (sweeper/run/ray_part.py);
 `sweep plan` takes all from the constants; each says which.

@@ -37,6 +37,7 @@ from ray.tune import Callback
 
 from sweeper.cost.throughput import SLOT_TURNAROUND_SECONDS, RayPart
 from sweeper.plan.sweep_plan import SweepPlan
+from trainables.metrics import TRAIN_CPU_SHARE
 
 __all__ = ["measure_ray_part", "RunTimes", "empty_loop", "busy_steps", "MEASURING_TRIAL_PREFIX"]
 
@@ -73,7 +74,7 @@ def empty_loop(config: dict) -> None:
     import ray.train
 
     import trainables.worker  # noqa: F401
-    from trainables.metrics import PLACEMENT_GROUP, TRAIN_CPU_SHARE
+    from trainables.metrics import PLACEMENT_GROUP
 
     trial = config["trial"]
     importlib.import_module(f"trainables.{trial.task}")
@@ -132,8 +133,6 @@ class RunTimes(Callback):
         self.starts[trial.trial_id] = (self.clock(), len(self.starts) < self.concurrent_trials)
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
-        from trainables.metrics import TRAIN_CPU_SHARE
-
         self.reports.setdefault(trial.trial_id, []).append(self.clock())
         if BUSY_SECONDS_METRIC in result:
             self.busy.setdefault(trial.trial_id, []).append(result[BUSY_SECONDS_METRIC])

@@ -5,7 +5,7 @@ small enough to work out by hand."""
 import pytest
 
 from benchmarks.search_quality import (
-    Outcome, anytime, capped_promotion, capped_pruning, headroom, median_pruning, new_family_example, oracle_screen, paired_difference, parse_shape,
+    Outcome, anytime, capped_promotion, headroom, median_pruning, new_family_example, oracle_screen, paired_difference, parse_shape,
     rank_correlations, resampled_replay, successive_halving,
 )
 
@@ -68,10 +68,10 @@ def test_under_a_cap_a_waiting_trial_goes_on_once_among_the_best_share_and_the_c
 def test_the_loops_pruning_under_a_cap_waits_its_warmup_steps():
     # 2 startup trials complete (8 steps). Without a warmup the next two stop at step 1,
     # above the completed trials' median there (2.05).
-    assert capped_pruning(HISTORIES, 100, warmup=0, startup=2) == 1.8
+    assert median_pruning(HISTORIES, 4, startup=2, warmup=0, cap=100)[0] == 1.8
     # Waiting to step 4, the slow starter ends at 1.5 after 16 steps; a cap of 15 cuts it first.
-    assert capped_pruning(HISTORIES, 16, warmup=4, startup=2) == 1.5
-    assert capped_pruning(HISTORIES, 15, warmup=4, startup=2) == 1.8
+    assert median_pruning(HISTORIES, 4, startup=2, warmup=4, cap=16)[0] == 1.5
+    assert median_pruning(HISTORIES, 4, startup=2, warmup=4, cap=15)[0] == 1.8
 
 
 def test_the_reference_screen_trains_only_trials_of_the_best_share_as_far_as_the_steps_allow():
