@@ -124,6 +124,10 @@ class RayPart:
     stop_seconds: float = TRIAL_STOP_SECONDS  # a run's last report to its end
     turnaround_seconds: float = SLOT_TURNAROUND_SECONDS  # a run's end to the next run's start on its slot
     cpu_share: float | None = None  # the busy thread's CPU time over its wall time; None on GPU trials
+    # A trial's time alone over its time beside the others (TrialTiming.alone_ratio): an
+    # empty trial's busy steps alone after the waves against theirs; None where the sweep
+    # runs one trial at a time, or on GPU trials.
+    alone_ratio: float | None = None
 
     def stretch(self, timing: TrialTiming) -> float:
         """How much longer a step and an evaluation take in the sweep than in the calibration
@@ -136,7 +140,8 @@ class RayPart:
     def applied(self, timing: TrialTiming) -> TrialTiming:
         """A calibrated `timing` (the loop's own setup plus RAY_TRIAL_START_SECONDS) as the
         sweep's cluster runs it: Ray's part of a start, a stop and a turnaround as measured,
-        steps and evaluations at the measured share of a core, and each evaluation's report."""
+        steps and evaluations at the measured share of a core, each evaluation's report, and a
+        trial's time alone where measured."""
         stretch = self.stretch(timing)
         source = f"{timing.source}; Ray's part of a trial measured with {self.trials} empty trials on the cluster"
         if stretch != 1.0:
@@ -149,12 +154,15 @@ class RayPart:
             cold_start_seconds=self.cold_start_seconds,
             stop_seconds=self.stop_seconds,
             turnaround_seconds=self.turnaround_seconds,
+            alone_ratio=timing.alone_ratio if self.alone_ratio is None else self.alone_ratio,
             source=source,
         )
 
     def line(self) -> str:
         """What was measured, for `sweep start`'s "Measured" line."""
         share = "" if self.cpu_share is None else f", a training thread's share of a core ({self.cpu_share:.2f})"
+        if self.alone_ratio is not None:
+            share += f", a trial alone in x{self.alone_ratio:.2f} of its time beside others"
         return (
             f"Ray's part of a trial start ({self.start_seconds:.1f} s), the first wave's cold start "
             f"({self.cold_start_seconds:.1f} s), a report's way to the driver ({self.report_seconds * 1000:.0f} ms), "

@@ -102,7 +102,7 @@ def measured_line(forecast: Forecast) -> str:
             "what the driver's logging and the neighbours' starts and evaluations take of the cores"
             if forecast.ray_part.cpu_share is not None else "the driver's and Ray's share of the cores"
         )
-        rest = f"{cores}, a trial alone as fast as beside others"
+        rest = cores if forecast.ray_part.alone_ratio is not None else f"{cores}, a trial alone as fast as beside others"
         return (
             f"Measured: step time, evaluation time, the training loop's setup; {forecast.ray_part.line()}; modelled "
             f"(no sweep of this shape has ended on this machine yet): {rest}, {survival}"

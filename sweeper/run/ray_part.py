@@ -21,6 +21,12 @@ Between its first two reports each empty run keeps its training thread busy with
 torch steps, and reports the thread's share of a core in that time: the calibration's
 copies train with nothing of the sweep around them, and on the 2-core machine a sweep's
 training thread got 0.75-0.89 of a core against their 0.97-1.00 (benchmarks/README.md).
+
+Where the sweep runs trials at once, one more empty trial runs after the waves, alone, and
+its busy steps against the waves' give a trial's time alone over its time beside others:
+a sweep's last trials often train alone, and on the 2-core machine they went about 0.8x
+the time; the live ETA, which kept the prior's 1.0 until a trial had run alone, read 11-13 %
+high on the long sweep for that (benchmarks/README.md, session 40).
 """
 
 from __future__ import annotations
@@ -34,12 +40,13 @@ import time
 from unittest import mock
 
 from ray.tune import Callback
+from ray.tune.search import Searcher
 
 from sweeper.cost.throughput import SLOT_TURNAROUND_SECONDS, RayPart
 from sweeper.plan.sweep_plan import SweepPlan
 from trainables.metrics import TRAIN_CPU_SHARE
 
-__all__ = ["measure_ray_part", "RunTimes", "empty_loop", "busy_steps", "MEASURING_TRIAL_PREFIX"]
+__all__ = ["measure_ray_part", "RunTimes", "AloneLast", "empty_loop", "busy_steps", "MEASURING_TRIAL_PREFIX"]
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +60,7 @@ REPORTS = 3
 BUSY_SECONDS = 0.5
 REPORT_GAP_SECONDS = 0.1
 BUSY_SECONDS_METRIC = "busy_seconds"  # how long the loop's work before this report took
+BUSY_STEP_SECONDS_METRIC = "busy_step_seconds"  # the busy loop's seconds per step
 # Trial starts measured after the first wave (in the actors it leaves), at the least: one
 # alone was off by a second now and then on the 2-core machine (it read 2.2 s where the
 # sweep's own starts took 1.2 s, and the forecast read 68 % high).
@@ -83,8 +91,8 @@ def empty_loop(config: dict) -> None:
     for index in range(REPORTS):
         metrics = {"step": index + 1}
         if index == 1 and not trial.resources.use_gpu:  # a GPU trial's steps are the GPU's: no share to measure
-            seconds, share = busy_steps(BUSY_SECONDS, threads=max(1, int(trial.resources.cpus_per_worker)))
-            metrics |= {BUSY_SECONDS_METRIC: seconds, TRAIN_CPU_SHARE: share}
+            seconds, share, steps = busy_steps(BUSY_SECONDS, threads=max(1, int(trial.resources.cpus_per_worker)))
+            metrics |= {BUSY_SECONDS_METRIC: seconds, TRAIN_CPU_SHARE: share, BUSY_STEP_SECONDS_METRIC: seconds / steps}
         elif index:
             started = time.perf_counter()
             time.sleep(BUSY_SECONDS if index == 1 else REPORT_GAP_SECONDS)
@@ -100,33 +108,61 @@ def empty_loop(config: dict) -> None:
             ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(folder))
 
 
-def busy_steps(seconds: float, threads: int) -> tuple[float, float]:
+def busy_steps(seconds: float, threads: int) -> tuple[float, float, int]:
     """Small torch steps (a matmul's forward and backward, as a small model's loop runs
-    them) on `threads` intra-op threads for `seconds`: the seconds they took and this
-    thread's CPU time over them, as the real loop measures its `train_cpu_share`."""
+    them) on `threads` intra-op threads for `seconds`: the seconds they took, this
+    thread's CPU time over them (as the real loop measures its `train_cpu_share`) and
+    how many steps ran."""
     import torch
 
     torch.set_num_threads(threads)
     inputs = torch.randn(64, 64)
     weight = torch.randn(64, 64, requires_grad=True)
-    started, cpu_started = time.perf_counter(), time.thread_time()
+    started, cpu_started, steps = time.perf_counter(), time.thread_time(), 0
     while time.perf_counter() - started < seconds:
         (inputs @ weight).relu().sum().backward()
+        steps += 1
     took = time.perf_counter() - started
-    return took, (time.thread_time() - cpu_started) / took
+    return took, (time.thread_time() - cpu_started) / took, steps
+
+
+class AloneLast(Searcher):
+    """The empty trials' order: `in_waves` trials (Tune runs them as many at once as the
+    sweep), then, where `alone` is set, one more once all of them have ended, so that it
+    runs alone. Each trial's config is empty: the trainable's parameters carry the rest."""
+
+    def __init__(self, in_waves: int, alone: bool) -> None:
+        super().__init__()
+        self.left, self.running, self.alone = in_waves, 0, alone
+
+    def suggest(self, trial_id: str) -> dict | str | None:
+        if self.left:
+            self.left, self.running = self.left - 1, self.running + 1
+            return {}
+        if not self.alone:
+            return Searcher.FINISHED  # the trials already running go on
+        if self.running:
+            return None  # asked again at Tune's next step
+        self.alone, self.running = False, 1
+        return {}
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        self.running -= 1
 
 
 class RunTimes(Callback):
     """Tune callback on the driver: when each trial started, reported and ended, as the
     live forecast reads them, what its loop measured between reports, and the figures they
-    come to (`ray_part`)."""
+    come to (`ray_part`). With `alone_last`, the last trial ran alone after the waves
+    (`AloneLast`)."""
 
-    def __init__(self, concurrent_trials: int, clock=time.time) -> None:
-        self.concurrent_trials, self.clock = concurrent_trials, clock
+    def __init__(self, concurrent_trials: int, alone_last: bool = False, clock=time.time) -> None:
+        self.concurrent_trials, self.alone_last, self.clock = concurrent_trials, alone_last, clock
         self.starts: dict[str, tuple[float, bool]] = {}  # trial id -> (start, in the first wave)
         self.reports: dict[str, list[float]] = {}
         self.busy: dict[str, list[float]] = {}  # trial id -> its loop's work between reports, seconds
-        self.cpu_shares: list[float] = []
+        self.cpu_shares: dict[str, float] = {}  # trial id -> its busy thread's share of a core
+        self.step_seconds: dict[str, float] = {}  # trial id -> its busy loop's seconds per step
         self.ends: dict[str, float] = {}
 
     def on_trial_start(self, iteration, trials, trial, **info):
@@ -137,36 +173,52 @@ class RunTimes(Callback):
         if BUSY_SECONDS_METRIC in result:
             self.busy.setdefault(trial.trial_id, []).append(result[BUSY_SECONDS_METRIC])
         if TRAIN_CPU_SHARE in result:
-            self.cpu_shares.append(result[TRAIN_CPU_SHARE])
+            self.cpu_shares[trial.trial_id] = result[TRAIN_CPU_SHARE]
+        if BUSY_STEP_SECONDS_METRIC in result:
+            self.step_seconds[trial.trial_id] = result[BUSY_STEP_SECONDS_METRIC]
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         self.ends[trial.trial_id] = self.clock()
 
+    def alone(self) -> set[str]:
+        """The trial that ran alone: the last to start, where one ran after the waves."""
+        if not self.alone_last or not self.starts:
+            return set()
+        return {max(self.starts, key=lambda t: self.starts[t][0])}
+
     def ray_part(self, seconds: float) -> RayPart | None:
         """The figures, or None unless every trial reported REPORTS times and ended, and one
-        started after the first wave. Medians, so that one slow start moves nothing:
+        of the waves started after the first. Medians, so that one slow start moves nothing:
 
         - a report's way: the last interval between two reports less the loop's sleep in it;
         - a start: from the trial's start to its first report, less one report's way (the
-          live forecast counts that in the evaluation), of the trials after the first wave;
+          live forecast counts that in the evaluation), of the waves' trials after the first;
         - the cold start: the first wave's start over the later ones';
         - a stop: from a trial's last report to its end;
         - a turnaround: from a run's end to the next run's start, the slot freed first
           going first;
-        - the CPU share: what the busy loops measured (None where none was busy)."""
+        - the CPU share: what the waves' busy loops measured (None where none was busy);
+        - a trial alone: the alone trial's seconds per busy step over the waves' (None
+          without it), at most 1: alone, a trial is not slower.
+        The alone trial waited for the waves to end, so only its busy steps count."""
         whole = [t for t, times in self.reports.items() if len(times) == REPORTS and t in self.ends]
-        if len(whole) < len(self.starts) or not any(not self.starts[t][1] for t in whole):
+        alone = self.alone()
+        waves = [t for t in whole if t not in alone]
+        if len(whole) < len(self.starts) or not any(not self.starts[t][1] for t in waves):
             return None
-        gaps = [self.reports[t][-1] - self.reports[t][-2] - self.busy[t][-1] for t in whole if t in self.busy]
+        gaps = [self.reports[t][-1] - self.reports[t][-2] - self.busy[t][-1] for t in waves if t in self.busy]
         report = max(0.0, statistics.median(gaps)) if gaps else 0.0
-        starts = {t: max(0.0, self.reports[t][0] - self.starts[t][0] - report) for t in whole}
-        later = [t for t in whole if not self.starts[t][1]]
+        starts = {t: max(0.0, self.reports[t][0] - self.starts[t][0] - report) for t in waves}
+        later = [t for t in waves if not self.starts[t][1]]
         cold = statistics.median(s for t, s in starts.items() if self.starts[t][1])
         warm = statistics.median(starts[t] for t in later)
-        stop = statistics.median(self.ends[t] - self.reports[t][-1] for t in whole)
+        stop = statistics.median(self.ends[t] - self.reports[t][-1] for t in waves)
         # Each later start takes the slot freed first, as the live forecast pairs them.
-        freed = zip(sorted(self.starts[t][0] for t in later), sorted(self.ends.values()))
+        freed = zip(sorted(self.starts[t][0] for t in later), sorted(self.ends[t] for t in waves))
         turnarounds = [start - end for start, end in freed if end <= start]
+        shares = [self.cpu_shares[t] for t in waves if t in self.cpu_shares]
+        beside = [self.step_seconds[t] for t in waves if t in self.step_seconds]
+        alone_steps = [self.step_seconds[t] for t in alone if t in self.step_seconds]
         return RayPart(
             start_seconds=warm,
             report_seconds=report,
@@ -175,13 +227,15 @@ class RunTimes(Callback):
             seconds=seconds,
             stop_seconds=max(0.0, stop),
             turnaround_seconds=statistics.median(turnarounds) if turnarounds else SLOT_TURNAROUND_SECONDS,
-            cpu_share=statistics.median(self.cpu_shares) if self.cpu_shares else None,
+            cpu_share=statistics.median(shares) if shares else None,
+            alone_ratio=min(1.0, alone_steps[0] / statistics.median(beside)) if alone_steps and beside else None,
         )
 
 
 def measure_ray_part(plan: SweepPlan) -> RayPart | None:
     """Run waves of the plan's trials at once with the empty loop on the cluster (Ray is
-    up), a first and as many more as make WARM_STARTS starts, and time them; None where
+    up), a first and as many more as make WARM_STARTS starts, then (where the plan runs
+    trials at once) one alone, and time them; None where
     that failed (the forecast then keeps the constants, and says so). Ctrl-C stops it as it
     stops `sweep start`: nothing else ran."""
     from ray import tune
@@ -191,8 +245,9 @@ def measure_ray_part(plan: SweepPlan) -> RayPart | None:
 
     started = time.time()
     concurrent = plan.concurrent_trials
-    waves = 1 + math.ceil(WARM_STARTS / concurrent)
-    times = RunTimes(concurrent)
+    in_waves = (1 + math.ceil(WARM_STARTS / concurrent)) * concurrent
+    alone = concurrent > 1
+    times = RunTimes(concurrent, alone_last=alone)
     with tempfile.TemporaryDirectory(prefix="sweeper-ray-part-") as folder, tune_quiet_and_interruptible():
         trainable = tune.with_parameters(
             run_trial,
@@ -208,7 +263,8 @@ def measure_ray_part(plan: SweepPlan) -> RayPart | None:
         tuner = tune.Tuner(
             tune.with_resources(trainable, TRIAL_ACTOR_RESOURCES),
             tune_config=tune.TuneConfig(
-                num_samples=waves * concurrent, max_concurrent_trials=concurrent, reuse_actors=True,
+                search_alg=AloneLast(in_waves, alone), num_samples=in_waves + alone,
+                max_concurrent_trials=concurrent, reuse_actors=True,
                 # The Repr of their Train workers in the dashboard: not the sweep's trials.
                 trial_name_creator=measuring_trial_name,
             ),

@@ -3,6 +3,7 @@ on the parent run at every evaluation, ending near the actual cost; what the swe
 kept for the next forecast on this machine."""
 
 import json
+import re
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -41,6 +42,9 @@ def test_the_next_forecast_on_this_machine_applies_what_the_sweep_measured(finis
     assert finished_sweep.result.returncode == 0, finished_sweep.result.stderr
     # The first sweep on the machine said its overheads were modelled constants.
     assert "modelled (no sweep of this shape has ended on this machine yet)" in finished_sweep.result.stdout
+    # It ran two trials at once: the empty trials before it measured one alone.
+    (first,) = [line for line in finished_sweep.result.stdout.splitlines() if line.startswith("Measured:")]
+    assert re.search(r"a trial alone in x(0\.\d\d|1\.00) of its time beside others", first), first
     machines = finished_sweep.workdir / "machines"
     (kept,) = machines.glob("*.json")
     (measure,) = json.loads(kept.read_text())["sweeps"]
