@@ -246,7 +246,8 @@ def measure_ray_part(plan: SweepPlan) -> RayPart | None:
     started = time.time()
     concurrent = plan.concurrent_trials
     in_waves = (1 + math.ceil(WARM_STARTS / concurrent)) * concurrent
-    alone = concurrent > 1
+    # On GPUs a busy loop measures nothing (their steps are the GPU's); each trial has its own.
+    alone = concurrent > 1 and not plan.spec.resources.use_gpu
     times = RunTimes(concurrent, alone_last=alone)
     with tempfile.TemporaryDirectory(prefix="sweeper-ray-part-") as folder, tune_quiet_and_interruptible():
         trainable = tune.with_parameters(
