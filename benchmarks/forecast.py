@@ -1,5 +1,5 @@
-"""Benchmark: the forecast that `sweep start` prints (and logs to the parent run) against
-what the sweep then spends. Each run is a whole sweep in a fresh process (its own Ray, its
+"""Benchmark: the forecasts that `sweep plan` and then `sweep start` print (the latter also
+logged to the parent run) against what the sweep then spends. Each run is a whole sweep in a fresh process (its own Ray, its
 own MLflow store in a temporary folder), as `sweep start` runs it.
 
     python -m benchmarks.forecast --sweep quickstart --runs 3
@@ -63,8 +63,10 @@ def one_run(sweep: str) -> dict:
     folder = Path(tempfile.mkdtemp(prefix=f"sweeper-forecast-{sweep}-"))
     raw["name"], raw["output_dir"] = f"forecast-{sweep}", str(folder)
     raw.setdefault("tracking", {})["uri"] = f"sqlite:///{folder}/mlflow.db"
+    # What `sweep plan` forecasts for the sweep, here and now, before it runs (without its caps).
+    planned = plan_forecast({k: v for k, v in raw.items() if k != "budget"}, path.parent)
     if raw.get("budget", {}).get("max_usd") == HALF_THE_PLAN:
-        raw["budget"]["max_usd"] = planned_usd({k: v for k, v in raw.items() if k != "budget"}, path.parent) / 2
+        raw["budget"]["max_usd"] = planned.expected.usd / 2
     spec = validate_spec(raw, base_dir=path.parent)
     run = run_sweep(spec, yaml_folder=path.parent, console=Console(quiet=True))
     client = mlflow.MlflowClient(spec.tracking.uri)
@@ -81,6 +83,8 @@ def one_run(sweep: str) -> dict:
         "forecast_wall_seconds": metrics["forecast_expected_wall_seconds"],
         "actual_wall_seconds": metrics["wall_seconds"],
         "forecast_usd": metrics["forecast_expected_usd"],
+        "plan_wall_seconds": planned.expected.wall_seconds,
+        "plan_usd": planned.expected.usd,
         "actual_usd": metrics["cost_usd_total"],
         "step_seconds": float(params["forecast_step_seconds"]),
         "eval_seconds": float(params["forecast_eval_seconds"]),
@@ -93,8 +97,8 @@ def one_run(sweep: str) -> dict:
     }
 
 
-def planned_usd(raw: dict, yaml_folder: Path) -> float:
-    """The expected dollars `sweep plan` forecasts for the sweep `raw` (calibrated here)."""
+def plan_forecast(raw: dict, yaml_folder: Path):
+    """The forecast `sweep plan` makes for the sweep `raw` (calibrated here)."""
     import yaml
 
     from sweeper.plan.command import plan_sweep
@@ -104,7 +108,7 @@ def planned_usd(raw: dict, yaml_folder: Path) -> float:
     files = {key: str((yaml_folder / raw["data"][key]).resolve()) for key in ("train", "eval") if key in raw["data"]}
     path = Path(tempfile.mkdtemp(prefix="sweeper-forecast-plan-")) / "plan.yaml"
     path.write_text(yaml.safe_dump({**raw, "data": {**raw["data"], **files}}))
-    return plan_sweep(path, address=None, calibrate=True, console=Console(quiet=True)).expected.usd
+    return plan_sweep(path, address=None, calibrate=True, console=Console(quiet=True))
 
 
 def live_estimates(client, run_id: str, actual_wall: float, actual_usd: float) -> list[dict]:
@@ -200,6 +204,12 @@ def main() -> None:
             f"start {row['setup_seconds']:.1f} s; trial setup median {row['median_trial_setup_seconds'] or 0:.1f} s",
             flush=True,
         )
+        if "plan_usd" in row:
+            print(
+                f"  sweep plan before it: wall {row['plan_wall_seconds']:.1f} s ({_error(row, 'wall_seconds', 'plan')}), "
+                f"USD {row['plan_usd']:.6f} ({_error(row, 'usd', 'plan')})",
+                flush=True,
+            )
         if row.get("ray_part"):
             print(f"  measured before the sweep: {row['ray_part']}", flush=True)
         if row.get("cap_usd"):
@@ -229,8 +239,8 @@ def main() -> None:
         )
 
 
-def _error(row: dict, key: str) -> str:
-    forecast, actual = row[f"forecast_{key}"], row[f"actual_{key}"]
+def _error(row: dict, key: str, forecast_by: str = "forecast") -> str:
+    forecast, actual = row[f"{forecast_by}_{key}"], row[f"actual_{key}"]
     return f"{(forecast - actual) / actual:+.0%}"
 
 

@@ -69,14 +69,16 @@ def plan(
         None, "--address", help="Ray cluster to size and calibrate on (default: this machine, as a local cluster)."
     ),
     calibrate: bool = typer.Option(
-        True, "--calibrate/--no-calibrate", help="Measure the step time (a few steps) or use the throughput model."
+        True, "--calibrate/--no-calibrate", help="Measure the step time (a few steps) and, where no sweep of the shape has ended here, Ray's part of a trial (empty trials on the cluster); or use the throughput model."
     ),
 ) -> None:
     """Validate FILE and forecast the sweep without running it: step budget by rung, step
     time, expected and worst-case wall time, accelerator-hours and USD, budget caps."""
     from sweeper.plan.command import plan_sweep
+    from sweeper.run.ray_part import measure_ray_part_for_plan
 
-    plan_sweep(file, address=ray_address(address), calibrate=calibrate, console=console)
+    plan_sweep(file, address=ray_address(address), calibrate=calibrate, console=console,
+               measure_ray_part=measure_ray_part_for_plan)
 
 
 def resume(

@@ -159,7 +159,7 @@ class RayPart:
         )
 
     def line(self) -> str:
-        """What was measured, for `sweep start`'s "Measured" line."""
+        """What was measured, for the "Measured" line of `sweep plan` and `sweep start`."""
         share = "" if self.cpu_share is None else f", a training thread's share of a core ({self.cpu_share:.2f})"
         if self.alone_ratio is not None:
             share += f", a trial alone in x{self.alone_ratio:.2f} of its time beside others"

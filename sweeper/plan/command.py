@@ -101,9 +101,15 @@ def print_forecast(forecast: Forecast, spec: SweepSpec, console: Console) -> Non
         console.print(line, highlight=False, soft_wrap=True)
 
 
-def plan_sweep(file: Path, *, address: str | None, calibrate: bool, console: Console) -> Forecast:
+def plan_sweep(
+    file: Path, *, address: str | None, calibrate: bool, console: Console,
+    measure_ray_part: Callable[[SweepPlan, str | None], RayPart | None] | None = None,
+) -> Forecast:
     """`sweep plan FILE`: validate, size the plan against the cluster (`address`, else
-    this machine as a local cluster would use it), calibrate unless told not to, print."""
+    this machine as a local cluster would use it), calibrate unless told not to, print.
+    Calibrating, where this machine has no sweep of the shape to learn from,
+    `measure_ray_part(plan, address)` measures Ray's part of a trial as `sweep start` does
+    (sweeper/run/ray_part.py)."""
     from sweeper.plan.checks import load_checked_spec
     from sweeper.plan.inputs import prepare_inputs
     from trainables.models import DEFAULT_CACHE_ROOT
@@ -136,7 +142,10 @@ def plan_sweep(file: Path, *, address: str | None, calibrate: bool, console: Con
         highlight=False,
         soft_wrap=True,
     )
-    forecast = sweep_forecast(plan, cluster, inputs, on_cluster=bool(address))
+    forecast = sweep_forecast(
+        plan, cluster, inputs, on_cluster=bool(address),
+        measure_ray_part=(lambda: measure_ray_part(plan, address)) if measure_ray_part else None,
+    )
     print_forecast(forecast, spec, console)
     if spec.resources.use_gpu:
         from sweeper.cost.memory import forecast_trial_memory

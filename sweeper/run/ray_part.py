@@ -46,7 +46,7 @@ from sweeper.cost.throughput import SLOT_TURNAROUND_SECONDS, RayPart
 from sweeper.plan.sweep_plan import SweepPlan
 from trainables.metrics import TRAIN_CPU_SHARE
 
-__all__ = ["measure_ray_part", "RunTimes", "AloneLast", "empty_loop", "busy_steps", "MEASURING_TRIAL_PREFIX"]
+__all__ = ["measure_ray_part", "measure_ray_part_for_plan", "RunTimes", "AloneLast", "empty_loop", "busy_steps", "MEASURING_TRIAL_PREFIX"]
 
 logger = logging.getLogger(__name__)
 
@@ -198,8 +198,12 @@ class RunTimes(Callback):
         - a turnaround: from a run's end to the next run's start, the slot freed first
           going first;
         - the CPU share: what the waves' busy loops measured (None where none was busy);
-        - a trial alone: the alone trial's seconds per busy step over the waves' (None
-          without it), at most 1: alone, a trial is not slower.
+        - a trial alone: the alone trial's CPU seconds per busy step (its seconds per step
+          times its thread's share of a core) over the waves' seconds per step (None
+          without it), at most 1: alone, a trial is not slower. CPU seconds, because
+          alone a sweep's training thread had 0.97-0.99 of a core on the 2-core machine,
+          while the empty trial alone shared the cores with whatever Ray still did after
+          the waves, and read 0.89 against its sweep's 0.73 (benchmarks/README.md).
         The alone trial waited for the waves to end, so only its busy steps count."""
         whole = [t for t, times in self.reports.items() if len(times) == REPORTS and t in self.ends]
         alone = self.alone()
@@ -218,7 +222,7 @@ class RunTimes(Callback):
         turnarounds = [start - end for start, end in freed if end <= start]
         shares = [self.cpu_shares[t] for t in waves if t in self.cpu_shares]
         beside = [self.step_seconds[t] for t in waves if t in self.step_seconds]
-        alone_steps = [self.step_seconds[t] for t in alone if t in self.step_seconds]
+        alone_steps = [self.step_seconds[t] * self.cpu_shares.get(t, 1.0) for t in alone if t in self.step_seconds]
         return RayPart(
             start_seconds=warm,
             report_seconds=report,
@@ -282,6 +286,27 @@ def measure_ray_part(plan: SweepPlan) -> RayPart | None:
             logger.warning("Ray's part of a trial was not measured: %s", results.errors[0])
             return None
     return times.ray_part(time.time() - started)
+
+
+def measure_ray_part_for_plan(plan: SweepPlan, address: str | None) -> RayPart | None:
+    """`sweep plan`'s measure, as `sweep start` would take it: on the cluster joined
+    (`address`), else on a local cluster started for it as `sweep start` starts one (with
+    the warm-start server its trials' workers fork from) and stopped again. Without it a
+    newcomer's first plan took Ray's part from constants measured on one 2-core machine."""
+    import ray
+
+    from sweeper.cluster.connect import LOCAL_CLUSTER, start_ray, start_warm_server, stop_local_cluster
+
+    if address or ray.is_initialized():
+        return measure_ray_part(plan)
+    warm_server = start_warm_server(LOCAL_CLUSTER, None, plan.spec.resources.use_gpu)
+    try:
+        start_ray(LOCAL_CLUSTER, warm_server, metadata={"job_name": f"{plan.spec.name} (sweep plan)"})
+        return measure_ray_part(plan)
+    finally:
+        stop_local_cluster()
+        if warm_server:
+            warm_server.stop()
 
 
 def measuring_trial_name(trial) -> str:

@@ -9,6 +9,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from sweeper.plan.machine_profile import PROFILES_ENV
+from tests.conftest import small_sweep, write_yaml
 from tests.integration.conftest import run_cli
 from tests.integration.test_tracking import runs_of
 
@@ -60,3 +61,20 @@ def test_the_next_forecast_on_this_machine_applies_what_the_sweep_measured(finis
     assert "on this machine's last 1 sweep of this shape (median)" in line, line
     assert f"Ray's part of a trial start ({measure['ray_start_seconds']:.1f} s)" in line, line
     assert f"steps in a sweep x{measure['step_ratio']:.2f}" in line, line
+
+
+def test_the_first_plan_on_a_machine_measures_rays_part_with_empty_trials(tmp_path):
+    """`sweep plan` where no sweep of the shape has ended on the machine: Ray's part of a
+    trial is measured on a local cluster started for it (and stopped), as `sweep start`
+    measures it, not taken from constants; nothing of a sweep is written."""
+    yaml = write_yaml(tmp_path / "planned.yaml", small_sweep("planned", search={"num_trials": 5}))
+    planned = run_cli("plan", str(yaml), cwd=tmp_path, timeout=300, env={PROFILES_ENV: str(tmp_path / "machines")})
+    assert planned.returncode == 0, planned.stderr
+    (line,) = [line for line in planned.stdout.splitlines() if line.startswith("Measured:")]
+    assert re.search(
+        r"Ray's part of a trial start \(\d+\.\d s\), the first wave's cold start \(\d+\.\d s\), .*"
+        r"a trial alone in x(0\.\d\d|1\.00) of its time beside others, with \d+ empty trials on the cluster in", line
+    ), line
+    assert "modelled (no sweep of this shape has ended on this machine yet)" in line, line
+    assert "nothing was started" in planned.stdout
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["planned.yaml"]

@@ -119,7 +119,7 @@ def test_alone_is_never_slower_than_beside_others_and_without_an_alone_trial_the
         clock = Clock()
         times = RunTimes(concurrent_trials=2, alone_last=alone_step is not None, clock=clock)
         waves = [trial_events(t, at, 2.0, 0.1, step=0.001) for t, at in (("a", 0.0), ("b", 0.0), ("c", 10.0), ("d", 10.0))]
-        alone = [trial_events("e", 20.0, 2.0, 0.1, step=alone_step)] if alone_step is not None else []
+        alone = [trial_events("e", 20.0, 2.0, 0.1, share=1.0, step=alone_step)] if alone_step is not None else []
         replay(times, clock, *waves, *alone)
         return times
 
@@ -127,6 +127,16 @@ def test_alone_is_never_slower_than_beside_others_and_without_an_alone_trial_the
     # "c" and "d" started once "a" and "b" had ended, but ran together: no trial ran alone.
     times = waves_then(None)
     assert times.alone() == set() and times.ray_part(seconds=1.0).alone_ratio is None
+
+
+def test_the_alone_trial_counts_its_steps_at_a_whole_core():
+    # Alone, its busy steps took 0.95 ms, but its thread had 0.8 of a core (something else
+    # ran on the cores): at a whole core, as a sweep's trial alone has, they take 0.76 ms.
+    clock = Clock()
+    times = RunTimes(concurrent_trials=2, alone_last=True, clock=clock)
+    waves = [trial_events(t, at, 2.0, 0.1, step=0.001) for t, at in (("a", 0.0), ("b", 0.0), ("c", 10.0), ("d", 10.0))]
+    replay(times, clock, *waves, trial_events("e", 20.0, 2.0, 0.1, share=0.8, step=0.00095))
+    assert times.ray_part(seconds=1.0).alone_ratio == pytest.approx(0.8 * 0.00095 / 0.001)
 
 
 def test_the_last_empty_trial_is_suggested_only_once_the_waves_have_ended():
