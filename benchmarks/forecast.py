@@ -63,8 +63,11 @@ def one_run(sweep: str) -> dict:
     folder = Path(tempfile.mkdtemp(prefix=f"sweeper-forecast-{sweep}-"))
     raw["name"], raw["output_dir"] = f"forecast-{sweep}", str(folder)
     raw.setdefault("tracking", {})["uri"] = f"sqlite:///{folder}/mlflow.db"
-    # What `sweep plan` forecasts for the sweep, here and now, before it runs (without its caps).
-    planned = plan_forecast({k: v for k, v in raw.items() if k != "budget"}, path.parent)
+    # What `sweep plan` forecasts for the sweep, here and now, before it runs (without its
+    # caps); and, for comparison, the same with Ray's part of a trial taken from constants.
+    uncapped = {k: v for k, v in raw.items() if k != "budget"}
+    planned = plan_forecast(uncapped, path.parent)
+    constants = plan_forecast(uncapped, path.parent, measure_ray_part=False)
     if raw.get("budget", {}).get("max_usd") == HALF_THE_PLAN:
         raw["budget"]["max_usd"] = planned.expected.usd / 2
     spec = validate_spec(raw, base_dir=path.parent)
@@ -85,6 +88,8 @@ def one_run(sweep: str) -> dict:
         "forecast_usd": metrics["forecast_expected_usd"],
         "plan_wall_seconds": planned.expected.wall_seconds,
         "plan_usd": planned.expected.usd,
+        "plan_constants_wall_seconds": constants.expected.wall_seconds,
+        "plan_constants_usd": constants.expected.usd,
         "actual_usd": metrics["cost_usd_total"],
         "step_seconds": float(params["forecast_step_seconds"]),
         "eval_seconds": float(params["forecast_eval_seconds"]),
@@ -97,8 +102,9 @@ def one_run(sweep: str) -> dict:
     }
 
 
-def plan_forecast(raw: dict, yaml_folder: Path):
-    """The forecast `sweep plan` makes for the sweep `raw` (calibrated here)."""
+def plan_forecast(raw: dict, yaml_folder: Path, measure_ray_part: bool = True):
+    """The forecast `sweep plan` makes for the sweep `raw` (calibrated here; without
+    `measure_ray_part`, Ray's part of a trial from the constants)."""
     import yaml
 
     from sweeper.plan.command import plan_sweep
@@ -108,7 +114,10 @@ def plan_forecast(raw: dict, yaml_folder: Path):
     files = {key: str((yaml_folder / raw["data"][key]).resolve()) for key in ("train", "eval") if key in raw["data"]}
     path = Path(tempfile.mkdtemp(prefix="sweeper-forecast-plan-")) / "plan.yaml"
     path.write_text(yaml.safe_dump({**raw, "data": {**raw["data"], **files}}))
-    return plan_sweep(path, address=None, calibrate=True, console=Console(quiet=True))
+    from sweeper.run.ray_part import measure_ray_part_for_plan
+
+    return plan_sweep(path, address=None, calibrate=True, console=Console(quiet=True),
+                      measure_ray_part=measure_ray_part_for_plan if measure_ray_part else None)
 
 
 def live_estimates(client, run_id: str, actual_wall: float, actual_usd: float) -> list[dict]:
@@ -207,7 +216,9 @@ def main() -> None:
         if "plan_usd" in row:
             print(
                 f"  sweep plan before it: wall {row['plan_wall_seconds']:.1f} s ({_error(row, 'wall_seconds', 'plan')}), "
-                f"USD {row['plan_usd']:.6f} ({_error(row, 'usd', 'plan')})",
+                f"USD {row['plan_usd']:.6f} ({_error(row, 'usd', 'plan')}); with Ray's part from the constants: wall "
+                f"{row['plan_constants_wall_seconds']:.1f} s ({_error(row, 'wall_seconds', 'plan_constants')}), "
+                f"USD {row['plan_constants_usd']:.6f} ({_error(row, 'usd', 'plan_constants')})",
                 flush=True,
             )
         if row.get("ray_part"):
