@@ -23,7 +23,8 @@ copies train with nothing of the sweep around them, and on the 2-core machine a 
 training thread got 0.75-0.89 of a core against their 0.97-1.00 (benchmarks/README.md).
 
 Where the sweep runs trials at once, one more empty trial runs after the waves, alone, and
-its busy steps against the waves' give a trial's time alone over its time beside others:
+its busy steps (counted at a whole core, as a sweep's trial alone has) against the waves'
+give a trial's time alone over its time beside others:
 a sweep's last trials often train alone, and on the 2-core machine they went about 0.8x
 the time; the live ETA, which kept the prior's 1.0 until a trial had run alone, read 11-13 %
 high on the long sweep for that (benchmarks/README.md, session 40).
@@ -148,6 +149,14 @@ class AloneLast(Searcher):
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
         self.running -= 1
+
+    # The empty trials are never resumed: nothing to save (Tune's default warns on stderr
+    # at every experiment checkpoint that saving is not implemented).
+    def save(self, checkpoint_path: str) -> None:
+        pass
+
+    def restore(self, checkpoint_path: str) -> None:
+        pass
 
 
 class RunTimes(Callback):

@@ -77,4 +77,5 @@ def test_the_first_plan_on_a_machine_measures_rays_part_with_empty_trials(tmp_pa
     ), line
     assert "modelled (no sweep of this shape has ended on this machine yet)" in line, line
     assert "nothing was started" in planned.stdout
+    assert "save not implemented" not in planned.stderr  # Tune's warning for a searcher it cannot save
     assert sorted(path.name for path in tmp_path.iterdir()) == ["planned.yaml"]
