@@ -69,7 +69,9 @@ def plan(
         None, "--address", help="Ray cluster to size and calibrate on (default: this machine, as a local cluster)."
     ),
     calibrate: bool = typer.Option(
-        True, "--calibrate/--no-calibrate", help="Measure the step time (a few steps) and, where no sweep of the shape has ended here, Ray's part of a trial (empty trials on the cluster); or use the throughput model."
+        True, "--calibrate/--no-calibrate",
+        help="Measure the step time (a few steps) and, where no sweep of the shape has ended here, Ray's part of a "
+        "trial (empty trials on the cluster); or use the throughput model.",
     ),
 ) -> None:
     """Validate FILE and forecast the sweep without running it: step budget by rung, step

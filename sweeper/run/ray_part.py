@@ -47,7 +47,10 @@ from sweeper.cost.throughput import SLOT_TURNAROUND_SECONDS, RayPart
 from sweeper.plan.sweep_plan import SweepPlan
 from trainables.metrics import TRAIN_CPU_SHARE
 
-__all__ = ["measure_ray_part", "measure_ray_part_for_plan", "RunTimes", "AloneLast", "empty_loop", "busy_steps", "MEASURING_TRIAL_PREFIX"]
+__all__ = [
+    "measure_ray_part", "measure_ray_part_for_plan", "RunTimes", "AloneLast", "empty_loop", "busy_steps",
+    "MEASURING_TRIAL_PREFIX",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -312,6 +315,9 @@ def measure_ray_part_for_plan(plan: SweepPlan, address: str | None) -> RayPart |
     try:
         start_ray(LOCAL_CLUSTER, warm_server, metadata={"job_name": f"{plan.spec.name} (sweep plan)"})
         return measure_ray_part(plan)
+    except Exception as error:  # as in measure_ray_part: the plan keeps the constants and says so
+        logger.warning("Ray's part of a trial was not measured: %s", error)
+        return None
     finally:
         stop_local_cluster()
         if warm_server:

@@ -248,3 +248,20 @@ def test_a_failed_measure_keeps_the_constants_and_says_they_are_modelled(tmp_pat
     (line,) = [line for line in forecast_lines(forecast, "CPU core-hours") if line.startswith("Measured")]
     assert f"Ray's part of a trial start ({RAY_TRIAL_START_SECONDS:.1f} s)" in line
     assert forecast.ray_part is None and "forecast_ray_part" not in forecast.as_params()
+
+
+def test_a_plan_whose_local_cluster_will_not_start_keeps_the_constants_and_leaves_nothing_running(monkeypatch):
+    from sweeper.cluster import connect
+    from sweeper.run import ray_part
+
+    ended = []
+    server = SimpleNamespace(stop=lambda: ended.append("warm-start server"))
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("the dashboard's port is taken")
+
+    monkeypatch.setattr(connect, "start_warm_server", lambda *args: server)
+    monkeypatch.setattr(connect, "start_ray", refuse)
+    monkeypatch.setattr(connect, "stop_local_cluster", lambda: ended.append("ray"))
+    assert ray_part.measure_ray_part_for_plan(PLAN, address=None) is None
+    assert ended == ["ray", "warm-start server"]
