@@ -213,7 +213,7 @@ def main() -> None:
             f"start {row['setup_seconds']:.1f} s; trial setup median {row['median_trial_setup_seconds'] or 0:.1f} s",
             flush=True,
         )
-        if "plan_usd" in row:
+        if "plan_usd" in row and not row.get("cap_usd"):  # a capped sweep spends less than the plan by design
             print(
                 f"  sweep plan before it: wall {row['plan_wall_seconds']:.1f} s ({_error(row, 'wall_seconds', 'plan')}), "
                 f"USD {row['plan_usd']:.6f} ({_error(row, 'usd', 'plan')}); with Ray's part from the constants: wall "
