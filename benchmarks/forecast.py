@@ -1,6 +1,8 @@
 """Benchmark: the forecasts that `sweep plan` and then `sweep start` print (the latter also
-logged to the parent run) against what the sweep then spends. Each run is a whole sweep in a fresh process (its own Ray, its
-own MLflow store in a temporary folder), as `sweep start` runs it.
+logged to the parent run) against what the sweep then spends. Each run is a whole sweep in
+a fresh process (its own Ray, its own MLflow store in a temporary folder), as `sweep start`
+runs it; `sweep plan` runs before it in the same process, also with Ray's part of a trial
+from the constants for comparison.
 
     python -m benchmarks.forecast --sweep quickstart --runs 3
     python -m benchmarks.forecast --sweep dpo-quickstart --runs 3
@@ -108,14 +110,13 @@ def plan_forecast(raw: dict, yaml_folder: Path, measure_ray_part: bool = True):
     import yaml
 
     from sweeper.plan.command import plan_sweep
+    from sweeper.run.ray_part import measure_ray_part_for_plan
 
     # Written outside the sweep's folder (a YAML there reads as an existing sweep), so the
     # data files' relative paths are made absolute.
     files = {key: str((yaml_folder / raw["data"][key]).resolve()) for key in ("train", "eval") if key in raw["data"]}
     path = Path(tempfile.mkdtemp(prefix="sweeper-forecast-plan-")) / "plan.yaml"
     path.write_text(yaml.safe_dump({**raw, "data": {**raw["data"], **files}}))
-    from sweeper.run.ray_part import measure_ray_part_for_plan
-
     return plan_sweep(path, address=None, calibrate=True, console=Console(quiet=True),
                       measure_ray_part=measure_ray_part_for_plan if measure_ray_part else None)
 
