@@ -42,7 +42,7 @@ from dataclasses import dataclass, field, replace
 from sweeper.cost.throughput import RAY_TRIAL_START_SECONDS
 from sweeper.plan.forecast import TrialTiming
 from sweeper.plan.sweep_plan import ClusterResources, SweepPlan
-from sweeper.spec.overrides import NO_EARLY_STOPPING, with_overrides
+from sweeper.spec.overrides import calibration_spec, with_overrides
 from sweeper.spec.schema import CategoricalDist, SweepSpec
 from sweeper.spec.sections import IntUniformDist
 from trainables.metrics import TRAIN_CPU_SHARE
@@ -183,17 +183,7 @@ def measure(spec: SweepSpec, data: dict, model_source: str, steps: int = MEASURE
     fraction of a second, so copies started together need not step together."""
     accumulation = spec.training.gradient_accumulation_steps
     measured_accumulation = min(accumulation, MEASURED_MICRO_BATCHES)
-    spec = with_overrides(
-        spec,
-        {
-            "training.max_steps": 2 * steps,
-            "training.eval_every": steps,
-            "training.gradient_accumulation_steps": measured_accumulation,
-            **{f"early_stopping.{key}": value for key, value in NO_EARLY_STOPPING.items()},
-            "chaos.fault": "none",
-            "budget": None,
-        },
-    )
+    spec = calibration_spec(spec, steps, measured_accumulation)
     reports: list[tuple[float, dict]] = []
 
     def on_report(metrics: dict) -> None:
@@ -251,7 +241,10 @@ def _calibrate_here(
             if ready is not None:
                 ready()  # model loads (the start's figure) side by side too
             first = measure(spec, data, model_source, ready=ready)
-            costliest = measure(with_overrides(spec, overrides), data, model_source, ready=ready) if overrides else first
+            costliest = first
+            if overrides:
+                costliest_spec = with_overrides(spec, overrides, built="the calibration run of the costliest config")
+                costliest = measure(costliest_spec, data, model_source, ready=ready)
     finally:
         transformers_logging.enable_progress_bar()
     return first, costliest

@@ -205,6 +205,20 @@ def validate_spec(raw: dict, base_dir: Path, source: str = "<yaml>") -> SweepSpe
         raise UserError(*(line for err in exc.errors() for line in _format_error(err, raw))) from None
 
 
+def revalidate_spec(raw: dict, built: str) -> SweepSpec:
+    """A spec the service built or stored (`built` says which: "the calibration run"),
+    validated again without touching files. A problem is a keyed line naming the YAML key
+    and what was being built, as UserError: the user's spec cannot be turned into that run,
+    and that is said, never a traceback."""
+    try:
+        return SweepSpec.model_validate(raw, context={"check_files": False})
+    except ValidationError as exc:
+        raise UserError(*(
+            f"{line} (in {built})"
+            for err in exc.errors() for line in _format_error(err, raw)
+        )) from None
+
+
 def _format_error(err: dict, raw: dict) -> list[str]:
     """The keyed lines of one pydantic error: one line, or one per problem that a
     cross-field validator raised (FieldProblems keys are relative to the error's location)."""

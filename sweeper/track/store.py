@@ -114,11 +114,10 @@ class SweepStore:
 
     def sweep_spec(self, run):
         """The sweep's resolved config, from its parent run's sweep.yaml artifact."""
-        from sweeper.spec.load import parse_yaml
-        from sweeper.spec.schema import SweepSpec
+        from sweeper.spec.load import parse_yaml, revalidate_spec
 
         raw = parse_yaml(self._artifact(run, "sweep.yaml"), "sweep.yaml")
-        return SweepSpec.model_validate(raw, context={"check_files": False})
+        return revalidate_spec(raw, f"the sweep.yaml stored with MLflow run {run.info.run_id}")
 
     def _artifact(self, run, path: str) -> str:
         """A text artifact of `run`: read in place from a local artifact folder, else
