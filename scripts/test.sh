@@ -1,20 +1,29 @@
 #!/usr/bin/env bash
-# The whole test suite: unit tests (seconds) and integration tests (real Ray cluster,
-# real MLflow store, real training of the built-in tiny model). Without arguments the
-# unit tests run on two processes (pytest-xdist: 73 s instead of 102 s on the 2-core
-# machine), then the integration tests one at a time (each sweep starts a Ray cluster
-# sized to the whole machine); both run even when the first fails. Arguments go to one
-# plain pytest run instead, e.g. `scripts/test.sh -m "not integration"` for the fast
-# part only, or `scripts/test.sh tests/integration/test_sweep.py`.
+# The test suite in two tiers, after setting up .venv:
+#   scripts/test.sh          the quick tier: the unit tests (no Ray, seconds each) on two
+#                            processes, then one integration test per user story (marked
+#                            `story`: start, stop and resume after kill -9, bad input, report,
+#                            promote, DPO, each strategy, cluster join, a budget-driven sweep)
+#   scripts/test.sh --all    every test: the unit tests, then every integration test (real
+#                            Ray cluster, real MLflow store, real training of the built-in tiny
+#                            model). This is what CI runs (.ci/run).
+#   scripts/test.sh ARGS     one plain pytest run with ARGS, e.g. `tests/integration/test_sweep.py`
+# Integration tests run one at a time: each sweep starts a Ray cluster sized to the machine.
+# Both parts of a tier run even when the first fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 # shellcheck disable=SC1091
 . .venv/bin/activate
+integration=(-m story)
+if [ "${1:-}" = "--all" ]; then
+  integration=()
+  shift
+fi
 if [ "$#" -gt 0 ]; then
   exec python -m pytest "$@"
 fi
 status=0
 python -m pytest tests/unit -n 2 || status=$?
-python -m pytest tests/integration || status=$((status > 0 ? status : $?))
+python -m pytest tests/integration "${integration[@]}" || status=$((status > 0 ? status : $?))
 exit "$status"

@@ -166,6 +166,7 @@ def test_a_resumed_sweep_keeps_counting_against_its_cap(tmp_path, first_rung_usd
 STEPS_CAP = 120
 
 
+@pytest.mark.story
 def test_a_sweep_without_a_trial_count_runs_until_its_step_cap(tmp_path):
     """search.num_trials left out, budget.max_steps given: `sweep plan` and `sweep start`
     calibrate (the default) and trials keep coming until the cap, which ends the sweep;

@@ -211,6 +211,7 @@ def test_a_client_with_a_token_joining_a_head_with_auth_off_is_one_keyed_line(tm
         assert "JOINED 1 1.0" in joined.stdout, joined.stdout + joined.stderr
 
 
+@pytest.mark.story
 def test_a_sweep_joins_a_token_cluster_with_the_token_where_ray_looks(head, tmp_path):
     address, token_file = head
     assert token_file.is_file(), "the head wrote no token"

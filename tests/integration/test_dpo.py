@@ -139,6 +139,7 @@ def test_dpo_starts_from_an_sft_adapter(tiny, tmp_path):
     assert reports[-1]["eval_rewards_accuracy"] > 0.5, reports[-1]
 
 
+@pytest.mark.story
 def test_dpo_sweep_over_beta_and_learning_rate(tmp_path, tiny):
     """A DPO sweep through the CLI on a real local Ray cluster: ASHA on eval reward
     accuracy, the DPO metrics of every evaluation in the trials' MLflow child runs, and

@@ -60,6 +60,7 @@ def assert_refused(finished_sweep, client, *args, says: str):
     assert registry_state(client) == before
 
 
+@pytest.mark.story
 def test_promote_loads_back_and_moves_the_alias(finished_sweep, monkeypatch, tmp_path):
     assert finished_sweep.result.returncode == 0, finished_sweep.result.stderr
     uri = finished_sweep.tracking_uri

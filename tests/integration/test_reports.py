@@ -120,6 +120,7 @@ def test_report_opens_in_headless_chromium(finished_sweep, chromium, tmp_path):
     assert sorted(p.name for p in (out / "plots").iterdir()) == sorted(f"{slug}.png" for slug in expected)
 
 
+@pytest.mark.story
 def test_markdown_agrees_with_mlflow(finished_sweep, chromium, tmp_path):
     out = tmp_path / "md"
     result = run_cli("report", "shared", "--out", str(out), cwd=finished_sweep.workdir, timeout=300)

@@ -67,6 +67,7 @@ def eval_history(uri: str, run_id: str) -> list[tuple[int, float]]:
     return sorted((p.step, p.value) for p in MlflowClient(uri).get_metric_history(run_id, "eval_loss"))
 
 
+@pytest.mark.story
 def test_stop_kill_and_resume_keep_every_finished_trial(tmp_path):
     # With a startup trial: the trials each resumed driver starts get their marks from the
     # searcher, which rebuilt them from the study, so no other trial becomes one. Six
@@ -165,6 +166,7 @@ def test_stop_kill_and_resume_keep_every_finished_trial(tmp_path):
         ("too_many_cpus", {"resources": {"workers_per_trial": 64}}, r"error: resources.workers_per_trial: one trial needs 64 CPUs"),
     ],
 )
+@pytest.mark.story
 def test_bad_input_at_start_is_one_keyed_line_and_starts_nothing(tmp_path, case, sections, expected):
     (tmp_path / "empty.jsonl").write_text("")
     (tmp_path / "broken.jsonl").write_text(json.dumps({"prompt": "a", "completion": "b"}) + "\n{oops\n")

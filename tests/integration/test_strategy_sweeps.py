@@ -57,6 +57,7 @@ def eval_losses(client: MlflowClient, run_id: str) -> list[tuple[int, float]]:
 
 @pytest.mark.timeout(600)  # a hang fails the test instead of blocking CI
 @pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.story
 def test_a_sweep_trains_checkpoints_and_goes_on_from_its_checkpoint_after_a_kill_9(tmp_path, case):
     name = f"strategy-{case}"
     sweep, strategy_sections, resume_state, killed = CASES[case]

@@ -13,6 +13,7 @@ from tests.integration.conftest import run_cli as sweep
 pytestmark = pytest.mark.integration
 
 
+@pytest.mark.story
 def test_more_trials_than_slots_finishes_with_pruning(finished_sweep):
     """5 trials on 2 slots: finished and pruned trials must give their resources back
     (the placement-group hazard) or this hangs until the timeout."""
