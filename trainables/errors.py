@@ -20,6 +20,12 @@ class InputError(Exception):
         self.lines = [line for line in lines if line]
         super().__init__("\n".join(self.lines))
 
+    def where(self, context: str) -> "InputError":
+        """The same error with `context` added to each line: "(in the calibration run)"."""
+        self.lines = [f"{line} ({context})" for line in self.lines]
+        self.args = ("\n".join(self.lines),)
+        return self
+
 
 class FieldProblems(ValueError):
     """Raised by a schema validator that checks several fields together. `problems`

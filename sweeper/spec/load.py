@@ -213,10 +213,8 @@ def revalidate_spec(raw: dict, built: str) -> SweepSpec:
     try:
         return SweepSpec.model_validate(raw, context={"check_files": False})
     except ValidationError as exc:
-        raise UserError(*(
-            f"{line} (in {built})"
-            for err in exc.errors() for line in _format_error(err, raw)
-        )) from None
+        error = UserError(*(line for err in exc.errors() for line in _format_error(err, raw)))
+        raise error.where(f"in {built}") from None
 
 
 def _format_error(err: dict, raw: dict) -> list[str]:
