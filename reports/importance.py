@@ -22,9 +22,8 @@ __all__ = ["Importance", "param_importance", "MIN_COMPLETED_TRIALS"]
 
 MIN_COMPLETED_TRIALS = 3
 # The most completed trials the evaluators read: fANOVA's time grows faster than the
-# trials (on the 2-core machine, 0.5 s for 100, 1.3 s for 200, 3.2 s for 300 of the
-# 2,000-trial benchmark's sweep, which ranked its parameters alike at 200 and 300);
-# beyond, a seeded random sample of this many, which the report's note names.
+# trials, and a few hundred rank a sweep's parameters as all of them do; beyond, a
+# seeded random sample of this many, which the report's note names.
 MOST_TRIALS_EVALUATED = 200
 # fANOVA's forest: Optuna's default 64 trees up to this many trials, 16 above. Its time
 # grows with trees x trials; on the 2,000-trial benchmark's 200-trial sample 16 trees took

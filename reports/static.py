@@ -13,8 +13,8 @@ import plotly.graph_objects as go
 __all__ = ["write_pngs"]
 
 WIDTH, HEIGHT = 1000, 460
-# Browser tabs drawing at once (kaleido's `n`): on the 2-core machine two drew the
-# 2,000-trial sweep's six plots in 6.1 s against one's 7.2 s (median of 3 each).
+# Browser tabs drawing at once (kaleido's `n`): two draw a report's plots side by side
+# without crowding a small machine.
 MOST_TABS = 2
 
 

@@ -11,9 +11,8 @@ Train ends the run with a PreemptionError and starts it again from that checkpoi
 another node (`FailureConfig.max_preemption_failures`, which does not use up
 `search.max_failures`). So a preempted trial loses at most the step in flight, however far
 its next evaluation was, and the time left until the deadline. Asking is a collective
-call to Train's synchronization actor, 1.5 ms with one worker and 3.1 ms with two on a
-2-core CPU machine, so it is asked only where Train watches for drains: a sweep that
-joined a cluster (sweeper/cluster/connect.py), not a sweep's own local one.
+call to Train's synchronization actor (milliseconds), so it is asked only where Train
+watches for drains: a sweep that joined a cluster (sweeper/cluster/connect.py), not a sweep's own local one.
 
 The checkpoint is Train's own: its report carries PREEMPTION_CHECKPOINT, and the trial's
 Train callback keeps it from Tune (it is not an evaluation; sweeper/run/trial.py). The

@@ -5,7 +5,7 @@ A Tune trial runs a Ray Train run whose placement group holds its workers' CPUs 
 trial's actor for a later trial (`reuse_actors`), and while the actor waits in Tune's
 cache, its Train run waits inside its last report with its workers alive. On a busy
 machine the run then outlived the trial, and the next trial waited for CPUs that nothing
-used (issue 32). Train's own cleaner only acts once the actor process dies, by polling.
+used. Train's own cleaner only acts once the actor process dies, by polling.
 
 So the driver removes the group itself: each worker group's first report names its
 placement group (trainables/worker.py); as Tune ends a trial (pruned, completed,

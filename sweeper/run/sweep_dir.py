@@ -48,8 +48,7 @@ def prepare_sweep_dir(spec: SweepSpec, overwrite: bool) -> Path:
 def spec_as_started(spec: SweepSpec) -> SweepSpec:
     """The spec as `sweep resume` reads it back: with its folder, so that `--sweep-dir`
     works from any directory, and its first rung as it ran, so that a later version's
-    default (session 37 moved a sweep-until-a-cap's from max_steps / 27 to / 9) does not
-    move the rungs of a sweep it resumes."""
+    default for the first rung does not move the rungs of a sweep it resumes."""
     early_stopping = spec.early_stopping.model_copy(update={"grace_period": spec.grace_period()})
     return spec.model_copy(update={"output_dir": spec.sweep_dir, "early_stopping": early_stopping})
 

@@ -4,7 +4,7 @@ Optuna's TPE models only finished trials (COMPLETE, PRUNED) and stays random unt
 `n_startup_trials` of them exist. Under ASHA by promotion most trials are neither: a trial
 waiting at a rung is RUNNING in the study, and in a sweep that runs until a budget cap (no
 num_trials) no rung closes, so none is pruned before the cap. There TPE drew its first 27
-trials exactly as random search did (benchmarks/README.md, issue 38). Such a trial's
+trials exactly as random search would. Such a trial's
 evaluations so far are the same evidence a pruned trial's are, and TPE already ranks pruned
 trials by the step they reached, then by their last value.
 

@@ -54,9 +54,8 @@ def make_sampler(spec: SweepSpec) -> optuna.samplers.BaseSampler:
         if search.num_trials is None:
             # Until a budget cap no rung closes and no trial is stopped as hopeless: TPE
             # learns from the trials waiting at a rung (sweeper/search/reports_so_far.py).
-            # With a count they reach it pruned soon enough; read at their first report
-            # from trial 7 on, a 27-trial default ended at 3.657 on one seed of five
-            # against 3.051 (benchmarks/README.md, issue 38, session 29).
+            # With a count they reach it pruned soon enough, and reading trials at their
+            # first report would rank early values beside full-length ones.
             return ReportsSoFarSampler(seed=search.seed, n_startup_trials=n_startup)
         # No constant liar (Optuna 5 defaults to it): see ReportsSoFarSampler.
         return optuna.samplers.TPESampler(seed=search.seed, n_startup_trials=n_startup, constant_liar=False)

@@ -91,8 +91,7 @@ class WarmStartSpec(StrictModel):
         return resolve_relative_path(value, info)
 
 
-# The most trials a sweep takes: 500 times the 2,000 of our load benchmark
-# (benchmarks/README.md), and as far as the forecast counts them (a count past it would
+# The most trials a sweep takes: as far as the forecast counts them (a count past it would
 # keep `sweep plan` busy for minutes).
 MOST_TRIALS = 1_000_000
 
@@ -172,25 +171,24 @@ class EarlyStoppingSpec(StrictModel):
         "rung_spacing^k below max_steps), where early_stopping.rungs asks for more than one. Default: "
         "reduction_factor, as in ASHA. Spaced wider than reduction_factor, trials are ranked less often and "
         "more go on from each rung (reduction_factor 2, rung_spacing 4, rungs: all: rungs 9, 36, 144 of 243, "
-        "keeping half at each; benchmarks/README.md, search quality).",
+        "keeping half at each).",
     )
     rungs: int | Literal["all"] | None = Field(
         None,
         description="asha only: how many rungs rank the trials; from the last one the trials that go on train "
         "to max_steps. Default 1, a screen: every trial trains grace_period steps and the best "
         "1/reduction_factor train to the end (27 trials: 6 of them; a quarter of random search's steps). "
-        "Measured against the former default's ladder (rungs 9, 27, 81 of 243 keeping a third) it found better "
-        "configs on 16 of 25 runs over three tasks and worse on 5, as later rungs ranked the good trials no "
-        "better than the first (benchmarks/README.md, search quality). A number N: the first N rungs; all: "
-        "every rung below max_steps (classic ASHA, with reduction_factor 3).",
+        "More rungs pay where a trial's early evaluations rank it poorly against its later ones only if the "
+        "later rungs rank better; benchmarks/README.md (search quality) compares them. A number N: the first "
+        "N rungs; all: every rung below max_steps (classic ASHA, with reduction_factor 3).",
     )
     startup_trials: int | None = Field(
         None,
         ge=0,
         description="asha only: the sweep's first N trials train to max_steps without being ranked at the rungs "
         "(as Optuna's MedianPruner lets its first 5 finish), so the search has full-length results before "
-        "early evaluations decide; each costs a whole trial's steps. Default 0: the screen was measured best "
-        "without them (with 4 of 27, TPE's good group held only those 4; benchmarks/README.md).",
+        "early evaluations decide; each costs a whole trial's steps. Default 0: full-length startup trials "
+        "crowd TPE's good group (with 4 of 27 it can hold only those 4).",
     )
 
     @field_validator("rungs", mode="before")
@@ -233,8 +231,7 @@ class EarlyStoppingSpec(StrictModel):
         return self.rungs if self.rungs is not None else 1
 
     def startup_trials_for(self) -> int:
-        """early_stopping.startup_trials, or its default: none (benchmarks/README.md,
-        search quality: the screen without them found better configs than the ladder with 4)."""
+        """early_stopping.startup_trials, or its default: none."""
         if self.scheduler != "asha" or self.startup_trials is None:
             return 0
         return self.startup_trials
@@ -242,14 +239,10 @@ class EarlyStoppingSpec(StrictModel):
 
 def default_grace_period(max_steps: int, eval_every: int, until_a_cap: bool = False) -> int:
     """max_steps / 27 rounded up to a multiple of eval_every: the first rung at about 4 %
-    of training, as in the search-quality benchmark's task (243 steps: step 9;
-    benchmarks/README.md). `until_a_cap` (a sweep that draws trials until a budget cap):
-    max_steps / 9, about 11 %. Such a sweep's extra trials are all judged at the rung, and
-    its TPE learns from the trials waiting there at their rung value. On the sixth
-    benchmark task a trial's loss ranks its best at 0.71 at step 9 of 243 and at 0.86 at
-    step 27. With a 0.5x cap, the first rung at step 27 ended 0.062 lower than at step 9
-    over ten paired seeds (95 % -0.113 to -0.015). Only then did more budget buy clearly
-    better configs (benchmarks/README.md, issue 38, session 37)."""
+    of training (243 steps: step 9). `until_a_cap` (a sweep that draws trials until a
+    budget cap): max_steps / 9, about 11 %: such a sweep's extra trials are all judged at
+    the rung and its TPE learns from their rung values, so the rung sits where a trial's
+    loss ranks its final one better; benchmarks/README.md (search quality) measures both."""
     share = 9 if until_a_cap else 27
     return max(1, math.ceil(max_steps / share / eval_every)) * eval_every
 
