@@ -7,8 +7,11 @@ Every step reads and fills one `SweepContext`."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import signal
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,6 +59,8 @@ class SweepRun:
     tracking_uri: str
     interrupted: bool = False
     notes: list[str] = field(default_factory=list)  # lines for the summary (forecast vs actual, budget)
+    stop_signal: int = signal.SIGINT  # what stopped an interrupted sweep (`sweep stop` sends SIGINT)
+    stopped_for: str | None = None  # a fault that stopped it (a full disk), in one line with what to do
 
 
 @dataclass
@@ -174,11 +179,17 @@ def resume_sweep(
 
     def restored_tuner(trainable, callbacks):
         from sweeper.cluster.ray_adapter import restore_tuner
-        from sweeper.run.driver import rebuild_for_resume
+        from sweeper.names import TrialState
+        from sweeper.run.driver import DISK_FULL, rebuild_for_resume
         from sweeper.search.study import study_url
 
         storage_filesystem, experiment_path = storage.filesystem(experiment)
-        tuner, scheduler, searcher, stopper = restore_tuner(experiment_path, trainable, callbacks, storage_filesystem)
+        # The book first: a trial a full disk stopped is an error to Tune, to continue all the same.
+        context.tracker.reattach()
+        disk_full_trials = any(t.state == TrialState.STOPPED and t.error == DISK_FULL for t in context.book.trials.values())
+        tuner, scheduler, searcher, stopper = restore_tuner(
+            experiment_path, trainable, callbacks, storage_filesystem, resume_errored=disk_full_trials
+        )
         # The caps keep counting what the killed driver's trials spent (the book is rebuilt from MLflow).
         searcher = context.budget.reattach(searcher, stopper, context.book)
         rebuild_for_resume(context.tracker, scheduler, searcher, study_url(spec.sweep_dir))
@@ -349,21 +360,66 @@ def _fit_and_finish(context: SweepContext, make_tuner, extra_callbacks: list) ->
     pid_file = spec.sweep_dir / DRIVER_PID_FILE
     pid_file.write_text(str(os.getpid()))
     interrupted = True
+    stop_signals: list[int] = []
+    stopped_for = None  # a fault that stopped the sweep (a full disk), in one line
     try:
-        with live_table:
-            tuner.fit()
+        try:
+            with live_table, _sigterm_stops_like_sigint(stop_signals):
+                tuner.fit()
+        except Exception as exc:  # the driver's own write to the full disk (Tune's state, the Optuna study)
+            if not storage.disk_full(exc):
+                raise
+            stopped_for = storage.disk_full_line(spec.sweep_dir, spec.name)
+        if driver.stopped_for_disk_full:  # a trial's checkpoint
+            stopped_for = storage.disk_full_line(spec.sweep_dir, spec.name)
         tracker.discard_trials(driver.lost_trials())
         # A stop (SIGINT) makes fit() return early, with trials unfinished or unstarted;
         # a budget cap that ended it is no interruption.
-        interrupted = book.unfinished(plan.trials) and not context.budget.cut()
+        interrupted = stopped_for is not None or (book.unfinished(plan.trials) and not context.budget.cut())
     finally:
-        cost = tracker.finish_sweep(interrupted=interrupted)
-        pid_file.unlink(missing_ok=True)
+        try:
+            cost = tracker.finish_sweep(interrupted=interrupted)
+        except Exception as exc:  # a SQLite MLflow store on the full disk
+            if not storage.disk_full(exc):
+                raise
+            raise UserError(storage.disk_full_line(Path(context.tracking_uri.removeprefix("sqlite:///")).parent
+                                                   if context.tracking_uri.startswith("sqlite:") else spec.sweep_dir,
+                                                   spec.name)) from None
+        finally:
+            pid_file.unlink(missing_ok=True)
     run = SweepRun(
-        spec, plan, book, context.dashboard_url, time.time() - context.started, cost, context.tracking_uri, interrupted
+        spec, plan, book, context.dashboard_url, time.time() - context.started, cost, context.tracking_uri, interrupted,
+        stop_signal=stop_signals[0] if stop_signals else signal.SIGINT, stopped_for=stopped_for,
     )
     context.budget.finish(tracker, run)
     return run
+
+
+@contextlib.contextmanager
+def _sigterm_stops_like_sigint(received: list[int]):
+    """While the tuner runs, SIGTERM (a job scheduler, `kill`, a container stop, a Ray Job
+    stopped) does what SIGINT does: Tune's own SIGINT handler, which `fit()` installs, stops
+    the trials, saves their checkpoints and Tune's state, and `fit()` returns; a second one
+    skips that, as a second Ctrl-C does. `received` gets the signal's number, for the
+    exit status (128 + 15). Ray's driver handler (`sys.exit` on SIGTERM, set by
+    `ray.init`) is put back afterwards."""
+    if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
+        yield
+        return
+
+    def on_sigterm(signum, frame):
+        received.append(signum)
+        handler = signal.getsignal(signal.SIGINT)
+        if callable(handler):
+            handler(signal.SIGINT, frame)
+        else:  # SIG_DFL or SIG_IGN: none of Python's; stop as Python stops on SIGINT
+            raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _hand_the_driver_its_marks(search_alg, callbacks: list) -> None:

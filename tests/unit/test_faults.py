@@ -1,0 +1,73 @@
+"""Faults a long sweep meets, the pieces that need no Ray: SIGTERM stops as SIGINT does,
+the exit status and the summary say what happened."""
+
+from __future__ import annotations
+
+import os
+import signal
+from types import SimpleNamespace
+
+import pytest
+import typer
+
+from sweeper.cli.common import finish_run
+from sweeper.names import TrialState
+from sweeper.run.launch import _sigterm_stops_like_sigint
+from sweeper.track.book import SweepBook, TrialRecord
+
+
+def test_sigterm_calls_the_sigint_handler_while_the_tuner_runs_and_is_put_back_after():
+    calls = []
+    before_sigint = signal.signal(signal.SIGINT, lambda signum, frame: calls.append(signum))
+    before_sigterm = signal.getsignal(signal.SIGTERM)
+    received: list[int] = []
+    try:
+        with _sigterm_stops_like_sigint(received):
+            os.kill(os.getpid(), signal.SIGTERM)
+        assert calls == [signal.SIGINT]  # Tune's handler, as for Ctrl-C
+        assert received == [signal.SIGTERM]
+        assert signal.getsignal(signal.SIGTERM) is before_sigterm
+    finally:
+        signal.signal(signal.SIGINT, before_sigint)
+
+
+def test_a_second_sigterm_after_tunes_handler_is_gone_interrupts_as_a_second_ctrl_c():
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt), _sigterm_stops_like_sigint([]):
+            os.kill(os.getpid(), signal.SIGTERM)
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
+def _run(states: list[TrialState], *, interrupted: bool, stop_signal=signal.SIGINT):
+    book = SweepBook(metric="eval_loss", goal="minimize", max_steps=10)
+    for number, state in enumerate(states):
+        record = TrialRecord(trial_id=f"t{number}", number=number, params={"lr": 0.1})
+        record.state = state
+        if state == TrialState.COMPLETED:
+            record.history.append({"step": 10, "eval_loss": 1.0})
+        book.trials[record.trial_id] = record
+    spec = SimpleNamespace(name="s", resources=SimpleNamespace(use_gpu=False),
+                           tracking=SimpleNamespace(experiment="e"), sweep_dir="sweeps/s")
+    cost = SimpleNamespace(usd=0.0, accelerator_hours=0.0, tokens=0, usd_per_million_tokens=0, saved_by_pruning_usd=0.0)
+    return SimpleNamespace(spec=spec, book=book, interrupted=interrupted, stop_signal=stop_signal, stopped_for=None,
+                           wall_seconds=3.0,
+                           cost=cost, notes=[], tracking_uri="sqlite:///m.db")
+
+
+@pytest.mark.parametrize(("stop_signal", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_stopped_sweep_says_stopped_not_finished_and_exits_128_plus_the_signal(stop_signal, status, capsys):
+    run = _run([TrialState.COMPLETED, TrialState.STOPPED], interrupted=True, stop_signal=stop_signal)
+    with pytest.raises(typer.Exit) as done:
+        finish_run(run)
+    out = " ".join(capsys.readouterr().out.split())  # as one line, whatever the terminal's width
+    assert done.value.exit_code == status
+    assert "Sweep 's' stopped after 3 s: 2 trials, 1 completed, 0 pruned, 0 failed, 1 unfinished" in out
+    assert "finished" not in out.replace("unfinished", "")
+    assert "Sweep stopped; continue it with: sweep resume s" in out
+
+
+def test_a_finished_sweep_says_finished(capsys):
+    finish_run(_run([TrialState.COMPLETED], interrupted=False))
+    assert "Sweep 's' finished in 3 s: 1 trials, 1 completed" in capsys.readouterr().out
