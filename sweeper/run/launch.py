@@ -23,6 +23,7 @@ from sweeper.cluster import storage
 from sweeper.cluster.connect import (
     LOCAL_CLUSTER, check_address, job_metadata, start_ray, start_warm_server, starts_own_cluster,
 )
+from sweeper.cost.disk import check_room_for
 from sweeper.cost.prices import SweepCost
 from sweeper.errors import UserError
 from sweeper.plan.inputs import SweepInputs, prepare_inputs
@@ -282,6 +283,7 @@ def _setup_cluster_inputs_and_plan(context: SweepContext) -> None:
         console.print(packing.describe(), highlight=False, soft_wrap=True)
     cluster = ClusterResources.from_ray()
     context.plan = make_plan(spec, cluster)
+    check_room_for(spec, context.plan.concurrent_trials)
     context.hardware = hardware_description(cluster)
     check_before_launch(spec, console)
     if context.dashboard_url:

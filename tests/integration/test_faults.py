@@ -5,7 +5,10 @@ no run left RUNNING."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
+import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -59,3 +62,64 @@ def test_sigterm_stops_start_and_resume_as_sigint_does_and_resume_finishes(tmp_p
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"Sweep '{name}' finished in" in result.stdout
     _assert_every_trial_ended_once(uri, name, trials)
+
+
+@contextlib.contextmanager
+def _small_file_system(folder: Path, size: str):
+    """A tmpfs of `size` mounted at `folder` (root only: skipped elsewhere)."""
+    folder.mkdir(parents=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+def _fill(folder: Path) -> Path:
+    """Write into `folder` until its file system is full, as another program would."""
+    filler = folder / "filler"
+    with filler.open("wb") as file:
+        with contextlib.suppress(OSError):
+            while True:
+                file.write(b"\0" * 65536)
+                file.flush()
+    return filler
+
+
+def test_a_sweep_that_cannot_fit_its_disk_is_refused_before_it_starts(tmp_path):
+    with _small_file_system(tmp_path / "small", "2m") as small:
+        raw = small_sweep("tight", output_dir=str(small / "tight"))
+        result = run_cli("start", str(write_yaml(tmp_path / "tight.yaml", raw)), cwd=tmp_path, timeout=300)
+        assert result.returncode == 2, result.stdout + result.stderr
+        assert f"error: output_dir: {small} has " in result.stderr
+        assert "free, and the sweep writes up to" in " ".join(result.stderr.split())
+        assert "Traceback" not in result.stdout + result.stderr
+        assert not (small / "tight").exists()
+
+
+def test_a_disk_that_fills_mid_sweep_stops_it_with_a_line_and_resume_finishes_it(tmp_path):
+    name, trials = "fills", 4
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    with _small_file_system(tmp_path / "disk", "32m") as disk:
+        raw = small_sweep(name, output_dir=str(disk / name), search={"num_trials": trials, "seed": 4},
+                          training={"max_steps": 40, "eval_every": 10})
+        path = write_yaml(tmp_path / f"{name}.yaml", raw)
+        driver = start_driver("start", str(path), cwd=tmp_path)
+        wait_for(lambda: _reported(uri, name) or driver.poll() is not None, 600, "a report", every=0.5)
+        filler = _fill(disk)
+        out, _ = driver.communicate(timeout=300)
+        flat = " ".join(out.split())
+        assert driver.returncode == 1, out
+        assert f"error: output_dir: the file system of {disk / name} is full (" in flat, out
+        assert f"continue it with: sweep resume {name}" in flat
+        (parent,), children = sweep_runs(uri, name)
+        assert parent.info.status == "KILLED"
+        assert all(c.info.status != "RUNNING" for c in children)
+        assert not any(c.data.tags["sweeper.state"] == "failed" for c in children), [c.data.tags for c in children]
+
+        filler.unlink()
+        result = run_cli("resume", name, cwd=tmp_path, timeout=900)
+        assert result.returncode == 0, result.stdout + result.stderr
+        _assert_every_trial_ended_once(uri, name, trials)

@@ -71,3 +71,58 @@ def test_a_stopped_sweep_says_stopped_not_finished_and_exits_128_plus_the_signal
 def test_a_finished_sweep_says_finished(capsys):
     finish_run(_run([TrialState.COMPLETED], interrupted=False))
     assert "Sweep 's' finished in 3 s: 1 trials, 1 completed" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- a full disk
+
+
+class _Wrapper(Exception):
+    """As Ray's WorkerGroupError: the workers' errors by rank."""
+
+    def __init__(self, failures):
+        super().__init__("Training failed on a worker")
+        self.worker_failures = failures
+
+
+def test_a_full_disk_is_seen_through_rays_wrappers_and_in_sqlites_words():
+    import errno
+    import sqlite3
+
+    from sweeper.cluster.storage import disk_full
+
+    assert disk_full(_Wrapper({0: OSError(errno.ENOSPC, "No space left on device")}))
+    assert disk_full(sqlite3.OperationalError("database or disk is full"))
+    try:
+        try:
+            raise OSError(errno.ENOSPC, "no room")
+        except OSError as inner:
+            raise RuntimeError("checkpoint failed") from inner
+    except RuntimeError as outer:
+        assert disk_full(outer)
+    assert not disk_full(_Wrapper({0: ValueError("loss is nan at step 15")}))
+    assert not disk_full(None)
+
+
+def test_the_disk_full_line_names_the_folder_what_is_free_and_the_resume(tmp_path):
+    from sweeper.cluster.storage import disk_full_line
+
+    line = disk_full_line(tmp_path / "sweeps" / "s", "s")
+    assert line.startswith(f"output_dir: the file system of {tmp_path / 'sweeps' / 's'} is full (")
+    assert " free)" in line and line.endswith("continue it with: sweep resume s")
+
+
+def test_a_sweep_that_cannot_fit_its_folders_disk_is_refused_with_a_keyed_line(tmp_path, monkeypatch):
+    from sweeper.cluster import storage
+    from sweeper.cost.disk import check_room_for, sweep_disk_need
+    from sweeper.errors import UserError
+    from sweeper.spec.load import load_spec
+    from tests.conftest import small_sweep, write_yaml
+
+    spec = load_spec(write_yaml(tmp_path / "d.yaml", small_sweep("d", output_dir=str(tmp_path / "sweeps" / "d"))))
+    needed, checkpoints = sweep_disk_need(spec, 2)
+    assert checkpoints == 2 * 2 + spec.search.keep_best_adapters
+    monkeypatch.setattr(storage, "free_bytes", lambda folder: needed - 1)
+    with pytest.raises(UserError, match=r"^output_dir: .* free, and the sweep writes up to .*keep_best_adapters$"):
+        check_room_for(spec, 2)
+    monkeypatch.setattr(storage, "free_bytes", lambda folder: needed)
+    check_room_for(spec, 2)
