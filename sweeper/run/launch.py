@@ -173,6 +173,12 @@ def resume_sweep(
         raise UserError(
             f"NAME: {experiment} has no Tune experiment to resume; start it again with sweep start --overwrite"
         )
+    unreadable = []
+    if not storage.is_remote(spec.storage_uri):  # before anything starts: every file resume reads
+        from sweeper.run.sweep_state import check_tune_state, unreadable_checkpoints
+
+        check_tune_state(Path(experiment), spec.name)
+        unreadable = unreadable_checkpoints(Path(storage.join(spec.storage_uri, "trials")))
     _setup_cluster_inputs_and_plan(context)
     # No forecast of its own: the first driver logged it. The caps come back with the searcher.
     context.budget = SweepBudget(context.spec, context.plan, forecast=None)
@@ -187,6 +193,7 @@ def resume_sweep(
         storage_filesystem, experiment_path = storage.filesystem(experiment)
         # The book first: a trial a full disk stopped is an error to Tune, to continue all the same.
         context.tracker.reattach()
+        _restart_unreadable_trials(context, unreadable)
         disk_full_trials = any(t.state == TrialState.STOPPED and t.error == DISK_FULL for t in context.book.trials.values())
         tuner, scheduler, searcher, stopper = restore_tuner(
             experiment_path, trainable, callbacks, storage_filesystem, resume_errored=disk_full_trials
@@ -198,6 +205,30 @@ def resume_sweep(
         return tuner
 
     return _fit_and_finish(context, restored_tuner, [])
+
+
+def _restart_unreadable_trials(context: SweepContext, unreadable: list) -> None:
+    """Trials to continue whose checkpoint does not read start again from step 0: said in
+    the output, tagged on their run (Tag.RESTARTED), their book's curve begun anew. A
+    finished trial's unreadable adapter is only said (promotion cannot use it)."""
+    from sweeper.names import Tag
+    from sweeper.run.sweep_state import set_aside
+
+    trials_folder = Path(storage.join(context.spec.storage_uri, "trials"))
+    for problem in unreadable:
+        record = context.book.trials.get(problem.trial_id)
+        if record is not None and record.finished:
+            context.console.print(f"[yellow]note:[/yellow] trial {record.number}: its adapter checkpoint "
+                                  f"{escape(str(problem.path))} is unreadable ({escape(problem.problem)})", soft_wrap=True)
+            continue
+        set_aside(trials_folder, problem.trial_id)
+        context.console.print(f"[yellow]note:[/yellow] {escape(problem.note(record.number if record else None))}",
+                              highlight=False, soft_wrap=True)
+        if record is not None:
+            record.history = []
+            run_id = context.tracker.child_run_ids.get(problem.trial_id)
+            if run_id:
+                context.tracker.client.set_tag(run_id, Tag.RESTARTED, f"from step 0: checkpoint unreadable ({problem.problem})")
 
 
 def trainable_name(spec: SweepSpec) -> str:

@@ -126,3 +126,64 @@ def test_a_sweep_that_cannot_fit_its_folders_disk_is_refused_with_a_keyed_line(t
         check_room_for(spec, 2)
     monkeypatch.setattr(storage, "free_bytes", lambda folder: needed)
     check_room_for(spec, 2)
+
+
+# ---------------------------------------------------------------- a corrupted sweep state
+
+
+def _checkpoint(folder, adapter: bytes | None = None):
+    import torch
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True)
+    save_file({"w": torch.zeros(4, 4)}, str(folder / "adapter_model.safetensors"))
+    if adapter is not None:
+        (folder / "adapter_model.safetensors").write_bytes(adapter)
+    torch.save({"step": 10}, folder / "training_state.pt")
+    (folder / "report.json").write_text('{"step": 10}')
+
+
+def test_an_unreadable_tune_state_is_one_line_naming_the_file_and_what_to_do(tmp_path):
+    import pickle
+
+    from sweeper.errors import UserError
+    from sweeper.run.sweep_state import check_tune_state
+
+    tune = tmp_path / "tune"
+    tune.mkdir()
+    (tune / "tuner.pkl").write_bytes(pickle.dumps({"a": 1}))
+    (tune / "experiment_state-2026.json").write_text('{"trials": []}')
+    check_tune_state(tune, "s")
+    (tune / "experiment_state-2026.json").write_text('{"trials": [')
+    with pytest.raises(UserError, match=r"^NAME: Tune's state .*experiment_state-2026.json is unreadable \(not JSON"):
+        check_tune_state(tune, "s")
+    (tune / "experiment_state-2026.json").write_text('{}')
+    (tune / "tuner.pkl").write_bytes(pickle.dumps({"a": 1})[:-3])
+    with pytest.raises(UserError, match=r"tuner.pkl is unreadable \(not a whole pickle.*sweep start FILE --overwrite$"):
+        check_tune_state(tune, "s")
+
+
+@pytest.mark.parametrize("broken", ["empty adapter", "cut adapter", "empty json", "empty training state"])
+def test_a_trial_whose_checkpoint_does_not_read_is_found_and_set_aside_to_start_from_step_0(tmp_path, broken):
+    from sweeper.run.sweep_state import set_aside, unreadable_checkpoints
+
+    trials = tmp_path / "trials"
+    _checkpoint(trials / "good" / "checkpoint_1")
+    _checkpoint(trials / "bad" / "checkpoint_1")
+    bad = trials / "bad" / "checkpoint_1"
+    if broken == "empty adapter":
+        (bad / "adapter_model.safetensors").write_bytes(b"")
+    elif broken == "cut adapter":
+        (bad / "adapter_model.safetensors").write_bytes((bad / "adapter_model.safetensors").read_bytes()[:-5])
+    elif broken == "empty json":
+        (bad / "report.json").write_text("")
+    else:
+        (bad / "training_state.pt").write_bytes(b"")
+    assert unreadable_checkpoints(trials / "absent") == []
+    (found,) = unreadable_checkpoints(trials)
+    assert found.trial_id == "bad" and found.path.parent == bad
+    assert found.note(3).startswith(f"trial 3: its checkpoint {found.path} is unreadable (")
+    assert found.note(3).endswith("it starts again from step 0")
+    set_aside(trials, "bad")
+    assert not (trials / "bad").exists() and (trials / "bad.unreadable").is_dir()
+    assert unreadable_checkpoints(trials) == []
