@@ -405,6 +405,7 @@ def _fit_and_finish(context: SweepContext, make_tuner, extra_callbacks: list) ->
             stopped_for = storage.disk_full_line(spec.sweep_dir, spec.name)
         if driver.stopped_for_disk_full:  # a trial's checkpoint
             stopped_for = storage.disk_full_line(spec.sweep_dir, spec.name)
+        stopped_for = stopped_for or tracker.gave_up  # the tracking server away too long
         tracker.discard_trials(driver.lost_trials())
         # A stop (SIGINT) makes fit() return early, with trials unfinished or unstarted;
         # a budget cap that ended it is no interruption.
@@ -425,6 +426,7 @@ def _fit_and_finish(context: SweepContext, make_tuner, extra_callbacks: list) ->
         stop_signal=stop_signals[0] if stop_signals else signal.SIGINT, stopped_for=stopped_for,
     )
     context.budget.finish(tracker, run)
+    run.notes.extend(tracker.outage_notes())
     return run
 
 

@@ -93,8 +93,9 @@ def test_a_sweep_that_cannot_fit_its_disk_is_refused_before_it_starts(tmp_path):
         raw = small_sweep("tight", output_dir=str(small / "tight"))
         result = run_cli("start", str(write_yaml(tmp_path / "tight.yaml", raw)), cwd=tmp_path, timeout=300)
         assert result.returncode == 2, result.stdout + result.stderr
-        assert f"error: output_dir: {small} has " in result.stderr
-        assert "free, and the sweep writes up to" in " ".join(result.stderr.split())
+        flat = " ".join(result.stderr.split())
+        assert f"error: output_dir: {small} has " in flat, result.stderr
+        assert "free, and the sweep writes up to" in flat
         assert "Traceback" not in result.stdout + result.stderr
         assert not (small / "tight").exists()
 
@@ -123,3 +124,46 @@ def test_a_disk_that_fills_mid_sweep_stops_it_with_a_line_and_resume_finishes_it
         result = run_cli("resume", name, cwd=tmp_path, timeout=900)
         assert result.returncode == 0, result.stdout + result.stderr
         _assert_every_trial_ended_once(uri, name, trials)
+
+
+def test_a_corrupted_sweep_state_is_said_before_anything_starts_and_a_broken_checkpoint_restarts_its_trial(tmp_path):
+    name, trials = "broken", 4
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    raw = small_sweep(name, search={"num_trials": trials, "seed": 6}, training={"max_steps": 40, "eval_every": 10},
+                      early_stopping={"scheduler": "none"})
+    path = write_yaml(tmp_path / f"{name}.yaml", raw)
+    driver = start_driver("start", str(path), cwd=tmp_path)
+    wait_for(lambda: _reported(uri, name) or driver.poll() is not None, 600, "a report", every=0.5)
+    driver.send_signal(signal.SIGINT)
+    out, _ = driver.communicate(timeout=180)
+    assert driver.returncode == 130, out
+
+    # 1. Tune's experiment state cut in half: one line naming it, nothing started.
+    tune = tmp_path / "sweeps" / name / "tune"
+    (state,) = sorted(tune.glob("experiment_state-*.json"))[-1:]
+    whole = state.read_bytes()
+    state.write_bytes(whole[: len(whole) // 2])
+    result = run_cli("resume", name, cwd=tmp_path, timeout=300)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert f"error: NAME: Tune's state {state} is unreadable (not JSON" in " ".join(result.stderr.split())
+    assert "Traceback" not in result.stdout + result.stderr
+    assert "Ray dashboard" not in result.stdout  # refused before the cluster started
+    state.write_bytes(whole)
+
+    # 2. A stopped trial's adapter truncated to 0 bytes: it starts again from step 0, said and tagged.
+    _, children = sweep_runs(uri, name)
+    stopped = [c for c in children if c.data.tags["sweeper.state"] == "stopped" and "sweeper.checkpoint_path" in c.data.tags]
+    assert stopped, [c.data.tags for c in children]
+    victim = stopped[0]
+    (Path(victim.data.tags["sweeper.checkpoint_path"]) / "adapter_model.safetensors").write_bytes(b"")
+    result = run_cli("resume", name, cwd=tmp_path, timeout=900)
+    assert result.returncode == 0, result.stdout + result.stderr
+    flat = " ".join(result.stdout.split())
+    number = victim.data.tags["sweeper.trial_number"]
+    assert f"note: trial {number}: its checkpoint " in flat and "it starts again from step 0" in flat, result.stdout
+    assert f"Sweep '{name}' finished in" in flat and "Sweep stopped" not in flat
+    _assert_every_trial_ended_once(uri, name, trials)
+    (_,), children = sweep_runs(uri, name)
+    again = next(c for c in children if c.info.run_id == victim.info.run_id)
+    assert again.data.tags["sweeper.restarted"].startswith("from step 0: checkpoint unreadable")
+    assert again.data.tags["sweeper.state"] == "completed" and again.data.metrics["steps_trained"] == 40
