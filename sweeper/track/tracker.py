@@ -338,7 +338,8 @@ class MlflowTracker:
             metrics[RunMetric.best(self.book.metric)] = best.last(self.book.metric)
             tags += [
                 RunTag(Tag.BEST_TRIAL_ID, best.trial_id),
-                RunTag(Tag.BEST_RUN_ID, self.child_run_ids.get(best.trial_id, "")),
+                # A run made while the server was away has its real id only since it came back.
+                RunTag(Tag.BEST_RUN_ID, getattr(self.client, "ids", {}).get(*[self.child_run_ids.get(best.trial_id, "")] * 2)),
             ]
             config = single_run_spec(self.spec, best.params, name=f"{self.spec.name}-best")
             self.client.log_text(self.parent_run_id, spec_to_yaml(config), "best_config.yaml")

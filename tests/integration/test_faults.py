@@ -6,8 +6,11 @@ no run left RUNNING."""
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
+import socket
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -167,3 +170,124 @@ def test_a_corrupted_sweep_state_is_said_before_anything_starts_and_a_broken_che
     again = next(c for c in children if c.info.run_id == victim.info.run_id)
     assert again.data.tags["sweeper.restarted"].startswith("from step 0: checkpoint unreadable")
     assert again.data.tags["sweeper.state"] == "completed" and again.data.metrics["steps_trained"] == 40
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class _MlflowServer:
+    """`mlflow server` on loopback over a SQLite store in `folder`, killed (-9, with its
+    workers) and started again on the same port and store."""
+
+    def __init__(self, folder: Path):
+        self.folder, self.port, self.process = folder, _free_port(), None
+        self.uri = f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        from mlflow.tracking import MlflowClient
+
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(self.port),
+             "--backend-store-uri", f"sqlite:///{self.folder / 'server.db'}",
+             "--artifacts-destination", str(self.folder / "server-artifacts"), "--workers", "1"],
+            cwd=self.folder, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        )
+        wait_for(lambda: _answers(MlflowClient(self.uri)), 120, "the mlflow server", every=0.5)
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=30)
+
+
+def _answers(client) -> bool:
+    try:
+        client.search_experiments()
+        return True
+    except Exception:
+        return False
+
+
+def _server_runs(uri: str, name: str):
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("sweeper")
+    runs = client.search_runs([experiment.experiment_id], filter_string=f"tags.`sweeper.sweep_name` = '{name}'")
+    return ([r for r in runs if r.data.tags["sweeper.kind"] == "sweep"], [r for r in runs if r.data.tags["sweeper.kind"] == "trial"])
+
+
+def _checkpoints(folder: Path) -> int:
+    return len(list(folder.glob("trials/*/checkpoint_*")))
+
+
+def _assert_served_trials_ended_once(uri: str, name: str, trials: int) -> None:
+    (parent,), children = _server_runs(uri, name)
+    assert len({c.data.tags["sweeper.trial_id"] for c in children}) == len(children) == trials
+    assert all(r.info.status != "RUNNING" for r in [parent, *children])
+    assert parent.info.status == "FINISHED"
+    assert {c.data.tags["sweeper.state"] for c in children} <= {"completed", "pruned"}
+    for child in children:  # every evaluation it made is in its run, once
+        assert "eval_loss" in child.data.metrics and "steps_trained" in child.data.metrics
+
+
+def test_the_tracking_server_away_for_a_while_loses_nothing_and_the_summary_says_so(tmp_path):
+    name, trials = "away", 3
+    server = _MlflowServer(tmp_path)
+    server.start()
+    try:
+        raw = small_sweep(name, search={"num_trials": trials, "seed": 7}, training={"max_steps": 60, "eval_every": 10},
+                          early_stopping={"scheduler": "none"}, tracking={"uri": server.uri})
+        driver = start_driver("start", str(write_yaml(tmp_path / f"{name}.yaml", raw)), cwd=tmp_path)
+        wait_for(lambda: _reported_to(server.uri, name) or driver.poll() is not None, 600, "a report", every=0.5)
+        server.kill()
+        folder = tmp_path / "sweeps" / name
+        before = _checkpoints(folder)
+        wait_for(lambda: _checkpoints(folder) > before + 1 or driver.poll() is not None, 300, "training while away")
+        assert driver.poll() is None  # training went on
+        server.start()
+        out, _ = driver.communicate(timeout=600)
+        assert driver.returncode == 0, out
+        flat = " ".join(out.split())
+        assert f"MLflow server {server.uri} away for " in flat, out
+        assert "were kept here and logged once it was back: nothing lost" in flat
+        assert not (folder / "tracking_backlog.pkl").exists()
+        _assert_served_trials_ended_once(server.uri, name, trials)
+    finally:
+        server.kill()
+
+
+def test_a_tracking_server_that_does_not_come_back_stops_the_sweep_resumable(tmp_path):
+    name, trials = "gone", 3
+    server = _MlflowServer(tmp_path)
+    server.start()
+    try:
+        raw = small_sweep(name, search={"num_trials": trials, "seed": 8}, training={"max_steps": 60, "eval_every": 10},
+                          early_stopping={"scheduler": "none"}, tracking={"uri": server.uri, "away_limit_s": 20})
+        driver = start_driver("start", str(write_yaml(tmp_path / f"{name}.yaml", raw)), cwd=tmp_path)
+        wait_for(lambda: _reported_to(server.uri, name) or driver.poll() is not None, 600, "a report", every=0.5)
+        server.kill()
+        out, _ = driver.communicate(timeout=600)
+        flat = " ".join(out.split())
+        assert driver.returncode == 1, out
+        assert f"error: tracking.uri: the MLflow server at {server.uri} has not answered for " in flat, out
+        assert f"Once the server answers, continue it with: sweep resume {name}" in flat
+        assert (tmp_path / "sweeps" / name / "tracking_backlog.pkl").is_file()
+
+        server.start()
+        result = run_cli("resume", name, cwd=tmp_path, timeout=900)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert not (tmp_path / "sweeps" / name / "tracking_backlog.pkl").exists()
+        _assert_served_trials_ended_once(server.uri, name, trials)
+    finally:
+        server.kill()
+
+
+def _reported_to(uri: str, name: str) -> bool:
+    try:
+        return any("eval_loss" in c.data.metrics for c in _server_runs(uri, name)[1])
+    except Exception:
+        return False

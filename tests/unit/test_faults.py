@@ -187,3 +187,84 @@ def test_a_trial_whose_checkpoint_does_not_read_is_found_and_set_aside_to_start_
     set_aside(trials, "bad")
     assert not (trials / "bad").exists() and (trials / "bad.unreadable").is_dir()
     assert unreadable_checkpoints(trials) == []
+
+
+# ---------------------------------------------------------------- the tracking server away
+
+
+class _Server:
+    """An MlflowClient's writes against a server that can be down."""
+
+    def __init__(self):
+        self.up, self.calls, self.runs = True, [], 0
+
+    def _call(self, name, *args, **kwargs):
+        from mlflow.exceptions import MlflowException
+
+        if not self.up:
+            raise MlflowException("API request to http://127.0.0.1:1/api/2.0/mlflow/runs/log-batch failed with "
+                                  "exception HTTPConnectionPool: Max retries exceeded (Connection refused)")
+        self.calls.append((name, args, kwargs))
+        if name == "create_run":
+            self.runs += 1
+            return SimpleNamespace(info=SimpleNamespace(run_id=f"run{self.runs}"))
+        return None
+
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: self._call(name, *args, **kwargs)
+
+
+def test_writes_while_the_server_is_away_are_kept_then_logged_in_order_with_the_runs_real_ids(tmp_path, monkeypatch):
+    from sweeper.track import backlog
+
+    monkeypatch.setattr(backlog, "PROBE_EVERY_S", 0.0)
+    server = _Server()
+    client = backlog.DeferringClient(server, tmp_path / backlog.BACKLOG_FILE)
+    client.log_batch("parent", metrics=[1])
+    server.up = False
+    client.log_batch("parent", metrics=[2])
+    pending = client.create_run("experiment", run_name="trial-1")
+    client.log_batch(pending.info.run_id, metrics=[3])
+    assert client.away and (tmp_path / backlog.BACKLOG_FILE).is_file()
+    assert len(server.calls) == 1  # the server saw only the write before it went away
+
+    server.up = True
+    client.set_terminated(pending.info.run_id, status="FINISHED")  # the next write finds it back
+    assert not client.away and not (tmp_path / backlog.BACKLOG_FILE).exists()
+    assert [(name, args) for name, args, _ in server.calls] == [
+        ("log_batch", ("parent",)), ("log_batch", ("parent",)), ("create_run", ("experiment",)),
+        ("log_batch", ("run1",)), ("set_terminated", ("run1",)),
+    ]
+    assert [kwargs.get("metrics") for name, _, kwargs in server.calls if name == "log_batch"] == [[1], [2], [3]]
+    (outage,) = client.outages
+    assert outage.ended is not None and outage.writes == 3
+
+
+def test_a_backlog_left_by_a_stopped_driver_is_logged_by_the_next(tmp_path, monkeypatch):
+    from sweeper.track import backlog
+
+    server = _Server()
+    client = backlog.DeferringClient(server, tmp_path / backlog.BACKLOG_FILE)
+    server.up = False
+    run = client.create_run("experiment")
+    client.log_batch(run.info.run_id, metrics=[5])
+    assert backlog.replay_backlog(_Server(), tmp_path / "absent.pkl") == 0
+    later = _Server()
+    assert backlog.replay_backlog(later, tmp_path / backlog.BACKLOG_FILE) == 2
+    assert [(name, args) for name, args, _ in later.calls] == [("create_run", ("experiment",)), ("log_batch", ("run1",))]
+    assert not (tmp_path / backlog.BACKLOG_FILE).exists()
+
+
+def test_other_mlflow_errors_are_not_an_outage(tmp_path):
+    from mlflow.exceptions import MlflowException
+
+    from sweeper.track import backlog
+
+    class Refusing:
+        def log_batch(self, *args, **kwargs):
+            raise MlflowException("INVALID_PARAMETER_VALUE: metric value is not a number")
+
+    client = backlog.DeferringClient(Refusing(), tmp_path / backlog.BACKLOG_FILE)
+    with pytest.raises(MlflowException, match="INVALID_PARAMETER_VALUE"):
+        client.log_batch("run", metrics=[1])
+    assert not client.outages
