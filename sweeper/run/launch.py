@@ -416,9 +416,10 @@ def _fit_and_finish(context: SweepContext, make_tuner, extra_callbacks: list) ->
         except Exception as exc:  # a SQLite MLflow store on the full disk
             if not storage.disk_full(exc):
                 raise
-            raise UserError(storage.disk_full_line(Path(context.tracking_uri.removeprefix("sqlite:///")).parent
-                                                   if context.tracking_uri.startswith("sqlite:") else spec.sweep_dir,
-                                                   spec.name)) from None
+            raise UserError(
+                f"tracking.uri: the MLflow store {context.tracking_uri} is on a full disk; the sweep stopped. Free "
+                f"space there, then continue it with: sweep resume {spec.name}"
+            ) from None
         finally:
             pid_file.unlink(missing_ok=True)
     run = SweepRun(

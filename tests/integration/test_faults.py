@@ -97,7 +97,7 @@ def test_a_sweep_that_cannot_fit_its_disk_is_refused_before_it_starts(tmp_path):
         result = run_cli("start", str(write_yaml(tmp_path / "tight.yaml", raw)), cwd=tmp_path, timeout=300)
         assert result.returncode == 2, result.stdout + result.stderr
         flat = " ".join(result.stderr.split())
-        assert f"error: output_dir: {small} has " in flat, result.stderr
+        assert f"error: output_dir: {small}" in flat and " has 2.0 MiB free" in flat, result.stderr
         assert "free, and the sweep writes up to" in flat
         assert "Traceback" not in result.stdout + result.stderr
         assert not (small / "tight").exists()
