@@ -151,8 +151,9 @@ class SweepDriver(Callback):
             # when the sweep ends), and the sweep stops as on Ctrl-C, through Tune's own
             # handler; `sweep resume` continues it from its last checkpoint once there is room.
             record.error = DISK_FULL
-            self.stopped_for_disk_full = True
-            signal.raise_signal(signal.SIGINT)
+            if not self.stopped_for_disk_full:  # once: a second SIGINT would skip Tune's last save
+                self.stopped_for_disk_full = True
+                signal.raise_signal(signal.SIGINT)
             return
         record.state = TrialState.FAILED
         record.error = error_reason(error)
