@@ -46,7 +46,7 @@ from sweeper.spec.schema import SweepSpec, trials_text
 from sweeper.track.book import SweepBook
 from trainables.models import DEFAULT_CACHE_ROOT
 
-__all__ = ["SweepRun", "run_sweep", "resume_sweep", "trainable_name", "trial_name"]
+__all__ = ["SweepRun", "run_sweep", "resume_sweep", "rebuild_sweep", "trainable_name", "trial_name"]
 
 
 @dataclass
@@ -171,7 +171,8 @@ def resume_sweep(
     experiment = storage.join(spec.storage_uri, "tune")
     if not storage.exists(storage.join(experiment, "tuner.pkl")):
         raise UserError(
-            f"NAME: {experiment} has no Tune experiment to resume; start it again with sweep start --overwrite"
+            f"NAME: {experiment} has no Tune experiment to resume; rebuild the sweep from its MLflow runs and Optuna "
+            f"study with: sweep resume {spec.name} --rebuild (or start it again with sweep start --overwrite)"
         )
     unreadable = []
     if not storage.is_remote(spec.storage_uri):  # before anything starts: every file resume reads
@@ -205,6 +206,84 @@ def resume_sweep(
         return tuner
 
     return _fit_and_finish(context, restored_tuner, [])
+
+
+def rebuild_sweep(
+    sweep_dir: Path,
+    *,
+    address: str | None = LOCAL_CLUSTER,
+    console: Console | None = None,
+    cache_root: Path = DEFAULT_CACHE_ROOT,
+) -> SweepRun:
+    """Continue a sweep whose Tune state is lost or unreadable from what outlives it, the
+    MLflow runs and the Optuna study (`sweep resume --rebuild`): finished trials are kept as
+    they are; unfinished ones start again from step 0 as new trials (their runs deleted,
+    their Optuna trials told failed, their Train runs set aside); Tune's state is set aside
+    (`tune.unreadable-<time>`) and a new Tune experiment runs the trials still to run, the
+    search going on from the study's history."""
+    from sweeper.run.sweep_state import set_aside
+    from sweeper.spec.load import load_spec
+
+    spec = load_spec(sweep_dir / "sweep.yaml")
+    if storage.is_remote(spec.storage_uri):
+        raise UserError(f"--rebuild: a sweep on object storage ({spec.storage_uri}) is resumed as Tune reads it; "
+                        "run sweep resume without --rebuild")
+    if spec.search.num_trials is None:
+        raise UserError("--rebuild: a sweep without search.num_trials (trials until a budget cap) cannot be rebuilt: "
+                        "its caps live in Tune's state; start it again with sweep start --overwrite")
+    context = SweepContext(spec, address or LOCAL_CLUSTER, console or Console(), cache_root)
+    refuse_if_read_only(sweep_dir)
+    refuse_if_running(spec)
+    _setup_cluster_inputs_and_plan(context)
+    context.budget = SweepBudget(context.spec, context.plan, forecast=None)
+    _setup_tracker(context)
+    tracker, book = context.tracker, context.book
+    tracker.reattach()
+    unfinished = [record for record in book.trials.values() if not record.finished]
+    tracker.discard_trials(unfinished)
+    tune = Path(storage.join(spec.storage_uri, "tune"))
+    if tune.exists():
+        tune.rename(tune.with_name(f"tune.unreadable-{time.strftime('%Y%m%d-%H%M%S')}"))
+    trials_folder = Path(storage.join(spec.storage_uri, "trials"))
+    for record in unfinished:
+        if (trials_folder / record.trial_id).exists():
+            set_aside(trials_folder, record.trial_id)
+    remaining = max(0, context.plan.trials - len(book.trials))
+    context.console.print(
+        f"Rebuilt from MLflow and the Optuna study: {len(book.trials)} finished trial(s) kept, {len(unfinished)} "
+        f"unfinished started again as new trials; {remaining} trial(s) to run", highlight=False,
+    )
+
+    def new_tuner(trainable, callbacks):
+        import optuna
+        from ray import tune as ray_tune
+
+        from sweeper.search.searcher import make_search, optuna_searcher
+
+        search_alg, scheduler, max_concurrent_trials = make_search(context.plan, sweep_dir, None)
+        searcher = optuna_searcher(search_alg)
+        if searcher is not None:
+            searcher.reconcile(book)
+            for record in unfinished:  # started again as new trials: these Optuna trials end here
+                if record.trial_id in searcher.trials and record.trial_id not in searcher.finished:
+                    searcher.study.tell(searcher.trials[record.trial_id][0], state=optuna.trial.TrialState.FAIL)
+                    searcher.finished.add(record.trial_id)
+        _hand_the_driver_its_marks(search_alg, callbacks)
+        storage_filesystem, storage_path = storage.filesystem(spec.storage_uri)
+        return ray_tune.Tuner(
+            trainable,
+            tune_config=ray_tune.TuneConfig(
+                search_alg=search_alg, scheduler=scheduler, num_samples=remaining,
+                max_concurrent_trials=max_concurrent_trials, reuse_actors=True,
+                trial_name_creator=functools.partial(trial_name, spec.name),
+            ),
+            run_config=ray_tune.RunConfig(
+                name="tune", storage_path=storage_path, storage_filesystem=storage_filesystem, callbacks=callbacks,
+                verbose=0,
+            ),
+        )
+
+    return _fit_and_finish(context, new_tuner, [])
 
 
 def _restart_unreadable_trials(context: SweepContext, unreadable: list) -> None:

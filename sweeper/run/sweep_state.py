@@ -81,9 +81,9 @@ def check_tune_state(tune_folder: Path, name: str) -> None:
         problem = _file_problem(path)
         if problem:
             raise UserError(
-                f"NAME: Tune's state {path} is unreadable ({problem}); the sweep's trials are in MLflow and its "
-                f"Optuna study, but Tune cannot continue them: restore the file from a copy, or start the sweep again "
-                f"with: sweep start FILE --overwrite"
+                f"NAME: Tune's state {path} is unreadable ({problem}); restore the file from a copy, or rebuild the "
+                f"sweep from its MLflow runs and Optuna study (finished trials kept, unfinished ones started again): "
+                f"sweep resume {name} --rebuild"
             )
 
 

@@ -291,3 +291,33 @@ def _reported_to(uri: str, name: str) -> bool:
         return any("eval_loss" in c.data.metrics for c in _server_runs(uri, name)[1])
     except Exception:
         return False
+
+
+def test_a_sweep_whose_tune_state_is_gone_is_rebuilt_from_mlflow_and_the_study(tmp_path):
+    name, trials = "rebuilt", 4
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    raw = small_sweep(name, search={"num_trials": trials, "seed": 9}, training={"max_steps": 30, "eval_every": 10},
+                      early_stopping={"scheduler": "none"})
+    driver = start_driver("start", str(write_yaml(tmp_path / f"{name}.yaml", raw)), cwd=tmp_path)
+
+    def finished():
+        return [c for c in _children(uri, name) if c.data.tags.get("sweeper.state") in ("completed", "pruned")]
+
+    wait_for(lambda: finished() or driver.poll() is not None, 600, "a finished trial", every=0.5)
+    driver.send_signal(signal.SIGINT)
+    assert driver.wait(timeout=180) == 130
+    kept = {c.data.tags["sweeper.trial_id"]: c.data.metrics["eval_loss"] for c in finished()}
+    assert 0 < len(kept) < trials
+    tune = tmp_path / "sweeps" / name / "tune"
+    for state in tune.glob("experiment_state-*.json"):
+        state.write_text("")
+
+    refused = run_cli("resume", name, cwd=tmp_path, timeout=300)
+    assert refused.returncode == 2 and f"sweep resume {name} --rebuild" in " ".join(refused.stderr.split())
+    result = run_cli("resume", name, "--rebuild", cwd=tmp_path, timeout=900)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"Rebuilt from MLflow and the Optuna study: {len(kept)} finished trial(s) kept" in " ".join(result.stdout.split())
+    _assert_every_trial_ended_once(uri, name, trials)
+    final = {c.data.tags["sweeper.trial_id"]: c for c in sweep_runs(uri, name)[1]}
+    for trial_id, eval_loss in kept.items():
+        assert final[trial_id].data.metrics["eval_loss"] == eval_loss

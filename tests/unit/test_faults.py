@@ -159,7 +159,7 @@ def test_an_unreadable_tune_state_is_one_line_naming_the_file_and_what_to_do(tmp
         check_tune_state(tune, "s")
     (tune / "experiment_state-2026.json").write_text('{}')
     (tune / "tuner.pkl").write_bytes(pickle.dumps({"a": 1})[:-3])
-    with pytest.raises(UserError, match=r"tuner.pkl is unreadable \(not a whole pickle.*sweep start FILE --overwrite$"):
+    with pytest.raises(UserError, match=r"tuner.pkl is unreadable \(not a whole pickle.*sweep resume s --rebuild$"):
         check_tune_state(tune, "s")
 
 
