@@ -39,8 +39,11 @@ WRITES = frozenset({"create_run", "log_batch", "set_terminated", "update_run", "
 
 def server_away(error: BaseException) -> bool:
     """Whether `error` is MLflow's client saying the tracking server did not answer."""
+    import requests
     from mlflow.exceptions import MlflowException
 
+    if isinstance(error, (requests.exceptions.ConnectionError, requests.exceptions.Timeout)):
+        return True  # an artifact upload's own request
     return isinstance(error, MlflowException) and any(text in str(error) for text in AWAY_TEXTS)
 
 
