@@ -114,6 +114,7 @@ def test_a_disk_that_fills_mid_sweep_stops_it_with_a_line_and_resume_finishes_it
         wait_for(lambda: _reported(uri, name) or driver.poll() is not None, 600, "a report", every=0.5)
         filler = _fill(disk)
         out, _ = driver.communicate(timeout=300)
+        print(out)
         flat = " ".join(out.split())
         assert driver.returncode == 1, out
         assert f"error: output_dir: the file system of {disk / name} is full (" in flat, out
@@ -124,7 +125,7 @@ def test_a_disk_that_fills_mid_sweep_stops_it_with_a_line_and_resume_finishes_it
         assert not any(c.data.tags["sweeper.state"] == "failed" for c in children), [c.data.tags for c in children]
 
         filler.unlink()
-        result = run_cli("resume", name, cwd=tmp_path, timeout=900)
+        result = run_cli("resume", name, "--sweep-dir", str(disk / name), cwd=tmp_path, timeout=900)
         assert result.returncode == 0, result.stdout + result.stderr
         _assert_every_trial_ended_once(uri, name, trials)
 
