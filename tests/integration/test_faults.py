@@ -54,6 +54,7 @@ def test_sigterm_stops_start_and_resume_as_sigint_does_and_resume_finishes(tmp_p
                  driver.poll() is not None, 600, "a report", every=0.5)
         driver.send_signal(signal.SIGTERM)
         out, _ = driver.communicate(timeout=180)
+        print(out)
         assert driver.returncode == 143, out
         assert f"Sweep stopped; continue it with: sweep resume {name}" in out
         assert "Traceback" not in out, out
@@ -148,6 +149,7 @@ def test_a_corrupted_sweep_state_is_said_before_anything_starts_and_a_broken_che
     whole = state.read_bytes()
     state.write_bytes(whole[: len(whole) // 2])
     result = run_cli("resume", name, cwd=tmp_path, timeout=300)
+    print(result.stdout, result.stderr)
     assert result.returncode == 2, result.stdout + result.stderr
     assert f"error: NAME: Tune's state {state} is unreadable (not JSON" in " ".join(result.stderr.split())
     assert "Traceback" not in result.stdout + result.stderr
@@ -161,6 +163,7 @@ def test_a_corrupted_sweep_state_is_said_before_anything_starts_and_a_broken_che
     victim = stopped[0]
     (Path(victim.data.tags["sweeper.checkpoint_path"]) / "adapter_model.safetensors").write_bytes(b"")
     result = run_cli("resume", name, cwd=tmp_path, timeout=900)
+    print(result.stdout, result.stderr)
     assert result.returncode == 0, result.stdout + result.stderr
     flat = " ".join(result.stdout.split())
     number = victim.data.tags["sweeper.trial_number"]
@@ -274,6 +277,7 @@ def test_a_tracking_server_that_does_not_come_back_stops_the_sweep_resumable(tmp
         wait_for(lambda: _reported_to(server.uri, name) or driver.poll() is not None, 600, "a report", every=0.5)
         server.kill()
         out, _ = driver.communicate(timeout=600)
+        print(out)
         flat = " ".join(out.split())
         assert driver.returncode == 1, out
         assert f"error: tracking.uri: the MLflow server at {server.uri} has not answered for " in flat, out
@@ -318,6 +322,7 @@ def test_a_sweep_whose_tune_state_is_gone_is_rebuilt_from_mlflow_and_the_study(t
     refused = run_cli("resume", name, cwd=tmp_path, timeout=300)
     assert refused.returncode == 2 and f"sweep resume {name} --rebuild" in " ".join(refused.stderr.split())
     result = run_cli("resume", name, "--rebuild", cwd=tmp_path, timeout=900)
+    print(result.stdout, result.stderr)
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"Rebuilt from MLflow and the Optuna study: {len(kept)} finished trial(s) kept" in " ".join(result.stdout.split())
     _assert_every_trial_ended_once(uri, name, trials)
