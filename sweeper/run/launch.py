@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import os
 import signal
 import threading
 import time
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -476,7 +478,7 @@ def _fit_and_finish(context: SweepContext, make_tuner, extra_callbacks: list) ->
     stopped_for = None  # a fault that stopped the sweep (a full disk), in one line
     try:
         try:
-            with live_table, _sigterm_stops_like_sigint(stop_signals):
+            with live_table, _sigterm_stops_like_sigint(stop_signals), _disk_full_said_once():
                 tuner.fit()
         except Exception as exc:  # the driver's own write to the full disk (Tune's state, the Optuna study)
             if not storage.disk_full(exc):
@@ -508,6 +510,32 @@ def _fit_and_finish(context: SweepContext, make_tuner, extra_callbacks: list) ->
     context.budget.finish(tracker, run)
     run.notes.extend(tracker.outage_notes())
     return run
+
+
+class _DiskFullTraceback(logging.Filter):
+    """Drops Tune's and Ray's tracebacks of an error that is a full disk: the sweep says it
+    in one line when it stops (sweeper/cluster/storage.py: disk_full_line)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage() + ("".join(traceback.format_exception(*record.exc_info)) if record.exc_info else "")
+        return not any(marker in text for marker in storage.DISK_FULL_TEXTS)
+
+
+# Where Tune logs a failed trial's traceback, and Ray an error no one fetched.
+_TRACEBACK_LOGGERS = ("ray.tune.execution.tune_controller", "ray._private.worker")
+
+
+@contextlib.contextmanager
+def _disk_full_said_once():
+    quiet = _DiskFullTraceback()
+    loggers = [logging.getLogger(name) for name in _TRACEBACK_LOGGERS]
+    for logger in loggers:
+        logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        for logger in loggers:
+            logger.removeFilter(quiet)
 
 
 @contextlib.contextmanager

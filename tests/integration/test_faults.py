@@ -158,10 +158,15 @@ def test_a_corrupted_sweep_state_is_said_before_anything_starts_and_a_broken_che
 
     # 2. A stopped trial's adapter truncated to 0 bytes: it starts again from step 0, said and tagged.
     _, children = sweep_runs(uri, name)
-    stopped = [c for c in children if c.data.tags["sweeper.state"] == "stopped" and "sweeper.checkpoint_path" in c.data.tags]
+    trials_folder = tmp_path / "sweeps" / name / "trials"
+
+    def adapters(child):
+        return sorted((trials_folder / child.data.tags["sweeper.trial_id"]).glob("checkpoint_*/adapter_model.safetensors"))
+
+    stopped = [c for c in children if c.data.tags["sweeper.state"] == "stopped" and adapters(c)]
     assert stopped, [c.data.tags for c in children]
     victim = stopped[0]
-    (Path(victim.data.tags["sweeper.checkpoint_path"]) / "adapter_model.safetensors").write_bytes(b"")
+    adapters(victim)[-1].write_bytes(b"")
     result = run_cli("resume", name, cwd=tmp_path, timeout=900)
     print(result.stdout, result.stderr)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -268,3 +268,20 @@ def test_other_mlflow_errors_are_not_an_outage(tmp_path):
     with pytest.raises(MlflowException, match="INVALID_PARAMETER_VALUE"):
         client.log_batch("run", metrics=[1])
     assert not client.outages
+
+
+def test_tunes_traceback_of_a_full_disk_is_dropped_and_other_errors_keep_theirs(caplog):
+    import errno
+    import logging
+
+    from sweeper.run.launch import _disk_full_said_once
+
+    logger = logging.getLogger("ray.tune.execution.tune_controller")
+    with caplog.at_level(logging.ERROR), _disk_full_said_once():
+        for error in (OSError(errno.ENOSPC, "No space left on device"), ValueError("loss is nan at step 15")):
+            try:
+                raise error
+            except Exception:
+                logger.exception("Trial task failed for trial sweep-t-trial-1")
+    assert [record.exc_info[1].__class__ for record in caplog.records] == [ValueError]
+    assert not logger.filters  # only while the tuner runs
