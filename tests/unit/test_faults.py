@@ -285,3 +285,22 @@ def test_tunes_traceback_of_a_full_disk_is_dropped_and_other_errors_keep_theirs(
                 logger.exception("Trial task failed for trial sweep-t-trial-1")
     assert [record.exc_info[1].__class__ for record in caplog.records] == [ValueError]
     assert not logger.filters  # only while the tuner runs
+
+
+def test_a_submitted_sweeps_driver_is_given_time_to_stop_on_sigterm(monkeypatch, tmp_path):
+    from sweeper.cluster import jobs
+
+    submitted = {}
+
+    class Jobs:
+        def submit_job(self, **kwargs):
+            submitted.update(kwargs)
+            return kwargs["submission_id"]
+
+        def get_address(self):
+            return "http://head:8265"
+
+    monkeypatch.setattr(jobs, "client", lambda address: Jobs())
+    jobs.submit("s", (None, "s3://b/s"), "start", ["s.yaml"], "http://head:8265", tmp_path)
+    # Ray's job supervisor sends SIGTERM, then SIGKILL after this many seconds (3 by default).
+    assert int(submitted["runtime_env"]["env_vars"]["RAY_JOB_STOP_WAIT_TIME_S"]) >= 60
