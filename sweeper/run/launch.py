@@ -178,9 +178,11 @@ def resume_sweep(
         )
     unreadable = []
     if not storage.is_remote(spec.storage_uri):  # before anything starts: every file resume reads
-        from sweeper.run.sweep_state import check_tune_state, unreadable_checkpoints
+        from sweeper.run.sweep_state import check_study, check_tune_state, unreadable_checkpoints
+        from sweeper.search.study import study_file
 
         check_tune_state(Path(experiment), spec.name)
+        check_study(study_file(spec.sweep_dir), Path(experiment), spec.name)
         unreadable = unreadable_checkpoints(Path(storage.join(spec.storage_uri, "trials")))
     _setup_cluster_inputs_and_plan(context)
     # No forecast of its own: the first driver logged it. The caps come back with the searcher.

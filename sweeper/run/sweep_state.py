@@ -23,7 +23,7 @@ from pathlib import Path
 
 from sweeper.errors import UserError
 
-__all__ = ["UnreadableCheckpoint", "check_tune_state", "unreadable_checkpoints", "set_aside"]
+__all__ = ["UnreadableCheckpoint", "check_study", "check_tune_state", "unreadable_checkpoints", "set_aside"]
 
 UNREADABLE_SUFFIX = ".unreadable"
 
@@ -85,6 +85,28 @@ def check_tune_state(tune_folder: Path, name: str) -> None:
                 f"sweep from its MLflow runs and Optuna study (finished trials kept, unfinished ones started again): "
                 f"sweep resume {name} --rebuild"
             )
+
+
+def check_study(study: Path, tune_folder: Path, name: str) -> None:
+    """The Optuna study (SQLite) reads: SQLite's own check of its pages.
+
+    Raises:
+        UserError: keyed by NAME, naming the file and the copy Tune keeps with its state.
+    """
+    import sqlite3
+
+    if not study.is_file():
+        return
+    try:
+        with sqlite3.connect(f"file:{study}?mode=ro", uri=True) as connection:
+            verdict = connection.execute("PRAGMA quick_check").fetchone()[0]
+    except sqlite3.DatabaseError as exc:
+        verdict = str(exc)
+    if verdict != "ok":
+        copy = tune_folder / study.name
+        restore = f"copy Tune's copy of it, {copy}, over it" if copy.is_file() else "restore it from a copy"
+        raise UserError(f"NAME: the sweep's Optuna study {study} is unreadable ({verdict}); {restore}, then run "
+                        f"sweep resume {name} again")
 
 
 @dataclass(frozen=True)

@@ -304,3 +304,21 @@ def test_a_submitted_sweeps_driver_is_given_time_to_stop_on_sigterm(monkeypatch,
     jobs.submit("s", (None, "s3://b/s"), "start", ["s.yaml"], "http://head:8265", tmp_path)
     # Ray's job supervisor sends SIGTERM, then SIGKILL after this many seconds (3 by default).
     assert int(submitted["runtime_env"]["env_vars"]["RAY_JOB_STOP_WAIT_TIME_S"]) >= 60
+
+
+def test_an_unreadable_study_is_one_line_pointing_at_tunes_copy(tmp_path):
+    import sqlite3
+
+    from sweeper.errors import UserError
+    from sweeper.run.sweep_state import check_study
+
+    study, tune = tmp_path / "optuna.db", tmp_path / "tune"
+    tune.mkdir()
+    with sqlite3.connect(study) as connection:
+        connection.execute("create table t (x)")
+        connection.executemany("insert into t values (?)", [("x" * 500,)] * 200)
+    check_study(study, tune, "s")
+    (tune / "optuna.db").write_bytes(study.read_bytes())
+    study.write_bytes(b"not a database at all" * 100)
+    with pytest.raises(UserError, match=r"^NAME: the sweep's Optuna study .*optuna.db is unreadable \(.*\); copy Tune's copy"):
+        check_study(study, tune, "s")
