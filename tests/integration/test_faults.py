@@ -249,7 +249,7 @@ def test_the_tracking_server_away_for_a_while_loses_nothing_and_the_summary_says
     server = _MlflowServer(tmp_path)
     server.start()
     try:
-        raw = small_sweep(name, search={"num_trials": trials, "seed": 7}, training={"max_steps": 60, "eval_every": 10},
+        raw = small_sweep(name, search={"num_trials": trials, "seed": 7}, training={"max_steps": 200, "eval_every": 20},
                           early_stopping={"scheduler": "none"}, tracking={"uri": server.uri})
         driver = start_driver("start", str(write_yaml(tmp_path / f"{name}.yaml", raw)), cwd=tmp_path)
         wait_for(lambda: _reported_to(server.uri, name) or driver.poll() is not None, 600, "a report", every=0.5)
@@ -276,8 +276,9 @@ def test_a_tracking_server_that_does_not_come_back_stops_the_sweep_resumable(tmp
     server = _MlflowServer(tmp_path)
     server.start()
     try:
-        raw = small_sweep(name, search={"num_trials": trials, "seed": 8}, training={"max_steps": 60, "eval_every": 10},
-                          early_stopping={"scheduler": "none"}, tracking={"uri": server.uri, "away_limit_s": 20})
+        # Trials long enough (300 steps) to outlast the limit once the server is gone.
+        raw = small_sweep(name, search={"num_trials": trials, "seed": 8}, training={"max_steps": 300, "eval_every": 20},
+                          early_stopping={"scheduler": "none"}, tracking={"uri": server.uri, "away_limit_s": 10})
         driver = start_driver("start", str(write_yaml(tmp_path / f"{name}.yaml", raw)), cwd=tmp_path)
         wait_for(lambda: _reported_to(server.uri, name) or driver.poll() is not None, 600, "a report", every=0.5)
         server.kill()
