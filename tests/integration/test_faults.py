@@ -47,11 +47,11 @@ def test_sigterm_stops_start_and_resume_as_sigint_does_and_resume_finishes(tmp_p
     path = write_yaml(tmp_path / f"{name}.yaml", raw)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
 
+    folder = tmp_path / "sweeps" / name
     for command in (("start", str(path)), ("resume", name)):
-        reported = sum(len(c.data.metrics) > 0 for c in _children(uri, name))
+        reported = _results(folder)
         driver = start_driver(*command, cwd=tmp_path)
-        wait_for(lambda: sum("eval_loss" in c.data.metrics for c in _children(uri, name)) > reported or
-                 driver.poll() is not None, 600, "a report", every=0.5)
+        wait_for(lambda: _results(folder) > reported or driver.poll() is not None, 600, "a report", every=0.5)
         driver.send_signal(signal.SIGTERM)
         out, _ = driver.communicate(timeout=180)
         print(out)
