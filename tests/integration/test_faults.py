@@ -49,9 +49,9 @@ def test_sigterm_stops_start_and_resume_as_sigint_does_and_resume_finishes(tmp_p
 
     folder = tmp_path / "sweeps" / name
     for command in (("start", str(path)), ("resume", name)):
-        reported = _results(folder)
+        checkpoints = _Checkpoints(folder)
         driver = start_driver(*command, cwd=tmp_path)
-        wait_for(lambda: _results(folder) > reported or driver.poll() is not None, 600, "a report", every=0.5)
+        wait_for(lambda: checkpoints.new() or driver.poll() is not None, 600, "a report", every=0.2)
         driver.send_signal(signal.SIGTERM)
         out, _ = driver.communicate(timeout=180)
         print(out)
@@ -229,9 +229,20 @@ def _server_runs(uri: str, name: str):
     return ([r for r in runs if r.data.tags["sweeper.kind"] == "sweep"], [r for r in runs if r.data.tags["sweeper.kind"] == "trial"])
 
 
-def _results(folder: Path) -> int:
-    """The reports Tune has recorded in the sweep folder (each trial's result.json, a line each)."""
-    return sum(len(path.read_text().splitlines()) for path in folder.glob("tune/*/result.json"))
+class _Checkpoints:
+    """The Train checkpoints that have appeared in a sweep folder since this was made (a
+    trial writes one with each report, and keeps only its latest: names are collected)."""
+
+    def __init__(self, folder: Path):
+        self.folder, self.before = folder, self._now()
+        self.seen: set[str] = set()
+
+    def _now(self) -> set[str]:
+        return {str(p) for p in self.folder.glob("trials/*/checkpoint_*")}
+
+    def new(self) -> int:
+        self.seen |= self._now() - self.before
+        return len(self.seen)
 
 
 def _assert_served_trials_ended_once(uri: str, name: str, trials: int) -> None:
@@ -255,8 +266,8 @@ def test_the_tracking_server_away_for_a_while_loses_nothing_and_the_summary_says
         wait_for(lambda: _reported_to(server.uri, name) or driver.poll() is not None, 600, "a report", every=0.5)
         server.kill()
         folder = tmp_path / "sweeps" / name
-        before = _results(folder)
-        wait_for(lambda: _results(folder) > before + 1 or driver.poll() is not None, 300, "training while away")
+        checkpoints = _Checkpoints(folder)
+        wait_for(lambda: checkpoints.new() >= 2 or driver.poll() is not None, 300, "training while away", every=0.2)
         assert driver.poll() is None  # training went on
         server.start()
         out, _ = driver.communicate(timeout=600)
