@@ -84,11 +84,9 @@ def _small_file_system(folder: Path, size: str):
 def _fill(folder: Path) -> Path:
     """Write into `folder` until its file system is full, as another program would."""
     filler = folder / "filler"
-    with filler.open("wb") as file:
-        with contextlib.suppress(OSError):
-            while True:
-                file.write(b"\0" * 65536)
-                file.flush()
+    with contextlib.suppress(OSError), filler.open("wb", buffering=0) as file:
+        while True:
+            file.write(b"\0" * 65536)
     return filler
 
 
@@ -234,7 +232,8 @@ class _Checkpoints:
     trial writes one with each report, and keeps only its latest: names are collected)."""
 
     def __init__(self, folder: Path):
-        self.folder, self.before = folder, self._now()
+        self.folder = folder
+        self.before = self._now()
         self.seen: set[str] = set()
 
     def _now(self) -> set[str]:
