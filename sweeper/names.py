@@ -63,6 +63,7 @@ class Tag:
     SWEEP_NAME = "sweeper.sweep_name"
     STATUS = "sweeper.status"
     STATE = "sweeper.state"
+    RESTARTED = "sweeper.restarted"  # a trial whose checkpoint did not read on `sweep resume`: why, and from which step
     METRIC = "sweeper.metric"
     GOAL = "sweeper.goal"
     MAX_STEPS = "sweeper.max_steps"

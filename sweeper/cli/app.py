@@ -5,6 +5,9 @@ keyed one-line messages and an exit status, once for all subcommands (tracebacks
 
 from __future__ import annotations
 
+# First: its exit callback is registered before any library's, so that it runs after them.
+from sweeper.cli.process_exit import exit_process, exit_status  # isort: skip
+
 import os
 from typing import NoReturn
 
@@ -19,7 +22,6 @@ import sweeper.cli.reading as reading
 import sweeper.cli.running as running
 import sweeper.cli.scaffolding as scaffolding
 from sweeper.cli.common import errors
-from sweeper.cli.process_exit import exit_process, exit_status
 from sweeper.errors import SweepFailed
 from trainables.errors import InputError
 
@@ -77,7 +79,7 @@ for command, name in COMMANDS:
 
 def run() -> NoReturn:
     """The console script and `python -m sweeper.cli`: the command, then the process's end
-    without the interpreter's teardown (about 2 s after the last line, sweeper/cli/process_exit.py)."""
+    without the interpreter's teardown (sweeper/cli/process_exit.py)."""
     try:
         app()
         status = 0

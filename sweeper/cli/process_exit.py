@@ -1,29 +1,33 @@
-"""How the `sweep` process ends: as Python ends a process, less the interpreter's teardown.
+"""How the `sweep` process ends: Python's own exit, less the interpreter's teardown.
 
-After a command has imported torch, transformers, Ray, MLflow and peft, Python's own
-teardown (freeing every module's objects one by one) takes about 2 s on the 2-core
-machine after the last line is printed (`python -c "import torch, transformers, ray,
-mlflow, peft, optuna"`: 1.9-2.0 s to exit; 0.03-0.06 s through `os._exit`). A user waits
-for it after every command, a test suite after each of its ~100 commands. Nothing of ours
-needs the teardown: what must happen at exit is registered with `atexit` (Ray's shutdown of
-the local cluster, MLflow's and logging's flushes, `weakref.finalize` callbacks).
+After a command has imported torch, transformers, Ray, MLflow and peft, Python's teardown
+(freeing every module's objects one by one) takes seconds after the last line is printed,
+which a user waits for after every command. Nothing of ours needs it: what must happen at
+exit is registered with `atexit` (Ray's shutdown of the local cluster, MLflow's and
+logging's flushes, `weakref.finalize` callbacks).
 
-So `exit_process` does what Python's exit does, in its order, and then `os._exit`:
-non-daemon threads joined, the `atexit` callbacks run (last registered first), the
-standard streams flushed. `atexit._run_exitfuncs` is CPython's own (undocumented, in every
-CPython 3); this module is its one caller, and tests/unit/test_process_exit.py checks the
-behaviour relied on: callbacks run in order, logs flushed, threads finished, the status kept.
+So `exit_process` leaves by Python's normal exit (`sys.exit`): non-daemon threads joined,
+the `atexit` callbacks run, last registered first. This module registers one callback
+itself, when it is imported, before the command imports the libraries that register
+theirs (sweeper/cli/app.py imports it first): it runs after all of theirs, flushes the
+logs and standard streams, and ends the process with the status through `os._exit`,
+skipping only the teardown. Only the public `atexit` and `os._exit` are used; a process
+that ends by any other way than `exit_process` (an uncaught exception) gets Python's
+whole exit.
 """
 
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import sys
-import threading
 from typing import NoReturn
 
 __all__ = ["exit_process", "exit_status"]
+
+# The status `exit_process` ends with; None: not ending through it (Python's whole exit).
+_ending_with: list[int] = []
 
 
 def exit_status(code: object) -> int:
@@ -39,14 +43,21 @@ def exit_status(code: object) -> int:
 
 def exit_process(status: int) -> NoReturn:
     """End the process with `status`, as Python would, without its teardown."""
-    main = threading.main_thread()
-    for thread in threading.enumerate():
-        if thread is not main and not thread.daemon:
-            thread.join()
-    atexit._run_exitfuncs()
+    _ending_with[:] = [status]
+    sys.exit(status)
+
+
+def _end_without_teardown() -> None:
+    """The last `atexit` callback: every other has run."""
+    if not _ending_with:
+        return
+    logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except (OSError, ValueError):  # a closed pipe or stream: nothing more can be said
             pass
-    os._exit(status)
+    os._exit(_ending_with[0])
+
+
+atexit.register(_end_without_teardown)

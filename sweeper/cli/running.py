@@ -97,6 +97,10 @@ def resume(
         None, "--storage", help="The sweep's storage.uri, where its folder is gone (another machine or folder): "
         "its sweep.yaml and Optuna study are fetched from there into --sweep-dir (default ./sweeps/NAME).",
     ),
+    rebuild: bool = typer.Option(
+        False, "--rebuild", help="Tune's state is lost or unreadable: rebuild the sweep from its MLflow runs and Optuna "
+        "study (finished trials kept, unfinished ones started again from step 0).",
+    ),
 ) -> None:
     """Continue a sweep after its driver died or was stopped: finished trials are kept,
     unfinished ones continue from their latest checkpoint, the search keeps its history."""
@@ -117,6 +121,11 @@ def resume(
             errors.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False, soft_wrap=True)
         sweep_dir = fetched.folder
     folder, _ = sweep_folder_and_spec(name, sweep_dir)
+    if rebuild:
+        from sweeper.run.launch import rebuild_sweep
+
+        finish_run(rebuild_sweep(folder, address=cluster_address(address, os.environ), console=console))
+        return
     finish_run(resume_sweep(folder, address=cluster_address(address, os.environ), console=console))
 
 

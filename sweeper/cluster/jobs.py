@@ -18,6 +18,11 @@ SWEEP_DIR_METADATA = "sweeper_sweep_dir"
 SWEEP_STORAGE_METADATA = "sweeper_storage_uri"
 # What never travels in a job's working_dir: environments, results, stores.
 WORKING_DIR_EXCLUDES = [".git", ".venv", "sweeps", "sweep-reports", "mlruns", "mlartifacts", "mlflow.db", "*.pyc", "__pycache__"]
+# A stopped job's driver gets SIGTERM, which stops the sweep as SIGINT does (trials stopped
+# and saved, runs marked: sweeper/run/launch.py); Ray's job supervisor kills it after
+# RAY_JOB_STOP_WAIT_TIME_S (3 s by default), too soon for that: it waits as long as
+# `sweep stop` does.
+JOB_ENV = {"RAY_JOB_STOP_WAIT_TIME_S": "300"}
 
 
 @dataclass(frozen=True)
@@ -106,7 +111,7 @@ def submit(
     job_id = jobs.submit_job(
         entrypoint=job_entrypoint(command, *args),
         submission_id=f"sweep-{name}-{time.strftime('%Y%m%d-%H%M%S')}",
-        runtime_env={"working_dir": str(working_dir), "excludes": WORKING_DIR_EXCLUDES},
+        runtime_env={"working_dir": str(working_dir), "excludes": WORKING_DIR_EXCLUDES, "env_vars": JOB_ENV},
         metadata={SWEEP_METADATA: name, **{key: value for key, value in kept.items() if value}},
     )
     return SubmittedSweep(job_id, f"{jobs.get_address().rstrip('/')}/#/jobs/{job_id}")

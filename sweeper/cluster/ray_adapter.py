@@ -329,13 +329,17 @@ def ids_differ_in_forks() -> bool:
 # ---------------------------------------------------------------- Ray Tune
 
 
-def restore_tuner(path: str, trainable, callbacks: list, storage_filesystem=None):
+def restore_tuner(path: str, trainable, callbacks: list, storage_filesystem=None, resume_errored: bool = False):
     """`Tuner.restore(path, trainable, resume_unfinished=True)` with `callbacks` in place
-    of the ones pickled by the first driver. Returns (tuner, scheduler, search_alg,
-    stopper): the restored objects Tune will use, for the caller to rebuild their state."""
+    of the ones pickled by the first driver (`resume_errored`: errored trials continue
+    from their last checkpoint too). Returns (tuner, scheduler, search_alg, stopper): the
+    restored objects Tune will use, for the caller to rebuild their state."""
     from ray import tune
 
-    tuner = tune.Tuner.restore(path, trainable=trainable, resume_unfinished=True, storage_filesystem=storage_filesystem)
+    tuner = tune.Tuner.restore(
+        path, trainable=trainable, resume_unfinished=True, resume_errored=resume_errored,
+        storage_filesystem=storage_filesystem,
+    )
     run_config = tuner._local_tuner.get_run_config()
     run_config.callbacks = callbacks
     tune_config = tuner._local_tuner._tune_config

@@ -297,3 +297,65 @@ def node_problem(uri: str, node_address: str, failed: dict, node_count: int) -> 
             "must answer from every node as it does here, with credentials set on each node"
         )
     return f"storage.uri: this machine can write to {uri}, but {where} cannot ({failed['problem']}): {lacks}"
+
+
+# ---------------------------------------------------------------- a full disk
+
+# What a full file system reads as once Ray has carried the error across processes (its
+# wrappers keep the text of the error they wrap): the OSError's (ENOSPC), SQLite's (the
+# Optuna study, a SQLite MLflow store).
+DISK_FULL_TEXTS = ("No space left on device", "[Errno 28]", "database or disk is full")
+
+
+def disk_full(error: BaseException | None) -> bool:
+    """Whether `error`, or anything it wraps (its cause, context, Ray's wrapped errors),
+    is a full file system."""
+    import errno
+
+    seen: set[int] = set()
+    pending = [error]
+    while pending:
+        current = pending.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno == errno.ENOSPC:
+            return True
+        if any(text in str(current) for text in DISK_FULL_TEXTS):
+            return True
+        pending += [current.__cause__, current.__context__]
+        for attribute in ("worker_failures", "controller_failure", "health_check_failure", "cause"):
+            inner = getattr(current, attribute, None)
+            pending += list(inner.values()) if isinstance(inner, dict) else [inner]
+    return False
+
+
+def existing_folder(path: Path) -> Path:
+    """`path`, or its nearest folder that exists (a sweep folder not made yet)."""
+    path = Path(path).resolve()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def free_bytes(path: Path) -> int:
+    import shutil
+
+    return shutil.disk_usage(existing_folder(path)).free
+
+
+def size_text(size: float) -> str:
+    """Bytes in the largest unit that keeps the figure at 1 or above: 512 B, 3.2 MiB."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} TiB"
+
+
+def disk_full_line(folder: Path, name: str) -> str:
+    """One line for a sweep stopped by a full disk: where, what is free, what to do."""
+    return (
+        f"output_dir: the file system of {folder} is full ({size_text(free_bytes(folder))} free); the sweep "
+        f"stopped, its trials saved where they could be. Free space there, then continue it with: sweep resume {name}"
+    )

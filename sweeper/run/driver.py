@@ -16,6 +16,7 @@ Listeners need no Ray: they see records, not Tune's trials.
 
 from __future__ import annotations
 
+import signal
 import time
 from typing import Callable, Protocol
 
@@ -26,9 +27,14 @@ from sweeper.search.study import STARTUP_ATTR, WARM_START_ATTR
 from sweeper.names import TrialState
 from sweeper.run.janitor import error_reason, trial_error
 from sweeper.cluster.ray_adapter import forget_running_averages, tune_trial_number
+from sweeper.cluster.storage import disk_full
 from trainables.metrics import REPORTED_KEYS, STEP
 
-__all__ = ["SweepDriver", "TrialListener", "rebuild_for_resume"]
+__all__ = ["DISK_FULL", "SweepDriver", "TrialListener", "rebuild_for_resume"]
+
+# Why a trial stopped when its checkpoint found the disk full (its run's `sweeper.status`
+# reads "stopped: disk full").
+DISK_FULL = "disk full"
 
 
 class TrialListener(Protocol):
@@ -55,6 +61,8 @@ class SweepDriver(Callback):
         self.trial_marks = trial_marks
         # Every trial this driver's Tune run knows of (restored ones included).
         self.known_to_tune: set[str] = set()
+        # A trial's checkpoint found the sweep's disk full: the sweep is stopping.
+        self.stopped_for_disk_full = False
 
     def _tell(self, event: str, record: TrialRecord) -> None:
         for listener in self.listeners:
@@ -137,8 +145,18 @@ class SweepDriver(Callback):
             # so its run in MLflow says why.
             self.on_trial_start(iteration, trials, trial)
         record = self.book.trials[trial.trial_id]
+        error = trial_error(trial)
+        if disk_full(error):
+            # Not the trial's fault: it stays unfinished (its run tagged "stopped: disk full"
+            # when the sweep ends), and the sweep stops as on Ctrl-C, through Tune's own
+            # handler; `sweep resume` continues it from its last checkpoint once there is room.
+            record.error = DISK_FULL
+            if not self.stopped_for_disk_full:  # once: a second SIGINT would skip Tune's last save
+                self.stopped_for_disk_full = True
+                signal.raise_signal(signal.SIGINT)
+            return
         record.state = TrialState.FAILED
-        record.error = error_reason(trial_error(trial))
+        record.error = error_reason(error)
         record.ended_at = time.time()
         self._tell("trial_finished", record)
 

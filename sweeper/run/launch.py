@@ -7,9 +7,14 @@ Every step reads and fills one `SweepContext`."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import logging
 import os
+import signal
+import threading
 import time
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,6 +25,7 @@ from sweeper.cluster import storage
 from sweeper.cluster.connect import (
     LOCAL_CLUSTER, check_address, job_metadata, start_ray, start_warm_server, starts_own_cluster,
 )
+from sweeper.cost.disk import check_room_for
 from sweeper.cost.prices import SweepCost
 from sweeper.errors import UserError
 from sweeper.plan.inputs import SweepInputs, prepare_inputs
@@ -42,7 +48,7 @@ from sweeper.spec.schema import SweepSpec, trials_text
 from sweeper.track.book import SweepBook
 from trainables.models import DEFAULT_CACHE_ROOT
 
-__all__ = ["SweepRun", "run_sweep", "resume_sweep", "trainable_name", "trial_name"]
+__all__ = ["SweepRun", "run_sweep", "resume_sweep", "rebuild_sweep", "trainable_name", "trial_name"]
 
 
 @dataclass
@@ -56,6 +62,8 @@ class SweepRun:
     tracking_uri: str
     interrupted: bool = False
     notes: list[str] = field(default_factory=list)  # lines for the summary (forecast vs actual, budget)
+    stop_signal: int = signal.SIGINT  # what stopped an interrupted sweep (`sweep stop` sends SIGINT)
+    stopped_for: str | None = None  # a fault that stopped it (a full disk), in one line with what to do
 
 
 @dataclass
@@ -165,8 +173,17 @@ def resume_sweep(
     experiment = storage.join(spec.storage_uri, "tune")
     if not storage.exists(storage.join(experiment, "tuner.pkl")):
         raise UserError(
-            f"NAME: {experiment} has no Tune experiment to resume; start it again with sweep start --overwrite"
+            f"NAME: {experiment} has no Tune experiment to resume; rebuild the sweep from its MLflow runs and Optuna "
+            f"study with: sweep resume {spec.name} --rebuild (or start it again with sweep start --overwrite)"
         )
+    unreadable = []
+    if not storage.is_remote(spec.storage_uri):  # before anything starts: every file resume reads
+        from sweeper.run.sweep_state import check_study, check_tune_state, unreadable_checkpoints
+        from sweeper.search.study import study_file
+
+        check_tune_state(Path(experiment), spec.name)
+        check_study(study_file(spec.sweep_dir), Path(experiment), spec.name)
+        unreadable = unreadable_checkpoints(Path(storage.join(spec.storage_uri, "trials")))
     _setup_cluster_inputs_and_plan(context)
     # No forecast of its own: the first driver logged it. The caps come back with the searcher.
     context.budget = SweepBudget(context.spec, context.plan, forecast=None)
@@ -174,11 +191,18 @@ def resume_sweep(
 
     def restored_tuner(trainable, callbacks):
         from sweeper.cluster.ray_adapter import restore_tuner
-        from sweeper.run.driver import rebuild_for_resume
+        from sweeper.names import TrialState
+        from sweeper.run.driver import DISK_FULL, rebuild_for_resume
         from sweeper.search.study import study_url
 
         storage_filesystem, experiment_path = storage.filesystem(experiment)
-        tuner, scheduler, searcher, stopper = restore_tuner(experiment_path, trainable, callbacks, storage_filesystem)
+        # The book first: a trial a full disk stopped is an error to Tune, to continue all the same.
+        context.tracker.reattach()
+        _restart_unreadable_trials(context, unreadable)
+        disk_full_trials = any(t.state == TrialState.STOPPED and t.error == DISK_FULL for t in context.book.trials.values())
+        tuner, scheduler, searcher, stopper = restore_tuner(
+            experiment_path, trainable, callbacks, storage_filesystem, resume_errored=disk_full_trials
+        )
         # The caps keep counting what the killed driver's trials spent (the book is rebuilt from MLflow).
         searcher = context.budget.reattach(searcher, stopper, context.book)
         rebuild_for_resume(context.tracker, scheduler, searcher, study_url(spec.sweep_dir))
@@ -186,6 +210,108 @@ def resume_sweep(
         return tuner
 
     return _fit_and_finish(context, restored_tuner, [])
+
+
+def rebuild_sweep(
+    sweep_dir: Path,
+    *,
+    address: str | None = LOCAL_CLUSTER,
+    console: Console | None = None,
+    cache_root: Path = DEFAULT_CACHE_ROOT,
+) -> SweepRun:
+    """Continue a sweep whose Tune state is lost or unreadable from what outlives it, the
+    MLflow runs and the Optuna study (`sweep resume --rebuild`): finished trials are kept as
+    they are; unfinished ones start again from step 0 as new trials (their runs deleted,
+    their Optuna trials told failed, their Train runs set aside); Tune's state is set aside
+    (`tune.unreadable-<time>`) and a new Tune experiment runs the trials still to run, the
+    search going on from the study's history."""
+    from sweeper.run.sweep_state import set_aside
+    from sweeper.spec.load import load_spec
+
+    spec = load_spec(sweep_dir / "sweep.yaml")
+    if storage.is_remote(spec.storage_uri):
+        raise UserError(f"--rebuild: a sweep on object storage ({spec.storage_uri}) is resumed as Tune reads it; "
+                        "run sweep resume without --rebuild")
+    if spec.search.num_trials is None:
+        raise UserError("--rebuild: a sweep without search.num_trials (trials until a budget cap) cannot be rebuilt: "
+                        "its caps live in Tune's state; start it again with sweep start --overwrite")
+    context = SweepContext(spec, address or LOCAL_CLUSTER, console or Console(), cache_root)
+    refuse_if_read_only(sweep_dir)
+    refuse_if_running(spec)
+    _setup_cluster_inputs_and_plan(context)
+    context.budget = SweepBudget(context.spec, context.plan, forecast=None)
+    _setup_tracker(context)
+    tracker, book = context.tracker, context.book
+    tracker.reattach()
+    unfinished = [record for record in book.trials.values() if not record.finished]
+    tracker.discard_trials(unfinished)
+    tune = Path(storage.join(spec.storage_uri, "tune"))
+    if tune.exists():
+        tune.rename(tune.with_name(f"tune.unreadable-{time.strftime('%Y%m%d-%H%M%S')}"))
+    trials_folder = Path(storage.join(spec.storage_uri, "trials"))
+    for record in unfinished:
+        if (trials_folder / record.trial_id).exists():
+            set_aside(trials_folder, record.trial_id)
+    remaining = max(0, context.plan.trials - len(book.trials))
+    context.console.print(
+        f"Rebuilt from MLflow and the Optuna study: {len(book.trials)} finished trial(s) kept, {len(unfinished)} "
+        f"unfinished started again as new trials; {remaining} trial(s) to run", highlight=False,
+    )
+
+    def new_tuner(trainable, callbacks):
+        import optuna
+        from ray import tune as ray_tune
+
+        from sweeper.search.searcher import make_search, optuna_searcher
+
+        search_alg, scheduler, max_concurrent_trials = make_search(context.plan, sweep_dir, None)
+        searcher = optuna_searcher(search_alg)
+        if searcher is not None:
+            searcher.reconcile(book)
+            for record in unfinished:  # started again as new trials: these Optuna trials end here
+                if record.trial_id in searcher.trials and record.trial_id not in searcher.finished:
+                    searcher.study.tell(searcher.trials[record.trial_id][0], state=optuna.trial.TrialState.FAIL)
+                    searcher.finished.add(record.trial_id)
+        _hand_the_driver_its_marks(search_alg, callbacks)
+        storage_filesystem, storage_path = storage.filesystem(spec.storage_uri)
+        return ray_tune.Tuner(
+            trainable,
+            tune_config=ray_tune.TuneConfig(
+                search_alg=search_alg, scheduler=scheduler, num_samples=remaining,
+                max_concurrent_trials=max_concurrent_trials, reuse_actors=True,
+                trial_name_creator=functools.partial(trial_name, spec.name),
+            ),
+            run_config=ray_tune.RunConfig(
+                name="tune", storage_path=storage_path, storage_filesystem=storage_filesystem, callbacks=callbacks,
+                verbose=0,
+            ),
+        )
+
+    return _fit_and_finish(context, new_tuner, [])
+
+
+def _restart_unreadable_trials(context: SweepContext, unreadable: list) -> None:
+    """Trials to continue whose checkpoint does not read start again from step 0: said in
+    the output, tagged on their run (Tag.RESTARTED), their book's curve begun anew. A
+    finished trial's unreadable adapter is only said (promotion cannot use it)."""
+    from sweeper.names import Tag
+    from sweeper.run.sweep_state import set_aside
+
+    trials_folder = Path(storage.join(context.spec.storage_uri, "trials"))
+    for problem in unreadable:
+        record = context.book.trials.get(problem.trial_id)
+        if record is not None and record.finished:
+            context.console.print(f"[yellow]note:[/yellow] trial {record.number}: its adapter checkpoint "
+                                  f"{escape(str(problem.path))} is unreadable ({escape(problem.problem)})", soft_wrap=True)
+            continue
+        set_aside(trials_folder, problem.trial_id)
+        context.console.print(f"[yellow]note:[/yellow] {escape(problem.note(record.number if record else None))}",
+                              highlight=False, soft_wrap=True)
+        if record is not None:
+            record.history = []
+            run_id = context.tracker.child_run_ids.get(problem.trial_id)
+            if run_id:
+                context.tracker.client.set_tag(run_id, Tag.RESTARTED, f"from step 0: checkpoint unreadable ({problem.problem})")
 
 
 def trainable_name(spec: SweepSpec) -> str:
@@ -271,6 +397,7 @@ def _setup_cluster_inputs_and_plan(context: SweepContext) -> None:
         console.print(packing.describe(), highlight=False, soft_wrap=True)
     cluster = ClusterResources.from_ray()
     context.plan = make_plan(spec, cluster)
+    check_room_for(spec, context.plan.concurrent_trials)
     context.hardware = hardware_description(cluster)
     check_before_launch(spec, console)
     if context.dashboard_url:
@@ -349,21 +476,95 @@ def _fit_and_finish(context: SweepContext, make_tuner, extra_callbacks: list) ->
     pid_file = spec.sweep_dir / DRIVER_PID_FILE
     pid_file.write_text(str(os.getpid()))
     interrupted = True
+    stop_signals: list[int] = []
+    stopped_for = None  # a fault that stopped the sweep (a full disk), in one line
     try:
-        with live_table:
-            tuner.fit()
+        try:
+            with live_table, _sigterm_stops_like_sigint(stop_signals), _disk_full_said_once():
+                tuner.fit()
+        except Exception as exc:  # the driver's own write to the full disk (Tune's state, the Optuna study)
+            if not storage.disk_full(exc):
+                raise
+            stopped_for = storage.disk_full_line(spec.sweep_dir, spec.name)
+        if driver.stopped_for_disk_full:  # a trial's checkpoint
+            stopped_for = storage.disk_full_line(spec.sweep_dir, spec.name)
+        stopped_for = stopped_for or tracker.gave_up  # the tracking server away too long
         tracker.discard_trials(driver.lost_trials())
         # A stop (SIGINT) makes fit() return early, with trials unfinished or unstarted;
         # a budget cap that ended it is no interruption.
-        interrupted = book.unfinished(plan.trials) and not context.budget.cut()
+        interrupted = stopped_for is not None or (book.unfinished(plan.trials) and not context.budget.cut())
     finally:
-        cost = tracker.finish_sweep(interrupted=interrupted)
-        pid_file.unlink(missing_ok=True)
+        try:
+            cost = tracker.finish_sweep(interrupted=interrupted)
+        except Exception as exc:  # a SQLite MLflow store on the full disk
+            if not storage.disk_full(exc):
+                raise
+            raise UserError(
+                f"tracking.uri: the MLflow store {context.tracking_uri} is on a full disk; the sweep stopped. Free "
+                f"space there, then continue it with: sweep resume {spec.name}"
+            ) from None
+        finally:
+            pid_file.unlink(missing_ok=True)
     run = SweepRun(
-        spec, plan, book, context.dashboard_url, time.time() - context.started, cost, context.tracking_uri, interrupted
+        spec, plan, book, context.dashboard_url, time.time() - context.started, cost, context.tracking_uri, interrupted,
+        stop_signal=stop_signals[0] if stop_signals else signal.SIGINT, stopped_for=stopped_for,
     )
     context.budget.finish(tracker, run)
+    run.notes.extend(tracker.outage_notes())
     return run
+
+
+class _DiskFullTraceback(logging.Filter):
+    """Drops Tune's and Ray's tracebacks of an error that is a full disk: the sweep says it
+    in one line when it stops (sweeper/cluster/storage.py: disk_full_line)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage() + ("".join(traceback.format_exception(*record.exc_info)) if record.exc_info else "")
+        return not any(marker in text for marker in storage.DISK_FULL_TEXTS)
+
+
+# Where Tune logs a failed trial's traceback, and Ray an error no one fetched.
+_TRACEBACK_LOGGERS = ("ray.tune.execution.tune_controller", "ray._private.worker")
+
+
+@contextlib.contextmanager
+def _disk_full_said_once():
+    quiet = _DiskFullTraceback()
+    loggers = [logging.getLogger(name) for name in _TRACEBACK_LOGGERS]
+    for logger in loggers:
+        logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        for logger in loggers:
+            logger.removeFilter(quiet)
+
+
+@contextlib.contextmanager
+def _sigterm_stops_like_sigint(received: list[int]):
+    """While the tuner runs, SIGTERM (a job scheduler, `kill`, a container stop, a Ray Job
+    stopped) does what SIGINT does: Tune's own SIGINT handler, which `fit()` installs, stops
+    the trials, saves their checkpoints and Tune's state, and `fit()` returns; a second one
+    skips that, as a second Ctrl-C does. `received` gets the signal's number, for the
+    exit status (128 + 15). Ray's driver handler (`sys.exit` on SIGTERM, set by
+    `ray.init`) is put back afterwards."""
+    if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
+        yield
+        return
+
+    def on_sigterm(signum, frame):
+        received.append(signum)
+        handler = signal.getsignal(signal.SIGINT)
+        if callable(handler):
+            handler(signal.SIGINT, frame)
+        else:  # SIG_DFL or SIG_IGN: none of Python's; stop as Python stops on SIGINT
+            raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _hand_the_driver_its_marks(search_alg, callbacks: list) -> None:

@@ -254,6 +254,12 @@ class TrackingSpec(StrictModel):
         "sqlite:///mlflow.db in the working directory, artifacts in ./mlartifacts.",
     )
     experiment: str = Field("sweeper", min_length=1, description="MLflow experiment that holds the sweep's runs.")
+    away_limit_s: float = Field(
+        1800, gt=0,
+        description="How long a sweep goes on while its HTTP tracking server does not answer: what it could not log "
+        "is kept in the sweep folder and logged once the server is back. Past this the sweep stops, resumable "
+        "(sweep resume logs what was kept).",
+    )
 
 
 class StorageSpec(StrictModel):

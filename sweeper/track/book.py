@@ -131,6 +131,8 @@ class TrialRecord:
             return f"{self.state} at step {self.step}"
         if self.state == TrialState.FAILED:
             return f"failed: {self.error}"
+        if self.state == TrialState.STOPPED and self.error:  # stopped by a fault, not a user: which
+            return f"stopped: {self.error}"
         return str(self.state)
 
 

@@ -13,10 +13,13 @@ def print_summary(run, console: Console) -> None:
     book, spec = run.book, run.spec
     best = book.best()
     console.print()
+    # A stopped sweep says so, and how many of its trials are still to end (`sweep resume`).
+    ended = "stopped after" if run.interrupted else "finished in"
+    unfinished = sum(not t.finished for t in book.trials.values())
     console.print(
-        f"Sweep {spec.name!r} finished in {run.wall_seconds:.0f} s: {len(book.trials)} trials, "
+        f"Sweep {spec.name!r} {ended} {run.wall_seconds:.0f} s: {len(book.trials)} trials, "
         f"{book.count(TrialState.COMPLETED)} completed, {book.count(TrialState.PRUNED)} pruned, "
-        f"{book.count(TrialState.FAILED)} failed"
+        f"{book.count(TrialState.FAILED)} failed" + (f", {unfinished} unfinished" if run.interrupted else "")
     )
     median_setup = book.median_setup_seconds()
     if median_setup is not None:

@@ -34,6 +34,8 @@ that those import neither Ray nor this module.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -117,6 +119,14 @@ class MlflowTracker:
         self.hardware = hardware
         self.rate = sweep_rate(spec)  # what a trial's second costs
         self.client = client_for(uri)
+        if uri.startswith(("http://", "https://")):  # a server that can be away (sweeper/track/backlog.py)
+            from sweeper.track.backlog import BACKLOG_FILE, SHORT_RETRIES, DeferringClient
+
+            for key, value in SHORT_RETRIES.items():
+                os.environ.setdefault(key, value)
+            self.client = DeferringClient(self.client, spec.sweep_dir / BACKLOG_FILE)
+        # Set when the server stayed away past tracking.away_limit_s: the line the sweep stopped with.
+        self.gave_up: str | None = None
         self.experiment_id = ensure_experiment(self.client, spec.tracking.experiment, default_artifact_location(uri))
         self.client.set_experiment_tag(self.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
         self.parent_run_id: str | None = None
@@ -196,7 +206,14 @@ class MlflowTracker:
 
     def reattach(self) -> None:
         """For `sweep resume`: reuse the sweep's parent run and its trials' child runs
-        (no duplicates), and rebuild the book of trials from them."""
+        (no duplicates), and rebuild the book of trials from them. Once: a second call
+        keeps what the first found."""
+        if self.parent_run_id is not None:
+            return
+        from sweeper.track.backlog import BACKLOG_FILE, replay_backlog
+
+        # What an earlier driver could not log (its server away) first: the runs are then whole.
+        replay_backlog(getattr(self.client, "client", self.client), self.spec.sweep_dir / BACKLOG_FILE)
         query = f"tags.`{Tag.KIND}` = '{RunKind.SWEEP}' and tags.`{Tag.SWEEP_NAME}` = '{self.spec.name}'"
         # The sweep is the one whose Tune state is resumed: its storage, wherever its folder
         # is now (`sweep resume --storage` from another one); runs from before storage.uri
@@ -270,6 +287,8 @@ class MlflowTracker:
         )
         if record.state == TrialState.FAILED:
             record.error = tags.get(Tag.STATUS, "failed").removeprefix("failed: ")
+        elif tags.get(Tag.STATUS, "").startswith("stopped: "):  # by a fault (a full disk): `sweep resume` continues it
+            record.error = tags[Tag.STATUS].removeprefix("stopped: ")
         return record
 
     def _data_hashes(self) -> dict[str, str]:
@@ -319,7 +338,8 @@ class MlflowTracker:
             metrics[RunMetric.best(self.book.metric)] = best.last(self.book.metric)
             tags += [
                 RunTag(Tag.BEST_TRIAL_ID, best.trial_id),
-                RunTag(Tag.BEST_RUN_ID, self.child_run_ids.get(best.trial_id, "")),
+                # A run made while the server was away has its real id only since it came back.
+                RunTag(Tag.BEST_RUN_ID, getattr(self.client, "ids", {}).get(*[self.child_run_ids.get(best.trial_id, "")] * 2)),
             ]
             config = single_run_spec(self.spec, best.params, name=f"{self.spec.name}-best")
             self.client.log_text(self.parent_run_id, spec_to_yaml(config), "best_config.yaml")
@@ -392,9 +412,38 @@ class MlflowTracker:
         # Its micro-batch halved after running out of memory: said in words too.
         tags = [RunTag(Tag.OUT_OF_MEMORY, record.out_of_memory)] if OUT_OF_MEMORY_AT_MICRO_BATCH in report else []
         self.client.log_batch(run_id, metrics=metrics, tags=tags)
+        self._check_server()
 
     def trial_finished(self, record: TrialRecord) -> None:
         self._end_trial(record)
+        self._check_server()
+
+    def _check_server(self) -> None:
+        """Past tracking.away_limit_s without the server: stop the sweep as on Ctrl-C (what
+        it could not log stays in the backlog, for `sweep resume`)."""
+        outages = getattr(self.client, "outages", None)
+        if not outages or outages[-1].ended is not None or self.gave_up:
+            return
+        if outages[-1].seconds > self.spec.tracking.away_limit_s:
+            self.gave_up = (
+                f"tracking.uri: the MLflow server at {self.uri} has not answered for {outages[-1].seconds:.0f} s "
+                f"(tracking.away_limit_s); the sweep stopped, its trials saved, and what it could not log is kept in "
+                f"{self.client.backlog_path}. Once the server answers, continue it with: sweep resume {self.spec.name}"
+            )
+            signal.raise_signal(signal.SIGINT)
+
+    def outage_notes(self) -> list[str]:
+        """For the summary: how long the server was away, and whether all was logged since."""
+        outages = getattr(self.client, "outages", None) or []
+        if not outages:
+            return []
+        away = sum(outage.seconds for outage in outages)
+        kept = sum(outage.writes for outage in outages)
+        if outages[-1].ended is None and not self.client.flush():
+            return [f"MLflow server {self.uri} away for {away:.0f} s in {len(outages)} outage(s); {kept} writes kept in "
+                    f"{self.client.backlog_path}, logged by sweep resume {self.spec.name}"]
+        return [f"MLflow server {self.uri} away for {away:.0f} s in {len(outages)} outage(s); the {kept} writes made "
+                f"meanwhile were kept here and logged once it was back: nothing lost"]
 
     def _end_trial(self, record: TrialRecord) -> None:
         from mlflow.entities import Metric, RunTag

@@ -175,6 +175,8 @@ def _run_command(request: dict, fds: list[int]) -> None:
         # child that multiprocessing spawns (the calibration's copies) does not run again.
         # Its `run()` ends the process itself (sweeper/cli/process_exit.py), status included.
         runpy.run_module("sweeper.cli", run_name="__main__", alter_sys=True)
+    except SystemExit:  # `run()`'s own end: Python's exit, which ends the child with its status
+        raise
     except BaseException:  # noqa: BLE001 - what escapes before run() catches anything: as Python, the traceback
         traceback.print_exc()
     exit_process(1)

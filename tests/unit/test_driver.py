@@ -224,3 +224,28 @@ def test_a_trial_that_fails_before_it_starts_is_recorded_as_started_and_failed(m
     assert log == [("tracker", "started", "a", "running"), ("tracker", "finished", "a", "failed")]
     record = book.trials["a"]
     assert record.number == 2 and record.state == TrialState.FAILED and "The actor never ran" in record.error
+
+
+def test_a_trial_whose_checkpoint_found_the_disk_full_is_stopped_not_failed_and_the_sweep_stops_once(monkeypatch):
+    import errno
+    import signal
+
+    from sweeper.run import driver as driver_module
+
+    monkeypatch.setattr(driver_module, "trial_error", lambda trial: OSError(errno.ENOSPC, "No space left on device"))
+    signals = []
+    monkeypatch.setattr(driver_module.signal, "raise_signal", signals.append)
+    book = SweepBook(metric="eval_loss", goal="minimize", max_steps=30)
+    log = []
+    driver = SweepDriver(book, [Recorder("tracker", log)])
+    a, b = trial("a", number=1), trial("b", number=2)
+    for t in (a, b):
+        driver.on_trial_start(0, [a, b], t)
+        driver.on_trial_error(0, [a, b], t)
+    assert signals == [signal.SIGINT]  # Tune's own stop, asked once
+    assert driver.stopped_for_disk_full
+    assert [event for _, event, _, _ in log] == ["started", "started"]  # not told finished: unfinished
+    for record in book.trials.values():
+        assert not record.finished and record.error == driver_module.DISK_FULL
+        record.state = TrialState.STOPPED  # as finish_sweep ends it
+        assert record.status_text == "stopped: disk full"

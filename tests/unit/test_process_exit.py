@@ -52,3 +52,11 @@ def test_exit_runs_what_a_normal_exit_runs_in_its_order_and_keeps_the_status(tmp
 def test_exit_status_is_the_one_python_gives_system_exit(code, status, capsys):
     assert exit_status(code) == status
     assert capsys.readouterr().err == ("a message\n" if isinstance(code, str) else "")
+
+
+def test_a_process_not_ended_through_exit_process_gets_pythons_whole_exit(tmp_path):
+    script = "import sweeper.cli.process_exit\nraise RuntimeError('a bug')\n"
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+
+    assert done.returncode == 1
+    assert "RuntimeError: a bug" in done.stderr
