@@ -19,7 +19,7 @@ from sweeper.errors import UserError
 
 __all__ = [
     "Architecture", "MemoryForecast", "forecast_trial_memory", "forecast", "GPU_MEMORY_GIB",
-    "gpu_memory_gib", "trial_forecast_gib", "largest_settings", "LOGIT_BYTES", "unfit_problems", "refuse_if_unfit", "cluster_gpu_memory_gib", "check_before_launch",
+    "gpu_memory_gib", "cluster_accelerator_types", "trial_forecast_gib", "largest_settings", "LOGIT_BYTES", "unfit_problems", "refuse_if_unfit", "cluster_gpu_memory_gib", "check_before_launch",
     "GpuPacking", "gpu_packing", "with_gpu_packing", "launch_card_gib", "PACKING_MARGIN", "MOST_TRIALS_PER_GPU",
 ]
 
@@ -232,6 +232,18 @@ def _settings(spec, lora_r: int) -> dict:
 def gpu_memory_gib(accelerator: str | None) -> float | None:
     """Memory of a card by its price-table or Ray name (a10g, A100-80G, ...), or None."""
     return GPU_MEMORY_GIB.get((accelerator or "").lower())
+
+
+def cluster_accelerator_types() -> set[str]:
+    """The accelerator types (Ray's names: "H100", "A10G", ...) that the running Ray
+    cluster's live nodes report."""
+    import ray
+
+    return {
+        key.removeprefix("accelerator_type:")
+        for node in ray.nodes() if node.get("Alive")
+        for key in node["Resources"] if key.startswith("accelerator_type:")
+    }
 
 
 def cluster_gpu_memory_gib() -> float | None:
