@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
 # Set up (or refresh) the project's virtual environment in .venv. Idempotent and quick
-# when nothing changed. Without a GPU it installs PyTorch's CPU build first, so that the
-# torch requirement does not pull several GB of CUDA packages.
-#   TORCH_INDEX_URL  optional package index for the CPU build of torch (e.g. PyTorch's
-#                    own CPU index) where the default index would serve a CUDA build.
+# when nothing changed. With an NVIDIA GPU (nvidia-smi lists one) it installs a CUDA build
+# of torch, replacing a CPU build found first; without one PyTorch's CPU build, so that
+# the torch requirement does not pull several GB of CUDA packages. Then it says which
+# torch it left and, on a GPU machine, whether torch can use the GPUs: a driver too old
+# for the wheel's CUDA gets one line naming the driver, the wheel's CUDA and the index
+# to use instead. `sweep doctor` says the same (and more) at any time.
+#   TORCH_INDEX_URL  the package index torch comes from: on a GPU machine e.g. PyTorch's
+#                    own index for CUDA 12.x (https://download.pytorch.org/whl/cu126) for
+#                    a driver older than R580; without a GPU, by default PyTorch's CPU
+#                    index (https://download.pytorch.org/whl/cpu).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,21 +20,29 @@ fi
 # shellcheck disable=SC1091
 . .venv/bin/activate
 
-stamp=".venv/.sweeper-installed-$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -c1-16)"
+stamp=".venv/.sweeper-installed-$( (cat pyproject.toml scripts/setup.sh; echo "${TORCH_INDEX_URL:-}") | sha256sum | cut -c1-16)"
 if [ -f "$stamp" ]; then
   exit 0
 fi
 
+torch_version="2.13.0"
 python -m pip install --quiet --upgrade pip
-if ! python -c "import torch" 2>/dev/null; then
-  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+  # What torch is there: missing, cpu (a CPU build), or the CUDA version it was built for.
+  build=$(python -c "import torch; print(torch.version.cuda or 'cpu')" 2>/dev/null || echo missing)
+  usable=$(python -c "import torch; print(int(torch.cuda.is_available()))" 2>/dev/null || echo 0)
+  if [ "$build" = missing ]; then
     echo "setup: GPU found, installing torch with CUDA"
-    python -m pip install --quiet "torch==2.13.0"
-  else
-    echo "setup: no GPU, installing the CPU build of torch"
-    python -m pip install --quiet "torch==2.13.0" ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"}
+    python -m pip install --quiet "torch==$torch_version" ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"}
+  elif [ "$build" = cpu ] || { [ "$usable" = 0 ] && [ -n "${TORCH_INDEX_URL:-}" ]; }; then
+    echo "setup: GPU found but torch ($build build) cannot use it, installing torch with CUDA${TORCH_INDEX_URL:+ from $TORCH_INDEX_URL}"
+    python -m pip install --quiet --force-reinstall "torch==$torch_version" ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"}
   fi
+elif ! python -c "import torch" 2>/dev/null; then
+  echo "setup: no GPU, installing the CPU build of torch"
+  python -m pip install --quiet "torch==$torch_version" --index-url "${TORCH_INDEX_URL:-https://download.pytorch.org/whl/cpu}"
 fi
+python -m sweeper.doctor
 echo "setup: installing sweeper and its dependencies into .venv"
 # DeepSpeed (resources.strategy: deepspeed) builds no ops at install time: on CPUs it
 # JIT-builds the one it needs with the system C++ compiler, on GPUs its CUDA ops as used.

@@ -35,15 +35,28 @@ class Workers:
 
 
 def current_workers() -> Workers:
-    """Rank, world size and device of this process. The device is the current CUDA device
-    (under Ray Train, trainables/worker.py makes that the GPU Ray assigned this worker,
-    which several trials may share), else the CPU."""
+    """Rank, world size and device of this process (`this_device`)."""
     if dist.is_available() and dist.is_initialized():
         rank, world = dist.get_rank(), dist.get_world_size()
     else:
         rank, world = 0, 1
-    device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
-    return Workers(rank, world, device)
+    return Workers(rank, world, this_device())
+
+
+def this_device() -> torch.device:
+    """Where this process trains. In a Ray Train worker: the device Ray Train assigned it
+    (`ray.train.torch.get_device()`: its own GPU, which several trials with a fractional
+    `gpus_per_worker` may share, or the CPU). Elsewhere (benchmarks, tests): the current
+    CUDA device. The CPU wherever no GPU is visible, as in the workers of a trial with
+    `resources.use_gpu: false` (sweeper/run/trial.py hides the node's GPUs from them)."""
+    if not torch.cuda.is_available():
+        return torch.device("cpu")
+    try:
+        import ray.train.torch
+
+        return ray.train.torch.get_device()  # raises outside a Ray Train worker
+    except (ImportError, RuntimeError):
+        return torch.device("cuda", torch.cuda.current_device())
 
 
 def seed_everything(seed: int) -> None:

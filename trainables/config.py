@@ -16,6 +16,7 @@ Pure pydantic: importable without torch, Ray or anything from `sweeper`.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from pydantic import Field, model_validator
@@ -127,6 +128,15 @@ def trial_problems(model: ModelSpec, training: TrainingSpec, resources: Resource
             "training.compile",
             f"torch.compile runs under resources.strategy ddp here ({resources.strategy} wraps the model its own "
             "way); set resources.strategy: ddp, or training.compile: false",
+        ))
+    if (resources.strategy == "deepspeed" and resources.deepspeed.effective_stage == 3
+            and (Path(model.name_or_path) / "adapter_config.json").is_file()):
+        problems.append((
+            "model.name_or_path",
+            f"{model.name_or_path} is a LoRA adapter folder, merged into its base as it loads, and ZeRO-3 "
+            "partitions the base's weights as they are created, where nothing can be merged; merge the adapter "
+            "first (peft's merge_and_unload, then save_pretrained) and give that folder, or set "
+            "resources.strategy: fsdp (its first worker merges it) or deepspeed.zero_stage: 2",
         ))
     if resources.strategy == "deepspeed" and not _installed("deepspeed"):
         problems.append((

@@ -181,6 +181,19 @@ def load_base_model(
     return model
 
 
+def empty_base_model(source: str, precision: str = "fp32", *, attn_implementation: str = "sdpa"):
+    """The model `load_base_model(source, precision)` loads (an adapter directory: its
+    base's architecture), built from its config alone with every parameter and buffer on
+    the meta device: shapes and dtypes, no storage. What a sharded strategy builds on
+    every worker before it materialises only its own shards (trainables/strategies.py)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    dtype = TORCH_DTYPES[precision] if precision == "bf16" else torch.float32
+    config = from_cache_first(AutoConfig.from_pretrained, adapter_base(source) or source)
+    with torch.device("meta"):
+        return AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=attn_implementation)
+
+
 def quantization_config(quantization: str, precision: str):
     """bitsandbytes settings of QLoRA: 4-bit NormalFloat with double quantization (the
     quantization constants quantized too), computing in the training precision; or int8."""

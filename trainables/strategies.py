@@ -19,6 +19,7 @@ Ray Train merges the folders of one report into one checkpoint.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Protocol
 
@@ -26,7 +27,7 @@ import torch
 
 from trainables.common import make_optimizer, make_schedule
 from trainables.config import TrialConfig
-from trainables.models import add_lora, load_base_model, prepare_for_training
+from trainables.models import add_lora, empty_base_model, load_base_model, prepare_for_training
 
 __all__ = ["Strategy", "prepare", "adapt", "deepspeed_config", "TRAINING_STATE_FILE", "DEEPSPEED_TAG"]
 
@@ -58,40 +59,56 @@ class Strategy(Protocol):
 
 def prepare(config: TrialConfig, model_source: str, workers) -> Strategy:
     """The trial's model (base frozen, quantized if asked, fresh seeded adapters) wrapped
-    for `config.resources.strategy`, with its optimizer and schedule."""
-    model = adapted_base(config, model_source, workers.device)
+    for `config.resources.strategy`, with its optimizer and schedule. Under FSDP and
+    ZeRO-3 no worker builds the whole model on its device: each holds its own shards from
+    the start (FsdpStrategy, DeepSpeedStrategy)."""
     strategy = config.resources.strategy
     if strategy == "deepspeed":
-        return DeepSpeedStrategy(config, model, workers)
+        return DeepSpeedStrategy(config, model_source, workers)
     if strategy == "fsdp":
-        return FsdpStrategy(config, model, workers)
-    return DdpStrategy(config, model, workers)
+        return FsdpStrategy(config, model_source, workers)
+    return DdpStrategy(config, adapted_base(config, model_source, workers.device), workers)
 
 
 def adapted_base(config: TrialConfig, model_source: str, device: torch.device) -> torch.nn.Module:
     """The base weights frozen (and quantized, and checkpointed, as configured) with fresh
-    LoRA adapters; on the CPU unless quantized (bitsandbytes loads onto `device`)."""
-    model = load_base_model(
-        model_source,
-        config.training.precision,
-        quantization=config.model.quantization,
-        attn_implementation=config.model.attn_implementation,
-        device=device,
-    )
+    LoRA adapters; on the CPU unless quantized (bitsandbytes loads onto `device`). Loading
+    the base draws nothing from the random state, so the adapters' seeded values are the
+    same whichever way (whole, or partitioned at creation under ZeRO-3) it was built."""
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        model = load_base_model(
+            model_source,
+            config.training.precision,
+            quantization=config.model.quantization,
+            attn_implementation=config.model.attn_implementation,
+            device=device,
+        )
     return adapt(model, config)
 
 
-def adapt(base: torch.nn.Module, config: TrialConfig) -> torch.nn.Module:
+def adapt(base: torch.nn.Module, config: TrialConfig, on_meta: bool = False) -> torch.nn.Module:
     """`base` made ready for training as `config` asks (k-bit preparation, checkpointing),
-    with fresh LoRA adapters, its forward compiled where `training.compile` is set."""
-    model = add_lora(
-        prepare_for_training(base, config.model.quantization, config.training.gradient_checkpointing), config.lora
-    )
+    with fresh LoRA adapters, its forward compiled where `training.compile` is set.
+    `on_meta`: `base` is on the meta device, and so are the adapters (built without
+    drawing from the random state: their values come from elsewhere)."""
+    with torch.random.fork_rng(devices=[]) if on_meta else contextlib.nullcontext(), \
+            torch.device("meta") if on_meta else contextlib.nullcontext():
+        model = add_lora(
+            prepare_for_training(base, config.model.quantization, config.training.gradient_checkpointing), config.lora
+        )
     if config.training.compile:
         # In place (nn.Module.compile), not torch.compile(model): the module stays peft's,
         # so its save_pretrained and state dict keys (no `_orig_mod.` prefix) are unchanged.
         model.compile()
     return model
+
+
+def _take_random_state_of_rank0() -> None:
+    """Every worker goes on from rank 0's CPU random state: the one each worker would have
+    after drawing the seeded adapters itself, as under DDP (only rank 0 drew them here)."""
+    state = [torch.get_rng_state()]
+    torch.distributed.broadcast_object_list(state, src=0)
+    torch.set_rng_state(state[0])
 
 
 def _finish_step(optimizer, schedule) -> float:
@@ -185,23 +202,29 @@ def deepspeed_config(config: TrialConfig) -> dict:
 
 
 class DeepSpeedStrategy:
-    """DeepSpeed's engine over the trial's process group (NCCL on GPUs, gloo on CPUs)."""
+    """DeepSpeed's engine over the trial's process group (NCCL on GPUs, gloo on CPUs). At
+    ZeRO-3 the base is loaded inside DeepSpeed's `zero.Init` (transformers does so while a
+    `HfDeepSpeedConfig` is alive): each parameter is partitioned as it is created, and
+    rank 0 reads the weights into the partitions one module at a time."""
 
-    def __init__(self, config: TrialConfig, model: torch.nn.Module, workers):
+    def __init__(self, config: TrialConfig, model_source: str, workers):
         import deepspeed
 
         self.workers = workers
-        self.peft_model = model
         if workers.device.type == "cuda":
-            # DeepSpeed picks its GPU by LOCAL_RANK; make that the one Ray assigned.
+            # DeepSpeed (zero.Init too) picks its GPU by LOCAL_RANK; make that the one Ray assigned.
             os.environ["LOCAL_RANK"] = str(workers.device.index)
         self.stage = config.resources.deepspeed.effective_stage
         training = config.training
+        settings = deepspeed_config(config)
+        with _partitioned_at_creation(settings if self.stage == 3 else None):
+            model = adapted_base(config, model_source, workers.device)
+        self.peft_model = model
         self.model, self.optimizer, _, self.schedule = deepspeed.initialize(
             model=model,
             optimizer=make_optimizer(model, training),
             lr_scheduler=lambda optimizer: make_schedule(optimizer, training),
-            config=deepspeed_config(config),
+            config=settings,
             dist_init_required=False,
         )
 
@@ -245,27 +268,74 @@ class DeepSpeedStrategy:
         return int(client_state["step"])
 
 
+class _partitioned_at_creation:
+    """While alive, transformers builds models inside DeepSpeed's `zero.Init` with
+    `settings` (it holds a weak reference to the HfDeepSpeedConfig: transformers' documented
+    way to use ZeRO-3 without its Trainer); afterwards it does not, so a later model of the
+    same process (another trial, a calibration) loads as its own strategy asks. No-op for
+    `settings` None."""
+
+    def __init__(self, settings: dict | None):
+        self.settings = settings
+        self.hf_config = None
+
+    def __enter__(self):
+        if self.settings is not None:
+            from transformers.integrations import HfDeepSpeedConfig
+
+            self.hf_config = HfDeepSpeedConfig(self.settings)
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.hf_config = None
+
+
 # ---------------------------------------------------------------- FSDP
 
 
 class FsdpStrategy:
     """PyTorch FSDP2 (`fully_shard`): each decoder layer is one shard group, the rest of
     the model another; parameters, gradients and optimizer states are sharded over the
-    trial's workers (it runs over gloo on CPUs too)."""
+    trial's workers (it runs over gloo on CPUs too).
 
-    def __init__(self, config: TrialConfig, model: torch.nn.Module, workers):
+    Sharded from the start: every worker builds the adapted model on the meta device (no
+    storage), shards it, and materialises only its own shards on its device; rank 0 alone
+    reads the weights, on the CPU, and sends them over tensor by tensor, each worker
+    keeping its shard (`set_model_state_dict(..., broadcast_from_rank0=True)`). No device
+    ever holds the whole model."""
+
+    def __init__(self, config: TrialConfig, model_source: str, workers):
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
         training = config.training
         self.workers = workers
         self.training = training
-        model = model.to(workers.device)
+        # Rank 0's copy on the CPU, with the seeded adapters (as every worker would draw them).
+        whole = adapted_base(config, model_source, torch.device("cpu")) if workers.is_main else None
+        model = adapt(
+            empty_base_model(model_source, training.precision, attn_implementation=config.model.attn_implementation),
+            config,
+            on_meta=True,
+        )
+        _take_random_state_of_rank0()
         policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if training.precision == "bf16" else MixedPrecisionPolicy()
         layer_classes = tuple(getattr(model.base_model.model, "_no_split_modules", None) or ())
         for module in model.modules():
             if type(module).__name__ in layer_classes:
                 fully_shard(module, mp_policy=policy)
         fully_shard(model, mp_policy=policy)
+        model.to_empty(device=workers.device)
+        set_model_state_dict(
+            model, whole.state_dict() if whole is not None else {},
+            options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True),
+        )
+        # Buffers that no state dict holds (rotary frequencies): rank 0's, to every worker.
+        for name, buffer in model.named_buffers():
+            if whole is not None:
+                buffer.copy_(whole.get_buffer(name))
+            torch.distributed.broadcast(buffer, src=0)
+        del whole
         self.peft_model = self.model = model
         self.optimizer = make_optimizer(model, training)
         self.schedule = make_schedule(self.optimizer, training)

@@ -16,6 +16,7 @@ import typer
 from rich.markup import escape
 from typer.core import TyperGroup
 
+import sweeper.cli.environment as environment
 import sweeper.cli.jobs as jobs
 import sweeper.cli.promoting as promoting
 import sweeper.cli.reading as reading
@@ -71,7 +72,7 @@ COMMANDS = [
     (scaffolding.init, None), (running.validate, None), (reading.reference, None), (running.start, None),
     (running.plan, None), (running.resume, None), (running.stop, None), (reading.dashboard, None), (jobs.submit, None),
     (jobs.logs, None), (reading.list_sweeps, "list"), (reading.status, None), (promoting.promote, None),
-    (promoting.export, None), (reading.report, None),
+    (promoting.export, None), (reading.report, None), (environment.doctor, None),
 ]
 for command, name in COMMANDS:
     app.command(name)(command)

@@ -1,7 +1,8 @@
 """Memory forecast of one trial, per GPU, before anything starts: the frozen weights by
 quantization, the adapters with their gradients and AdamW states, the activations of one
-micro-batch with and without gradient checkpointing, the logits, and what ZeRO or FSDP
-partitions over the trial's workers. `sweep validate` and `sweep start` print it; a trial
+micro-batch with and without gradient checkpointing, the logits of the loss, and what ZeRO
+or FSDP partitions over the trial's workers. A sweep is forecast at the largest LoRA rank,
+micro-batch and `data.max_length` its trials can sample. `sweep validate` and `sweep start` print it; a trial
 that fits no GPU it could run on is refused with one keyed line naming what would fit.
 
 The architecture comes from the model's config only (sweeper/cost/architecture.py, the
@@ -18,16 +19,18 @@ from sweeper.errors import UserError
 
 __all__ = [
     "Architecture", "MemoryForecast", "forecast_trial_memory", "forecast", "GPU_MEMORY_GIB",
-    "gpu_memory_gib", "trial_forecast_gib", "unfit_problems", "refuse_if_unfit", "cluster_gpu_memory_gib", "check_before_launch",
+    "gpu_memory_gib", "cluster_accelerator_types", "trial_forecast_gib", "largest_settings", "LOGIT_BYTES", "unfit_problems", "refuse_if_unfit", "cluster_gpu_memory_gib", "check_before_launch",
     "GpuPacking", "gpu_packing", "with_gpu_packing", "launch_card_gib", "PACKING_MARGIN", "MOST_TRIALS_PER_GPU",
 ]
 
 GIB = 1024**3
 
-# Memory of the cards the price table knows (cost.accelerator), and Ray's names for them.
+# Memory a process can allocate on the cards the price table knows (cost.accelerator), and
+# on Ray's names for them: the card's total as torch reports it (what the CUDA driver leaves
+# of the marketed size: an A10G or L4 "24 GB" card is 22 GiB, an L40S "48 GB" one 44.5).
 GPU_MEMORY_GIB = {
-    "rtx4090": 24, "a10g": 24, "l4": 24, "l40s": 48, "a100-40gb": 40, "a100-80gb": 80, "h100": 80, "h200": 141,
-    "a10": 24, "a100": 40, "a100-40g": 40, "a100-80g": 80, "h100-80g": 80,
+    "rtx4090": 23.6, "a10g": 22.0, "l4": 22.0, "l40s": 44.5, "a100-40gb": 39.4, "a100-80gb": 79.1, "h100": 79.2,
+    "h200": 139.8, "a10": 22.0, "a100": 39.4, "a100-40g": 39.4, "a100-80g": 79.1, "h100-80g": 79.2,
 }
 
 # What a CUDA process holds beyond its tensors (context, cuBLAS/NCCL workspaces) and the
@@ -43,13 +46,15 @@ class MemoryForecast:
 
     weights: float
     adapter: float  # adapter weights, gradients and AdamW states
-    activations: float
-    logits: float
+    activations: float  # kept for the backward pass (with checkpointing: each layer's input)
+    logits: float  # at the loss
     what: str  # the trial in words: "8B in bf16, LoRA r=64, micro-batch 4 x 2048 ..."
+    recomputed: float = 0.0  # with checkpointing: one layer's activations, recomputed after the loss
 
     @property
     def total(self) -> float:
-        return self.weights + self.adapter + self.activations + self.logits
+        """The peak: the loss and the recomputation of a layer never coexist."""
+        return self.weights + self.adapter + self.activations + max(self.logits, self.recomputed)
 
     @property
     def gib(self) -> float:
@@ -66,7 +71,8 @@ class MemoryForecast:
         parts = ", ".join(
             f"{name} {value / GIB:.1f}"
             for name, value in (("weights", self.weights), ("adapter+optimizer", self.adapter),
-                                ("activations", self.activations), ("logits", self.logits))
+                                ("activations", self.activations), ("logits", self.logits),
+                                *((("recomputed layer", self.recomputed),) if self.recomputed else ()))
         )
         return f"Memory: about {self.gib:.1f} GiB per GPU ({self.what}; {parts} GiB)"
 
@@ -74,12 +80,16 @@ class MemoryForecast:
 # Activation elements kept per token and layer for the backward pass, in units of the
 # hidden width h, the MLP width i and the key/value width kv (bf16 or fp32 each): the two
 # RMSNorms (input, fp32 upcast, output), q/k/v and their rotary copies, attention output,
-# the SwiGLU MLP's gate, up, activation and product; LoRA dropout keeps a copy of each
-# adapted layer's input.
+# the SwiGLU MLP's gate, up, activation and product. LoRA dropout keeps a copy of the input
+# of each adapted layer that reads the hidden width (down_proj's copy takes the place of
+# the MLP's product, which is then not kept).
 _PER_LAYER_H, _PER_LAYER_KV, _PER_LAYER_I = 11, 3, 4
-# The logits of one token: in the compute dtype, upcast to fp32 for the loss, and the
-# loss's fp32 gradient (bytes per vocabulary entry).
-_LOGIT_BYTES = 10
+_DROPOUT_H = 6
+# Bytes per vocabulary entry of one token's logits at the loss: SFT through transformers'
+# loss keeps the logits in the compute dtype, their fp32 upcast and the log-softmax, then
+# its fp32 gradient (about 12); our DPO loss (trainables/dpo.py) also keeps the gathered
+# log-probabilities' fp32 softmax for the policy's two answers (about 16).
+LOGIT_BYTES = {"sft": 12, "dpo": 16}
 
 
 def forecast(
@@ -93,15 +103,19 @@ def forecast(
 
     # Frozen weights: quantized linear layers (nf4 0.5 byte plus double-quantized block
     # constants; int8 1 byte); embeddings, head and norms stay unquantized, in fp32 after
-    # peft's k-bit preparation.
+    # peft's k-bit preparation, and autocast makes a bf16 copy of the fp32 head for its
+    # matmul, there while the logits are.
     linear = arch.layers * arch.layer_linear_params
     rest = arch.params - linear
+    head_copy = 0.0
     if quantization == "nf4":
         weights = linear * (0.5 + 0.127 / 8 + 4 / 64 / 8) + rest * 4
     elif quantization == "int8":
         weights = linear * (1 + 4 / 4096) + rest * 4
     else:
         weights = arch.params * compute_bytes / shards
+    if quantization != "none" and precision != "fp32":
+        head_copy = arch.vocab * arch.hidden * 2
 
     # Adapters: fp32 weights 4 + gradients 4 + AdamW moments 8 bytes a parameter (under
     # DeepSpeed bf16: bf16 weights and gradients, fp32 master copy and moments, the same
@@ -127,12 +141,19 @@ def forecast(
     act_bytes = 2 if precision in ("bf16", "fp16") or quantization != "none" else 4
     per_layer = _PER_LAYER_H * arch.hidden + _PER_LAYER_KV * arch.kv_width + _PER_LAYER_I * arch.intermediate
     if lora_dropout > 0:
-        per_layer += 6 * arch.hidden + arch.intermediate
-    if checkpointing:  # each layer's input kept, one layer's activations recomputed at a time
-        activations = tokens * act_bytes * (arch.layers * arch.hidden + per_layer)
-    else:
+        per_layer += _DROPOUT_H * arch.hidden
+    logits = tokens * arch.vocab * LOGIT_BYTES.get(task, LOGIT_BYTES["sft"]) + head_copy
+    recomputed = 0.0
+    if checkpointing:
+        # Each layer's input is kept (in fp32 on a quantized base: peft's k-bit preparation
+        # leaves the embeddings, and so the residual stream, in fp32), and one layer's
+        # activations are recomputed at a time during the backward pass, when the logits
+        # are gone: the peak is the larger of the two moments (MemoryForecast.total).
+        residual_bytes = 4 if quantization != "none" else act_bytes
+        activations = tokens * residual_bytes * arch.layers * arch.hidden
+        recomputed = tokens * act_bytes * per_layer
+    else:  # every layer's activations are kept until the loss, with the logits
         activations = tokens * act_bytes * arch.layers * per_layer
-    logits = tokens * arch.vocab * _LOGIT_BYTES
 
     size = f"{arch.params / 1e9:.1f}B" if arch.params >= 1e8 else f"{arch.params / 1e6:.1f}M"
     dtype = {"nf4": "nf4", "int8": "int8"}.get(quantization, precision)
@@ -143,16 +164,17 @@ def forecast(
         f"{size} in {dtype}, LoRA r={lora_r}, micro-batch {rows} x {sequence} "
         f"{'with' if checkpointing else 'without'} gradient checkpointing{how}"
     )
-    return MemoryForecast(weights, adapter, activations, logits, what)
+    return MemoryForecast(weights, adapter, activations, logits, what, recomputed)
 
 
 def forecast_trial_memory(spec, lora_r: int | None = None) -> MemoryForecast | None:
-    """The forecast of a sweep's trial (its largest searched LoRA rank unless `lora_r`
-    is given), or None when the model's config cannot be read."""
+    """The forecast of a sweep's largest trial (`largest_settings`), or with `lora_r` given
+    of the trial `spec` describes as it stands (a TrialConfig: its own sampled values);
+    None when the model's config cannot be read."""
     arch = architecture_of(spec.model.name_or_path)
     if arch is None:
         return None
-    return forecast(arch, **_settings(spec, lora_r if lora_r is not None else largest_rank(spec)))
+    return forecast(arch, **(_settings(spec, lora_r) if lora_r is not None else largest_settings(spec)))
 
 
 def trial_forecast_gib(trial) -> float | None:
@@ -162,13 +184,30 @@ def trial_forecast_gib(trial) -> float | None:
     return forecast(arch, **_settings(trial, trial.lora.r)).gib if arch is not None else None
 
 
+# The searched values that raise a trial's memory, by the forecast's setting they change
+# (data.max_length is fixed for a sweep: the data is tokenized once, before any trial).
+_MEMORY_PARAMETERS = {"lora.r": "lora_r", "training.per_device_batch_size": "micro_batch", "lora.dropout": "lora_dropout"}
+
+
+def largest_settings(spec) -> dict:
+    """The forecast's settings of the sweep's trial that needs the most memory: the largest
+    LoRA rank, micro-batch and dropout its search can sample (its fixed values where a
+    parameter is not searched), and no gradient checkpointing where the search can turn it
+    off. Each raises the forecast on its own, so together they give its largest trial."""
+    settings = _settings(spec, spec.lora.r)
+    for path, dist in spec.search.parameters.items():
+        if path in _MEMORY_PARAMETERS:
+            values = getattr(dist, "values", None)
+            largest = max(values) if values else dist.high
+            settings[_MEMORY_PARAMETERS[path]] = int(largest) if path != "lora.dropout" else float(largest)
+        elif path == "training.gradient_checkpointing" and False in (getattr(dist, "values", None) or []):
+            settings["checkpointing"] = False
+    return settings
+
+
 def largest_rank(spec) -> int:
     """The largest lora.r a trial of the sweep can sample (its fixed rank if not searched)."""
-    dist = spec.search.parameters.get("lora.r")
-    if dist is None:
-        return spec.lora.r
-    values = getattr(dist, "values", None)
-    return int(max(values)) if values else int(dist.high)
+    return largest_settings(spec)["lora_r"]
 
 
 def _settings(spec, lora_r: int) -> dict:
@@ -193,6 +232,18 @@ def _settings(spec, lora_r: int) -> dict:
 def gpu_memory_gib(accelerator: str | None) -> float | None:
     """Memory of a card by its price-table or Ray name (a10g, A100-80G, ...), or None."""
     return GPU_MEMORY_GIB.get((accelerator or "").lower())
+
+
+def cluster_accelerator_types() -> set[str]:
+    """The accelerator types (Ray's names: "H100", "A10G", ...) that the running Ray
+    cluster's live nodes report."""
+    import ray
+
+    return {
+        key.removeprefix("accelerator_type:")
+        for node in ray.nodes() if node.get("Alive")
+        for key in node["Resources"] if key.startswith("accelerator_type:")
+    }
 
 
 def cluster_gpu_memory_gib() -> float | None:
@@ -234,7 +285,7 @@ def refuse_if_unfit(spec, card_gib: float | None) -> MemoryForecast | None:
 def _what_would_fit(spec, card_gib: float) -> str:
     """The first single change (in this order) whose forecast fits, with its size."""
     arch = architecture_of(spec.model.name_or_path)
-    settings = _settings(spec, largest_rank(spec))
+    settings = largest_settings(spec)
     workers = max(2, spec.resources.workers_per_trial)
     # Each a set of settings together, cheapest in speed first.
     candidates = [

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "PRICE_TABLE", "TrialCost", "trial_cost", "pruning_saving", "SweepCost", "sweep_cost", "price_per_hour",
-    "accelerators_per_trial", "Rate", "sweep_rate",
+    "accelerators_per_trial", "Rate", "sweep_rate", "RAY_ACCELERATOR_TYPES", "priced_on_cluster",
 ]
 
 # On-demand USD per accelerator-hour (per CPU core-hour for "cpu"), approximate; the
@@ -20,6 +20,7 @@ __all__ = [
 PRICE_TABLE: dict[str, float] = {
     "cpu": 0.05,
     "a10g": 1.0,
+    "l4": 0.8,
     "l40s": 2.0,
     "a100-40gb": 2.5,
     "a100-80gb": 3.0,
@@ -27,6 +28,32 @@ PRICE_TABLE: dict[str, float] = {
     "h200": 6.0,
     "rtx4090": 0.5,
 }
+
+
+# Ray's names for the NVIDIA cards it detects (a node's `accelerator_type:` resource) and
+# the price-table key of each; Ray does not tell the two A100 sizes apart.
+RAY_ACCELERATOR_TYPES = {"A10G": "a10g", "L4": "l4", "L40S": "l40s", "A100": "a100-80gb", "H100": "h100", "H200": "h200"}
+
+
+def priced_on_cluster(spec, ray_types: set[str]):
+    """`spec` priced by the card its trials run on: where the cluster's GPU nodes report
+    one type of card that the price table knows (`ray_types`, Ray's names) and
+    cost.accelerator prices another (a sweep written for an A10G, run on H100s), its
+    cost.accelerator becomes that card's key; with the line that says so, else None.
+    Unchanged: a CPU sweep, one whose cost.usd_per_hour fixes the price, a cluster of no
+    or several known types, an A100 that cost.accelerator names by either size."""
+    keys = {RAY_ACCELERATOR_TYPES[name] for name in ray_types if name in RAY_ACCELERATOR_TYPES}
+    if not spec.resources.use_gpu or spec.cost.usd_per_hour is not None or len(keys) != 1:
+        return spec, None
+    (key,) = keys
+    stated = spec.cost.resolved_accelerator(True)
+    if stated == key or (key.startswith("a100") and stated.startswith("a100")):
+        return spec, None
+    cost = spec.cost.model_copy(update={"accelerator": key})
+    usd = price_per_hour(key, None, spec.cost.prices)
+    line = (f"Cost: priced as {key} at {usd:g} USD per GPU-hour, the cluster's GPUs (cost.accelerator is "
+            f"{stated}; set cost.usd_per_hour to fix a price)")
+    return spec.model_copy(update={"cost": cost}), line
 
 
 def price_per_hour(accelerator: str, usd_per_hour: float | None, prices: dict[str, float]) -> float:

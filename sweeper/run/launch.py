@@ -348,7 +348,8 @@ def _setup_cluster_inputs_and_plan(context: SweepContext) -> None:
     is tokenized, Ray is up (on a cluster joined, object storage probed from every node),
     `resources.gpus_per_worker: auto` is sized on the cluster's GPU (context.spec then
     holds the number), the plan fits the cluster. Nothing is written yet."""
-    from sweeper.cost.memory import check_before_launch, launch_card_gib, with_gpu_packing
+    from sweeper.cost.memory import check_before_launch, cluster_accelerator_types, launch_card_gib, with_gpu_packing
+    from sweeper.cost.prices import priced_on_cluster
     from sweeper.track.mlflow_store import (
         check_tracking_uri,
         check_tracking_writable,
@@ -392,9 +393,13 @@ def _setup_cluster_inputs_and_plan(context: SweepContext) -> None:
     # resources.gpus_per_worker: auto, sized on the cluster's GPU: every step from here on
     # (plan, budget, tracking, the trials) reads the number it came to.
     context.spec, packing = with_gpu_packing(spec, launch_card_gib(spec))
-    spec = context.spec
     if packing is not None:
         console.print(packing.describe(), highlight=False, soft_wrap=True)
+    # Priced by the card the trials run on (the forecast, budget and tracking read it).
+    context.spec, priced = priced_on_cluster(context.spec, cluster_accelerator_types())
+    spec = context.spec
+    if priced is not None:
+        console.print(priced, highlight=False, soft_wrap=True)
     cluster = ClusterResources.from_ray()
     context.plan = make_plan(spec, cluster)
     check_room_for(spec, context.plan.concurrent_trials)

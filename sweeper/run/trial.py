@@ -51,6 +51,8 @@ WORKER_START_MEASURED_TIMES = 10
 # TorchTrainer, whose workers hold the CPUs and GPUs, and it stays on the head node (a
 # lost worker node must not take it along).
 TRIAL_ACTOR_RESOURCES = {"cpu": 0, "memory": 1024**2, **ON_THE_HEAD_NODE}
+# What makes a process see no GPU: CUDA reads it once, when torch first initialises CUDA.
+NO_VISIBLE_DEVICE = {"CUDA_VISIBLE_DEVICES": ""}
 
 
 class WorkersNotPlaced(RuntimeError):
@@ -64,6 +66,18 @@ def worker_start_timeout(stated_s: float | None, measured_setup_s: float | None)
     if stated_s is not None:
         return stated_s
     return max(WORKER_START_FLOOR_S, WORKER_START_MEASURED_TIMES * (measured_setup_s or 0.0))
+
+
+def worker_runtime_env(resources) -> dict:
+    """The runtime environment of a trial's Train workers. A trial with `resources.use_gpu:
+    false` gets no visible GPU: Ray sets `CUDA_VISIBLE_DEVICES` only for workers that hold
+    GPUs, and leaves it as the node has it for the others, so on a GPU node a CPU trial
+    would otherwise train on the node's first GPU while billed as CPU. The variable is set
+    when the worker process starts, before Ray Train's own setup first asks torch for CUDA.
+    A GPU trial's workers keep what Ray sets: the GPUs it assigned them."""
+    if resources.use_gpu:
+        return {}
+    return {"env_vars": dict(NO_VISIBLE_DEVICE)}
 
 
 def run_trial(
@@ -109,6 +123,7 @@ def run_trial(
             name=tune.get_context().get_trial_id(),
             storage_path=storage_path,
             storage_filesystem=storage_filesystem,
+            worker_runtime_env=worker_runtime_env(resources),
             callbacks=[ReportToTune()],
             checkpoint_config=CheckpointConfig(num_to_keep=1),
             # Ray Train restarts the worker group from the latest checkpoint; a worker

@@ -288,8 +288,9 @@ class StorageSpec(StrictModel):
 class CostSpec(StrictModel):
     accelerator: str | None = Field(
         None,
-        description="Price-table key: cpu, a10g, l40s, a100-40gb, a100-80gb, h100, h200, rtx4090 "
-        "(or one of cost.prices); default: cpu without GPUs, a100-80gb with.",
+        description="Price-table key: cpu, a10g, l4, l40s, a100-40gb, a100-80gb, h100, h200, rtx4090 "
+        "(or one of cost.prices); default: cpu without GPUs, a100-80gb with. sweep start prices a GPU sweep "
+        "by the card the cluster's GPUs report where the table knows it (cost.usd_per_hour fixes a price).",
     )
     usd_per_hour: float | None = Field(
         None, ge=0, description="Price per accelerator-hour (per CPU core-hour on CPU); overrides the table."

@@ -1,6 +1,7 @@
 import pytest
 
 from sweeper.cost.prices import PRICE_TABLE, price_per_hour, pruning_saving, sweep_cost, trial_cost
+from tests.conftest import REPO
 
 
 def test_trial_cost_is_accelerator_hours_times_price():
@@ -35,3 +36,24 @@ def test_sweep_totals():
     totals = sweep_cost(trials, [0.5, 0.25])
     assert (totals.usd, totals.accelerator_hours, totals.tokens, totals.saved_by_pruning_usd) == (3.0, 1.5, 1500, 0.75)
     assert totals.usd_per_million_tokens == pytest.approx(2000.0)
+
+
+def test_a_gpu_sweep_is_priced_by_the_card_the_cluster_reports():
+    """The Qwen sweeps name an A10G; run on H100s, they are priced as H100s, and say so."""
+    from sweeper.cost.prices import priced_on_cluster, sweep_rate
+    from sweeper.spec.load import load_spec
+
+    spec = load_spec(REPO / "search_spaces" / "qwen2.5-0.5b-lora-sft.yaml")
+    assert sweep_rate(spec).usd_per_hour == PRICE_TABLE["a10g"]
+    priced, line = priced_on_cluster(spec, {"H100"})
+    assert sweep_rate(priced).usd_per_hour == PRICE_TABLE["h100"] == 5.0 and priced.cost.accelerator == "h100"
+    assert line.startswith("Cost: priced as h100 at 5 USD per GPU-hour, the cluster's GPUs (cost.accelerator is a10g")
+    # Unchanged: the card it names, an unknown or mixed cluster, a price the sweep fixes, a CPU sweep.
+    for types in ({"A10G"}, set(), {"T4"}, {"H100", "A10G"}):
+        assert priced_on_cluster(spec, types) == (spec, None), types
+    fixed = spec.model_copy(update={"cost": spec.cost.model_copy(update={"usd_per_hour": 1.2})})
+    assert priced_on_cluster(fixed, {"H100"}) == (fixed, None)
+    a100 = spec.model_copy(update={"cost": spec.cost.model_copy(update={"accelerator": "a100-40gb"})})
+    assert priced_on_cluster(a100, {"A100"}) == (a100, None)
+    cpu = spec.model_copy(update={"resources": spec.resources.model_copy(update={"use_gpu": False, "gpus_per_worker": 0})})
+    assert priced_on_cluster(cpu, {"H100"}) == (cpu, None)

@@ -78,6 +78,72 @@ def test_searched_rank_is_forecast_at_its_largest():
     assert "LoRA r=64" in forecast_trial_memory(spec).describe()
 
 
+def test_a_searched_micro_batch_and_checkpointing_are_forecast_at_their_largest(tmp_path):
+    raw = gpu_sweep(tmp_path)
+    raw["search"]["parameters"]["training.per_device_batch_size"] = {"distribution": "categorical", "values": [2, 8]}
+    raw["search"]["parameters"]["training.gradient_checkpointing"] = {"distribution": "categorical", "values": [True, False]}
+    spec = validate_spec(raw, base_dir=REPO)
+    estimate = forecast_trial_memory(spec)
+    assert "LoRA r=64, micro-batch 8 x 2048 without gradient checkpointing" in estimate.describe()
+    fixed = forecast_trial_memory(validate_spec(gpu_sweep(tmp_path), base_dir=REPO))
+    assert estimate.total > 4 * fixed.total
+
+
+# The GPU check's table of record on an H100 80GB (benchmarks/README.md): the trial's own step,
+# LoRA r 16 on every projection with dropout 0.05, sequence 1024, and its peak max_memory_allocated.
+H100_TABLE = [
+    ("sft_1b", "meta-llama/Llama-3.2-1B", {"micro_batch": 16, "checkpointing": False}, 59.49),
+    ("sft_1b_checkpointing", "meta-llama/Llama-3.2-1B", {"micro_batch": 32, "checkpointing": True}, 51.71),
+    ("sft_8b_checkpointing", "meta-llama/Llama-3.1-8B", {"micro_batch": 16, "checkpointing": True}, 43.22),
+    ("dpo_1b", "meta-llama/Llama-3.2-1B", {"micro_batch": 4, "checkpointing": False, "task": "dpo"}, 34.90),
+    ("qlora_8b", "meta-llama/Llama-3.1-8B", {"micro_batch": 8, "checkpointing": True, "quantization": "nf4"}, 24.65),
+]
+ALL_PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+@pytest.mark.parametrize("name, model, settings, measured_gib", H100_TABLE, ids=[line[0] for line in H100_TABLE])
+def test_the_forecast_matches_the_peaks_measured_on_an_h100(name, model, settings, measured_gib):
+    check = {**BASE, "target_modules": ALL_PROJECTIONS, "lora_dropout": 0.05, "sequence": 1024, **settings}
+    estimate = forecast(architecture_of(model), **check)
+    assert estimate.gib == pytest.approx(measured_gib, rel=0.02), estimate.describe()
+
+
+def test_the_loss_and_a_layers_recomputation_are_counted_as_the_larger_not_the_sum():
+    checkpointed = forecast(LLAMA_8B, **{**BASE, "checkpointing": True})
+    assert checkpointed.total == checkpointed.weights + checkpointed.adapter + checkpointed.activations + max(
+        checkpointed.logits, checkpointed.recomputed)
+    assert 0 < checkpointed.recomputed < checkpointed.logits  # a 128k vocabulary: the loss is the peak
+    # A small vocabulary: the recomputed layer is the peak, and the logits do not add to it.
+    small_vocab = Architecture(**{**LLAMA_8B.__dict__, "vocab": 1000})
+    small = forecast(small_vocab, **{**BASE, "checkpointing": True})
+    assert small.recomputed > small.logits
+    assert small.total == pytest.approx(small.weights + small.adapter + small.activations + small.recomputed)
+    # Without checkpointing every layer's activations wait for the loss: both count.
+    plain = forecast(LLAMA_8B, **BASE)
+    assert plain.recomputed == 0 and plain.total == plain.weights + plain.adapter + plain.activations + plain.logits
+
+
+def test_bytes_per_logit_follow_the_task_and_qlora_keeps_an_fp32_residual_and_a_bf16_head():
+    tokens = BASE["micro_batch"] * BASE["sequence"]
+    sft = forecast(LLAMA_8B, **BASE)
+    dpo = forecast(LLAMA_8B, **{**BASE, "task": "dpo"})
+    assert sft.logits == tokens * LLAMA_8B.vocab * 12
+    assert dpo.logits == 2 * tokens * LLAMA_8B.vocab * 16  # chosen and rejected rows
+    bf16 = forecast(LLAMA_8B, **{**BASE, "checkpointing": True})
+    nf4 = forecast(LLAMA_8B, **{**BASE, "checkpointing": True, "quantization": "nf4"})
+    assert bf16.activations == tokens * LLAMA_8B.layers * LLAMA_8B.hidden * 2
+    assert nf4.activations == tokens * LLAMA_8B.layers * LLAMA_8B.hidden * 4
+    assert nf4.logits - bf16.logits == LLAMA_8B.vocab * LLAMA_8B.hidden * 2
+
+
+def test_cards_are_sized_by_what_a_process_can_allocate():
+    assert gpu_memory_gib("a10g") == gpu_memory_gib("l4") == pytest.approx(22.25, abs=0.5)
+    assert gpu_memory_gib("l40s") == pytest.approx(45, abs=0.6)
+    assert gpu_memory_gib("h100") == pytest.approx(79.2)  # what torch reported on the GPU check's H100 80GB
+    assert all(size < marketed for size, marketed in [(gpu_memory_gib("rtx4090"), 24), (gpu_memory_gib("a100-80gb"), 80),
+                                                      (gpu_memory_gib("a100-40gb"), 40), (gpu_memory_gib("h200"), 141)])
+
+
 @pytest.mark.parametrize("path", GPU_SWEEPS, ids=lambda p: p.name)
 def test_shipped_gpu_sweeps_fit_the_cards_they_name(path):
     spec = load_spec(path)

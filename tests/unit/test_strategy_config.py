@@ -73,3 +73,17 @@ def test_a_users_deepspeed_json_is_read_and_completed_from_training(tmp_path):
     assert config["train_micro_batch_size_per_gpu"] == spec.training.per_device_batch_size
     assert config["gradient_clipping"] == 0.5  # the user's own value stays
     assert config["zero_optimization"]["stage"] == 3 and "train_batch_size" not in config
+
+
+def test_an_adapter_folder_that_zero3_cannot_merge_at_load_is_one_keyed_line(tmp_path):
+    """ZeRO-3 partitions the base as it is created: an adapter to merge into it is refused
+    before launch; FSDP (its first worker merges) and ZeRO-2 take it."""
+    adapter = tmp_path / "sft-adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": "builtin:tiny-llama"}))
+    zero3 = {"strategy": "deepspeed", "workers_per_trial": 2, "deepspeed": {"zero_stage": 3}}
+    lines = problems(model={"name_or_path": str(adapter)}, resources=zero3)
+    assert len(lines) == 1 and lines[0].startswith(f"model.name_or_path: {adapter} is a LoRA adapter folder"), lines
+    assert "resources.strategy: fsdp" in lines[0]
+    assert problems(model={"name_or_path": str(adapter)}, resources={"strategy": "fsdp", "workers_per_trial": 2}) == []
+    assert problems(model={"name_or_path": str(adapter)}, resources={**zero3, "deepspeed": {"zero_stage": 2}}) == []

@@ -57,3 +57,13 @@ def test_a_preemption_checkpoint_is_kept_from_tune(monkeypatch):
     callback.after_report(None, [{"step": 7, "preemption_checkpoint": 1, "preemptions": 1}], None)
     callback.after_report(None, [{"step": 10, "eval_loss": 4.0, "preemptions": 1, "preempted_at_step": 7}], None)
     assert reported == [{"step": 10, "eval_loss": 4.0, "preemptions": 1, "preempted_at_step": 7}]
+
+
+def test_a_cpu_trials_workers_see_no_gpu_and_a_gpu_trials_keep_rays():
+    """Ray sets CUDA_VISIBLE_DEVICES only for workers holding GPUs; a CPU trial's workers
+    get it empty from their runtime environment, set before their process starts."""
+    from sweeper.run.trial import worker_runtime_env
+    from trainables.resources import ResourcesSpec
+
+    assert worker_runtime_env(ResourcesSpec(use_gpu=False)) == {"env_vars": {"CUDA_VISIBLE_DEVICES": ""}}
+    assert worker_runtime_env(ResourcesSpec(use_gpu=True, gpus_per_worker=1)) == {}
