@@ -90,7 +90,9 @@ class Batch:
     targets: int  # tokens the loss is taken on (labels[:, 1:] != IGNORE_INDEX)
 
     def model_inputs(self) -> dict:
-        inputs = {"input_ids": self.input_ids}
+        """The forward's arguments: no key-value cache (only generation reads one, and with
+        one transformers would not find the packed rows in the position ids)."""
+        inputs = {"input_ids": self.input_ids, "use_cache": False}
         if self.attention_mask is not None:
             inputs["attention_mask"] = self.attention_mask
         if self.position_ids is not None:
