@@ -23,8 +23,6 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.common import bench_spec
-
 SHORTEST, LONGEST, MEDIAN = 32, 1024, 256
 
 
@@ -87,6 +85,9 @@ def main(argv: list[str] | None = None) -> dict:
 
     import torch
 
+    # Here, not above: benchmarks/gpu_check.py takes chat_lengths from this module on a
+    # machine without what benchmarks.common imports (rich).
+    from benchmarks.common import bench_spec
     from trainables.common import Workers, endless_batches, seed_everything
     from trainables.strategies import prepare
 
