@@ -58,7 +58,7 @@ from trainables.strategies import DdpStrategy, adapt  # noqa: E402
 GIB = 1024**3
 MODEL_1B, MODEL_8B = "meta-llama/Llama-3.2-1B", "meta-llama/Llama-3.1-8B"
 # The targets of the issue that asked for this check (benchmarks/README.md, "GPU check").
-MFU_TARGET, MEMORY_TOLERANCE, PACKING_TARGET, VARLEN_TARGET = 0.30, 0.15, 2.0, 1.5
+MFU_TARGET, MEMORY_TOLERANCE, PACKING_TARGET, VARLEN_TARGET = 0.30, 0.10, 2.0, 1.5
 # The micro-batches of the H100 table (benchmarks/README.md), so that figures compare.
 MICRO_BATCHES = {"sft_1b": 16, "sft_1b_checkpointing": 32, "sft_8b_checkpointing": 16, "qlora_8b": 8,
                  "sft_1b_compiled": 16}
@@ -312,7 +312,8 @@ def sft_line(setting: Setting, workers: Workers, name: str, size: str, checkpoin
 
 
 def memory_line(line: Line, setting: Setting, trial: TrialConfig, measured: Measured, verdicts: list[str]) -> None:
-    """The peak against the forecast (of the micro-batch the steps ended at)."""
+    """The peaks against the forecast (of the micro-batch the steps ended at): its error
+    against `max_memory_reserved`, what the card must hold."""
     estimate = forecast_trial_memory(trial.with_values({"training.per_device_batch_size": measured.micro_batch}),
                                      lora_r=trial.lora.r)
     line.forecast = f"{size(estimate.gib)} ({estimate.what})" if estimate else ""
@@ -326,12 +327,15 @@ def memory_line(line: Line, setting: Setting, trial: TrialConfig, measured: Meas
         line.values["peak_gib"] = measured.peak_gib
         line.values["memory"] = measured.memory
         if estimate:
-            error = estimate.gib / measured.peak_gib - 1
+            # against what the allocator held at its peak (the card must have that much)
+            held = measured.memory.get("max_memory_reserved_gib", measured.peak_gib)
+            error = estimate.gib / held - 1
             line.values["forecast_gib"], line.values["forecast_error"] = estimate.gib, error
             if trial.training.compile:  # the forecast has no compiled variant: inductor's fusions keep less
                 verdicts.append(f"forecast {error:+.0%} (of the eager step: an upper bound here)")
             else:
-                verdicts.append(f"forecast {error:+.0%} ({'within' if abs(error) <= MEMORY_TOLERANCE else 'outside'} 15%)")
+                verdicts.append(f"forecast {error:+.0%} of reserved ({'within' if abs(error) <= MEMORY_TOLERANCE else 'outside'} "
+                                f"{MEMORY_TOLERANCE:.0%})")
     line.verdict = "; ".join(verdicts)
 
 
