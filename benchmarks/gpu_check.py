@@ -47,7 +47,7 @@ from sweeper.cost.memory import forecast_trial_memory  # noqa: E402
 from sweeper.cost.throughput import PEAK_TFLOPS  # noqa: E402
 from benchmarks.packing import chat_lengths  # noqa: E402
 from trainables import dpo, sft  # noqa: E402
-from trainables.common import Workers, endless_batches, report_with_checkpoint  # noqa: E402
+from trainables.common import Workers, endless_batches, packing_layout, report_with_checkpoint  # noqa: E402
 from trainables.config import TrialConfig  # noqa: E402
 from trainables.data import IGNORE_INDEX, PreferenceSplit, TokenizedSplit  # noqa: E402
 from trainables.models import load_base_model  # noqa: E402
@@ -258,7 +258,7 @@ def step_of(task, parts, strategy, split, workers: Workers, trial: TrialConfig, 
     """The task's train_step as the trial's loop calls it."""
     if task is dpo:
         return dpo.train_step(parts, strategy, split, workers, trial, 1.0, step)
-    return sft.train_step(parts, strategy, split, workers, trial.training, 1.0, step, trial.data.packing)
+    return sft.train_step(parts, strategy, split, workers, trial.training, 1.0, step, packing_layout(trial))
 
 
 def forecast_gib(trial: TrialConfig) -> float | None:

@@ -4,12 +4,13 @@ batches on the CPU: real tokens (padding left out) per CPU-second of the trial's
 config), on generated rows with the length spread of chat SFT data (32 to 1024 tokens,
 log-normal around 256, as conversations of chat SFT sets spread).
 
-Paired: each repeat times the same optimizer steps (the same rows) padded and packed, in
-alternating order; grouping by length takes the same examples in its own micro-batches.
+Paired: each repeat times the same optimizer steps (the same rows) padded, packed into rows
+no longer than the longest (sdpa's layout) and packed into one row (flash_attention_2's),
+in alternating order; grouping by length takes the same examples in its own micro-batches.
 The table gives the median over repeats and the spread (lowest and highest) of each
 figure and of packed / padded.
 
-    python -m benchmarks.packing --repeats 5 --steps 4
+    python -m benchmarks.packing --repeats 5 --steps 3 --hidden 384
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ def build_model(folder: Path, hidden: int, layers: int, vocab: int) -> str:
     return str(folder)
 
 
-def timed(step_batches, strategy, split, workers, training, packing: bool) -> tuple[int, float]:
+def timed(step_batches, strategy, split, workers, training, packing: str | None) -> tuple[int, float]:
     """Real tokens and CPU-seconds of the given optimizer steps."""
     from trainables import sft
 
@@ -88,7 +89,7 @@ def main(argv: list[str] | None = None) -> dict:
     # Here, not above: benchmarks/gpu_check.py takes chat_lengths from this module on a
     # machine without what benchmarks.common imports (rich).
     from benchmarks.common import bench_spec
-    from trainables.common import Workers, endless_batches, seed_everything
+    from trainables.common import ONE_ROW, PACKED_ROWS, Workers, endless_batches, seed_everything
     from trainables.strategies import prepare
 
     torch.set_num_threads(args.threads)
@@ -108,10 +109,10 @@ def main(argv: list[str] | None = None) -> dict:
     strategy = prepare(trial, source, workers)
     strategy.model.train()
     # one step each way first: allocator and kernels warm
-    timed([[list(range(args.batch))]], strategy, split, workers, trial.training, False)
-    timed([[list(range(args.batch))]], strategy, split, workers, trial.training, True)
+    for layout in (None, PACKED_ROWS, ONE_ROW):
+        timed([[list(range(args.batch))]], strategy, split, workers, trial.training, layout)
 
-    rates: dict[str, list[float]] = {"padded": [], "packed": [], "grouped": []}
+    rates: dict[str, list[float]] = {"padded": [], "packed": [], "packed_one_row": [], "grouped": []}
     ratios: list[float] = []
     padding_share: list[float] = []
     for repeat in range(args.repeats):
@@ -121,9 +122,9 @@ def main(argv: list[str] | None = None) -> dict:
             per_repeat, args.batch, workers, seed=repeat, lengths=[lengths[i] for i in indices]
         )
         grouped = [[[indices[i] for i in next(grouped_order)]] for _ in range(args.steps)]
-        modes = [("padded", steps, False), ("packed", steps, True)]
+        modes = [("padded", steps, None), ("packed", steps, PACKED_ROWS), ("packed_one_row", steps, ONE_ROW)]
         figures = {}
-        for name, batches, packing in (modes if repeat % 2 == 0 else modes[::-1]) + [("grouped", grouped, False)]:
+        for name, batches, packing in (modes if repeat % 2 == 0 else modes[::-1]) + [("grouped", grouped, None)]:
             tokens, cpu_seconds = timed(batches, strategy, split, workers, trial.training, packing)
             figures[name] = tokens / cpu_seconds
             rates[name].append(figures[name])
@@ -131,8 +132,9 @@ def main(argv: list[str] | None = None) -> dict:
         padded_tokens = sum(len(b) * max(lengths[i] for i in b) for [b] in steps)
         padding_share.append(1 - sum(lengths[i] for i in indices) / padded_tokens)
         print(
-            f"repeat {repeat + 1}: padded {figures['padded']:,.0f}, packed {figures['packed']:,.0f}, "
-            f"grouped {figures['grouped']:,.0f} real tokens per CPU-second; packed/padded {ratios[-1]:.2f}x",
+            f"repeat {repeat + 1}: padded {figures['padded']:,.0f}, packed {figures['packed']:,.0f}, one row "
+            f"{figures['packed_one_row']:,.0f}, grouped {figures['grouped']:,.0f} real tokens per CPU-second; "
+            f"packed/padded {ratios[-1]:.2f}x",
             flush=True,
         )
 

@@ -75,10 +75,11 @@ class Batch:
 
     Padded: `input_ids` and `labels` are (rows, longest) with the rows on the left and
     `attention_mask` is 1 on each row's first `length` positions, whatever the tokens.
-    Packed (padding-free): the rows concatenated into one row (1, total), `position_ids`
+    Packed (padding-free): the rows laid end to end in packed rows, `position_ids`
     restarting at 0 at each row, no attention mask (transformers keeps attention within
     each row from the position ids), the first label of every row IGNORE_INDEX (no row
-    predicts from the one before it), and `row_of` the row of each token."""
+    predicts from the one before it), and `row_of` the row of each token (`num_rows` for
+    the filler that evens out packed rows, a segment of its own that nothing learns)."""
 
     input_ids: torch.Tensor
     labels: torch.Tensor
@@ -103,20 +104,33 @@ class Batch:
         """Sums per row of `values` laid out as the shifted labels, labels[:, 1:]."""
         if self.row_of is None:
             return values.sum(dim=1)
-        sums = torch.zeros(self.num_rows, dtype=values.dtype, device=values.device)
-        return sums.index_add(0, self.row_of[0, 1:], values[0])
+        sums = torch.zeros(self.num_rows + 1, dtype=values.dtype, device=values.device)
+        return sums.index_add(0, self.row_of[:, 1:].flatten(), values.flatten())[: self.num_rows]
+
+
+# How data.packing lays a micro-batch out: rows packed into rows no longer than its longest
+# (attention, computed whole over each packed row with sdpa or eager, never spans more than
+# a padded row does), or all in one row (flash_attention_2 runs each packed row's sequences
+# as sequences of their own, and reads them from the position ids of one row only).
+PACKED_ROWS, ONE_ROW = "rows", "one_row"
+
+
+def packing_layout(config) -> str | None:
+    """The layout a trial's micro-batches take: None (padded) unless data.packing."""
+    if not config.data.packing:
+        return None
+    return ONE_ROW if config.model.attn_implementation == "flash_attention_2" else PACKED_ROWS
 
 
 def make_batch(
-    input_rows: list[list[int]], label_rows: list[list[int]], pad_id: int, device: torch.device, packing: bool = False
+    input_rows: list[list[int]], label_rows: list[list[int]], pad_id: int, device: torch.device,
+    packing: str | None = None,
 ) -> Batch:
-    """A micro-batch of token rows and their labels, padded or packed (see Batch)."""
+    """A micro-batch of token rows and their labels, padded, or packed as `packing` says
+    (PACKED_ROWS, ONE_ROW; see Batch)."""
     lengths = [len(row) for row in input_rows]
     if packing:
-        input_ids = torch.tensor([[token for row in input_rows for token in row]], dtype=torch.long)
-        labels = torch.tensor([[label for row in label_rows for label in (IGNORE_INDEX, *row[1:])]], dtype=torch.long)
-        position_ids = torch.cat([torch.arange(length) for length in lengths]).unsqueeze(0)
-        row_of = torch.repeat_interleave(torch.arange(len(lengths)), torch.tensor(lengths)).unsqueeze(0)
+        input_ids, labels, position_ids, row_of = _packed(input_rows, label_rows, pad_id, packing)
         attention_mask = None
     else:
         input_ids, labels = pad_batch(input_rows, pad_id), pad_batch(label_rows, IGNORE_INDEX)
@@ -128,6 +142,32 @@ def make_batch(
         to_device(input_ids, device), to_device(labels, device), to_device(attention_mask, device),
         to_device(position_ids, device), to_device(row_of, device), len(lengths), sum(lengths), targets,
     )
+
+
+def _packed(input_rows, label_rows, pad_id: int, packing: str):
+    """Packed rows (first fit, longest rows first, each at most the longest row long, or
+    one), evened out with filler; their ids, labels, position ids and row of each token."""
+    order = sorted(range(len(input_rows)), key=lambda i: -len(input_rows[i]))
+    capacity = len(input_rows[order[0]]) if packing == PACKED_ROWS else sum(len(row) for row in input_rows)
+    bins: list[list[int]] = []
+    room: list[int] = []
+    for i in order:
+        fits = next((b for b, left in enumerate(room) if left >= len(input_rows[i])), None)
+        if fits is None:
+            bins.append([]), room.append(capacity)
+            fits = len(bins) - 1
+        bins[fits].append(i)
+        room[fits] -= len(input_rows[i])
+    width = capacity - min(room)
+    ids, labels, positions, row_of = [], [], [], []
+    for members, left in zip(bins, room):
+        filler = left - (capacity - width)
+        ids.append([t for i in members for t in input_rows[i]] + [pad_id] * filler)
+        labels.append([t for i in members for t in (IGNORE_INDEX, *label_rows[i][1:])] + [IGNORE_INDEX] * filler)
+        positions.append([p for i in members for p in range(len(input_rows[i]))] + list(range(filler)))
+        row_of.append([i for i in members for _ in input_rows[i]] + [len(input_rows)] * filler)
+    as_tensor = lambda rows: torch.tensor(rows, dtype=torch.long)  # noqa: E731
+    return as_tensor(ids), as_tensor(labels), as_tensor(positions), as_tensor(row_of)
 
 
 def to_device(tensor: torch.Tensor | None, device: torch.device) -> torch.Tensor | None:

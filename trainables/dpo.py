@@ -40,6 +40,7 @@ from trainables.common import (
     fast_matmuls,
     inject_fault,
     make_batch,
+    packing_layout,
     no_grad_for,
     report_with_checkpoint,
     resume,
@@ -78,7 +79,7 @@ def train(
     # with the adapters disabled the same module is the reference.
     strategy = prepare(config, model_source, workers)
     model = strategy.model
-    packing = config.data.packing
+    packing = packing_layout(config)
 
     # The reference never changes, so the eval pairs are scored under it once, here
     # (before any adapter weights are restored: disabled adapters are the reference anyway).
@@ -157,7 +158,7 @@ def train_step(
     # No fp32 copy of each adapted layer's input under autocast (see trainables/sft.py).
     with disable_input_dtype_casting(peft_model, active=config.training.precision != "fp32"):
         for indices, last in with_last(parts):
-            batch = pair_batch(split, indices, workers, config.data.packing)
+            batch = pair_batch(split, indices, workers, packing_layout(config))
             with accumulating(model, last):
                 with autocast(workers, config.training.precision):
                     with torch.no_grad(), peft_model.disable_adapter():
@@ -170,7 +171,7 @@ def train_step(
     return step_loss(losses, step), tokens
 
 
-def pair_batch(split: PreferenceSplit, indices: list[int], workers, packing: bool = False) -> Batch:
+def pair_batch(split: PreferenceSplit, indices: list[int], workers, packing: str | None = None) -> Batch:
     """One micro-batch, padded or packed: the chosen answers of `indices`, then their
     rejected answers."""
     rows = [split.chosen.input_ids[i] for i in indices] + [split.rejected.input_ids[i] for i in indices]
@@ -214,7 +215,7 @@ def dpo_loss(policy: torch.Tensor, reference: torch.Tensor, lengths: torch.Tenso
     return PairScores(losses, beta * chosen_ratio.detach(), beta * rejected_ratio.detach())
 
 
-def reference_logps(model, split: PreferenceSplit, training, workers, packing: bool = False) -> list[torch.Tensor]:
+def reference_logps(model, split: PreferenceSplit, training, workers, packing: str | None = None) -> list[torch.Tensor]:
     """Reference log-probabilities of this worker's eval batches (adapters disabled)."""
     model.eval()
     scores = []
@@ -235,7 +236,7 @@ def evaluate(model, split: PreferenceSplit, reference: list[torch.Tensor], confi
     batches = shard_batches(len(split), config.training.per_device_batch_size, workers)
     with no_grad_for(model):
         for indices, reference_scores in zip(batches, reference, strict=True):
-            batch = pair_batch(split, indices, workers, config.data.packing)
+            batch = pair_batch(split, indices, workers, packing_layout(config))
             with autocast(workers, config.training.precision):
                 policy = sequence_logps(model, batch)
             scores = dpo_loss(policy, reference_scores, answer_lengths(batch), config.dpo)

@@ -26,6 +26,7 @@ from trainables.common import (
     fast_matmuls,
     inject_fault,
     make_batch,
+    packing_layout,
     no_grad_for,
     report_with_checkpoint,
     resume,
@@ -82,7 +83,7 @@ def train(
         len(train_split), training.per_device_batch_size, workers, training.seed, skip=done_steps * accumulation,
         lengths=lengths,
     )
-    packing = config.data.packing
+    packing = packing_layout(config)
 
     setup_seconds = None
     throughput = Throughput()
@@ -131,7 +132,7 @@ def train(
 
 def train_step(
     parts: Iterable[list[int]], strategy, split: TokenizedSplit, workers, training, fault: float, step: int,
-    packing: bool = False,
+    packing: str | None = None,
 ) -> tuple[float, int]:
     """Forward and backward of one optimizer step's micro-batches (`parts`, example
     indices): the step's mean loss and its real tokens (padding left out). The device is
@@ -157,7 +158,7 @@ def train_step(
 
 
 def evaluate(
-    model, split: TokenizedSplit, training, workers, batch_size: int | None = None, packing: bool = False
+    model, split: TokenizedSplit, training, workers, batch_size: int | None = None, packing: str | None = None
 ) -> float:
     """Mean loss per target token over the whole eval split (all workers together), in
     batches of `batch_size` (training.per_device_batch_size unless given), without autograd.

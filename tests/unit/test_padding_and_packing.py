@@ -14,7 +14,7 @@ import torch
 from sweeper.spec.load import validate_spec
 from tests.conftest import REPO, small_sweep
 from trainables import dpo, sft
-from trainables.common import Workers, make_batch
+from trainables.common import ONE_ROW, PACKED_ROWS, Workers, make_batch
 from trainables.data import IGNORE_INDEX, PreferenceSplit, TokenizedSplit, padding_id, tokenize_sft
 
 CPU = Workers(0, 1, torch.device("cpu"))
@@ -116,7 +116,10 @@ def test_a_split_without_a_pad_token_pads_with_an_id_it_never_uses():
     assert split.rows([1]).pad_id == 4
 
 
-@pytest.mark.parametrize("packing", [False, True], ids=["padded", "packed"])
+LAYOUTS = pytest.mark.parametrize("packing", [None, PACKED_ROWS, ONE_ROW], ids=["padded", "packed", "one-row"])
+
+
+@LAYOUTS
 def test_a_batch_scores_each_row_as_that_row_alone(setup, packing):
     _, model, split, _ = setup
     indices = [0, 6, 11, 3]
@@ -127,11 +130,26 @@ def test_a_batch_scores_each_row_as_that_row_alone(setup, packing):
         loss = float(model(**batch.model_inputs(), labels=batch.labels).loss)
     assert loss == pytest.approx(row_mean_loss(model, split, indices), abs=1e-5)
     assert batch.targets == sum(sum(t != IGNORE_INDEX for t in split.labels[i][1:]) for i in indices)
-    if packing:
+    if packing == ONE_ROW:
         assert batch.input_ids.shape == (1, batch.tokens) and batch.attention_mask is None
+    if packing == PACKED_ROWS:
+        assert batch.input_ids.shape[1] == max(len(split.input_ids[i]) for i in indices)
+        assert batch.attention_mask is None
 
 
-@pytest.mark.parametrize("packing", [False, True], ids=["padded", "packed"])
+def test_rows_pack_first_fit_into_rows_no_longer_than_the_longest_with_filler_of_their_own():
+    rows = [list(range(100, 100 + n)) for n in (10, 3, 4, 6, 2)]
+    batch = make_batch(rows, rows, 0, CPU.device, PACKED_ROWS)
+    assert batch.input_ids.shape == (3, 10)  # [10], [6, 4], [3, 2] + 5 filler
+    assert batch.position_ids[2].tolist() == [0, 1, 2, 0, 1, 0, 1, 2, 3, 4]
+    assert batch.row_of[2].tolist() == [1, 1, 1, 4, 4, 5, 5, 5, 5, 5]  # 5: the filler, no row's
+    assert batch.labels[2].tolist() == [IGNORE_INDEX, 101, 102, IGNORE_INDEX, 101] + [IGNORE_INDEX] * 5
+    assert batch.tokens == 25 and batch.targets == 25 - 5
+    # each row's shifted positions (a row's first, unless it opens its packed row: its label is ignored)
+    assert batch.per_row(torch.ones(3, 9)).tolist() == [9, 2, 4, 5, 2]
+
+
+@LAYOUTS
 def test_dpo_sequence_log_probabilities_of_a_batch_are_each_rows_alone(setup, packing):
     _, model, split, _ = setup
     pairs = PreferenceSplit(split.rows([0, 7, 2]), split.rows([9, 1, 4]))
