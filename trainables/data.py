@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from trainables.config import TrialConfig
@@ -31,6 +32,12 @@ class TokenizedSplit:
         return TokenizedSplit(
             [self.input_ids[i] for i in indices], [self.labels[i] for i in indices], padding_id(self)
         )
+
+    @cached_property
+    def unused_id(self) -> int:
+        """The smallest id that occurs in none of the rows (worked out once)."""
+        used = {token for row in self.input_ids for token in row}
+        return next(token for token in range(len(used) + 1) if token not in used)
 
     @property
     def num_target_tokens(self) -> int:
@@ -58,10 +65,7 @@ def padding_id(split: TokenizedSplit) -> int:
     It is never attended to nor learned: attention and loss masks come from each row's
     length (trainables/common.py), so a pad token that is also a real token (an eos that
     closes every chat turn) stays a real token inside the rows."""
-    if split.pad_id is not None:
-        return split.pad_id
-    used = {token for row in split.input_ids for token in row}
-    return next(token for token in range(len(used) + 1) if token not in used)
+    return split.pad_id if split.pad_id is not None else split.unused_id
 
 
 def tokenizer_pad_id(tokenizer) -> int | None:

@@ -166,7 +166,7 @@ def train_step(
                     policy = sequence_logps(model, batch)
                     loss = dpo_loss(policy, reference, answer_lengths(batch), config.dpo).losses.mean() * fault
                 strategy.backward(loss)
-            losses.append(loss)
+            losses.append(loss.detach())
             tokens += batch.tokens
     return step_loss(losses, step), tokens
 

@@ -152,7 +152,7 @@ def train_step(
                 with autocast(workers, training.precision):
                     loss = model(**batch.model_inputs(), labels=batch.labels).loss * fault
                 strategy.backward(loss)
-            losses.append(loss)
+            losses.append(loss.detach())
             tokens += batch.tokens
     return step_loss(losses, step), tokens
 
