@@ -225,11 +225,11 @@ class DataSpec(StrictModel):
     )
     packing: bool = Field(
         False,
-        description="Padding-free micro-batches: a micro-batch's examples are concatenated into one row "
-        "with position ids restarting at each example and no padding, and attention stays within each "
-        "example (transformers builds that mask from the position ids for sdpa and eager attention; "
-        "flash_attention_2 runs each example as its own sequence). The same examples per step and the "
-        "same loss as padded micro-batches, without computing the padding.",
+        description="Padding-free micro-batches: a micro-batch's examples are laid end to end, with position "
+        "ids restarting at each example, into rows no longer than its longest example (sdpa, eager) or into "
+        "one row (flash_attention_2, whose variable-length kernel takes each example as a sequence of its "
+        "own); attention stays within each example (transformers reads the examples from the position ids). "
+        "The same examples per step and the same loss as padded micro-batches, without computing the padding.",
     )
     group_by_length: bool = Field(
         False,
