@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from sweeper.spec.load import validate_spec
-from tests.conftest import REPO, small_sweep
+from tests.conftest import REPO, small_dpo_sweep, small_sweep
 from trainables import dpo, sft
 from trainables.common import ONE_ROW, PACKED_ROWS, Workers, make_batch
 from trainables.data import IGNORE_INDEX, PreferenceSplit, TokenizedSplit, padding_id, tokenize_sft
@@ -192,3 +192,28 @@ def test_a_trial_trains_the_list_eos_model_padded_and_packed_to_the_same_losses(
     assert padded[0]["eval_loss"] != padded[-1]["eval_loss"]  # it trained
     rows_per_step = 3 * 2
     assert padded[0]["train_tokens"] < rows_per_step * max(len(ids) for ids in split.input_ids)
+
+
+def test_a_dpo_trial_trains_the_list_eos_model_padded_and_packed_to_the_same_losses(setup):
+    """The whole DPO loop (reference and policy, rewards, evaluation) on the same model:
+    packing changes no loss nor reward and counts the same tokens."""
+    _, _, split, folder = setup
+    pairs = PreferenceSplit(split.rows([0, 2, 4, 6, 8, 10]), split.rows([1, 3, 5, 7, 9, 11]))
+    data = {"train": pairs, "eval": pairs.rows([0, 1, 2, 3])}
+    raw = small_dpo_sweep(
+        "chat-dpo", model={"name_or_path": str(folder / "model")},
+        training={"max_steps": 2, "eval_every": 1, "per_device_batch_size": 2, "gradient_accumulation_steps": 2,
+                  "learning_rate": 1e-2},
+        early_stopping={"scheduler": "none"},
+    )
+    runs = {}
+    for packing in (False, True):
+        spec = validate_spec({**raw, "data": {**raw["data"], "max_length": 256, "packing": packing}}, base_dir=REPO)
+        reports = []
+        dpo.train(spec.trial_config(), data, str(folder / "model"), lambda m, c: reports.append(m), time.time())
+        runs[packing] = reports
+    for one, other in zip(runs[False], runs[True], strict=True):
+        for key in ("train_loss", "eval_loss", "eval_rewards_chosen", "eval_rewards_rejected"):
+            assert other[key] == pytest.approx(one[key], abs=1e-4), key
+        assert other["train_tokens"] == one["train_tokens"]
+    assert runs[False][-1]["eval_rewards_margin"] != 0  # it trained
