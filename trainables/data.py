@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from trainables.config import TrialConfig
@@ -17,16 +18,26 @@ IGNORE_INDEX = -100
 
 @dataclass(frozen=True)
 class TokenizedSplit:
-    """Token ids and loss labels (IGNORE_INDEX where no loss is taken), one row per example."""
+    """Token ids and loss labels (IGNORE_INDEX where no loss is taken), one row per example;
+    `pad_id` fills the rows of a padded batch (see `padding_id`)."""
 
     input_ids: list[list[int]]
     labels: list[list[int]]
+    pad_id: int | None = None
 
     def __len__(self) -> int:
         return len(self.input_ids)
 
     def rows(self, indices: list[int]) -> TokenizedSplit:
-        return TokenizedSplit([self.input_ids[i] for i in indices], [self.labels[i] for i in indices])
+        return TokenizedSplit(
+            [self.input_ids[i] for i in indices], [self.labels[i] for i in indices], padding_id(self)
+        )
+
+    @cached_property
+    def unused_id(self) -> int:
+        """The smallest id that occurs in none of the rows (worked out once)."""
+        used = {token for row in self.input_ids for token in row}
+        return next(token for token in range(len(used) + 1) if token not in used)
 
     @property
     def num_target_tokens(self) -> int:
@@ -46,6 +57,21 @@ class PreferenceSplit:
 
     def rows(self, indices: list[int]) -> PreferenceSplit:
         return PreferenceSplit(self.chosen.rows(indices), self.rejected.rows(indices))
+
+
+def padding_id(split: TokenizedSplit) -> int:
+    """The id that fills a padded batch's rows past their length: the split's `pad_id`
+    (the tokenizer's pad token), else the smallest id that occurs in none of its rows.
+    It is never attended to nor learned: attention and loss masks come from each row's
+    length (trainables/common.py), so a pad token that is also a real token (an eos that
+    closes every chat turn) stays a real token inside the rows."""
+    return split.pad_id if split.pad_id is not None else split.unused_id
+
+
+def tokenizer_pad_id(tokenizer) -> int | None:
+    """The tokenizer's pad token id (None where it has none)."""
+    pad = getattr(tokenizer, "pad_token_id", None)
+    return pad if isinstance(pad, int) else None
 
 
 def read_jsonl(path: Path, key: str) -> list[tuple[int, dict]]:
@@ -238,7 +264,7 @@ def tokenize_sft(path: Path, tokenizer, max_length: int, key: str) -> TokenizedS
             labels.append(target)
     if not input_ids:
         raise InputError(f"{key}: no example of {path} keeps a target token within data.max_length={max_length}")
-    return TokenizedSplit(input_ids, labels)
+    return TokenizedSplit(input_ids, labels, tokenizer_pad_id(tokenizer))
 
 
 def preference_example(
@@ -304,7 +330,8 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
 
 
 def tokenize_preference(path: Path, tokenizer, max_length: int, max_prompt_length: int, key: str) -> PreferenceSplit:
-    chosen, rejected = TokenizedSplit([], []), TokenizedSplit([], [])
+    pad_id = tokenizer_pad_id(tokenizer)
+    chosen, rejected = TokenizedSplit([], [], pad_id), TokenizedSplit([], [], pad_id)
     for number, record in read_records(path, key):
         where = f"{key}: {path} line {number}"
         prompt, chosen_ids, rejected_ids = preference_example(record, tokenizer, max_length, max_prompt_length, where)

@@ -27,28 +27,35 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from peft.helpers import disable_input_dtype_casting
+
 from trainables.common import (
+    Batch,
     Reporter,
     Throughput,
+    accumulating,
     autocast,
-    backward_micro_batch,
     current_workers,
     endless_batches,
+    fast_matmuls,
     inject_fault,
-    pad_batch,
-    pad_token_id,
+    make_batch,
+    packing_layout,
+    no_grad_for,
     report_with_checkpoint,
     resume,
     seed_everything,
     shard_batches,
+    step_loss,
     sum_across_workers,
     unwrap,
+    with_last,
 )
 from trainables.config import TrialConfig
 from trainables.out_of_memory import MicroBatches
 from trainables.preemption import NO_NOTICE, PreemptionNotice
 from trainables.strategies import prepare
-from trainables.data import IGNORE_INDEX, PreferenceSplit
+from trainables.data import IGNORE_INDEX, PreferenceSplit, padding_id
 
 
 def train(
@@ -66,26 +73,33 @@ def train(
     training = config.training
     workers = current_workers()
     seed_everything(training.seed)
+    fast_matmuls(workers, training.precision)
 
     # The model spread over the workers as resources.strategy says (DDP, ZeRO, FSDP);
     # with the adapters disabled the same module is the reference.
     strategy = prepare(config, model_source, workers)
     model = strategy.model
-    pad_id = pad_token_id(model)
+    packing = packing_layout(config)
 
     # The reference never changes, so the eval pairs are scored under it once, here
     # (before any adapter weights are restored: disabled adapters are the reference anyway).
     train_split, eval_split = data["train"], data["eval"]
-    eval_reference = reference_logps(model, eval_split, training, workers, pad_id)
+    eval_reference = reference_logps(model, eval_split, training, workers, packing)
 
     done_steps = resume(strategy, resume_from, workers) if resume_from else 0
 
-    # Data: this worker's shard of the train pairs, reshuffled each epoch by seed, in
-    # micro-batches that are halved once if they run out of memory.
+    # Data: this worker's shard of the train pairs, reshuffled each epoch by seed (grouped
+    # by length where data.group_by_length), in micro-batches that are halved once if they
+    # run out of memory, padded or packed (data.packing).
     micro_batches = MicroBatches(config, strategy, workers, memory_forecast_gib)
     accumulation = training.gradient_accumulation_steps
+    lengths = (
+        [len(c) + len(r) for c, r in zip(train_split.chosen.input_ids, train_split.rejected.input_ids)]
+        if config.data.group_by_length else None
+    )
     batches = endless_batches(
-        len(train_split), training.per_device_batch_size, workers, training.seed, skip=done_steps * accumulation
+        len(train_split), training.per_device_batch_size, workers, training.seed, skip=done_steps * accumulation,
+        lengths=lengths,
     )
 
     setup_seconds = None
@@ -97,7 +111,7 @@ def train(
         fault = inject_fault(config.chaos, step)
         step_batches = [next(batches) for _ in range(accumulation)]
         step_loss, step_tokens = micro_batches.run(
-            step, step_batches, lambda parts: train_step(parts, strategy, train_split, pad_id, workers, config, fault, step)
+            step, step_batches, lambda parts: train_step(parts, strategy, train_split, workers, config, fault, step)
         )
         learning_rate = strategy.step()
         throughput.stop(step_tokens)
@@ -106,7 +120,7 @@ def train(
             setup_seconds = time.time() - started_at
 
         if step % training.eval_every == 0 or step == training.max_steps:
-            eval_metrics = evaluate(model, eval_split, eval_reference, config, workers, pad_id)
+            eval_metrics = evaluate(model, eval_split, eval_reference, config, workers)
             tokens, seconds, cpu_seconds = throughput.take()
             train_loss_sum, count, tokens, seconds, cpu_seconds = sum_across_workers(
                 sum(losses_since_report), len(losses_since_report), tokens, seconds, cpu_seconds
@@ -133,44 +147,50 @@ def train(
 
 
 def train_step(
-    parts: Iterable[list[int]], strategy, split: PreferenceSplit, pad_id: int, workers, config: TrialConfig,
-    fault: float, step: int,
+    parts: Iterable[list[int]], strategy, split: PreferenceSplit, workers, config: TrialConfig, fault: float, step: int,
 ) -> tuple[float, int]:
     """Forward (reference and policy) and backward of one optimizer step's micro-batches
-    of pairs (`parts`, pair indices): the step's mean loss and its tokens."""
+    of pairs (`parts`, pair indices): the step's mean loss and its real tokens (padding
+    left out). The device is waited for once, for the step's loss."""
     model, peft_model = strategy.model, strategy.peft_model
-    losses: list[float] = []
+    losses: list[torch.Tensor] = []
     tokens = 0
-    for indices in parts:
-        input_ids, labels = pair_batch(split, indices, pad_id, workers)
-        with autocast(workers, config.training.precision):
-            with torch.no_grad(), peft_model.disable_adapter():
-                reference = sequence_logps(peft_model, input_ids, labels, pad_id)
-            policy = sequence_logps(model, input_ids, labels, pad_id)
-            loss = dpo_loss(policy, reference, _answer_lengths(labels), config.dpo).losses.mean() * fault
-        losses.append(backward_micro_batch(strategy, loss, step))
-        tokens += int((input_ids != pad_id).sum())
-    return sum(losses) / len(losses), tokens
+    # No fp32 copy of each adapted layer's input under autocast (see trainables/sft.py).
+    with disable_input_dtype_casting(peft_model, active=config.training.precision != "fp32"):
+        for indices, last in with_last(parts):
+            batch = pair_batch(split, indices, workers, packing_layout(config))
+            with accumulating(model, last):
+                with autocast(workers, config.training.precision):
+                    with torch.no_grad(), peft_model.disable_adapter():
+                        reference = sequence_logps(peft_model, batch)
+                    policy = sequence_logps(model, batch)
+                    loss = dpo_loss(policy, reference, answer_lengths(batch), config.dpo).losses.mean() * fault
+                strategy.backward(loss)
+            losses.append(loss.detach())
+            tokens += batch.tokens
+    return step_loss(losses, step), tokens
 
 
-def pair_batch(split: PreferenceSplit, indices: list[int], pad_id: int, workers) -> tuple[torch.Tensor, torch.Tensor]:
-    """One padded batch: the chosen answers of `indices`, then their rejected answers."""
+def pair_batch(split: PreferenceSplit, indices: list[int], workers, packing: str | None = None) -> Batch:
+    """One micro-batch, padded or packed: the chosen answers of `indices`, then their
+    rejected answers."""
     rows = [split.chosen.input_ids[i] for i in indices] + [split.rejected.input_ids[i] for i in indices]
     targets = [split.chosen.labels[i] for i in indices] + [split.rejected.labels[i] for i in indices]
-    return pad_batch(rows, pad_id).to(workers.device), pad_batch(targets, IGNORE_INDEX).to(workers.device)
+    return make_batch(rows, targets, padding_id(split.chosen), workers.device, packing)
 
 
-def sequence_logps(model, input_ids: torch.Tensor, labels: torch.Tensor, pad_id: int) -> torch.Tensor:
+def sequence_logps(model, batch: Batch) -> torch.Tensor:
     """Sum of the log-probabilities of each row's answer tokens (labels != IGNORE_INDEX)."""
-    logits = model(input_ids=input_ids, attention_mask=input_ids != pad_id).logits[:, :-1].float()
-    targets = labels[:, 1:]
+    logits = model(**batch.model_inputs()).logits[:, :-1].float()
+    targets = batch.labels[:, 1:]
     mask = targets != IGNORE_INDEX
     picked = logits.gather(-1, targets.masked_fill(~mask, 0).unsqueeze(-1)).squeeze(-1)
-    return ((picked - logits.logsumexp(dim=-1)) * mask).sum(dim=1)
+    return batch.per_row((picked - logits.logsumexp(dim=-1)) * mask)
 
 
-def _answer_lengths(labels: torch.Tensor) -> torch.Tensor:
-    return (labels[:, 1:] != IGNORE_INDEX).sum(dim=1).clamp(min=1)
+def answer_lengths(batch: Batch) -> torch.Tensor:
+    """Answer tokens of each row, at least 1."""
+    return batch.per_row((batch.labels[:, 1:] != IGNORE_INDEX).long()).clamp(min=1)
 
 
 @dataclass
@@ -195,37 +215,36 @@ def dpo_loss(policy: torch.Tensor, reference: torch.Tensor, lengths: torch.Tenso
     return PairScores(losses, beta * chosen_ratio.detach(), beta * rejected_ratio.detach())
 
 
-@torch.no_grad()
-def reference_logps(model, split: PreferenceSplit, training, workers, pad_id: int) -> list[torch.Tensor]:
+def reference_logps(model, split: PreferenceSplit, training, workers, packing: str | None = None) -> list[torch.Tensor]:
     """Reference log-probabilities of this worker's eval batches (adapters disabled)."""
     model.eval()
     scores = []
-    with unwrap(model).disable_adapter():
+    with no_grad_for(model), unwrap(model).disable_adapter():
         for indices in shard_batches(len(split), training.per_device_batch_size, workers):
-            input_ids, labels = pair_batch(split, indices, pad_id, workers)
+            batch = pair_batch(split, indices, workers, packing)
             with autocast(workers, training.precision):
-                scores.append(sequence_logps(unwrap(model), input_ids, labels, pad_id))
+                scores.append(sequence_logps(unwrap(model), batch))
     return scores
 
 
-@torch.no_grad()
-def evaluate(model, split: PreferenceSplit, reference: list[torch.Tensor], config: TrialConfig, workers, pad_id: int) -> dict:
+def evaluate(model, split: PreferenceSplit, reference: list[torch.Tensor], config: TrialConfig, workers) -> dict:
     """Mean DPO loss and rewards over the whole eval split (all workers together).
     Reward accuracy is the share of pairs whose chosen reward is strictly higher, as trl
     counts it: before any training policy equals reference, every reward is 0 and it is 0."""
     model.eval()
-    loss_sum = chosen_sum = rejected_sum = correct = count = 0.0
+    totals = []
     batches = shard_batches(len(split), config.training.per_device_batch_size, workers)
-    for indices, reference_scores in zip(batches, reference, strict=True):
-        input_ids, labels = pair_batch(split, indices, pad_id, workers)
-        with autocast(workers, config.training.precision):
-            policy = sequence_logps(model, input_ids, labels, pad_id)
-        scores = dpo_loss(policy, reference_scores, _answer_lengths(labels), config.dpo)
-        loss_sum += scores.losses.sum().item()
-        chosen_sum += scores.chosen_rewards.sum().item()
-        rejected_sum += scores.rejected_rewards.sum().item()
-        correct += (scores.chosen_rewards > scores.rejected_rewards).sum().item()
-        count += len(indices)
+    with no_grad_for(model):
+        for indices, reference_scores in zip(batches, reference, strict=True):
+            batch = pair_batch(split, indices, workers, packing_layout(config))
+            with autocast(workers, config.training.precision):
+                policy = sequence_logps(model, batch)
+            scores = dpo_loss(policy, reference_scores, answer_lengths(batch), config.dpo)
+            sums = (scores.losses, scores.chosen_rewards, scores.rejected_rewards, scores.chosen_rewards > scores.rejected_rewards)
+            totals.append(torch.stack([values.double().sum() for values in sums]))
+        # Read from the device once, after the last batch.
+        loss_sum, chosen_sum, rejected_sum, correct = torch.stack(totals).sum(dim=0).tolist() if totals else [0.0] * 4
+    count = sum(len(indices) for indices in batches)
     loss_sum, chosen_sum, rejected_sum, correct, count = sum_across_workers(
         loss_sum, chosen_sum, rejected_sum, correct, count
     )

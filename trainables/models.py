@@ -129,8 +129,10 @@ def check_target_modules(source: str, target_modules: list[str]) -> None:
 
 
 def load_tokenizer(source: str):
-    """The tokenizer of `source`, with a pad token; InputError (keyed model.name_or_path)
-    when it cannot be loaded."""
+    """The tokenizer of `source`, with a pad token (its eos where it has none, for batched
+    generation); InputError (keyed model.name_or_path) when it cannot be loaded. Training
+    pads with this id but masks by each row's length (trainables/common.py), so a pad that
+    is also the eos closing every chat turn never hides those tokens."""
     from transformers import AutoTokenizer
 
     try:

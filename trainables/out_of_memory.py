@@ -13,7 +13,8 @@ run instead), and DeepSpeed counts its accumulation inside its engine.
 
 `chaos.fault: oom` fakes it on any machine: at `chaos.at_step`, the step's last
 micro-batch of `training.per_device_batch_size` examples raises torch's
-OutOfMemoryError (after the others were backpropagated, so the gradients they left are
+OutOfMemoryError when the step's loop reaches it (the loop reads one micro-batch ahead, so
+by then all but the one before it were backpropagated; the gradients they left are
 discarded as after a real one); half of it fits.
 """
 

@@ -223,6 +223,20 @@ class DataSpec(StrictModel):
     max_length: int = Field(
         256, ge=16, le=131072, description="Examples are truncated to this many tokens."
     )
+    packing: bool = Field(
+        False,
+        description="Padding-free micro-batches: a micro-batch's examples are laid end to end, with position "
+        "ids restarting at each example, into rows no longer than its longest example (sdpa, eager) or into "
+        "one row (flash_attention_2, whose variable-length kernel takes each example as a sequence of its "
+        "own); attention stays within each example (transformers reads the examples from the position ids). "
+        "The same examples per step and the same loss as padded micro-batches, without computing the padding.",
+    )
+    group_by_length: bool = Field(
+        False,
+        description="Micro-batches of examples of similar length: each run of 64 micro-batches of the "
+        "shuffled order is sorted by length, cut into micro-batches, and those are shuffled (seeded). "
+        "Less padding where packing is off; changes which examples share a micro-batch.",
+    )
 
     @field_validator("train", "eval", mode="before")
     @classmethod

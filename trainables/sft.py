@@ -14,28 +14,33 @@ from collections.abc import Iterable
 
 import torch
 
+from peft.helpers import disable_input_dtype_casting
+
 from trainables.common import (
     Reporter,
     Throughput,
+    accumulating,
     autocast,
-    backward_micro_batch,
-    count_targets,
     current_workers,
     endless_batches,
+    fast_matmuls,
     inject_fault,
-    pad_batch,
-    pad_token_id,
+    make_batch,
+    packing_layout,
+    no_grad_for,
     report_with_checkpoint,
     resume,
     seed_everything,
     shard_batches,
+    step_loss,
     sum_across_workers,
+    with_last,
 )
 from trainables.config import TrialConfig
 from trainables.out_of_memory import MicroBatches
 from trainables.preemption import NO_NOTICE, PreemptionNotice
 from trainables.strategies import prepare
-from trainables.data import IGNORE_INDEX, TokenizedSplit
+from trainables.data import IGNORE_INDEX, TokenizedSplit, padding_id
 
 
 def train(
@@ -60,21 +65,25 @@ def train(
     training = config.training
     workers = current_workers()
     seed_everything(training.seed)
+    fast_matmuls(workers, training.precision)
 
     # The model spread over the workers as resources.strategy says (DDP, ZeRO, FSDP).
     strategy = prepare(config, model_source, workers)
     model = strategy.model
-    pad_id = pad_token_id(model)
     done_steps = resume(strategy, resume_from, workers) if resume_from else 0
 
-    # Data: this worker's shard of the train split, reshuffled each epoch by seed, in
-    # micro-batches that are halved once if they run out of memory.
+    # Data: this worker's shard of the train split, reshuffled each epoch by seed (grouped
+    # by length where data.group_by_length), in micro-batches that are halved once if they
+    # run out of memory, padded or packed (data.packing).
     train_split, eval_split = data["train"], data["eval"]
     micro_batches = MicroBatches(config, strategy, workers, memory_forecast_gib)
     accumulation = training.gradient_accumulation_steps
+    lengths = [len(row) for row in train_split.input_ids] if config.data.group_by_length else None
     batches = endless_batches(
-        len(train_split), training.per_device_batch_size, workers, training.seed, skip=done_steps * accumulation
+        len(train_split), training.per_device_batch_size, workers, training.seed, skip=done_steps * accumulation,
+        lengths=lengths,
     )
+    packing = packing_layout(config)
 
     setup_seconds = None
     throughput = Throughput()
@@ -85,7 +94,7 @@ def train(
         fault = inject_fault(config.chaos, step)
         step_batches = [next(batches) for _ in range(accumulation)]
         step_loss, step_tokens = micro_batches.run(
-            step, step_batches, lambda parts: train_step(parts, strategy, train_split, pad_id, workers, training, fault, step)
+            step, step_batches, lambda parts: train_step(parts, strategy, train_split, workers, training, fault, step, packing)
         )
         learning_rate = strategy.step()
         throughput.stop(step_tokens)
@@ -94,7 +103,7 @@ def train(
             setup_seconds = time.time() - started_at
 
         if step % training.eval_every == 0 or step == training.max_steps:
-            eval_loss = evaluate(model, eval_split, training, workers, pad_id, batch_size=micro_batches.size)
+            eval_loss = evaluate(model, eval_split, training, workers, batch_size=2 * micro_batches.size, packing=packing)
             tokens, seconds, cpu_seconds = throughput.take()
             train_loss_sum, count, tokens, seconds, cpu_seconds = sum_across_workers(
                 sum(losses_since_report), len(losses_since_report), tokens, seconds, cpu_seconds
@@ -122,38 +131,55 @@ def train(
 
 
 def train_step(
-    parts: Iterable[list[int]], strategy, split: TokenizedSplit, pad_id: int, workers, training, fault: float, step: int
+    parts: Iterable[list[int]], strategy, split: TokenizedSplit, workers, training, fault: float, step: int,
+    packing: str | None = None,
 ) -> tuple[float, int]:
     """Forward and backward of one optimizer step's micro-batches (`parts`, example
-    indices): the step's mean loss and its tokens."""
+    indices): the step's mean loss and its real tokens (padding left out). The device is
+    waited for once, for the step's loss, not per micro-batch."""
     model = strategy.model
-    losses: list[float] = []
+    pad_id = padding_id(split)
+    losses: list[torch.Tensor] = []
     tokens = 0
-    for indices in parts:
-        input_ids = pad_batch([split.input_ids[i] for i in indices], pad_id).to(workers.device)
-        labels = pad_batch([split.labels[i] for i in indices], IGNORE_INDEX).to(workers.device)
-        with autocast(workers, training.precision):
-            loss = model(input_ids=input_ids, attention_mask=input_ids != pad_id, labels=labels).loss * fault
-        losses.append(backward_micro_batch(strategy, loss, step))
-        tokens += int((input_ids != pad_id).sum())
-    return sum(losses) / len(losses), tokens
+    # peft would copy each adapted layer's input to its fp32 adapter weights' dtype; under
+    # autocast the adapter's matmuls run in bf16/fp16 either way.
+    with disable_input_dtype_casting(strategy.peft_model, active=training.precision != "fp32"):
+        for indices, last in with_last(parts):
+            batch = make_batch(
+                [split.input_ids[i] for i in indices], [split.labels[i] for i in indices], pad_id, workers.device, packing
+            )
+            with accumulating(model, last):
+                with autocast(workers, training.precision):
+                    loss = model(**batch.model_inputs(), labels=batch.labels).loss * fault
+                strategy.backward(loss)
+            losses.append(loss.detach())
+            tokens += batch.tokens
+    return step_loss(losses, step), tokens
 
 
-@torch.no_grad()
-def evaluate(model, split: TokenizedSplit, training, workers, pad_id: int, batch_size: int | None = None) -> float:
+def evaluate(
+    model, split: TokenizedSplit, training, workers, batch_size: int | None = None, packing: str | None = None
+) -> float:
     """Mean loss per target token over the whole eval split (all workers together), in
-    batches of `batch_size` (training.per_device_batch_size unless given)."""
+    batches of `batch_size` (training.per_device_batch_size unless given), without autograd.
+    The logits are cast to fp32 one row at a time, so a batch twice the training
+    micro-batch holds no more than a training step's fp32 logits."""
     model.eval()
-    loss_sum, target_count = 0.0, 0
-    for indices in shard_batches(len(split), batch_size or training.per_device_batch_size, workers):
-        input_ids = pad_batch([split.input_ids[i] for i in indices], pad_id).to(workers.device)
-        labels = pad_batch([split.labels[i] for i in indices], IGNORE_INDEX).to(workers.device)
-        with autocast(workers, training.precision):
-            logits = model(input_ids=input_ids, attention_mask=input_ids != pad_id).logits
-        loss_sum += torch.nn.functional.cross_entropy(
-            logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(), ignore_index=IGNORE_INDEX, reduction="sum"
-        ).item()
-        target_count += count_targets(labels)
+    target_count = 0
+    pad_id = padding_id(split)
+    with no_grad_for(model):
+        loss_sum = torch.zeros((), dtype=torch.float64, device=workers.device)
+        for indices in shard_batches(len(split), batch_size or training.per_device_batch_size, workers):
+            batch = make_batch(
+                [split.input_ids[i] for i in indices], [split.labels[i] for i in indices], pad_id, workers.device, packing
+            )
+            with autocast(workers, training.precision):
+                logits = model(**batch.model_inputs()).logits
+            for row_logits, row_labels in zip(logits, batch.labels):
+                loss_sum += torch.nn.functional.cross_entropy(
+                    row_logits[:-1].float(), row_labels[1:], ignore_index=IGNORE_INDEX, reduction="sum"
+                )
+            target_count += batch.targets
+        loss_sum = loss_sum.item()
     loss_sum, target_count = sum_across_workers(loss_sum, target_count)
     return loss_sum / target_count
-

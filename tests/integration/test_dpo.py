@@ -15,7 +15,7 @@ from tests.conftest import REPO, small_dpo_sweep, small_sweep, write_yaml
 from tests.integration.conftest import run_cli
 from trainables import dpo, sft
 from trainables.common import current_workers, shard_batches
-from trainables.data import PreferenceSplit, TokenizedSplit, read_jsonl, tokenize_split
+from trainables.data import read_jsonl, tokenize_split
 from trainables.models import (
     BUILTIN_TINY_MODEL,
     adapter_base,
@@ -40,9 +40,8 @@ def accuracy_before_training(spec, source, data) -> float:
     """Eval reward accuracy of fresh adapters, through the same evaluation code as trials."""
     workers = current_workers()
     model = add_lora(load_base_model(source), spec.lora)
-    pad_id = model.config.pad_token_id
-    reference = dpo.reference_logps(model, data["eval"], spec.training, workers, pad_id)
-    return dpo.evaluate(model, data["eval"], reference, spec, workers, pad_id)["eval_rewards_accuracy"]
+    reference = dpo.reference_logps(model, data["eval"], spec.training, workers)
+    return dpo.evaluate(model, data["eval"], reference, spec, workers)["eval_rewards_accuracy"]
 
 
 def test_loss_and_rewards_match_trl(tiny):
@@ -55,7 +54,7 @@ def test_loss_and_rewards_match_trl(tiny):
     spec = validate_spec(small_dpo_sweep("parity", training={"per_device_batch_size": 16}), base_dir=REPO)
     records = [record for _, record in read_jsonl(spec.data.eval, "data.eval")][:16]
     full = tokenize_split(spec.trial_config(), "eval", tokenizer)
-    pairs = PreferenceSplit(*(TokenizedSplit(s.input_ids[:16], s.labels[:16]) for s in (full.chosen, full.rejected)))
+    pairs = full.rows(list(range(16)))
 
     def model_with_adapters():
         torch.manual_seed(0)
@@ -69,8 +68,8 @@ def test_loss_and_rewards_match_trl(tiny):
     for loss_type in ("sigmoid", "ipo", "hinge"):
         trial = spec.trial_config().with_values({"dpo.loss_type": loss_type, "dpo.beta": 0.2})
         model = model_with_adapters()
-        reference = dpo.reference_logps(model, pairs, trial.training, workers, tokenizer.pad_token_id)
-        ours = dpo.evaluate(model, pairs, reference, trial, workers, tokenizer.pad_token_id)
+        reference = dpo.reference_logps(model, pairs, trial.training, workers)
+        ours = dpo.evaluate(model, pairs, reference, trial, workers)
         with tempfile.TemporaryDirectory() as output_dir:
             args = DPOConfig(
                 output_dir=output_dir, beta=0.2, loss_type=[loss_type], per_device_eval_batch_size=16,
@@ -119,16 +118,15 @@ def test_dpo_starts_from_an_sft_adapter(tiny, tmp_path):
 
     from peft import PeftModel
 
-    workers, pad_id = current_workers(), tokenizer.pad_token_id
+    workers = current_workers()
 
     @torch.no_grad()
     def scores(model) -> torch.Tensor:
         batches = shard_batches(len(data["eval"]), spec.training.per_device_batch_size, workers)
-        rows = [dpo.pair_batch(data["eval"], indices, pad_id, workers) for indices in batches]
-        return torch.cat([dpo.sequence_logps(model, input_ids, labels, pad_id) for input_ids, labels in rows])
+        return torch.cat([dpo.sequence_logps(model, dpo.pair_batch(data["eval"], indices, workers)) for indices in batches])
 
     dpo_model = add_lora(load_base_model(spec.model.name_or_path), spec.lora)
-    reference = torch.cat(dpo.reference_logps(dpo_model, data["eval"], spec.training, workers, pad_id))
+    reference = torch.cat(dpo.reference_logps(dpo_model, data["eval"], spec.training, workers))
     sft_model = PeftModel.from_pretrained(load_base_model(source), str(adapter_dir)).eval()
     assert torch.allclose(reference, scores(sft_model), atol=1e-4)
     assert not torch.allclose(reference, scores(load_base_model(source).eval()), atol=1e-2)

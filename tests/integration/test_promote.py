@@ -45,9 +45,7 @@ def eval_loss_of(loaded, spec) -> float:
     as the sweep's trials did (trainables.data.tokenize_sft, trainables.sft.evaluate)."""
     served = loaded.unwrap_python_model()
     split = tokenize_sft(SFT_EVAL, served.tokenizer, spec.data.max_length, "data.eval")
-    config = served.model.config
-    pad_id = config.pad_token_id if config.pad_token_id is not None else config.eos_token_id
-    return evaluate(served.model, split, spec.training, Workers(0, 1, torch.device("cpu")), pad_id)
+    return evaluate(served.model, split, spec.training, Workers(0, 1, torch.device("cpu")))
 
 
 def assert_refused(finished_sweep, client, *args, says: str):

@@ -40,7 +40,7 @@ def run(setup, **overrides) -> list[dict]:
 def starting_eval_loss(setup) -> float:
     spec, source, data = setup
     model = add_lora(load_base_model(source), spec.lora)
-    return sft.evaluate(model, data["eval"], spec.training, current_workers(), model.config.pad_token_id)
+    return sft.evaluate(model, data["eval"], spec.training, current_workers())
 
 
 def test_fine_tuning_learns_and_depends_on_learning_rate_and_rank(setup):
