@@ -36,8 +36,8 @@ logging.getLogger("bitsandbytes").addHandler(logging.NullHandler())
 
 __all__ = ["Calibration", "calibrate", "costliest_overrides", "run_training", "measure", "COST_PARAMETERS"]
 
-# Steps in each of the two intervals (warm-up, measured): the fewest whose step time holds
-# within 10% of a longer measurement (benchmarks/README.md, Calibration).
+# Steps in each of the two intervals (warm-up, measured). The live forecast replaces the
+# calibrated figures by the sweep's own from its first evaluations.
 MEASURED_STEPS = 5
 # Micro-batches a measured step accumulates at most; a step of more is timed at this many
 # and scaled (a step's time is its micro-batches', the optimizer's update a small part).
