@@ -36,28 +36,13 @@ from sweeper.cost.prices import Rate, sweep_rate
 from sweeper.cost.throughput import TrialTiming
 from sweeper.names import BudgetKey, Tag, TrialState
 from sweeper.plan.budget import CAPS
+from sweeper.plan.forecast import Scenario
 from sweeper.plan.rungs import evaluations_between
 from sweeper.spec.budget import BudgetSpec
 from sweeper.spec.schema import most_trials
 from trainables.metrics import STEP
 
-__all__ = ["BudgetGuard", "BudgetSearcher", "BudgetStopper", "Spent"]
-
-
-@dataclass(frozen=True)
-class Spent:
-    usd: float
-    wall_hours: float
-    accelerator_hours: float
-    steps: int
-
-    def value(self, cap: str) -> float:
-        return {
-            "max_usd": self.usd,
-            "max_hours": self.wall_hours,
-            "max_accelerator_hours": self.accelerator_hours,
-            "max_steps": self.steps,
-        }[cap]
+__all__ = ["BudgetGuard", "BudgetSearcher", "BudgetStopper"]
 
 
 @dataclass
@@ -76,7 +61,7 @@ class BudgetGuard:
     held_back_by: str | None = None
     ended_search: str | None = None  # the cap for which the searcher said FINISHED
     stopped_trials: list[int] = field(default_factory=list)
-    spent_at_stop: Spent | None = None
+    spent_at_stop: Scenario | None = None
     suggested: set[str] = field(default_factory=set)  # trial ids let through, until they start
     # Trials stopped at a rung because going on to the next one would cross a cap, and
     # the first cap that did it.
@@ -102,11 +87,11 @@ class BudgetGuard:
             return self.live.costliest_timing()
         return self.saved_commit_timing or self.timing
 
-    def spent(self) -> Spent:
+    def spent(self) -> Scenario:
         trials = self.book.trials.values()
-        cost = self.rate.trial_cost(sum(t.wall_seconds for t in trials))
-        steps = sum(t.step for t in trials)
-        return Spent(cost.usd, (time.time() - self.book.started_at) / 3600, cost.accelerator_hours, steps)
+        seconds = sum(t.wall_seconds for t in trials)
+        cost = self.rate.trial_cost(seconds)
+        return Scenario(sum(t.step for t in trials), seconds, time.time() - self.book.started_at, cost.accelerator_hours, cost.usd)
 
     def caps(self) -> dict[str, float]:
         return self.budget.caps()
@@ -199,11 +184,9 @@ class BudgetGuard:
         seconds and steps, and the sweep's wall time running `wall_seconds` longer."""
         spent = self.spent()
         cost = self.rate.trial_cost(trial_seconds)
-        committed = Spent(
-            spent.usd + cost.usd,
-            spent.wall_hours + wall_seconds / 3600,
-            spent.accelerator_hours + cost.accelerator_hours,
-            spent.steps + steps,
+        committed = Scenario(
+            spent.steps + steps, spent.trial_seconds + trial_seconds, spent.wall_seconds + wall_seconds,
+            spent.accelerator_hours + cost.accelerator_hours, spent.usd + cost.usd,
         )
         return next((cap for cap, limit in self.caps().items() if committed.value(cap) > limit), None)
 
