@@ -11,8 +11,9 @@ wall time, accelerator-hours and dollars.
   stopping) is assumed to follow the same ladder, one start per trial; `median` and
   `none` are assumed to prune nothing.
 - Worst case: every trial to `training.max_steps` at the costliest config's timing.
-- Wall time: the trials' seconds shared among the slots, and never less than one trial's
-  own climb of the ladder.
+- Wall time: the trials' seconds shared among the slots, except the last segment's runs:
+  they start once the rung below has ranked its trials, at the end, in waves of the
+  slots. Never less than one trial's own climb of the ladder.
 - Price: accelerator-seconds x the price per accelerator-hour (`sweeper.cost.prices`).
 - A sweep that runs until a budget cap (no search.num_trials): the most trials whose
   expected case fits every cap, and how many would fit without early stopping.
@@ -149,7 +150,8 @@ def remaining(
     inside it trains the rest of it, the trials still missing from the count train all of
     it, each paying a Train run's start where a new run begins (every trial's first
     segment; each later one of a ranked trial under ASHA by promotion). Wall time: those
-    seconds over the slots, at least the longest single climb still ahead."""
+    seconds over the slots, the last segment's runs in waves of the slots after the rest,
+    and at least the longest single climb still ahead."""
     training, stopping = plan.spec.training, plan.spec.early_stopping
     slots = max(1, plan.concurrent_trials)
     unranked_total = stopping.startup_trials_for() if restart_per_segment else 0
@@ -159,7 +161,7 @@ def remaining(
         return (end - start) * timing.step_seconds + evaluations * timing.eval_seconds
 
     steps, trial_seconds, climb, previous = 0, 0.0, 0.0, 0
-    longest_rest = 0.0
+    longest_rest, last_runs, last_run = 0.0, 0, 0.0
     for index, (milestone, expected) in enumerate(ladder):
         reached = [t for t in trials if t.step >= milestone]
         inside = [t for t in trials if t.running and previous <= t.step < milestone]
@@ -175,8 +177,11 @@ def remaining(
             climb += (timing.setup_seconds if (index == 0 or restart_per_segment) and missing else 0.0)
             climb += seconds(previous, milestone) if missing else 0.0
         longest_rest = max([longest_rest, *rests])
+        last_runs = missing
+        last_run = seconds(previous, milestone) + (timing.setup_seconds if (index == 0 or restart_per_segment) else 0.0)
         previous = milestone
-    wall = max(trial_seconds / slots, climb, longest_rest)
+    waves = -(-last_runs // slots)
+    wall = max((trial_seconds - last_runs * last_run) / slots + waves * last_run, climb, longest_rest)
     cost = sweep_rate(plan.spec).trial_cost(trial_seconds)
     return Scenario(steps, trial_seconds, wall, cost.accelerator_hours, cost.usd)
 
