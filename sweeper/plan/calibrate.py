@@ -214,7 +214,11 @@ def calibrate(spec: SweepSpec, data: dict, model_source: str) -> Calibration:
         _measure_in_task
     )
     specs = [spec] + ([with_overrides(spec, overrides)] if overrides else [])
-    results = ray.get([task.remote(s.model_dump(mode="json"), data_ref, model_source) for s in specs])
+    try:
+        results = ray.get([task.remote(s.model_dump(mode="json"), data_ref, model_source) for s in specs])
+    except ray.exceptions.RayTaskError as error:
+        # The loop's own error (an input error is one keyed line), not the task's wrapper.
+        raise (error.cause if isinstance(error.cause, Exception) else error) from None
     where = f"{MEASURED_STEPS} steps after {MEASURED_STEPS} warm-up, in a Ray task with one worker's resources"
     if resources.workers_per_trial > 1:
         where += f" (one worker of {resources.workers_per_trial}; their communication not included)"
