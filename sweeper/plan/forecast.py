@@ -67,7 +67,6 @@ class Forecast:
     assumption: str  # what the expected case assumes about early stopping
     slots: int
     rate: Rate
-    calibrated: bool = False  # measured by calibration (else the throughput model)
     # A sweep until a budget cap: the trials the caps buy with and without early stopping,
     # and the cap one more trial would cross first.
     bought_trials: int | None = None
@@ -249,9 +248,7 @@ def mean_of_configs(first: TrialTiming, costliest: TrialTiming) -> TrialTiming:
     )
 
 
-def forecast_sweep(
-    plan: SweepPlan, first: TrialTiming, costliest: TrialTiming | None = None, *, calibrated: bool = False
-) -> Forecast:
+def forecast_sweep(plan: SweepPlan, first: TrialTiming, costliest: TrialTiming | None = None) -> Forecast:
     """Expected and worst-case cost of the sweep `plan`, `first` the first config's timing,
     `costliest` the dearest config's in the space (the first's where its steps timed
     below it: noise)."""
@@ -284,7 +281,6 @@ def forecast_sweep(
         assumption=assumption,
         slots=plan.concurrent_trials,
         rate=sweep_rate(spec),
-        calibrated=calibrated,
         bought_trials=bought,
         bought_full_trials=full,
         binding_cap=binding,

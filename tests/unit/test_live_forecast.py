@@ -20,7 +20,7 @@ def plan_and_forecast(**sections):
     """The quickstart-like ladder (10 to step 10, 3 to 30, 1 to 90; 2 slots) at TIMING
     (0.1 s per step, 0.5 s per evaluation, 1 s per start)."""
     plan = make_plan(quickstart_like(**sections), CPU_BOX)
-    return plan, forecast_sweep(plan, TIMING, calibrated=True)
+    return plan, forecast_sweep(plan, TIMING)
 
 
 # ------------------------------------------------------------ the estimator
