@@ -171,16 +171,14 @@ def remaining(
         rests = [seconds(t.step, milestone) for t in inside]
         steps += missing * (milestone - previous) + sum(milestone - t.step for t in inside)
         trial_seconds += missing * seconds(previous, milestone) + starting * timing.setup_seconds + sum(rests)
-        # One trial's climb through the segments still to train (a run of its own each).
-        if missing or inside:
-            climb += (timing.setup_seconds if (index == 0 or restart_per_segment) and missing else 0.0)
-            climb += seconds(previous, milestone) if missing else 0.0
+        # A run still to start in this segment; one trial's climb through those still ahead.
+        run = seconds(previous, milestone) + (timing.setup_seconds if (index == 0 or restart_per_segment) else 0.0)
+        climb += run if missing else 0.0
         longest_rest = max([longest_rest, *rests])
-        last_runs = missing
-        last_run = seconds(previous, milestone) + (timing.setup_seconds if (index == 0 or restart_per_segment) else 0.0)
+        last_runs, last_run = missing, run
         previous = milestone
-    waves = -(-last_runs // slots)
-    wall = max((trial_seconds - last_runs * last_run) / slots + waves * last_run, climb, longest_rest)
+    tail = min(trial_seconds, last_runs * last_run)
+    wall = max((trial_seconds - tail) / slots + -(-last_runs // slots) * last_run, climb, longest_rest)
     cost = sweep_rate(plan.spec).trial_cost(trial_seconds)
     return Scenario(steps, trial_seconds, wall, cost.accelerator_hours, cost.usd)
 
