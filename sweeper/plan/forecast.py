@@ -11,9 +11,9 @@ wall time, accelerator-hours and dollars.
   stopping) is assumed to follow the same ladder, one start per trial; `median` and
   `none` are assumed to prune nothing.
 - Worst case: every trial to `training.max_steps` at the costliest config's timing.
-- Wall time: the trials' seconds shared among the slots, except the last segment's runs:
-  they start once the rung below has ranked its trials, at the end, in waves of the
-  slots. Never less than one trial's own climb of the ladder.
+- Wall time: the trials' seconds shared among the slots (ASHA by promotion starts a
+  promoted run as soon as its rung's quota allows, beside the rest), never less than one
+  trial's own climb of the ladder.
 - Price: accelerator-seconds x the price per accelerator-hour (`sweeper.cost.prices`).
 - A sweep that runs until a budget cap (no search.num_trials): the most trials whose
   expected case fits every cap, and how many would fit without early stopping.
@@ -149,8 +149,7 @@ def remaining(
     inside it trains the rest of it, the trials still missing from the count train all of
     it, each paying a Train run's start where a new run begins (every trial's first
     segment; each later one of a ranked trial under ASHA by promotion). Wall time: those
-    seconds over the slots, the last segment's runs in waves of the slots after the rest,
-    and at least the longest single climb still ahead."""
+    seconds over the slots, and at least one trial's climb still ahead."""
     training, stopping = plan.spec.training, plan.spec.early_stopping
     slots = max(1, plan.concurrent_trials)
     unranked_total = stopping.startup_trials_for() if restart_per_segment else 0
@@ -160,7 +159,7 @@ def remaining(
         return (end - start) * timing.step_seconds + evaluations * timing.eval_seconds
 
     steps, trial_seconds, climb, previous = 0, 0.0, 0.0, 0
-    longest_rest, last_runs, last_run = 0.0, 0, 0.0
+    longest_rest = 0.0
     for index, (milestone, expected) in enumerate(ladder):
         reached = [t for t in trials if t.step >= milestone]
         inside = [t for t in trials if t.running and previous <= t.step < milestone]
@@ -171,14 +170,14 @@ def remaining(
         rests = [seconds(t.step, milestone) for t in inside]
         steps += missing * (milestone - previous) + sum(milestone - t.step for t in inside)
         trial_seconds += missing * seconds(previous, milestone) + starting * timing.setup_seconds + sum(rests)
-        # A run still to start in this segment; one trial's climb through those still ahead.
+        # A run still to start in this segment: before launch one trial climbs them all; once
+        # trials stand on the ladder, the later runs may be theirs, and each run is the bound.
         run = seconds(previous, milestone) + (timing.setup_seconds if (index == 0 or restart_per_segment) else 0.0)
-        climb += run if missing else 0.0
+        if missing:
+            climb = climb + run if not trials else max(climb, run)
         longest_rest = max([longest_rest, *rests])
-        last_runs, last_run = missing, run
         previous = milestone
-    tail = min(trial_seconds, last_runs * last_run)
-    wall = max((trial_seconds - tail) / slots + -(-last_runs // slots) * last_run, climb, longest_rest)
+    wall = max(trial_seconds / slots, climb, longest_rest)
     cost = sweep_rate(plan.spec).trial_cost(trial_seconds)
     return Scenario(steps, trial_seconds, wall, cost.accelerator_hours, cost.usd)
 

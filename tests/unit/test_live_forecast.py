@@ -63,9 +63,12 @@ def test_what_is_left_follows_the_ladder_from_where_the_trials_stand():
     at_20, second = 10 * 0.1 + 0.5, 1.0 + 20 * 0.1 + 1.0  # 1.5 s, 4 s
     last = 1.0 + 60 * 0.1 + 3.0  # 10 s
     assert left.trial_seconds == pytest.approx(at_5 + 3 * first_rung + at_20 + second + last)
-    # On the 2 slots, the last segment's run after the rest (it waits for the rung below).
-    assert left.wall_seconds == pytest.approx((left.trial_seconds - last) / 2 + last)
-    assert left.wall_seconds > first_rung + second + last  # more than one trial's climb
+    # On the 2 slots (more than the longest run still to start).
+    assert left.wall_seconds == pytest.approx(left.trial_seconds / 2)
+    # Two runs to step 30 and the last one left: shared they take 9 s, but the last run
+    # alone takes 10 s, which is the bound then.
+    lone = remaining(plan, TIMING, ladder, True, [TrialAt(10, False)] * 9 + [TrialAt(30, False)])
+    assert lone.trial_seconds == pytest.approx(2 * second + last) and lone.wall_seconds == pytest.approx(last)
 
 
 def test_failed_trials_leave_the_ladder_and_a_finished_sweep_has_nothing_left():
