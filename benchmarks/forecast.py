@@ -1,8 +1,7 @@
 """Benchmark: the forecasts that `sweep plan` and then `sweep start` print (the latter also
 logged to the parent run) against what the sweep then spends. Each run is a whole sweep in
 a fresh process (its own Ray, its own MLflow store in a temporary folder), as `sweep start`
-runs it; `sweep plan` runs before it in the same process, also with Ray's part of a trial
-from the constants for comparison.
+runs it; `sweep plan` runs before it in the same process.
 
     python -m benchmarks.forecast --sweep quickstart --runs 3
     python -m benchmarks.forecast --sweep dpo-quickstart --runs 3
@@ -65,11 +64,8 @@ def one_run(sweep: str) -> dict:
     folder = Path(tempfile.mkdtemp(prefix=f"sweeper-forecast-{sweep}-"))
     raw["name"], raw["output_dir"] = f"forecast-{sweep}", str(folder)
     raw.setdefault("tracking", {})["uri"] = f"sqlite:///{folder}/mlflow.db"
-    # What `sweep plan` forecasts for the sweep, here and now, before it runs (without its
-    # caps); and, for comparison, the same with Ray's part of a trial taken from constants.
-    uncapped = {k: v for k, v in raw.items() if k != "budget"}
-    planned = plan_forecast(uncapped, path.parent)
-    constants = plan_forecast(uncapped, path.parent, measure_ray_part=False)
+    # What `sweep plan` forecasts for the sweep, here and now, before it runs (without its caps).
+    planned = plan_forecast({k: v for k, v in raw.items() if k != "budget"}, path.parent)
     if raw.get("budget", {}).get("max_usd") == HALF_THE_PLAN:
         raw["budget"]["max_usd"] = planned.expected.usd / 2
     spec = validate_spec(raw, base_dir=path.parent)
@@ -90,8 +86,6 @@ def one_run(sweep: str) -> dict:
         "forecast_usd": metrics["forecast_expected_usd"],
         "plan_wall_seconds": planned.expected.wall_seconds,
         "plan_usd": planned.expected.usd,
-        "plan_constants_wall_seconds": constants.expected.wall_seconds,
-        "plan_constants_usd": constants.expected.usd,
         "actual_usd": metrics["cost_usd_total"],
         "step_seconds": float(params["forecast_step_seconds"]),
         "eval_seconds": float(params["forecast_eval_seconds"]),
@@ -99,26 +93,22 @@ def one_run(sweep: str) -> dict:
         "trials": len(run.book.trials),
         "completed": run.book.count("completed"),
         "median_trial_setup_seconds": run.book.median_setup_seconds(),
-        "ray_part": params.get("forecast_ray_part"),
         **trial_parts(run.book),
     }
 
 
-def plan_forecast(raw: dict, yaml_folder: Path, measure_ray_part: bool = True):
-    """The forecast `sweep plan` makes for the sweep `raw` (calibrated here; without
-    `measure_ray_part`, Ray's part of a trial from the constants)."""
+def plan_forecast(raw: dict, yaml_folder: Path):
+    """The forecast `sweep plan` makes for the sweep `raw`, calibrated on a local cluster."""
     import yaml
 
     from sweeper.plan.command import plan_sweep
-    from sweeper.run.ray_part import measure_ray_part_for_plan
 
     # Written outside the sweep's folder (a YAML there reads as an existing sweep), so the
     # data files' relative paths are made absolute.
     files = {key: str((yaml_folder / raw["data"][key]).resolve()) for key in ("train", "eval") if key in raw["data"]}
     path = Path(tempfile.mkdtemp(prefix="sweeper-forecast-plan-")) / "plan.yaml"
     path.write_text(yaml.safe_dump({**raw, "data": {**raw["data"], **files}}))
-    return plan_sweep(path, address=None, calibrate=True, console=Console(quiet=True),
-                      measure_ray_part=measure_ray_part_for_plan if measure_ray_part else None)
+    return plan_sweep(path, address=None, calibrate=True, console=Console(quiet=True))
 
 
 def live_estimates(client, run_id: str, actual_wall: float, actual_usd: float) -> list[dict]:
@@ -217,13 +207,9 @@ def main() -> None:
         if "plan_usd" in row and not row.get("cap_usd"):  # a capped sweep spends less than the plan by design
             print(
                 f"  sweep plan before it: wall {row['plan_wall_seconds']:.1f} s ({_error(row, 'wall_seconds', 'plan')}), "
-                f"USD {row['plan_usd']:.6f} ({_error(row, 'usd', 'plan')}); with Ray's part from the constants: wall "
-                f"{row['plan_constants_wall_seconds']:.1f} s ({_error(row, 'wall_seconds', 'plan_constants')}), "
-                f"USD {row['plan_constants_usd']:.6f} ({_error(row, 'usd', 'plan_constants')})",
+                f"USD {row['plan_usd']:.6f} ({_error(row, 'usd', 'plan')})",
                 flush=True,
             )
-        if row.get("ray_part"):
-            print(f"  measured before the sweep: {row['ray_part']}", flush=True)
         if row.get("cap_usd"):
             over = (row["actual_usd"] - row["cap_usd"]) / row["cap_usd"]
             print(

@@ -176,8 +176,6 @@ class ForecastKey:
     WORST_USD = "forecast_worst_usd"
     # A sweep that runs until a budget cap: the trials its caps buy (the expected case's).
     BUDGET_TRIALS = "forecast_budget_trials"
-    # Ray's part of a trial as measured on the cluster before the sweep (no machine profile yet).
-    RAY_PART = "forecast_ray_part"
 
 
 class LiveForecastKey:

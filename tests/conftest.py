@@ -12,15 +12,6 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture(scope="session", autouse=True)
-def machine_profiles_of_the_session(tmp_path_factory):
-    """What the tests' calibrated sweeps measure is kept for the session only, not in the
-    user's ~/.cache/sweeper/machines (sweeper/plan/machine_profile.py)."""
-    from sweeper.plan.machine_profile import PROFILES_ENV
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv(PROFILES_ENV, str(tmp_path_factory.mktemp("machines")))
-        yield
 SFT_TRAIN = REPO / "data" / "sft" / "train.jsonl"
 SFT_EVAL = REPO / "data" / "sft" / "eval.jsonl"
 
@@ -37,8 +28,8 @@ def small_sweep(name: str, **sections) -> dict:
             "parameters": {"training.learning_rate": {"distribution": "log_uniform", "low": 1e-4, "high": 2e-2}},
         },
         "early_stopping": {"scheduler": "asha", "grace_period": 10, "reduction_factor": 3},
-        # The forecast from the throughput model: a calibration costs a sweep about 7 s on
-        # 2 cores. The shared finished sweep and the budget tests calibrate.
+        # The forecast from the throughput model: a calibration costs a sweep seconds.
+        # The shared finished sweep and the budget tests calibrate.
         "cost": {"calibrate": False},
     }
     return merge_sections(raw, sections)

@@ -70,23 +70,14 @@ def plan(
     ),
     calibrate: bool = typer.Option(
         True, "--calibrate/--no-calibrate",
-        help="Measure the step time (a few steps) and, where no sweep of the shape has ended here, Ray's part of a "
-        "trial (empty trials on the cluster); or use the throughput model.",
+        help="Measure the step and evaluation time (a few steps, on the cluster); or use the throughput model.",
     ),
 ) -> None:
     """Validate FILE and forecast the sweep without running it: step budget by rung, step
     time, expected and worst-case wall time, accelerator-hours and USD, budget caps."""
     from sweeper.plan.command import plan_sweep
 
-    def measure_ray_part(plan, address):
-        # Imported only here: it loads Ray, which reads its auth mode once, as it loads; a
-        # join (`--address`) sets that first (sweeper/cluster/connect.py).
-        from sweeper.run.ray_part import measure_ray_part_for_plan
-
-        return measure_ray_part_for_plan(plan, address)
-
-    plan_sweep(file, address=ray_address(address), calibrate=calibrate, console=console,
-               measure_ray_part=measure_ray_part)
+    plan_sweep(file, address=ray_address(address), calibrate=calibrate, console=console)
 
 
 def resume(

@@ -41,26 +41,19 @@ def budget_problems(spec) -> list[tuple[str, str]]:
     if least is None:
         return problems
     seconds, usd = least
-    trial = "one trial's start and first-rung steps cost about"
-    if budget.max_usd is not None and budget.max_usd < usd:
-        problems.append((
-            "budget.max_usd",
-            f"{trial} ${usd:.6f} (throughput model, sweep plan --no-calibrate), got "
-            f"{budget.max_usd:g}; raise it or leave it out",
-        ))
-    if budget.max_hours is not None and budget.max_hours < seconds / 3600:
-        problems.append((
-            "budget.max_hours",
-            f"{trial} {seconds / 3600:.6f} h ({seconds:.1f} s), got {budget.max_hours:g}; "
-            "raise it or leave it out",
-        ))
     accelerator_hours = sweep_rate(spec).trial_cost(seconds).accelerator_hours
-    if budget.max_accelerator_hours is not None and budget.max_accelerator_hours < accelerator_hours:
-        problems.append((
-            "budget.max_accelerator_hours",
-            f"{trial} {accelerator_hours:.6f} accelerator-hours, got "
-            f"{budget.max_accelerator_hours:g}; raise it or leave it out",
-        ))
+    floors = {
+        "max_usd": (usd, f"${usd:.6f} (throughput model, sweep plan --no-calibrate)"),
+        "max_hours": (seconds / 3600, f"{seconds / 3600:.6f} h ({seconds:.1f} s)"),
+        "max_accelerator_hours": (accelerator_hours, f"{accelerator_hours:.6f} accelerator-hours"),
+    }
+    for key, (floor, text) in floors.items():
+        cap = getattr(budget, key)
+        if cap is not None and cap < floor:
+            problems.append((
+                f"budget.{key}",
+                f"one trial's start and first-rung steps cost about {text}, got {cap:g}; raise it or leave it out",
+            ))
     return problems
 
 

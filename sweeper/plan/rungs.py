@@ -7,26 +7,13 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["asha_rungs", "rung_quota", "ranked_for", "milestone_counts", "steps_trained", "promotion_steps", "evaluations_between"]
+__all__ = ["asha_rungs", "rung_quota", "milestone_counts", "steps_trained", "promotion_steps", "evaluations_between"]
 
 
 def rung_quota(ranked: int, reduction_factor: float) -> int:
     """How many of the trials ranked at a rung go on from it: floor(n / eta). ASHA by
     promotion lets at least one go on once no more trials can reach the rung."""
     return math.floor(ranked / reduction_factor + 1e-9)
-
-
-def ranked_for(promotions: int, reduction_factor: float) -> int:
-    """The fewest trials ranked at a rung that let `promotions` of them go on (the inverse of
-    `rung_quota`): the k-th promotion of ASHA by promotion waits for them.
-
-    >>> [ranked_for(k, 3) for k in (1, 2, 3)], ranked_for(2, 2.5)
-    ([3, 6, 9], 5)
-    """
-    ranked = max(0, math.ceil(promotions * reduction_factor - 1e-9))
-    while rung_quota(ranked, reduction_factor) < promotions:
-        ranked += 1
-    return ranked
 
 
 def milestone_counts(

@@ -9,11 +9,10 @@ import time
 
 from rich.console import Console
 
-from sweeper.names import TrialState
 from sweeper.plan.command import print_forecast, sweep_forecast
 from sweeper.plan.forecast import Forecast
 from sweeper.plan.inputs import SweepInputs
-from sweeper.plan.sweep_plan import ClusterResources, SweepPlan
+from sweeper.plan.sweep_plan import SweepPlan
 from sweeper.spec.schema import SweepSpec
 
 __all__ = ["SweepBudget"]
@@ -25,17 +24,10 @@ class SweepBudget:
         self.live = None  # the live forecast (sweeper/run/live_forecast.py), once attached
 
     @classmethod
-    def forecast_sweep(cls, plan: SweepPlan, inputs: SweepInputs, console: Console, on_cluster: bool) -> "SweepBudget":
-        """Calibrate (unless cost.calibrate is false: the throughput model), measure Ray's
-        part of a trial where this machine has no sweep of the shape to learn from, and
-        print the forecast (before the sweep's clock starts; Ray is up)."""
-        from sweeper.run.ray_part import measure_ray_part
-
-        measured = inputs if plan.spec.cost.calibrate else None
-        forecast = sweep_forecast(
-            plan, ClusterResources.from_ray(), measured, on_cluster=on_cluster,
-            measure_ray_part=lambda: measure_ray_part(plan),
-        )
+    def forecast_sweep(cls, plan: SweepPlan, inputs: SweepInputs, console: Console) -> "SweepBudget":
+        """Calibrate on the cluster (unless cost.calibrate is false: the throughput model)
+        and print the forecast (before the sweep's clock starts; Ray is up)."""
+        forecast = sweep_forecast(plan, inputs if plan.spec.cost.calibrate else None)
         print_forecast(forecast, plan.spec, console)
         return cls(plan.spec, plan, forecast)
 
@@ -107,7 +99,6 @@ class SweepBudget:
             metrics.update(budget_metrics)
         if metrics or tags:
             tracker.log_sweep_figures(metrics, tags)
-        self._keep_what_the_machine_showed(run, actual_wall)
         if self.forecast is not None:
             expected = self.forecast.expected
             run.notes.append(
@@ -116,37 +107,3 @@ class SweepBudget:
             )
         if self.guard is not None and self.guard.summary():
             run.notes.append(f"Budget: {self.guard.summary()}")
-
-    def _keep_what_the_machine_showed(self, run, actual_wall: float) -> None:
-        """What the sweep measured that its calibration could not, for the next forecast on
-        this machine (sweeper/plan/machine_profile.py). A resumed sweep has no calibration
-        of its own to compare with, and a modelled forecast none at all."""
-        from sweeper.plan.machine_profile import MachineProfile, SweepMeasure, sweep_shape
-
-        forecast = self.forecast
-        if forecast is None or forecast.calibrated is None or self.live is None:
-            return
-        # A sweep a cap cut or a stop interrupted has trials ended inside a segment, which
-        # its ladder as run counts whole.
-        wall_ratio = None if self.cut() or run.interrupted else self._wall_ratio(run, actual_wall)
-        shape = sweep_shape(self.plan)
-        measure = SweepMeasure.of(self.spec.name, shape, forecast.calibrated, self.live.measured, wall_ratio)
-        if measure is None:
-            return
-        try:
-            MachineProfile.add(forecast.machine, measure)
-        except OSError as error:  # a read-only home: the next forecast uses the constants
-            run.notes.append(f"Forecast: this machine's figures were not kept ({error})")
-
-    def _wall_ratio(self, run, actual_wall: float) -> float | None:
-        """The sweep's trials' phase against what the forecast's slot arithmetic gives for
-        the ladder it ran, at the figures it measured (None: nothing to compare)."""
-        from sweeper.plan.forecast import expected_ladder, ladder_as_run, remaining
-
-        steps = [t.step for t in run.book.trials.values() if t.state != TrialState.FAILED]
-        if not steps:
-            return None
-        plan = self.plan if self.plan.trials is not None else self.plan.with_trials(len(steps))  # until a cap
-        _, _, restarts = expected_ladder(plan)
-        arithmetic = remaining(plan, self.live.timing(), ladder_as_run(plan, steps), restarts).wall_seconds
-        return actual_wall / arithmetic if arithmetic > 0 else None

@@ -3,10 +3,9 @@
 - `BudgetSearcher` wraps the sweep's searcher and holds new trials back while starting
   one more would commit work past a cap: what is spent, plus what each running trial
   spends to its next rung, plus the new trial's start and first rung. That work is costed
-  at the costliest config's calibrated figures until the sweep has measured steps, then
-  at those figures corrected by the live estimate (sweeper/run/live_forecast.py: each
-  figure times live / calibrated for the mean config), so a calibration that ran fast
-  on a machine the sweep then shares with its driver and Ray lets no more trials in. It waits while
+  at the costliest config's forecast figures until the sweep has measured steps, then at
+  those figures corrected by the live estimate (sweeper/run/live_forecast.py: each figure
+  times live / forecast for the mean config). It waits while
   trials run (a pruned one frees its commitment), and says `Searcher.FINISHED` (no more
   trials) once none runs or a cap is reached.
 - `BudgetStopper` is the `tune.RunConfig(stop=...)` stopper. Tune asks it at each
@@ -14,9 +13,8 @@
   to its next rung would commit work past a cap (what is spent, its own work to the next
   rung, the other running trials' to theirs). Its `stop_all()` becomes true when a cap is
   reached all the same (trials ran slower than the estimate); Tune asks it at every step
-  of its loop and then stops the running trials, each ended within about one evaluation
-  interval of the cap (measured: one interval for trials mid-interval, 0.5-1.7 s for
-  trials still starting).
+  of its loop and then stops the running trials, each within about one evaluation
+  interval of the cap.
 
 What is spent is measured from the book as the sweep goes (each trial's wall time x its
 accelerators x the price: `cost.prices.Rate`, as the tracker's trial costs; training steps,
@@ -38,28 +36,13 @@ from sweeper.cost.prices import Rate, sweep_rate
 from sweeper.cost.throughput import TrialTiming
 from sweeper.names import BudgetKey, Tag, TrialState
 from sweeper.plan.budget import CAPS
+from sweeper.plan.forecast import Scenario
 from sweeper.plan.rungs import evaluations_between
 from sweeper.spec.budget import BudgetSpec
 from sweeper.spec.schema import most_trials
 from trainables.metrics import STEP
 
-__all__ = ["BudgetGuard", "BudgetSearcher", "BudgetStopper", "Spent"]
-
-
-@dataclass(frozen=True)
-class Spent:
-    usd: float
-    wall_hours: float
-    accelerator_hours: float
-    steps: int
-
-    def value(self, cap: str) -> float:
-        return {
-            "max_usd": self.usd,
-            "max_hours": self.wall_hours,
-            "max_accelerator_hours": self.accelerator_hours,
-            "max_steps": self.steps,
-        }[cap]
+__all__ = ["BudgetGuard", "BudgetSearcher", "BudgetStopper"]
 
 
 @dataclass
@@ -78,18 +61,17 @@ class BudgetGuard:
     held_back_by: str | None = None
     ended_search: str | None = None  # the cap for which the searcher said FINISHED
     stopped_trials: list[int] = field(default_factory=list)
-    spent_at_stop: Spent | None = None
+    spent_at_stop: Scenario | None = None
     suggested: set[str] = field(default_factory=set)  # trial ids let through, until they start
     # Trials stopped at a rung because going on to the next one would cross a cap, and
-    # the first cap that did it (tuples: a guard pickled before they existed reads these).
+    # the first cap that did it.
     held_at_rung: tuple[int, ...] = ()
     held_at_rung_by: str | None = None
     # The live forecast (sweeper/run/live_forecast.py): once the sweep has measured steps,
     # commitments are judged at the costliest config's figures corrected by them.
     live: object = None
-    # Those figures as they stood when Tune last saved the guard. A resumed sweep has no
-    # live forecast; judged at the calibration instead, its guard let in trials that took
-    # it past the cap on a machine slower than the calibration.
+    # Those figures as they stood when Tune last saved the guard: a resumed sweep, which
+    # has no live forecast, judges at them.
     saved_commit_timing: TrialTiming | None = None
 
     def __getstate__(self) -> dict:
@@ -99,18 +81,17 @@ class BudgetGuard:
 
     def commit_timing(self) -> TrialTiming:
         """What a trial's work to its next rung is judged at: the costliest config's
-        calibrated figures, corrected by the live estimate once the sweep measured steps
+        forecast figures, corrected by the live estimate once the sweep measured steps
         (in a resumed sweep, by what its earlier driver had measured)."""
-        live = getattr(self, "live", None)  # a guard pickled before the live forecast has none
-        if live is not None and live.measured.steps:
-            return live.costliest_timing()
-        return getattr(self, "saved_commit_timing", None) or self.timing
+        if self.live is not None and self.live.measured.steps:
+            return self.live.costliest_timing()
+        return self.saved_commit_timing or self.timing
 
-    def spent(self) -> Spent:
+    def spent(self) -> Scenario:
         trials = self.book.trials.values()
-        cost = self.rate.trial_cost(sum(t.wall_seconds for t in trials))
-        steps = sum(t.step for t in trials)
-        return Spent(cost.usd, (time.time() - self.book.started_at) / 3600, cost.accelerator_hours, steps)
+        seconds = sum(t.wall_seconds for t in trials)
+        cost = self.rate.trial_cost(seconds)
+        return Scenario(sum(t.step for t in trials), seconds, time.time() - self.book.started_at, cost.accelerator_hours, cost.usd)
 
     def caps(self) -> dict[str, float]:
         return self.budget.caps()
@@ -203,11 +184,9 @@ class BudgetGuard:
         seconds and steps, and the sweep's wall time running `wall_seconds` longer."""
         spent = self.spent()
         cost = self.rate.trial_cost(trial_seconds)
-        committed = Spent(
-            spent.usd + cost.usd,
-            spent.wall_hours + wall_seconds / 3600,
-            spent.accelerator_hours + cost.accelerator_hours,
-            spent.steps + steps,
+        committed = Scenario(
+            spent.steps + steps, spent.trial_seconds + trial_seconds, spent.wall_seconds + wall_seconds,
+            spent.accelerator_hours + cost.accelerator_hours, spent.usd + cost.usd,
         )
         return next((cap for cap, limit in self.caps().items() if committed.value(cap) > limit), None)
 
@@ -360,7 +339,7 @@ def make_guard(spec, plan, book, forecast, live=None) -> BudgetGuard | None:
     if spec.budget is None:
         return None
     # The costliest config's timing: commitments are judged on the safe side.
-    timing = forecast.costliest or forecast.timing
+    timing = forecast.costliest
     return BudgetGuard(
         budget=spec.budget,
         book=book,

@@ -108,9 +108,7 @@ def run_sweep(
     made_for_the_log = first_missing_folder(spec.sweep_dir)
     try:
         _setup_cluster_inputs_and_plan(context)
-        context.budget = SweepBudget.forecast_sweep(
-            context.plan, context.inputs, context.console, on_cluster=not starts_own_cluster(context.address)
-        )
+        context.budget = SweepBudget.forecast_sweep(context.plan, context.inputs, context.console)
     except BaseException:
         forget_warm_start_log(spec.sweep_dir, made_for_the_log)
         raise

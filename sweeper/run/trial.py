@@ -88,7 +88,6 @@ def run_trial(
     cache_root: str,
     trials_dir: str,
     worker_start_timeout_s: float,
-    train_loop=train_loop_per_worker,
 ) -> None:
     """Tune's function trainable: this trial's TorchTrainer, fitted until it finishes or
     Tune stops the trial. `config` holds the trial's sampled values (dotted path -> value),
@@ -97,8 +96,7 @@ def run_trial(
     `trials_dir`, from the driver: s3://bucket/prefix/trials or an absolute folder (the
     trial runs in Tune's working directory, where a relative sweep folder would resolve
     somewhere else, Ray's session folder). Its file system is resolved here, on the
-    trial's node, from that node's AWS variables. `train_loop`: what each worker runs
-    (another only where Ray's part of a trial is measured, sweeper/run/ray_part.py)."""
+    trial's node, from that node's AWS variables."""
     started_at = time.time()
     trial = trial_config.with_values(config)
     resources = trial.resources
@@ -107,7 +105,7 @@ def run_trial(
     if resources.gpus_per_worker:
         per_worker["GPU"] = resources.gpus_per_worker
     trainer = StoppableTorchTrainer(
-        train_loop_per_worker=train_loop,
+        train_loop_per_worker=train_loop_per_worker,
         train_loop_config={
             "trial": trial,
             "data": data,

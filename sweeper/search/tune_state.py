@@ -28,9 +28,25 @@ from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule
 
 from sweeper.cluster.ray_adapter import save_tune_state
 from sweeper.search.asha import PromotionASHA
-from sweeper.time_share import TimeShare
 
 __all__ = ["NewTrialsSavedFirst", "SavedPromotionASHA", "SavedASHAScheduler", "SavedMedianStoppingRule", "SavedFIFOScheduler"]
+
+
+class TimeShare:
+    """The time some work has taken since it was first done: work whose cost grows with the
+    sweep runs only while it has taken at most a share of the wall time since then."""
+
+    def __init__(self) -> None:
+        self.since: float | None = None  # when it was first done
+        self.spent = 0.0
+
+    def allows(self, share: float, now: float) -> bool:
+        return self.since is None or self.spent <= share * (now - self.since)
+
+    def add(self, started: float, ended: float) -> None:
+        if self.since is None:
+            self.since = started
+        self.spent += ended - started
 
 
 class NewTrialsSavedFirst:

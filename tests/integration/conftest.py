@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
-from sweeper.plan.machine_profile import PROFILES_ENV
 from tests.conftest import small_sweep, write_yaml
 from tests.integration import cli_process
 
@@ -44,7 +43,7 @@ CLI_ENV = {"COLUMNS": "200"}
 
 
 @pytest.fixture(scope="session", autouse=True)
-def cli_zygote(tmp_path_factory, machine_profiles_of_the_session):
+def cli_zygote(tmp_path_factory):
     """One process that imports the CLI's stack for the whole run and forks the tests'
     `sweep` commands from it (tests/integration/cli_process.py); SWEEPER_TESTS_FORK=0 runs
     each as a new interpreter instead."""
@@ -149,8 +148,7 @@ def finished_sweep(tmp_path_factory) -> FinishedSweep:
     raw = small_sweep("shared", search={"num_trials": 5, "seed": 3}, early_stopping={"startup_trials": 1},
                       cost={"calibrate": True})
     path = write_yaml(workdir / "shared.yaml", raw)
-    # Its machine profile in a folder of its own: the first sweep on this "machine".
-    result = run_cli("start", str(path), cwd=workdir, timeout=600, env={PROFILES_ENV: str(workdir / "machines")})
+    result = run_cli("start", str(path), cwd=workdir, timeout=600)
     return FinishedSweep(workdir, path, result, "shared")
 
 

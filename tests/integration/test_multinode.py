@@ -30,7 +30,6 @@ from pathlib import Path
 
 import pytest
 
-from sweeper.run.ray_part import MEASURING_TRIAL_PREFIX
 from tests.conftest import small_sweep, wait_for, write_yaml
 from tests.integration import cli_process
 from tests.integration.s3_server import S3Server, free_port, s3_server
@@ -95,15 +94,13 @@ class MultiNodeCluster:
 
     def train_workers(self) -> dict[str, str]:
         """Actor id -> node id of every Ray Train worker actor of a sweep's trials the
-        cluster has seen (dead ones too; no node id while one waits to be placed), not those
-        of the empty trials a calibrated `sweep start` measures Ray's part with first. By
+        cluster has seen (dead ones too; no node id while one waits to be placed). By
         id: the state API lists actors in no particular order, so "the ones after the first
         N" are not the new ones."""
         return dict(self.query(textwrap.dedent(f"""
             from ray.util.state import list_actors
             actors = list_actors(filters=[("class_name", "=", "RayTrainWorker")], detail=True, limit=10000)
-            print(json.dumps([(a.actor_id, a.node_id) for a in actors
-                              if not (a.repr_name or "").startswith({MEASURING_TRIAL_PREFIX!r})]))
+            print(json.dumps([(a.actor_id, a.node_id) for a in actors]))
         """)))
 
     def new_train_worker_nodes(self, seen_before: dict[str, str]) -> list[str]:

@@ -106,19 +106,16 @@ def test_dpo_under_zero2_zero3_and_fsdp_matches_ddp(tmp_path):
 
 
 def test_calibration_steps_deepspeed_and_fsdp_in_this_process():
-    """`sweep start` calibrates in its own process, which no launcher made part of a
+    """Calibration measures in a process (a Ray task) that no launcher made part of a
     process group; DeepSpeed's engine and FSDP step only inside one (a group of one here)."""
-    from sweeper.plan.calibrate import calibrate
+    from sweeper.plan.calibrate import first_workers_data, measure
     from sweeper.plan.inputs import prepare_inputs
     from sweeper.spec.load import validate_spec
     from trainables.models import BUILTIN_TINY_MODEL, DEFAULT_CACHE_ROOT, resolve_model_source
 
     source = resolve_model_source(BUILTIN_TINY_MODEL)
     for resources in ({"strategy": "deepspeed", "deepspeed": {"zero_stage": 3}}, {"strategy": "fsdp"}):
-        search = {"num_trials": 2, "parameters": {"lora.r": {"distribution": "categorical", "values": [4, 8]}}}
-        spec = validate_spec(small_sweep("c", resources={"workers_per_trial": 2, **resources}, search=search), base_dir=REPO)
-        data = prepare_inputs(spec, DEFAULT_CACHE_ROOT).data
-        calibration = calibrate(spec, data, source, on_cluster=False)
-        assert calibration.first.step_seconds > 0 and calibration.costliest.step_seconds > 0, resources
-        assert 0 < calibration.first.cpu_share <= 1.05, resources  # the loop's own train_cpu_share
-        assert "one worker of 2" in calibration.first.source
+        spec = validate_spec(small_sweep("c", resources={"workers_per_trial": 2, **resources}), base_dir=REPO)
+        data = first_workers_data(prepare_inputs(spec, DEFAULT_CACHE_ROOT).data, 2)
+        timing = measure(spec, data, source)
+        assert timing.step_seconds > 0 and timing.eval_seconds > 0 and timing.setup_seconds > 0, resources

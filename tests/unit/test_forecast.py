@@ -4,11 +4,11 @@ import pytest
 from typer.testing import CliRunner
 
 from sweeper.plan import calibrate as calibration
-from sweeper.plan.calibrate import costliest_overrides, mean_timing, side_by_side
+from sweeper.plan.calibrate import costliest_overrides, first_workers_data
 from sweeper.cli import app
 from sweeper.cost.architecture import parameter_count
 from sweeper.cost.throughput import PEAK_TFLOPS, UTILISATION, TrialTiming, modelled_timing
-from sweeper.plan.forecast import TrialAt, expected_ladder, forecast_sweep, remaining
+from sweeper.plan.forecast import forecast_sweep
 from sweeper.plan.rungs import evaluations_between
 from sweeper.plan.sweep_plan import ClusterResources, make_plan
 from sweeper.spec.load import validate_spec
@@ -16,11 +16,8 @@ from tests.conftest import REPO, small_sweep
 
 CPU_BOX = ClusterResources(cpus=2, gpus=0, max_node_cpus=2, max_node_gpus=0)
 GPU_BOX = ClusterResources(cpus=32, gpus=8, max_node_cpus=32, max_node_gpus=8)
-# 1 s per trial start, 0.1 s per step, 0.5 s per evaluation; no stop or turnaround time.
-TIMING = TrialTiming(
-    step_seconds=0.1, eval_seconds=0.5, setup_seconds=1.0, source="test", stop_seconds=0.0, turnaround_seconds=0.0,
-    cold_start_seconds=0.0,
-)
+# 1 s per trial start, 0.1 s per step, 0.5 s per evaluation.
+TIMING = TrialTiming(step_seconds=0.1, eval_seconds=0.5, setup_seconds=1.0, source="test")
 
 
 def spec_of(**sections):
@@ -51,8 +48,9 @@ def test_expected_case_trains_the_asha_ladder_and_worst_case_every_trial_to_max_
     # Each segment is a Train run: start + steps + evaluations.
     segments = [1.0 + 10 * 0.1 + 1 * 0.5, 1.0 + 20 * 0.1 + 2 * 0.5, 1.0 + 60 * 0.1 + 6 * 0.5]
     assert forecast.expected.trial_seconds == pytest.approx(10 * segments[0] + 3 * segments[1] + segments[2])
-    # Waves of 2 slots: 5 of the first rung, 2 of the second, 1 to the end.
-    assert forecast.expected.wall_seconds == pytest.approx(5 * segments[0] + 2 * segments[1] + segments[2])
+    # The trials' seconds over the 2 slots (more than one trial's climb of the ladder).
+    assert forecast.expected.wall_seconds == pytest.approx(forecast.expected.trial_seconds / 2)
+    assert forecast.expected.wall_seconds > sum(segments)
     full = 1.0 + 90 * 0.1 + 9 * 0.5
     assert forecast.worst.trial_seconds == pytest.approx(10 * full)
     assert forecast.worst.wall_seconds == pytest.approx(5 * full)
@@ -71,27 +69,20 @@ def test_a_startup_trial_climbs_the_ladder_in_one_train_run():
 def test_cost_is_trial_seconds_times_accelerators_times_price():
     spec = quickstart_like(resources={"workers_per_trial": 2, "cpus_per_worker": 1}, cost={"usd_per_hour": 3.6})
     forecast = forecast_sweep(make_plan(spec, CPU_BOX), TIMING)
-    assert forecast.slots == 1 and forecast.accelerators_per_trial == 2
+    assert forecast.slots == 1 and forecast.rate.accelerators_per_trial == 2
     assert forecast.expected.accelerator_hours == pytest.approx(forecast.expected.trial_seconds / 3600 * 2)
     assert forecast.expected.usd == pytest.approx(forecast.expected.accelerator_hours * 3.6)
     # One slot: the wall time is every trial one after the other.
     assert forecast.worst.wall_seconds == pytest.approx(forecast.worst.trial_seconds)
 
 
-def test_the_first_wave_starts_cold():
-    plan = make_plan(quickstart_like(), CPU_BOX)
-    cold = TrialTiming(0.1, 0.5, 1.0, "test", stop_seconds=0.0, turnaround_seconds=0.0, cold_start_seconds=3.0)
-    plain, slow = forecast_sweep(plan, TIMING), forecast_sweep(plan, cold)
-    assert slow.expected.trial_seconds == pytest.approx(plain.expected.trial_seconds + 2 * 3.0)  # 2 slots
-    assert slow.expected.wall_seconds == pytest.approx(plain.expected.wall_seconds + 3.0)
-
-
-def test_a_slot_turnaround_lengthens_the_wall_time_but_costs_nothing():
-    plan = make_plan(quickstart_like(), CPU_BOX)
-    with_turnaround = TrialTiming(0.1, 0.5, 1.0, "test", stop_seconds=0.0, turnaround_seconds=2.0, cold_start_seconds=0.0)
-    plain, slow = forecast_sweep(plan, TIMING), forecast_sweep(plan, with_turnaround)
-    assert slow.expected.usd == pytest.approx(plain.expected.usd)
-    assert slow.expected.wall_seconds == pytest.approx(plain.expected.wall_seconds + (5 + 2 + 1) * 2.0)
+def test_the_wall_time_is_never_less_than_one_trials_climb_of_the_ladder():
+    """More slots than trials: the sweep lasts as long as its longest trial."""
+    spec = quickstart_like(search={"num_trials": 3})
+    forecast = forecast_sweep(make_plan(spec, ClusterResources(cpus=8, gpus=0, max_node_cpus=8, max_node_gpus=0)), TIMING)
+    assert forecast.ladder == [(10, 3), (30, 1), (90, 1)] and forecast.slots == 3
+    climb = (1.0 + 10 * 0.1 + 0.5) + (1.0 + 20 * 0.1 + 2 * 0.5) + (1.0 + 60 * 0.1 + 6 * 0.5)
+    assert forecast.expected.wall_seconds == pytest.approx(climb)
 
 
 @pytest.mark.parametrize("scheduler", ["none", "median"])
@@ -114,7 +105,7 @@ def test_rays_asha_is_assumed_to_follow_the_ladder_with_one_start_per_trial():
 
 def test_worst_case_uses_the_costliest_config_and_expected_the_mean():
     plan = make_plan(quickstart_like(), CPU_BOX)
-    costly = TrialTiming(0.3, 0.5, 1.0, "test", stop_seconds=0.0, turnaround_seconds=0.0, cold_start_seconds=0.0)
+    costly = TrialTiming(0.3, 0.5, 1.0, "test")
     forecast = forecast_sweep(plan, TIMING, costly)
     assert forecast.timing.step_seconds == pytest.approx(0.2)
     assert forecast.worst.trial_seconds == pytest.approx(10 * (1.0 + 90 * 0.3 + 9 * 0.5))
@@ -164,48 +155,9 @@ def test_costliest_config_takes_the_highest_cost_parameters():
     assert costliest_overrides(spec) == {"lora.r": 16, "training.per_device_batch_size": 8}
 
 
-def test_calibration_runs_as_many_copies_as_the_sweep_runs_workers_at_once_on_a_node():
-    # The quickstart on the 2-core machine: 2 trials of 1 worker side by side.
-    assert side_by_side(make_plan(quickstart_like(), CPU_BOX), CPU_BOX) == 2
-    # One trial at a time is timed alone.
-    assert side_by_side(make_plan(quickstart_like(search={"max_concurrent_trials": 1}), CPU_BOX), CPU_BOX) == 1
-    # Two DDP workers of one trial share the machine as two trials would.
-    assert side_by_side(make_plan(quickstart_like(resources={"workers_per_trial": 2}), CPU_BOX), CPU_BOX) == 2
-    # GPU trials: 8 at once over two 4-GPU nodes; a node holds 4 of them, each on its own
-    # GPU, so 4 copies (each with a GPU), not 8 on one GPU.
-    gpu = quickstart_like(resources={"use_gpu": True, "gpus_per_worker": 1, "cpus_per_worker": 2})
-    two_nodes = ClusterResources(cpus=64, gpus=8, max_node_cpus=32, max_node_gpus=4)
-    assert make_plan(gpu, two_nodes).concurrent_trials == 8
-    assert side_by_side(make_plan(gpu, two_nodes), two_nodes) == 4
-    # A node's CPUs can be what limits it.
-    assert side_by_side(make_plan(gpu, ClusterResources(cpus=8, gpus=8, max_node_cpus=4, max_node_gpus=8)),
-                        ClusterResources(cpus=8, gpus=8, max_node_cpus=4, max_node_gpus=8)) == 2
-
-
-def test_the_copies_timing_is_their_mean():
-    timings = [TrialTiming(0.03, 0.2, 1.0, "a"), TrialTiming(0.05, 0.4, 2.0, "b")]
-    mean = mean_timing(timings)
-    assert (mean.step_seconds, mean.eval_seconds, mean.setup_seconds) == pytest.approx((0.04, 0.3, 1.5))
-
-
-def test_calibrate_side_by_side_in_processes_only_when_the_sweep_runs_workers_side_by_side(monkeypatch):
-    spec = quickstart_like()
-    alone, beside = TrialTiming(0.03, 0.2, 1.0, ""), TrialTiming(0.06, 0.4, 2.0, "")
-    monkeypatch.setattr(calibration, "_calibrate_here", lambda *args, **kwargs: (alone, alone))
-    monkeypatch.setattr(
-        calibration, "_calibrate_in_processes", lambda *args: [(alone, alone), *[(beside, beside)] * (args[-1] - 1)]
-    )
-    one = calibration.calibrate(spec, {}, "model", on_cluster=False, copies=1)
-    assert one.first.step_seconds == 0.03 and one.copies == 1 and "side by side" not in one.first.source
-    two = calibration.calibrate(spec, {}, "model", on_cluster=False, copies=2)
-    assert two.first.step_seconds == pytest.approx(0.045) and two.costliest.eval_seconds == pytest.approx(0.3)
-    assert "2 copies side by side" in two.first.source
-
-
-def test_a_copy_timing_one_worker_of_several_evaluates_that_workers_share_of_the_eval_split(monkeypatch):
-    """Each of a trial's workers evaluates its own share of the eval split; a calibration copy
-    that evaluated the whole split forecast two-worker sweeps' evaluations 1.1-1.7x too long
-    (their measured eval ratios: 0.58-0.92, benchmarks/README.md)."""
+def test_a_calibration_timing_one_worker_of_several_evaluates_that_workers_share_of_the_eval_split():
+    """Each of a trial's workers evaluates its own share of the eval split: so does the
+    calibration that times one of them."""
     import torch
 
     from trainables.common import Workers, shard_batches
@@ -215,12 +167,9 @@ def test_a_copy_timing_one_worker_of_several_evaluates_that_workers_share_of_the
         return TokenizedSplit([[row, row] for row in range(rows)], [[-100, row] for row in range(rows)])
 
     given = []
-    monkeypatch.setattr(calibration, "_calibrate_here", lambda spec_json, data, *rest: given.append(data) or (None, None))
-    monkeypatch.setattr(calibration, "mean_timing", lambda timings: TrialTiming(0.03, 0.2, 1.0, ""))
     train, eval_ = split(8), split(7)
     for workers in (1, 2, 3):
-        spec = quickstart_like(resources={"workers_per_trial": workers})
-        calibration.calibrate(spec, {"train": train, "eval": eval_}, "model", on_cluster=False, copies=1)
+        given.append(first_workers_data({"train": train, "eval": eval_}, workers))
         first_worker = Workers(rank=0, world_size=workers, device=torch.device("cpu"))
         evaluated = [row for batch in shard_batches(7, 2, first_worker) for row in batch]
         assert given[-1]["train"] is train  # micro-batches of the same size either way
@@ -229,14 +178,13 @@ def test_a_copy_timing_one_worker_of_several_evaluates_that_workers_share_of_the
     assert [len(data["eval"]) for data in given] == [7, 4, 3]
 
     pairs = PreferenceSplit(split(5), split(5))
-    spec = quickstart_like(resources={"workers_per_trial": 2})
-    calibration.calibrate(spec, {"train": pairs, "eval": pairs}, "model", on_cluster=False, copies=1)
+    given.append(first_workers_data({"train": pairs, "eval": pairs}, 2))
     assert given[-1]["eval"].chosen.input_ids == given[-1]["eval"].rejected.input_ids == [[0, 0], [2, 2], [4, 4]]
 
 
 def test_measure_times_the_second_interval_of_steps_in_a_row_from_a_common_start(monkeypatch):
-    """Two intervals of MEASURED_STEPS steps: the first warms up; copies meet before the
-    second; its training time / steps is the step, the rest of the gap the evaluation."""
+    """Two intervals of MEASURED_STEPS steps: the first warms up; the second's training
+    time / steps is the step, the rest of the gap the evaluation."""
     steps = calibration.MEASURED_STEPS
     clock, events = [100.0], []
     monkeypatch.setattr(calibration.time, "time", lambda: clock[0])
@@ -247,20 +195,17 @@ def test_measure_times_the_second_interval_of_steps_in_a_row_from_a_common_start
         report({"train_tokens": 1000, "tokens_per_second": 1000 / 1.5, "setup_seconds": 1.2}, None)
         events.append("second interval")
         clock[0] += steps * 0.05 + 0.3  # steps of 50 ms, then a 300 ms evaluation
-        report({"train_tokens": 1000, "tokens_per_second": 1000 / (steps * 0.05), "setup_seconds": 1.2,
-                "train_cpu_share": 0.97}, None)
+        report({"train_tokens": 1000, "tokens_per_second": 1000 / (steps * 0.05), "setup_seconds": 1.2}, None)
 
     monkeypatch.setattr(calibration, "run_training", fake_training)
     # Startup trials and a rung spacing set in the YAML do not stop the calibration run (scheduler
     # none) from validating.
     spec = quickstart_like(early_stopping={"startup_trials": 2, "rung_spacing": 4})
-    timing = calibration.measure(spec, {}, "model", ready=lambda: events.append("ready"))
-    assert events == ["ready", "second interval"]
+    timing = calibration.measure(spec, {}, "model")
+    assert events == ["second interval"]
     assert timing.step_seconds == pytest.approx(0.05) and timing.eval_seconds == pytest.approx(0.3)
     # The loop's setup runs to the end of the first step: a steady step is taken off.
     assert timing.setup_seconds == pytest.approx(1.2 - 0.05 + calibration.RAY_TRIAL_START_SECONDS)
-    # The thread's share of a core in the measured interval, for Ray's part to compare with.
-    assert timing.cpu_share == 0.97
 
 
 def test_a_step_of_many_micro_batches_is_timed_at_a_few_and_scaled(monkeypatch):
@@ -297,7 +242,7 @@ def test_sweep_plan_without_calibration_prints_the_forecast(tmp_path):
 def test_sweep_plan_of_a_gpu_sweep_sizes_against_the_cluster_address_free():
     spec = validate_spec(small_sweep("g", resources={"use_gpu": True, "gpus_per_worker": 1}), base_dir=REPO)
     forecast = forecast_sweep(make_plan(spec, GPU_BOX), TIMING)
-    assert forecast.accelerator == "a100-80gb" and forecast.slots == 4  # 4 trials, 8 GPUs
+    assert forecast.rate.accelerator == "a100-80gb" and forecast.slots == 4  # 4 trials, 8 GPUs
 
 
 def test_report_shows_the_forecast_beside_the_actual_and_the_budget_cut():
@@ -320,10 +265,9 @@ def test_sweep_start_with_cost_calibrate_false_forecasts_from_the_throughput_mod
         raise AssertionError("calibrated although cost.calibrate is false")
 
     monkeypatch.setattr(calibrate_module, "calibrate", no_calibration)
-    monkeypatch.setattr(ClusterResources, "from_ray", classmethod(lambda cls: CPU_BOX))
     spec = validate_spec(small_sweep("m", cost={"calibrate": False}), base_dir=REPO)
     console = Console(record=True, width=200)
-    budget = SweepBudget.forecast_sweep(make_plan(spec, CPU_BOX), object(), console, on_cluster=False)
+    budget = SweepBudget.forecast_sweep(make_plan(spec, CPU_BOX), object(), console)
     assert "throughput model" in budget.forecast.timing.source
     assert "throughput model" in console.export_text()
     default = small_sweep("d")
@@ -387,23 +331,3 @@ def test_sweep_plan_says_what_a_budget_buys(tmp_path):
     assert result.exit_code == 0, result.output
     assert "trials until budget.max_steps: 200" in result.output
     assert "Budget buys: about" in result.output and "budget.max_steps ends it" in result.output
-
-
-def test_a_trial_training_alone_runs_at_the_alone_ratio_and_full_slots_do_not():
-    from dataclasses import replace
-
-    plan = make_plan(quickstart_like(), CPU_BOX)  # 2 slots, 10 trials, top segment 30 -> 90 for 1
-    ladder, _, restarts = expected_ladder(plan)
-    rest = 10 * TIMING.step_seconds + 1 * TIMING.eval_seconds  # step 80 -> 90, one evaluation
-    ranked = [TrialAt(30, False)] * 2 + [TrialAt(10, False)] * 7  # every rung's trials have reached it
-    alone = [TrialAt(80, True), *ranked]
-    as_fast = remaining(plan, TIMING, ladder, restarts, alone)
-    faster = remaining(plan, replace(TIMING, alone_ratio=0.8), ladder, restarts, alone)
-    assert as_fast.wall_seconds == pytest.approx(rest)
-    assert faster.wall_seconds == pytest.approx(0.8 * rest)
-    assert faster.trial_seconds == pytest.approx(0.8 * as_fast.trial_seconds)
-    # Both slots busy to the end: the ratio changes nothing.
-    beside = [TrialAt(80, True), TrialAt(80, True), *ranked[1:]]
-    assert remaining(plan, replace(TIMING, alone_ratio=0.8), ladder, restarts, beside).wall_seconds == pytest.approx(
-        remaining(plan, TIMING, ladder, restarts, beside).wall_seconds
-    )

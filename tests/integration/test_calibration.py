@@ -1,0 +1,37 @@
+"""Calibration runs where the sweep's trials run: in Ray tasks holding one worker's
+resources (a GPU each for a GPU sweep), never in the driver, which never initialises CUDA.
+On this CPU machine the GPU is a logical resource of the local cluster (`num_gpus=1`)."""
+
+import os
+
+import pytest
+
+from tests.conftest import REPO, small_sweep
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_gpu_sweeps_calibration_runs_in_ray_workers_with_a_gpu_each_and_the_driver_never_touches_cuda():
+    import ray
+    import torch
+
+    from sweeper.plan.calibrate import calibrate
+    from sweeper.plan.inputs import prepare_inputs
+    from sweeper.spec.load import validate_spec
+    from trainables.models import DEFAULT_CACHE_ROOT
+
+    search = {"num_trials": 2, "parameters": {"lora.r": {"distribution": "categorical", "values": [4, 8]}}}
+    raw = small_sweep("gpu-calibration", resources={"use_gpu": True, "gpus_per_worker": 1}, search=search)
+    spec = validate_spec(raw, base_dir=REPO)
+    inputs = prepare_inputs(spec, DEFAULT_CACHE_ROOT)
+    assert not ray.is_initialized()
+    ray.init(address="local", num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False)
+    try:
+        calibration = calibrate(spec, inputs.data, inputs.model_source)
+    finally:
+        ray.shutdown()
+    # Both configurations measured, each in a Ray worker process, none in this one.
+    assert len(calibration.worker_pids) == 2 and os.getpid() not in calibration.worker_pids
+    assert calibration.first.step_seconds > 0 and calibration.costliest.step_seconds > 0
+    assert "in a Ray task with one worker's resources" in calibration.first.source
+    assert not torch.cuda.is_initialized()
