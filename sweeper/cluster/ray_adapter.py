@@ -33,10 +33,6 @@ Ray Train (a trial's TorchTrainer, sweeper/run/trial.py):
   live table, MLflow and `sweep status`.
 - `tune_stop_event` is the event Tune sets when it stops a function trial; Tune offers
   no public handle to it.
-Ray core (the warm-start fork server, sweeper/cluster/fork_server.py):
-- `RAY_TRAIN_WORKER_MODULES`: Train's worker-side modules, preloaded in the server.
-- `actor_class_ids_from_urandom` and `ids_differ_in_forks`: Ray's ID generator and the
-  ActorClassIDs drawn at import, which forks of one process must not share.
 Ray Tune (`sweep resume`, sweeper/run/launch.py and sweeper/search/asha.py):
 - `restore_tuner`: `Tuner.restore` takes no callbacks and does not hand out the
   scheduler, searcher and stopper it restores; it brings back the first driver's
@@ -78,9 +74,7 @@ Ray client (joining a cluster, sweeper/cluster/connect.py):
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import os
 import threading
 
 __all__ = [
@@ -89,9 +83,6 @@ __all__ = [
     "workers_never_started",
     "tune_stop_event",
     "tune_trial_number",
-    "RAY_TRAIN_WORKER_MODULES",
-    "actor_class_ids_from_urandom",
-    "ids_differ_in_forks",
     "restore_tuner",
     "save_tune_state",
     "hold_restored_trial",
@@ -273,57 +264,6 @@ def tune_trial_number(trial) -> int:
     and appends nothing ("2")."""
     counter, _, values = trial.experiment_tag.partition("_")
     return int(counter) + (0 if values else 1)
-
-
-# ---------------------------------------------------------------- Ray core
-
-# What a Train worker process imports besides ray.train.torch: preloaded in the warm
-# server, a forked worker starts without importing them.
-RAY_TRAIN_WORKER_MODULES = (
-    "ray.train.v2._internal.execution.worker_group.worker",
-    "ray.train.v2._internal.execution.checkpoint.sync_actor",
-)
-
-
-@contextlib.contextmanager
-def actor_class_ids_from_urandom():
-    """While this is entered, `@ray.remote` classes draw their ActorClassID from
-    os.urandom instead of Ray's C++ ID generator, which seeds itself on its first draw:
-    imported in a fork server, Ray Train, Tune and Data define several classes, and forks
-    of a server whose generator is seeded all draw the same IDs after (seen: two trials'
-    Train runs got one placement group). Unseeded, each fork seeds its own."""
-    import ray.actor
-    from ray._raylet import ActorClassID
-
-    class UrandomActorClassID:
-        @staticmethod
-        def from_random():
-            return ActorClassID(os.urandom(ActorClassID.size()))
-
-    ray.actor.ActorClassID = UrandomActorClassID
-    try:
-        yield
-    finally:
-        ray.actor.ActorClassID = ActorClassID
-
-
-def ids_differ_in_forks() -> bool:
-    """Whether two forks of this process draw different random Ray IDs (they do unless
-    something seeded Ray's generator in this process before forking)."""
-    from ray._raylet import JobID, PlacementGroupID
-
-    drawn = []
-    for _ in range(2):
-        read_end, write_end = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            os.write(write_end, PlacementGroupID.of(JobID.from_int(1)).binary())
-            os._exit(0)
-        os.waitpid(pid, 0)
-        drawn.append(os.read(read_end, 64))
-        os.close(read_end)
-        os.close(write_end)
-    return drawn[0] != drawn[1]
 
 
 # ---------------------------------------------------------------- Ray Tune

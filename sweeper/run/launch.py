@@ -18,7 +18,7 @@ from rich.markup import escape
 
 from sweeper.cluster import storage
 from sweeper.cluster.connect import (
-    LOCAL_CLUSTER, check_address, job_metadata, start_ray, start_warm_server, starts_own_cluster,
+    LOCAL_CLUSTER, check_address, job_metadata, start_ray, starts_own_cluster,
 )
 from sweeper.cost.prices import SweepCost
 from sweeper.errors import UserError
@@ -29,9 +29,6 @@ from sweeper.run.janitor import AdapterJanitor
 from sweeper.run.sweep_dir import (
     DRIVER_LOG,
     DRIVER_PID_FILE,
-    WARM_START_LOG,
-    first_missing_folder,
-    forget_warm_start_log,
     prepare_sweep_dir,
     publish_sweep_files,
     refuse_existing_sweep,
@@ -97,15 +94,10 @@ def run_sweep(
     refuse_existing_sweep(spec, overwrite)
     warm_start = read_warm_start(spec)
     _print_warm_start(warm_start, context.console)
-    made_for_the_log = first_missing_folder(spec.sweep_dir)
-    try:
-        _setup_cluster_inputs_and_plan(context)
-        context.budget = SweepBudget.forecast_sweep(
-            context.plan, context.inputs, context.console, on_cluster=not starts_own_cluster(context.address)
-        )
-    except BaseException:
-        forget_warm_start_log(spec.sweep_dir, made_for_the_log)
-        raise
+    _setup_cluster_inputs_and_plan(context)
+    context.budget = SweepBudget.forecast_sweep(
+        context.plan, context.inputs, context.console, on_cluster=not starts_own_cluster(context.address)
+    )
     sweep_dir = prepare_sweep_dir(spec, overwrite)
     context.inputs.tokenizer.save_pretrained(sweep_dir / "tokenizer")
     publish_sweep_files(spec)
@@ -231,26 +223,17 @@ def _setup_cluster_inputs_and_plan(context: SweepContext) -> None:
     )
 
     spec, console = context.spec, context.console
-    check_address(context.address)  # seconds, before the data and the warm-start server's minutes
+    check_address(context.address)  # seconds, before the data is tokenized
     context.tracking_uri = resolve_tracking_uri(spec.tracking.uri)
     check_tracking_uri(context.tracking_uri)
     check_tracking_writable(context.tracking_uri)
     if storage.is_remote(spec.storage_uri):
         storage.check_writable(spec.storage_uri)
-    # Started first: the warm-start server imports torch while the data is tokenized.
-    warm_server = start_warm_server(context.address, spec.sweep_dir / WARM_START_LOG, spec.resources.use_gpu)
-    try:
-        context.inputs = prepare_inputs(spec, context.cache_root)
-    except BaseException:
-        if warm_server:
-            warm_server.stop()
-        raise
+    context.inputs = prepare_inputs(spec, context.cache_root)
     # The storage's endpoint and region travel with the job (a node started before they
     # were set would write elsewhere); credentials never do.
     travelling = storage.travelling_settings(spec.storage_uri, os.environ)
-    _, context.dashboard_url = start_ray(
-        context.address, warm_server, job_metadata(spec, context.tracking_uri), env_vars=travelling
-    )
+    _, context.dashboard_url = start_ray(context.address, job_metadata(spec, context.tracking_uri), env_vars=travelling)
     if not starts_own_cluster(context.address):
         import ray
 

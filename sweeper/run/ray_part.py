@@ -302,26 +302,23 @@ def measure_ray_part(plan: SweepPlan) -> RayPart | None:
 
 def measure_ray_part_for_plan(plan: SweepPlan, address: str | None) -> RayPart | None:
     """`sweep plan`'s measure, as `sweep start` would take it: on the cluster joined
-    (`address`), else on a local cluster started for it as `sweep start` starts one (with
-    the warm-start server its trials' workers fork from) and stopped again. Without it a
+    (`address`), else on a local cluster started for it as `sweep start` starts one and
+    stopped again. Without it a
     newcomer's first plan took Ray's part from constants measured on one 2-core machine."""
     import ray
 
-    from sweeper.cluster.connect import LOCAL_CLUSTER, start_ray, start_warm_server, stop_local_cluster
+    from sweeper.cluster.connect import LOCAL_CLUSTER, start_ray, stop_local_cluster
 
     if address or ray.is_initialized():
         return measure_ray_part(plan)
-    warm_server = start_warm_server(LOCAL_CLUSTER, None, plan.spec.resources.use_gpu)
     try:
-        start_ray(LOCAL_CLUSTER, warm_server, metadata={"job_name": f"{plan.spec.name} (sweep plan)"})
+        start_ray(LOCAL_CLUSTER, metadata={"job_name": f"{plan.spec.name} (sweep plan)"})
         return measure_ray_part(plan)
     except Exception as error:  # as in measure_ray_part: the plan keeps the constants and says so
         logger.warning("Ray's part of a trial was not measured: %s", error)
         return None
     finally:
         stop_local_cluster()
-        if warm_server:
-            warm_server.stop()
 
 
 def measuring_trial_name(trial) -> str:

@@ -1,5 +1,5 @@
 """The parts of sweeper/cluster/ray_adapter.py that can be checked without a Ray cluster:
-what the trial's TorchTrainer is, Ray's ID generator in forks, Tune's trial numbers, and the
+what the trial's TorchTrainer is, Tune's trial numbers, and the
 labelled worker group. tests/integration/test_ray_adapter.py checks the rest against a real
 cluster, the stop logic of a trial's TorchTrainer among it."""
 
@@ -25,26 +25,6 @@ def test_importing_the_adapter_loads_neither_ray_nor_torch():
     code = "import sys, sweeper.cluster.ray_adapter; print(sorted({'ray', 'torch', 'mlflow'} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=os.environ)
     assert out.stdout.strip() == "[]"
-
-
-def test_forks_draw_their_own_ray_ids_after_classes_are_defined_under_the_guard():
-    """What the warm server relies on: classes defined while the guard is entered leave
-    Ray's generator unseeded, so each fork seeds its own; a draw before forking seeds it,
-    and forks then repeat each other's IDs (the probe must notice)."""
-    code = """
-import ray
-from sweeper.cluster import ray_adapter
-with ray_adapter.actor_class_ids_from_urandom():
-    @ray.remote
-    class A:
-        pass
-print(ray_adapter.ids_differ_in_forks())
-from ray._raylet import JobID, PlacementGroupID
-PlacementGroupID.of(JobID.from_int(1))
-print(ray_adapter.ids_differ_in_forks())
-"""
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=os.environ)
-    assert out.stdout.split() == ["True", "False"]
 
 
 def test_the_address_file_is_where_ray_start_records_its_head(tmp_path, monkeypatch):

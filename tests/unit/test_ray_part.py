@@ -255,13 +255,11 @@ def test_a_plan_whose_local_cluster_will_not_start_keeps_the_constants_and_leave
     from sweeper.run import ray_part
 
     ended = []
-    server = SimpleNamespace(stop=lambda: ended.append("warm-start server"))
 
     def refuse(*args, **kwargs):
         raise RuntimeError("the dashboard's port is taken")
 
-    monkeypatch.setattr(connect, "start_warm_server", lambda *args: server)
     monkeypatch.setattr(connect, "start_ray", refuse)
     monkeypatch.setattr(connect, "stop_local_cluster", lambda: ended.append("ray"))
     assert ray_part.measure_ray_part_for_plan(PLAN, address=None) is None
-    assert ended == ["ray", "warm-start server"]
+    assert ended == ["ray"]
