@@ -183,6 +183,9 @@ def start_ray(address: str, metadata: dict[str, str] | None = None, env_vars: di
         set_auth_mode_before_ray_loads()
     import ray
 
+    from sweeper.driver_log import route_ray_logger
+
+    route_ray_logger()  # Ray's notes as it starts go where the driver's log goes
     if ray.is_initialized():
         return ray.get_runtime_context(), None
     if joining:
@@ -250,17 +253,12 @@ def token_to_a_cluster_without_auth(address: str) -> str:
 
 
 def stop_local_cluster() -> None:
-    """`ray.shutdown` (nothing if Ray is down: a cluster joined is only left), with the
-    autoscaler monitor of a local cluster this process started killed first (a second
-    sooner: sweeper/cluster/ray_adapter.py). At exit this runs before Ray's own hook, which then finds Ray down and
-    skips the half second it waits for workers' last log lines (this driver asks for none:
-    log_to_driver=False)."""
+    """`ray.shutdown` (nothing if Ray is down: a cluster joined is only left). At exit
+    this runs before Ray's own hook, which then finds Ray down and skips the half second
+    it waits for workers' last log lines (this driver asks for none: log_to_driver=False)."""
     import ray
 
-    from sweeper.cluster.ray_adapter import end_autoscaler_monitor
-
     if ray.is_initialized():
-        end_autoscaler_monitor()
         ray.shutdown()
 
 

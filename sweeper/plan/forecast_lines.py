@@ -8,7 +8,7 @@ from sweeper.cost.throughput import RAY_TRIAL_START_SECONDS
 from sweeper.plan.forecast import Forecast
 from sweeper.views import usd
 
-__all__ = ["forecast_lines", "spread_line", "measured_line"]
+__all__ = ["forecast_lines", "forecast_summary", "spread_line", "measured_line"]
 
 
 def _duration(seconds: float) -> str:
@@ -51,6 +51,18 @@ def forecast_lines(forecast: Forecast, unit: str) -> list[str]:
     lines += [spread_line(forecast), measured_line(forecast)]
     lines += forecast.notes
     return lines
+
+
+def forecast_summary(forecast: Forecast) -> str:
+    """The forecast in one line (what `sweep start` shows; `forecast_lines` has the rest)."""
+    t, expected, worst = forecast.timing, forecast.expected, forecast.worst
+    source = "calibrated" if forecast.measured_copies else "throughput model"
+    return (
+        f"Forecast: {_duration(expected.wall_seconds)}, {usd(expected.usd)} expected "
+        f"({_duration(worst.wall_seconds)}, {usd(worst.usd)} without early stopping); "
+        f"{t.step_seconds * 1000:.0f} ms a step, {t.eval_seconds * 1000:.0f} ms an evaluation, "
+        f"{t.setup_seconds:.1f} s a trial start ({source})"
+    )
 
 
 def spread_line(forecast: Forecast) -> str:

@@ -36,7 +36,7 @@ class SweepBudget:
             plan, ClusterResources.from_ray(), measured, on_cluster=on_cluster,
             measure_ray_part=lambda: measure_ray_part(plan),
         )
-        print_forecast(forecast, plan.spec, console)
+        print_forecast(forecast, plan.spec, console, brief=True)
         return cls(plan.spec, plan, forecast)
 
     def attach(self, book, tracker) -> None:

@@ -8,6 +8,7 @@ Every step reads and fills one `SweepContext`."""
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import time
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
+from sweeper import driver_log
 from sweeper.cluster import storage
 from sweeper.cluster.connect import (
     LOCAL_CLUSTER, check_address, job_metadata, start_ray, starts_own_cluster,
@@ -38,6 +40,8 @@ from sweeper.run.sweep_dir import (
 from sweeper.spec.schema import SweepSpec, trials_text
 from sweeper.track.book import SweepBook
 from trainables.models import DEFAULT_CACHE_ROOT
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["SweepRun", "run_sweep", "resume_sweep", "trainable_name", "trial_name"]
 
@@ -95,10 +99,12 @@ def run_sweep(
     warm_start = read_warm_start(spec)
     _print_warm_start(warm_start, context.console)
     _setup_cluster_inputs_and_plan(context)
+    _print_sweep(context)
     context.budget = SweepBudget.forecast_sweep(
         context.plan, context.inputs, context.console, on_cluster=not starts_own_cluster(context.address)
     )
     sweep_dir = prepare_sweep_dir(spec, overwrite)
+    driver_log.write_to(sweep_dir / DRIVER_LOG)
     context.inputs.tokenizer.save_pretrained(sweep_dir / "tokenizer")
     publish_sweep_files(spec)
     _setup_tracker(context)
@@ -108,6 +114,7 @@ def run_sweep(
     def new_tuner(trainable, callbacks):
         from ray import tune
 
+        from sweeper.cluster.ray_adapter import reuse_trial_actors
         from sweeper.search.searcher import make_search
 
         search_alg, scheduler, max_concurrent_trials = make_search(context.plan, sweep_dir, warm_start)
@@ -122,7 +129,7 @@ def run_sweep(
                 max_concurrent_trials=max_concurrent_trials,
                 # A trial's actor runs the next trial (run_trial aborts its Train run
                 # when Tune stops it), instead of a new process importing torch per trial.
-                reuse_actors=True,
+                reuse_actors=reuse_trial_actors(),
                 trial_name_creator=functools.partial(trial_name, spec.name),
             ),
             run_config=tune.RunConfig(
@@ -154,12 +161,14 @@ def resume_sweep(
     context = SweepContext(spec, address or LOCAL_CLUSTER, console or Console(), cache_root)
     refuse_if_read_only(sweep_dir)
     refuse_if_running(spec)
+    driver_log.write_to(sweep_dir / DRIVER_LOG)
     experiment = storage.join(spec.storage_uri, "tune")
     if not storage.exists(storage.join(experiment, "tuner.pkl")):
         raise UserError(
             f"NAME: {experiment} has no Tune experiment to resume; start it again with sweep start --overwrite"
         )
     _setup_cluster_inputs_and_plan(context)
+    _print_sweep(context)
     # No forecast of its own: the first driver logged it. The caps come back with the searcher.
     context.budget = SweepBudget(context.spec, context.plan, forecast=None)
     _setup_tracker(context)
@@ -256,14 +265,6 @@ def _setup_cluster_inputs_and_plan(context: SweepContext) -> None:
     context.plan = make_plan(spec, cluster)
     context.hardware = hardware_description(cluster)
     check_before_launch(spec, console)
-    if context.dashboard_url:
-        # Ray 2.60 clusters ask for a token (on by default for local ones).
-        console.print(
-            f"Ray dashboard: {context.dashboard_url} (job {spec.name!r}; log in with the token that "
-            "`ray get-auth-token` prints)", highlight=False, soft_wrap=True,
-        )
-    else:
-        console.print("Ray dashboard: not available")
 
 
 def _setup_tracker(context: SweepContext) -> None:
@@ -287,9 +288,9 @@ def _trainable(context: SweepContext):
     timeout_s = worker_start_timeout(
         spec.resources.worker_start_timeout_s, forecast.timing.setup_seconds if forecast else None
     )
-    context.console.print(
-        f"A trial whose workers are not placed and started within {timeout_s:.0f} s fails, saying why "
-        "(resources.worker_start_timeout_s)", highlight=False,
+    logger.info(
+        "A trial whose workers are not placed and started within %.0f s fails, saying why "
+        "(resources.worker_start_timeout_s)", timeout_s,
     )
     trainable = tune.with_parameters(
         run_trial,
@@ -306,6 +307,10 @@ def _trainable(context: SweepContext):
     return trainable
 
 
+# Ray Tune's documented switch between its new output engine and the legacy reporter.
+TUNE_NEW_OUTPUT_ENV = "RAY_AIR_NEW_OUTPUT"
+
+
 def _fit_and_finish(context: SweepContext, make_tuner, extra_callbacks: list) -> SweepRun:
     """Run the tuner with the driver callback (the book, then MLflow tracking, the adapter
     janitor and the terminal table; `extra_callbacks` after it); close every MLflow run
@@ -318,12 +323,7 @@ def _fit_and_finish(context: SweepContext, make_tuner, extra_callbacks: list) ->
     from sweeper.track.console import LiveTable
 
     spec, plan, book, tracker, console = context.spec, context.plan, context.book, context.tracker, context.console
-    console.print(
-        f"Sweep {spec.name!r}: {trials_text(spec)}, {plan.concurrent_trials} at a time "
-        f"({plan.trial_resources.workers} worker(s) per trial), files in {spec.sweep_dir}"
-    )
-    console.print(f"Budget: {plan.step_budget()}")
-    console.print(f"MLflow: {context.tracking_uri} (experiment {spec.tracking.experiment!r}, run {spec.name!r})")
+    _print_where_to_look(context)
     live_table = LiveTable(book, list(spec.search.parameters), console)
     listeners = [tracker, AdapterJanitor(book, spec.search.keep_best_adapters), *context.budget.listeners(live_table), live_table]
     driver = SweepDriver(book, listeners)  # make_tuner hands it the searcher's marks
@@ -333,6 +333,10 @@ def _fit_and_finish(context: SweepContext, make_tuner, extra_callbacks: list) ->
     pid_file.write_text(str(os.getpid()))
     interrupted = True
     try:
+        # Tune's progress output (its experiment box, the results folder, a TensorBoard
+        # hint) is its legacy reporter's at verbose=0 with RAY_AIR_NEW_OUTPUT=0: none;
+        # the live table is the sweep's.
+        os.environ[TUNE_NEW_OUTPUT_ENV] = "0"
         with live_table:
             tuner.fit()
         tracker.discard_trials(driver.lost_trials())
@@ -347,6 +351,32 @@ def _fit_and_finish(context: SweepContext, make_tuner, extra_callbacks: list) ->
     )
     context.budget.finish(tracker, run)
     return run
+
+
+def _print_sweep(context: SweepContext) -> None:
+    """The sweep and its plan: trials, concurrency, the rungs and the training steps."""
+    spec, plan = context.spec, context.plan
+    context.console.print(
+        f"Sweep {spec.name!r}: {trials_text(spec)}, {plan.concurrent_trials} at a time "
+        f"({plan.trial_resources.workers} worker(s) per trial); {plan.step_budget()}",
+        highlight=False, soft_wrap=True,
+    )
+
+
+def _print_where_to_look(context: SweepContext) -> None:
+    """Where the sweep can be watched: the dashboard, MLflow, the sweep's folder."""
+    spec, console = context.spec, context.console
+    if context.dashboard_url:
+        # Ray 2.60 clusters ask for a token (on by default for local ones).
+        dashboard = f"{context.dashboard_url} (log in with the token `ray get-auth-token` prints)"
+    else:
+        dashboard = "not available"
+    for line in (
+        f"Ray dashboard: {dashboard}",
+        f"MLflow: {context.tracking_uri} (experiment {spec.tracking.experiment!r}, run {spec.name!r})",
+        f"Sweep folder: {spec.sweep_dir} (the libraries' own output: {DRIVER_LOG})",
+    ):
+        console.print(line, highlight=False, soft_wrap=True)
 
 
 def _hand_the_driver_its_marks(search_alg, callbacks: list) -> None:

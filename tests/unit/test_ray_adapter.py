@@ -107,3 +107,52 @@ def test_an_ended_trials_running_averages_are_forgotten_and_its_figures_kept(tmp
     assert trial.run_metadata.metric_n_steps == {}
     assert trial.metric_analysis == figures and figures["eval_loss"]["last-5-avg"] == pytest.approx(11 / 18)
     assert len(trial.get_json_state()[1]) < len(checkpointed)
+
+
+def test_the_version_guard_takes_the_private_paths_only_on_the_tested_ray(monkeypatch):
+    import importlib.metadata
+
+    major, minor = (int(part) for part in importlib.metadata.version("ray").split(".")[:2])
+    assert ray_adapter.uses_private_ray() == ((major, minor) == ray_adapter.TESTED_RAY)
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "2.61.0")
+    assert not ray_adapter.uses_private_ray()
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "2.60.3")
+    assert ray_adapter.uses_private_ray()
+    monkeypatch.setenv(ray_adapter.PUBLIC_ONLY_ENV, "1")
+    assert not ray_adapter.uses_private_ray()
+
+
+@pytest.fixture
+def public_only(monkeypatch):
+    monkeypatch.setenv(ray_adapter.PUBLIC_ONLY_ENV, "1")
+
+
+def test_the_public_fallback_trainer_is_trains_own_and_trials_are_not_reused(public_only):
+    import pickle
+
+    from ray.train.torch import TorchTrainer
+
+    trainer = ray_adapter.TrialTrainer
+    assert trainer is ray_adapter.PublicTorchTrainer and issubclass(trainer, TorchTrainer)
+    assert "fit_until" in vars(trainer) and pickle.loads(pickle.dumps(trainer)) is trainer
+    assert not ray_adapter.reuse_trial_actors() and not ray_adapter.reports_in_trial_thread()
+
+
+def test_the_public_fallbacks_answer_without_rays_internals(public_only, tmp_path, monkeypatch):
+    from ray.train.v2._internal.exceptions import WorkerGroupStartupTimeoutError
+    from ray.train.v2.api.exceptions import ControllerError
+
+    from sweeper.errors import UserError
+
+    # The trial then fails with Train's own message instead of ours naming the resources.
+    assert not ray_adapter.workers_never_started(ControllerError(WorkerGroupStartupTimeoutError(num_workers=2)))
+    stop = ray_adapter.tune_stop_event()  # no Tune session here: none needed
+    assert not stop.is_set()
+    ray_adapter.save_tune_state(object())  # nothing to call on: Tune saves on its own period
+    with pytest.raises(UserError, match=r"^NAME: sweep resume restores Tune's state through Ray 2\.60 internals"):
+        ray_adapter.restore_tuner(str(tmp_path), lambda config: None, [])
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))
+    fallback = ray_adapter.ray_address_file()
+    monkeypatch.delenv(ray_adapter.PUBLIC_ONLY_ENV)
+    assert fallback == ray_adapter.ray_address_file() == tmp_path / "ray" / "ray_current_cluster"
+
