@@ -2,7 +2,7 @@
 CLI's stack once, instead of a new interpreter importing it for every command.
 
 Why: a `sweep` command spends its first 5-9 CPU-seconds importing torch, transformers, Ray
-and MLflow (tests/README.md), and the suite runs over a hundred of them on two cores. The
+and MLflow, and the suite runs over a hundred of them on two cores. The
 zygote (`python -m tests.integration.cli_process SOCKET`, one per test run) imports what
 the commands import, then serves: for each command a client sends its arguments,
 environment, working directory and standard streams over a Unix socket, and the zygote
