@@ -69,6 +69,8 @@ class DriverLog:
         _active = self
         _route_optuna()
         route_ray_logger()
+        if "mlflow" in sys.modules:  # loaded already: MLFLOW_CONFIGURE_LOGGING came too late
+            _to_the_handlers_above(logging.getLogger("mlflow"))
         return self
 
     def write_to(self, path: Path) -> None:
@@ -116,9 +118,12 @@ def route_ray_logger() -> None:
     after `import ray` (Ray configures that logger as it loads)."""
     if _active is None or "ray" not in sys.modules:
         return
-    ray_logger = logging.getLogger("ray")
-    ray_logger.handlers.clear()
-    ray_logger.propagate = True
+    _to_the_handlers_above(logging.getLogger("ray"))
+
+
+def _to_the_handlers_above(logger: logging.Logger) -> None:
+    logger.handlers.clear()
+    logger.propagate = True
 
 
 def _route_optuna() -> None:
