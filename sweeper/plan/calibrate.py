@@ -243,6 +243,7 @@ def _calibrate_here(
 
     spec = SweepSpec.model_validate(spec_json, context={"check_files": False})
     # The plan's output is the forecast: no weight-loading bars or library deprecation notes.
+    bars_were_on = transformers_logging.is_progress_bar_enabled()
     transformers_logging.disable_progress_bar()
     try:
         with warnings.catch_warnings():
@@ -253,7 +254,8 @@ def _calibrate_here(
             first = measure(spec, data, model_source, ready=ready)
             costliest = measure(with_overrides(spec, overrides), data, model_source, ready=ready) if overrides else first
     finally:
-        transformers_logging.enable_progress_bar()
+        if bars_were_on:  # off already (HF_HUB_DISABLE_PROGRESS_BARS): the Hub warns at turning them on
+            transformers_logging.enable_progress_bar()
     return first, costliest
 
 
