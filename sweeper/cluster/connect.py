@@ -190,7 +190,9 @@ def start_ray(address: str, metadata: dict[str, str] | None = None, env_vars: di
         return ray.get_runtime_context(), None
     if joining:
         check_address(address)
-    runtime_env = {"env_vars": {**TRIAL_SETTINGS, **(JOINED_CLUSTER_SETTINGS if joining else {}), **(env_vars or {})}}
+    # The driver and its trials take the same side of ray_adapter's version guard.
+    guard = {ray_adapter.PUBLIC_ONLY_ENV: "1"} if os.environ.get(ray_adapter.PUBLIC_ONLY_ENV) == "1" else {}
+    runtime_env = {"env_vars": {**TRIAL_SETTINGS, **(JOINED_CLUSTER_SETTINGS if joining else {}), **guard, **(env_vars or {})}}
     from ray.job_config import JobConfig
 
     options = dict(

@@ -7,7 +7,8 @@ Version guard: the private paths are taken only on the Ray they were written and
 against (`TESTED_RAY`, 2.60.x) and unless `SWEEPER_RAY_PUBLIC_ONLY=1`; otherwise every
 entry takes its public fallback, named in its entry (`uses_private_ray()`).
 tests/unit/test_ray_adapter.py runs the fallbacks; tests/integration/test_ray_adapter.py
-runs a sweep on them.
+runs Tune trials on the public trainer. A sweep's driver hands the setting to its trials
+(the job's environment, sweeper/cluster/connect.py).
 
 Nothing is imported at module level: Ray is loaded only by the entries that use it.
 
