@@ -44,3 +44,26 @@ def test_a_failure_before_the_folder_exists_shows_what_was_held(capsys):
         logging.getLogger("ray").warning("the cluster did not start: port taken")
         raise RuntimeError("no cluster")
     assert "the cluster did not start: port taken" in capsys.readouterr().err
+
+
+def test_sweep_start_prints_the_forecast_in_one_line_and_logs_its_detail(tmp_path, caplog):
+    from rich.console import Console
+
+    from sweeper.plan.command import print_forecast
+    from sweeper.plan.forecast import forecast_sweep, with_spread
+    from sweeper.plan.sweep_plan import make_plan
+    from tests.unit.test_forecast import CPU_BOX, TIMING, quickstart_like
+
+    plan = make_plan(quickstart_like(), CPU_BOX)
+    forecast = with_spread(forecast_sweep(plan, TIMING), plan, [(TIMING, TIMING)])
+    console = Console(file=(out := tmp_path / "out.txt").open("w"), width=300)
+    with caplog.at_level(logging.INFO, logger="sweeper.plan.command"):
+        print_forecast(forecast, plan.spec, console, brief=True)
+    console.file.close()
+    (line,) = out.read_text().splitlines()
+    expected, worst = forecast.expected, forecast.worst
+    assert line.startswith(f"Forecast: {expected.wall_seconds:.0f} s, ${expected.usd:.6f} expected (")
+    assert f"${worst.usd:.6f} without early stopping" in line and line.endswith("(calibrated)")
+    logged = [record.getMessage() for record in caplog.records]
+    assert any(message.startswith("Step budget by rung") for message in logged)
+    assert any(message.startswith("Expected:") for message in logged)
