@@ -46,7 +46,7 @@ def test_the_terminal_gets_sweepers_lines_and_the_libraries_notes_go_to_driver_l
                   "View detailed results here", "TensorBoard"):
         assert noise not in result.stdout + result.stderr, noise
     log = (finished_sweep.workdir / "sweeps" / "shared" / "driver.log").read_text()
-    assert "Token authentication is enabled" in log and "A new study created" in log
+    assert "A new study created" in log
     assert "Step budget by rung" in log  # the forecast's detail
 
 
@@ -167,8 +167,10 @@ def test_a_paused_trial_continues_from_its_checkpoint(sweep_yaml, tmp_path):
     straight = [(report["step"], report["eval_loss"]) for report in reports]
     assert [step for step, _ in resumed] == [step for step, _ in straight] == [10, 20, 30]
     assert [loss for _, loss in resumed] == pytest.approx([loss for _, loss in straight], rel=1e-4)
-    # Its cost counts the time it trained, not the time it waited.
-    assert winner["wall_seconds"] < seconds * 2 + 10
+    # Its cost counts the time it trained, not the time it waited: on 1 slot, the loser
+    # ran from start to end while the winner waited at the rung.
+    elapsed = (winner["ended_ms"] - winner["started_ms"]) / 1000
+    assert winner["wall_seconds"] < elapsed - 0.5 * loser["wall_seconds"], (winner, loser)
 
 
 def trained_in_this_process(path) -> tuple[list[dict], float]:
