@@ -94,10 +94,8 @@ def main() -> None:
         if any(name in t.setup_phases for t in trials)
     }
 
-    warm = [t.setup_phases.get("worker_warm_started") for t in trials]
     figures = {
         "trials": len(trials),
-        "warm_started_workers": sum(1 for w in warm if w),
         "completed": run.book.count("completed"),
         "concurrent_trials": slots,
         "steps_trained": steps,
@@ -127,11 +125,6 @@ def main() -> None:
             ("setup per trial, median", f"{median_setup:.1f} s", "trial start -> first optimizer step; target <= 5 s"),
             ("setup per trial, p90", f"{figures['setup_p90_s']:.1f} s", f"max {figures['setup_max_s']:.1f} s"),
             *[(f"  {name}, median", f"{seconds:.1f} s", PHASES[name]) for name, seconds in phases.items()],
-            (
-                "Train workers warm-started",
-                f"{figures['warm_started_workers']} of {len(trials)}",
-                "forked from the warm server (sweeper/cluster/fork_server.py)",
-            ),
             ("trial wall, median", f"{figures['trial_wall_median_s']:.1f} s", "driver: trial start -> trial end"),
             ("step time, plain process", f"{plain.seconds_per_step * 1000:.0f} ms", "sft.train without Ray, evals included"),
             (

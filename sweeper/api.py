@@ -38,6 +38,7 @@ def start(
     address: str | None = None,
     overwrite: bool = False,
     console: Console | None = None,
+    verbose: bool = False,
 ) -> SweepRun:
     """Run a sweep to its end, as `sweep start` does, and return its `SweepRun` (spec,
     plan, book of trials, cost, dashboard URL; `interrupted` after a stop).
@@ -49,6 +50,8 @@ def start(
         overwrite: replace an existing sweep of the same name.
         console: where the live table and the closing summary go (a rich Console);
             default the terminal or notebook output.
+        verbose: show the libraries' own output (Ray, Optuna, MLflow, transformers) too;
+            it always goes to the sweep's driver.log.
 
     Raises:
         UserError: the spec is invalid, the sweep exists, the store or cluster cannot
@@ -58,6 +61,7 @@ def start(
     from rich.console import Console
 
     from sweeper.cluster.connect import cluster_address, stop_local_cluster
+    from sweeper.driver_log import DriverLog
     from sweeper.plan.checks import check_spec
     from sweeper.run.launch import run_sweep
     from sweeper.track.summary import print_summary
@@ -71,13 +75,14 @@ def start(
     # cluster, so a Ray this call started ends with the sweep.
     started_ray = not ray.is_initialized()
     try:
-        run = run_sweep(
-            resolved,
-            yaml_folder=yaml_folder,
-            address=cluster_address(address, os.environ),
-            overwrite=overwrite,
-            console=console,
-        )
+        with DriverLog(verbose):  # the libraries' own output to the sweep's driver.log
+            run = run_sweep(
+                resolved,
+                yaml_folder=yaml_folder,
+                address=cluster_address(address, os.environ),
+                overwrite=overwrite,
+                console=console,
+            )
     finally:
         if started_ray:
             stop_local_cluster()

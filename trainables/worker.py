@@ -4,7 +4,6 @@ the object store, and hand over to the task's training loop (trainables/<task>.p
 from __future__ import annotations
 
 import importlib
-import os
 import time
 
 import psutil
@@ -15,7 +14,6 @@ import torch
 
 from trainables.common import checkpoint_report, final_report_of
 from trainables.config import TrialConfig
-from trainables.environment import WARM_STARTED_ENV
 from trainables.metrics import PLACEMENT_GROUP, SETUP_PHASES
 from trainables.models import resolve_model_source
 from trainables.preemption import moves_of, train_notice
@@ -27,13 +25,11 @@ def train_loop_per_worker(config: dict) -> None:
     "cache_root", where built-in models are built; "started_at", when the trial started;
     "memory_forecast_gib", the trial's memory forecast (None where there is none)."""
     started_at = config["started_at"]
-    # Where a trial's setup time goes, in seconds since the trial started, and whether
-    # this process was forked from the warm server (1) or started cold (0); the first
+    # Where a trial's setup time goes, in seconds since the trial started; the first
     # report carries it (benchmarks/overhead.py prints it).
     setup_phases = {
         "worker_process_started": psutil.Process().create_time() - started_at,
         "train_loop_entered": time.time() - started_at,
-        "worker_warm_started": float(os.environ.get(WARM_STARTED_ENV) == "1"),
     }
     trial: TrialConfig = config["trial"]
     # One intra-op thread per reserved CPU: two trials on two cores must not fight.

@@ -21,6 +21,12 @@ from sweeper.cli.common import (
 )
 
 
+VERBOSE_HELP = (
+    "Show the libraries' own output too (Ray, Optuna, MLflow, transformers: notes, warnings, progress bars); "
+    "without it they go to the sweep's driver.log."
+)
+
+
 def validate(file: Path = typer.Argument(..., help="Sweep YAML file.")) -> None:
     """Check a sweep file without starting anything; every problem is listed (exit 2)."""
     from sweeper.cost.memory import forecast_trial_memory
@@ -46,20 +52,23 @@ def start(
         None, "--address", help="Ray cluster to join (default: RAY_ADDRESS, else a new local cluster)."
     ),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing sweep of the same name."),
+    verbose: bool = typer.Option(False, "--verbose", help=VERBOSE_HELP),
 ) -> None:
     """Validate FILE, then run the sweep: a live table while it runs, a summary at the end."""
     from sweeper.cluster.connect import cluster_address
+    from sweeper.driver_log import DriverLog
     from sweeper.plan.checks import load_checked_spec
     from sweeper.run.launch import run_sweep
 
     spec = load_checked_spec(file)
-    run = run_sweep(
-        spec,
-        yaml_folder=file.resolve().parent,
-        address=cluster_address(address, os.environ),
-        overwrite=overwrite,
-        console=console,
-    )
+    with DriverLog(verbose):
+        run = run_sweep(
+            spec,
+            yaml_folder=file.resolve().parent,
+            address=cluster_address(address, os.environ),
+            overwrite=overwrite,
+            console=console,
+        )
     finish_run(run)
 
 
@@ -92,10 +101,12 @@ def resume(
         False, "--rebuild", help="Tune's state is lost or unreadable: rebuild the sweep from its MLflow runs and Optuna "
         "study (finished trials kept, unfinished ones started again from step 0).",
     ),
+    verbose: bool = typer.Option(False, "--verbose", help=VERBOSE_HELP),
 ) -> None:
     """Continue a sweep after its driver died or was stopped: finished trials are kept,
     unfinished ones continue from their latest checkpoint, the search keeps its history."""
     from sweeper.cluster.connect import cluster_address
+    from sweeper.driver_log import DriverLog
     from sweeper.run.launch import resume_sweep
 
     if address and address.startswith(("http://", "https://")):
@@ -112,12 +123,12 @@ def resume(
             errors.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False, soft_wrap=True)
         sweep_dir = fetched.folder
     folder, _ = sweep_folder_and_spec(name, sweep_dir)
-    if rebuild:
-        from sweeper.run.launch import rebuild_sweep
+    from sweeper.run.launch import rebuild_sweep
 
-        finish_run(rebuild_sweep(folder, address=cluster_address(address, os.environ), console=console))
-        return
-    finish_run(resume_sweep(folder, address=cluster_address(address, os.environ), console=console))
+    go_on = rebuild_sweep if rebuild else resume_sweep
+    with DriverLog(verbose):
+        run = go_on(folder, address=cluster_address(address, os.environ), console=console)
+    finish_run(run)
 
 
 def stop(

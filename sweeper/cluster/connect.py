@@ -1,7 +1,7 @@
 """Which Ray cluster a sweep runs on and how it joins it: the address (`--address`, else
 RAY_ADDRESS, else a local cluster of its own, resolved once at the CLI or API edge), a
 probe before joining, token auth and its one error message, the settings every trial
-process gets, and the warm-start server a CPU sweep's workers on this machine fork from."""
+process gets."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from trainables.environment import PREEMPTION_WATCHER_ENV
 __all__ = [
     "TRIAL_SETTINGS", "JOINED_CLUSTER_SETTINGS", "LOCAL_CLUSTER", "cluster_address", "starts_own_cluster", "auth_token_source",
     "client_auth_settings", "set_auth_mode_before_ray_loads", "bootstrap_endpoint", "check_reachable", "check_address",
-    "auth_refused", "auth_problem", "start_warm_server", "every_node_here", "job_metadata", "start_ray", "stop_local_cluster",
+    "auth_refused", "auth_problem", "job_metadata", "start_ray", "stop_local_cluster",
 ]
 
 
@@ -147,38 +147,6 @@ def auth_refused(exc: BaseException) -> bool:
     return any(word in text for word in words)
 
 
-def start_warm_server(address: str, log_path: Path, use_gpu: bool = False):
-    """The warm-start server for a CPU sweep on Linux (sweeper/cluster/fork_server.py),
-    started first so that it imports torch while the data is tokenized and Ray starts;
-    None when the sweep joins through Ray Client (ray://: the driver is not on the
-    cluster), trains on GPUs (forked CUDA workers are not proven safe yet) or the platform
-    cannot host it. A sweep that joins a cluster keeps it only if every node is on this
-    machine (`start_ray`). Its log goes to `log_path`."""
-    from sweeper.cluster import fork_server
-
-    if address.startswith("ray://") or use_gpu or not fork_server.supported():
-        return None
-    return fork_server.Server(fork_server.new_socket_path(), log_path)
-
-
-def every_node_here(endpoint: tuple[str, int]) -> bool:
-    """Whether every live node of the cluster whose GCS is at `endpoint` runs on this
-    machine (has the IP Ray gives this machine), as the cluster's state API says before
-    the join. Only then may a job route its worker starts through this machine's
-    warm-start server: the job's py_executable is this interpreter's path, run on every
-    node. False when the cluster cannot say (no dashboard), so the join goes on cold."""
-    from ray.util import get_node_ip_address
-    from ray.util.state import list_nodes
-
-    host, port = endpoint
-    try:
-        nodes = list_nodes(address=f"{host}:{port}", filters=[("state", "=", "ALIVE")], raise_on_missing_output=False)
-    except Exception:  # noqa: BLE001 - any failure to ask means "cannot say"
-        return False
-    here = get_node_ip_address()
-    return bool(nodes) and all(node.node_ip == here for node in nodes)
-
-
 def job_metadata(spec, tracking_uri: str) -> dict[str, str]:
     """The Ray job's metadata: the dashboard's Jobs page shows `job_name` as the job's
     name, the rest on the job's page and in its REST API (/api/jobs/)."""
@@ -197,9 +165,7 @@ def job_metadata(spec, tracking_uri: str) -> dict[str, str]:
     }
 
 
-def start_ray(
-    address: str, warm_server=None, metadata: dict[str, str] | None = None, env_vars: dict[str, str] | None = None
-):
+def start_ray(address: str, metadata: dict[str, str] | None = None, env_vars: dict[str, str] | None = None):
     """Start a local cluster with its dashboard (`address` "local"), or join `address`
     ("auto", HOST:PORT, ray://HOST:PORT) after checking that it answers, in token mode
     when a token is where Ray looks. The dashboard stays on: besides monitoring, Ray
@@ -209,11 +175,6 @@ def start_ray(
     TRIAL_SETTINGS (the storage's endpoint: `storage.travelling_settings`); the dashboard
     shows them, so never a secret.
 
-    With a `warm_server` every worker process of the sweep's job is forked from it, with
-    Ray, torch, transformers and peft imported already: a trial's new Train worker skips
-    8-10 CPU-seconds of imports. On a cluster joined, only if every node is on this
-    machine (`every_node_here`); else the server is stopped and the job starts cold.
-
     Raises:
         UserError: the address is malformed, does not answer, or refuses this client's token.
     """
@@ -222,21 +183,16 @@ def start_ray(
         set_auth_mode_before_ray_loads()
     import ray
 
-    if ray.is_initialized():
-        if warm_server:
-            warm_server.stop()  # the workers of a running Ray are started already
-        return ray.get_runtime_context(), None
-    from sweeper.cluster import fork_server
+    from sweeper.driver_log import route_ray_logger
 
+    route_ray_logger()  # Ray's notes as it starts go where the driver's log goes
+    if ray.is_initialized():
+        return ray.get_runtime_context(), None
     if joining:
-        endpoint = check_address(address)
-        if warm_server and not every_node_here(endpoint):
-            warm_server.stop()  # a node elsewhere could not reach it
-            warm_server = None
-    runtime_env = {"env_vars": {**TRIAL_SETTINGS, **(JOINED_CLUSTER_SETTINGS if joining else {}), **(env_vars or {})}}
-    if warm_server:
-        warm_env = fork_server.runtime_env(warm_server.socket_path)
-        runtime_env = {"py_executable": warm_env["py_executable"], "env_vars": {**runtime_env["env_vars"], **warm_env["env_vars"]}}
+        check_address(address)
+    # The driver and its trials take the same side of ray_adapter's version guard.
+    guard = {ray_adapter.PUBLIC_ONLY_ENV: "1"} if os.environ.get(ray_adapter.PUBLIC_ONLY_ENV) == "1" else {}
+    runtime_env = {"env_vars": {**TRIAL_SETTINGS, **(JOINED_CLUSTER_SETTINGS if joining else {}), **guard, **(env_vars or {})}}
     from ray.job_config import JobConfig
 
     options = dict(
@@ -299,17 +255,12 @@ def token_to_a_cluster_without_auth(address: str) -> str:
 
 
 def stop_local_cluster() -> None:
-    """`ray.shutdown` (nothing if Ray is down: a cluster joined is only left), with the
-    autoscaler monitor of a local cluster this process started killed first (a second
-    sooner: sweeper/cluster/ray_adapter.py). At exit this runs before Ray's own hook, which then finds Ray down and
-    skips the half second it waits for workers' last log lines (this driver asks for none:
-    log_to_driver=False)."""
+    """`ray.shutdown` (nothing if Ray is down: a cluster joined is only left). At exit
+    this runs before Ray's own hook, which then finds Ray down and skips the half second
+    it waits for workers' last log lines (this driver asks for none: log_to_driver=False)."""
     import ray
 
-    from sweeper.cluster.ray_adapter import end_autoscaler_monitor
-
     if ray.is_initialized():
-        end_autoscaler_monitor()
         ray.shutdown()
 
 

@@ -1,11 +1,22 @@
-"""The one place where sweeper uses private parts of Ray (2.60); MLflow's are in
+"""The one place where sweeper uses private parts of Ray; MLflow's are in
 sweeper/track/mlflow_adapter.py. Each entry says what it relies on and why no public API
 does it; tests/unit/test_ray_adapter.py and tests/integration/test_ray_adapter.py check
 that behaviour, so a Ray upgrade that changes it fails there, not in a sweep.
 
+Version guard: the private paths are taken only on the Ray they were written and tested
+against (`TESTED_RAY`, 2.60.x) and unless `SWEEPER_RAY_PUBLIC_ONLY=1`; otherwise every
+entry takes its public fallback, named in its entry (`uses_private_ray()`).
+tests/unit/test_ray_adapter.py runs the fallbacks; tests/integration/test_ray_adapter.py
+runs Tune trials on the public trainer. A sweep's driver hands the setting to its trials
+(the job's environment, sweeper/cluster/connect.py).
+
 Nothing is imported at module level: Ray is loaded only by the entries that use it.
 
 Ray Train (a trial's TorchTrainer, sweeper/run/trial.py):
+- `TrialTrainer`: `StoppableTorchTrainer` on the tested Ray, else `PublicTorchTrainer`
+  (Train's own `fit()`, its controller an actor of its own; `fit_until` ignores `stop`:
+  Tune ends such a trial by ending its actor, so `reuse_trial_actors()` is False there,
+  and the trial reports through Ray's `TuneReportCallback`, `reports_in_trial_thread()`).
 - `StoppableTorchTrainer` runs Train's controller in the calling thread (the Tune trial's
   own actor) instead of in an actor of its own, a process importing torch per trial; no
   public option does that. It leaves out Ray Data's per-run actor when the run has no
@@ -21,32 +32,31 @@ Ray Train (a trial's TorchTrainer, sweeper/run/trial.py):
   API during a sweep).
 - `workers_never_started(error)`: whether a run failed because its worker group could
   not be placed and started in time (Train's `WorkerGroupStartupTimeoutError`, wrapped in
-  its `ControllerError`); Train exports neither class publicly. The trial turns it into a
-  reason that names the resources (sweeper/run/trial.py).
+  its public `ControllerError`); Train does not export the first. The trial turns it into
+  a reason that names the resources (sweeper/run/trial.py). Fallback: False (the trial
+  fails with Train's own message).
 - `controller_callback_class`: Train's `ControllerCallback`, the only interface through
   which a run's controller tells its abort hook and state changes (the public
   `ray.train.UserCallback` has only `after_report` and `after_exception`);
-  tests/integration/test_ray_adapter.py records a stopped run's abort with it.
+  tests/integration/test_ray_adapter.py records a stopped run's abort with it (tests only).
 - `tune_trial_number`: a trial's number in its sweep, from Tune's experiment tag
   ("<n>_<params>", n counting the trials the search created); Tune has no public field
   for it. It names trials (`TuneConfig(trial_name_creator=...)`) and numbers them in the
   live table, MLflow and `sweep status`.
 - `tune_stop_event` is the event Tune sets when it stops a function trial; Tune offers
-  no public handle to it.
-Ray core (the warm-start fork server, sweeper/cluster/fork_server.py):
-- `RAY_TRAIN_WORKER_MODULES`: Train's worker-side modules, preloaded in the server.
-- `actor_class_ids_from_urandom` and `ids_differ_in_forks`: Ray's ID generator and the
-  ActorClassIDs drawn at import, which forks of one process must not share.
+  no public handle to it. Fallback: an event nobody sets (`PublicTorchTrainer` ignores it).
 Ray Tune (`sweep resume`, sweeper/run/launch.py and sweeper/search/asha.py):
 - `restore_tuner`: `Tuner.restore` takes no callbacks and does not hand out the
   scheduler, searcher and stopper it restores; it brings back the first driver's
   callbacks, pickled at the start, which this driver's live ones replace, and the
   scheduler, searcher and stopper as pickled at the start, whose state the caller
   rebuilds (the budget's stopper and searcher share one guard, which needs the new book).
+  Fallback: none that keeps the sweep's state; `sweep resume` says it needs the tested Ray.
 - `save_tune_state`: Tune saves its experiment state every 10 s or more, so a driver
   killed soon after a trial started left an MLflow run that `sweep resume` could not
   continue. A scheduler may only read the controller it is handed, and Tune has no
   option to save when a trial is added; sweeper/search/tune_state.py saves it then.
+  Fallback: nothing (Tune's own period).
 - `hold_restored_trial`: Tune starts every PENDING trial and a restored unfinished trial
   comes back PENDING; `pause_trial` ignores a trial with no actor, so a scheduler that
   keeps restored trials waiting at their rungs sets their status itself.
@@ -56,15 +66,6 @@ Ray Tune (a large sweep's driver, sweeper/run/driver.py):
   averages, and keeps them after the trial has ended: about 30 KB a trial in the driver,
   and more in the JSON of every experiment checkpoint. An ended trial reports no more;
   Tune has no option for fewer averages.
-Ray core (the end of a local cluster, sweeper/cluster/connect.py):
-- `end_autoscaler_monitor`: `ray.shutdown` stops a local cluster's processes one by one
-  with SIGTERM, giving each a second before SIGKILL, and the raylet and GCS go first. The
-  autoscaler's monitor then spends its second in its SIGTERM handler trying to tell the
-  GCS that is gone, so every sweep ended a second late (1.01 of the 1.43 s of a
-  shutdown here). A local cluster's monitor has nothing to save: killed first, before
-  the shutdown, it is simply gone (its handler would have told the driver "the autoscaler
-  failed"). Ray has no option to stop it or to skip it, and no public handle on its
-  process.
 Ray core (a sweep's worker processes, TRIAL_SETTINGS in sweeper/cluster/connect.py):
 - `NO_WORKER_EVENT_FILES`: Ray's core setting `event_log_reporter_enabled`, read from each
   process's environment; in the job's runtime env it stops the sweep's workers' own (empty)
@@ -73,35 +74,68 @@ Ray core (a sweep's worker processes, TRIAL_SETTINGS in sweeper/cluster/connect.
 Ray client (joining a cluster, sweeper/cluster/connect.py):
 - `ray_address_file`: where `ray start` writes the address that `--address auto` joins,
   probed before joining so that a dead head is refused in seconds; Ray has no public
-  accessor for it.
+  accessor for it. Fallback: `<RAY_TMPDIR or the system temp folder>/ray/ray_current_cluster`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import threading
 
 __all__ = [
+    "TESTED_RAY",
+    "PUBLIC_ONLY_ENV",
+    "uses_private_ray",
+    "TrialTrainer",
+    "reuse_trial_actors",
+    "reports_in_trial_thread",
     "StoppableTorchTrainer",
+    "PublicTorchTrainer",
     "controller_callback_class",
     "workers_never_started",
     "tune_stop_event",
     "tune_trial_number",
-    "RAY_TRAIN_WORKER_MODULES",
-    "actor_class_ids_from_urandom",
-    "ids_differ_in_forks",
     "restore_tuner",
     "save_tune_state",
     "hold_restored_trial",
     "ray_address_file",
-    "end_autoscaler_monitor",
     "ON_THE_HEAD_NODE",
 ]
 
 # How often a stoppable run checks whether it was asked to stop.
 STOP_POLL_SECONDS = 0.05
+
+# The Ray whose private parts the entries below were written and tested against (major, minor).
+TESTED_RAY = (2, 60)
+# "1": take every public fallback, whatever the Ray (their test sets it).
+PUBLIC_ONLY_ENV = "SWEEPER_RAY_PUBLIC_ONLY"
+
+
+def uses_private_ray() -> bool:
+    """Whether the private paths are taken: the installed Ray is TESTED_RAY and
+    PUBLIC_ONLY_ENV is not "1". Read from the environment on each call; a trial's
+    processes inherit it from the driver that started their local cluster."""
+    if os.environ.get(PUBLIC_ONLY_ENV) == "1":
+        return False
+    from importlib.metadata import version
+
+    major, minor, *_ = (version("ray").split(".") + ["0", "0"])
+    return (int(major), int("".join(ch for ch in minor if ch.isdigit()) or 0)) == TESTED_RAY
+
+
+def reuse_trial_actors() -> bool:
+    """TuneConfig(reuse_actors=...): a trial's actor runs the next trial only where its
+    Train run can be aborted in place (StoppableTorchTrainer); else Tune ends a stopped
+    trial by ending its actor, and the Train controller and workers it owns with it."""
+    return uses_private_ray()
+
+
+def reports_in_trial_thread() -> bool:
+    """Whether the trial's Train controller runs in the trial's own thread (a Train
+    callback there may call `tune.report`); else it runs in an actor of its own and
+    reports go through Ray's `TuneReportCallback`."""
+    return uses_private_ray()
 
 
 # ---------------------------------------------------------------- Ray Train
@@ -110,7 +144,27 @@ STOP_POLL_SECONDS = 0.05
 def __getattr__(name: str):
     if name == "StoppableTorchTrainer":
         return _stoppable_torch_trainer()
+    if name == "PublicTorchTrainer":
+        return _public_torch_trainer()
+    if name == "TrialTrainer":
+        return _stoppable_torch_trainer() if uses_private_ray() else _public_torch_trainer()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+@functools.cache
+def _public_torch_trainer() -> type:
+    """Train's TorchTrainer with the `fit_until` of StoppableTorchTrainer, public API only."""
+    from ray.train.torch import TorchTrainer
+
+    class PublicTorchTrainer(TorchTrainer):
+        """`fit()`, its controller an actor of its own; `stop` and `worker_repr` are not
+        used (Tune ends a stopped trial's actor, and the controller with it)."""
+
+        def fit_until(self, stop: threading.Event, worker_repr: str | None = None):
+            return self.fit()
+
+    PublicTorchTrainer.__module__, PublicTorchTrainer.__qualname__ = __name__, "PublicTorchTrainer"
+    return PublicTorchTrainer
 
 
 @functools.cache
@@ -237,7 +291,9 @@ def abort_controller(controller) -> None:
 
 def workers_never_started(error: BaseException) -> bool:
     """Whether `error` (what a TorchTrainer's fit raised) says the run's workers could not
-    be placed and started within Train's worker start timeout."""
+    be placed and started within Train's worker start timeout (False off the tested Ray)."""
+    if not uses_private_ray():
+        return False
     from ray.train.v2._internal.exceptions import WorkerGroupStartupTimeoutError
 
     seen: set[int] = set()
@@ -258,7 +314,9 @@ def controller_callback_class() -> type:
 
 def tune_stop_event() -> threading.Event:
     """Set by Tune when it stops the calling function trial or hands its actor to the
-    next trial: the function-trainable session's."""
+    next trial: the function-trainable session's (off the tested Ray, an event nobody sets)."""
+    if not uses_private_ray():
+        return threading.Event()
     from ray.train._internal.session import get_session
 
     return get_session().stop_event
@@ -275,57 +333,6 @@ def tune_trial_number(trial) -> int:
     return int(counter) + (0 if values else 1)
 
 
-# ---------------------------------------------------------------- Ray core
-
-# What a Train worker process imports besides ray.train.torch: preloaded in the warm
-# server, a forked worker starts without importing them.
-RAY_TRAIN_WORKER_MODULES = (
-    "ray.train.v2._internal.execution.worker_group.worker",
-    "ray.train.v2._internal.execution.checkpoint.sync_actor",
-)
-
-
-@contextlib.contextmanager
-def actor_class_ids_from_urandom():
-    """While this is entered, `@ray.remote` classes draw their ActorClassID from
-    os.urandom instead of Ray's C++ ID generator, which seeds itself on its first draw:
-    imported in a fork server, Ray Train, Tune and Data define several classes, and forks
-    of a server whose generator is seeded all draw the same IDs after (seen: two trials'
-    Train runs got one placement group). Unseeded, each fork seeds its own."""
-    import ray.actor
-    from ray._raylet import ActorClassID
-
-    class UrandomActorClassID:
-        @staticmethod
-        def from_random():
-            return ActorClassID(os.urandom(ActorClassID.size()))
-
-    ray.actor.ActorClassID = UrandomActorClassID
-    try:
-        yield
-    finally:
-        ray.actor.ActorClassID = ActorClassID
-
-
-def ids_differ_in_forks() -> bool:
-    """Whether two forks of this process draw different random Ray IDs (they do unless
-    something seeded Ray's generator in this process before forking)."""
-    from ray._raylet import JobID, PlacementGroupID
-
-    drawn = []
-    for _ in range(2):
-        read_end, write_end = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            os.write(write_end, PlacementGroupID.of(JobID.from_int(1)).binary())
-            os._exit(0)
-        os.waitpid(pid, 0)
-        drawn.append(os.read(read_end, 64))
-        os.close(read_end)
-        os.close(write_end)
-    return drawn[0] != drawn[1]
-
-
 # ---------------------------------------------------------------- Ray Tune
 
 
@@ -333,8 +340,17 @@ def restore_tuner(path: str, trainable, callbacks: list, storage_filesystem=None
     """`Tuner.restore(path, trainable, resume_unfinished=True)` with `callbacks` in place
     of the ones pickled by the first driver (`resume_errored`: errored trials continue
     from their last checkpoint too). Returns (tuner, scheduler, search_alg, stopper): the
-    restored objects Tune will use, for the caller to rebuild their state."""
+    restored objects Tune will use, for the caller to rebuild their state. Off the tested
+    Ray: a UserError (key NAME), as no public API hands these out."""
     from ray import tune
+
+    if not uses_private_ray():
+        from sweeper.errors import UserError
+
+        raise UserError(
+            f"NAME: sweep resume restores Tune's state through Ray {TESTED_RAY[0]}.{TESTED_RAY[1]} "
+            f"internals; this is Ray {ray_version()} (or {PUBLIC_ONLY_ENV}=1); start the sweep again"
+        )
 
     tuner = tune.Tuner.restore(
         path, trainable=trainable, resume_unfinished=True, resume_errored=resume_errored,
@@ -348,7 +364,10 @@ def restore_tuner(path: str, trainable, callbacks: list, storage_filesystem=None
 
 def save_tune_state(tune_controller) -> None:
     """Save Tune's experiment state (trials, searcher, callbacks) and sync it to storage
-    now, whatever its period. `tune_controller`: what Tune hands a scheduler."""
+    now, whatever its period (off the tested Ray: nothing, Tune saves on its own period).
+    `tune_controller`: what Tune hands a scheduler."""
+    if not uses_private_ray():
+        return
     controller = getattr(tune_controller, "_tune_controller", tune_controller)  # past its wrapper
     controller.checkpoint(force=True, wait=True)
 
@@ -381,30 +400,22 @@ NO_WORKER_EVENT_FILES = {"RAY_event_log_reporter_enabled": "0"}
 ON_THE_HEAD_NODE = {"node:__internal_head__": 0.001}
 
 
-# ---------------------------------------------------------------- Ray core: a local cluster's end
-
-
-def end_autoscaler_monitor() -> None:
-    """SIGKILL the autoscaler monitor of the cluster this process started (nothing if it
-    started none, or the monitor is gone), before `ray.shutdown` stops the rest."""
-    from ray._private import ray_constants, worker
-
-    node = worker._global_node
-    if node is None or not node.is_head():
-        return
-    for info in node.all_processes.get(ray_constants.PROCESS_TYPE_MONITOR, []):
-        if info.process.poll() is None:
-            info.process.kill()
-            info.process.wait(timeout=5)
-
-
 # ---------------------------------------------------------------- Ray client
 
 
 def ray_address_file():
     """The file in which `ray start` records the address that `ray.init("auto")` joins."""
+    import tempfile
     from pathlib import Path
 
+    if not uses_private_ray():
+        return Path(os.environ.get("RAY_TMPDIR") or tempfile.gettempdir()) / "ray" / "ray_current_cluster"
     from ray._common.utils import get_ray_address_file
 
     return Path(get_ray_address_file(None))
+
+
+def ray_version() -> str:
+    from importlib.metadata import version
+
+    return version("ray")

@@ -4,6 +4,7 @@ budget cap means against it)."""
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 
@@ -13,12 +14,14 @@ from sweeper.cost.memory import gpu_memory_gib, launch_card_gib, with_gpu_packin
 from sweeper.cost.prices import sweep_rate
 from sweeper.cost.throughput import modelled_timing
 from sweeper.errors import UserError
-from sweeper.plan.forecast import Forecast, forecast_lines, forecast_sweep
+from sweeper.plan.forecast import Forecast, forecast_lines, forecast_summary, forecast_sweep
 from sweeper.plan.inputs import SweepInputs
 from sweeper.plan.sweep_plan import ClusterResources, SweepPlan, make_plan
 from sweeper.spec.schema import SweepSpec, trials_text
 
 __all__ = ["plan_sweep", "sweep_forecast", "print_forecast"]
+
+logger = logging.getLogger(__name__)
 
 
 def sweep_forecast(plan: SweepPlan, inputs: SweepInputs | None) -> Forecast:
@@ -44,15 +47,20 @@ def sweep_forecast(plan: SweepPlan, inputs: SweepInputs | None) -> Forecast:
     return forecast_sweep(plan, timing)
 
 
-def print_forecast(forecast: Forecast, spec: SweepSpec, console: Console) -> None:
-    """The forecast's lines, then one line per budget cap on what it means against them."""
+def print_forecast(forecast: Forecast, spec: SweepSpec, console: Console, brief: bool = False) -> None:
+    """The forecast's lines, then one line per budget cap on what it means against them.
+    `brief` (`sweep start`): the forecast in one line on `console`, its lines in the log
+    (the sweep's driver.log), the caps' lines on both."""
     from sweeper.plan.budget import budget_lines
 
     unit = "GPU-hours" if spec.resources.use_gpu else "CPU core-hours"
     lines = forecast_lines(forecast, unit)
-    if spec.budget is not None:
-        lines += budget_lines(spec.budget, forecast)
-    for line in lines:
+    caps = budget_lines(spec.budget, forecast) if spec.budget is not None else []
+    if brief:
+        for line in lines:
+            logger.info("%s", line)
+        lines = [forecast_summary(forecast)]
+    for line in lines + caps:
         console.print(line, highlight=False, soft_wrap=True)
 
 

@@ -294,6 +294,17 @@ def duration_text(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
+def forecast_summary(forecast: Forecast) -> str:
+    """The forecast in one line (what `sweep start` shows; `forecast_lines` has the rest)."""
+    t, expected, worst = forecast.timing, forecast.expected, forecast.worst
+    return (
+        f"Forecast: {duration_text(expected.wall_seconds)}, {usd(expected.usd)} expected "
+        f"({duration_text(worst.wall_seconds)}, {usd(worst.usd)} without early stopping); "
+        f"{t.step_seconds * 1000:.0f} ms a step, {t.eval_seconds * 1000:.0f} ms an evaluation, "
+        f"{t.setup_seconds:.1f} s a trial start ({t.source})"
+    )
+
+
 def forecast_lines(forecast: Forecast, unit: str) -> list[str]:
     """The forecast as lines for the terminal; `unit` names the accelerator-hours (GPU-hours
     or CPU core-hours)."""

@@ -28,7 +28,7 @@ class SweepBudget:
         """Calibrate on the cluster (unless cost.calibrate is false: the throughput model)
         and print the forecast (before the sweep's clock starts; Ray is up)."""
         forecast = sweep_forecast(plan, inputs if plan.spec.cost.calibrate else None)
-        print_forecast(forecast, plan.spec, console)
+        print_forecast(forecast, plan.spec, console, brief=True)
         return cls(plan.spec, plan, forecast)
 
     def attach(self, book, tracker) -> None:

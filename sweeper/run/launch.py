@@ -21,9 +21,10 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
+from sweeper import driver_log
 from sweeper.cluster import storage
 from sweeper.cluster.connect import (
-    LOCAL_CLUSTER, check_address, job_metadata, start_ray, start_warm_server, starts_own_cluster,
+    LOCAL_CLUSTER, check_address, job_metadata, start_ray, starts_own_cluster,
 )
 from sweeper.cost.disk import check_room_for
 from sweeper.cost.prices import SweepCost
@@ -35,9 +36,6 @@ from sweeper.run.janitor import AdapterJanitor
 from sweeper.run.sweep_dir import (
     DRIVER_LOG,
     DRIVER_PID_FILE,
-    WARM_START_LOG,
-    first_missing_folder,
-    forget_warm_start_log,
     prepare_sweep_dir,
     publish_sweep_files,
     refuse_existing_sweep,
@@ -47,6 +45,8 @@ from sweeper.run.sweep_dir import (
 from sweeper.spec.schema import SweepSpec, trials_text
 from sweeper.track.book import SweepBook
 from trainables.models import DEFAULT_CACHE_ROOT
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["SweepRun", "run_sweep", "resume_sweep", "rebuild_sweep", "trainable_name", "trial_name"]
 
@@ -108,11 +108,13 @@ def run_sweep(
     made_for_the_log = first_missing_folder(spec.sweep_dir)
     try:
         _setup_cluster_inputs_and_plan(context)
+        _print_sweep(context)
         context.budget = SweepBudget.forecast_sweep(context.plan, context.inputs, context.console)
     except BaseException:
         forget_warm_start_log(spec.sweep_dir, made_for_the_log)
         raise
     sweep_dir = prepare_sweep_dir(spec, overwrite)
+    driver_log.write_to(sweep_dir / DRIVER_LOG)
     context.inputs.tokenizer.save_pretrained(sweep_dir / "tokenizer")
     publish_sweep_files(spec)
     _setup_tracker(context)
@@ -122,6 +124,7 @@ def run_sweep(
     def new_tuner(trainable, callbacks):
         from ray import tune
 
+        from sweeper.cluster.ray_adapter import reuse_trial_actors
         from sweeper.search.searcher import make_search
 
         search_alg, scheduler, max_concurrent_trials = make_search(context.plan, sweep_dir, warm_start)
@@ -136,7 +139,7 @@ def run_sweep(
                 max_concurrent_trials=max_concurrent_trials,
                 # A trial's actor runs the next trial (run_trial aborts its Train run
                 # when Tune stops it), instead of a new process importing torch per trial.
-                reuse_actors=True,
+                reuse_actors=reuse_trial_actors(),
                 trial_name_creator=functools.partial(trial_name, spec.name),
             ),
             run_config=tune.RunConfig(
@@ -168,6 +171,7 @@ def resume_sweep(
     context = SweepContext(spec, address or LOCAL_CLUSTER, console or Console(), cache_root)
     refuse_if_read_only(sweep_dir)
     refuse_if_running(spec)
+    driver_log.write_to(sweep_dir / DRIVER_LOG)
     experiment = storage.join(spec.storage_uri, "tune")
     if not storage.exists(storage.join(experiment, "tuner.pkl")):
         raise UserError(
@@ -183,6 +187,7 @@ def resume_sweep(
         check_study(study_file(spec.sweep_dir), Path(experiment), spec.name)
         unreadable = unreadable_checkpoints(Path(storage.join(spec.storage_uri, "trials")))
     _setup_cluster_inputs_and_plan(context)
+    _print_sweep(context)
     # No forecast of its own: the first driver logged it. The caps come back with the searcher.
     context.budget = SweepBudget(context.spec, context.plan, forecast=None)
     _setup_tracker(context)
@@ -356,26 +361,17 @@ def _setup_cluster_inputs_and_plan(context: SweepContext) -> None:
     )
 
     spec, console = context.spec, context.console
-    check_address(context.address)  # seconds, before the data and the warm-start server's minutes
+    check_address(context.address)  # seconds, before the data is tokenized
     context.tracking_uri = resolve_tracking_uri(spec.tracking.uri)
     check_tracking_uri(context.tracking_uri)
     check_tracking_writable(context.tracking_uri)
     if storage.is_remote(spec.storage_uri):
         storage.check_writable(spec.storage_uri)
-    # Started first: the warm-start server imports torch while the data is tokenized.
-    warm_server = start_warm_server(context.address, spec.sweep_dir / WARM_START_LOG, spec.resources.use_gpu)
-    try:
-        context.inputs = prepare_inputs(spec, context.cache_root)
-    except BaseException:
-        if warm_server:
-            warm_server.stop()
-        raise
+    context.inputs = prepare_inputs(spec, context.cache_root)
     # The storage's endpoint and region travel with the job (a node started before they
     # were set would write elsewhere); credentials never do.
     travelling = storage.travelling_settings(spec.storage_uri, os.environ)
-    _, context.dashboard_url = start_ray(
-        context.address, warm_server, job_metadata(spec, context.tracking_uri), env_vars=travelling
-    )
+    _, context.dashboard_url = start_ray(context.address, job_metadata(spec, context.tracking_uri), env_vars=travelling)
     if not starts_own_cluster(context.address):
         import ray
 
@@ -403,14 +399,6 @@ def _setup_cluster_inputs_and_plan(context: SweepContext) -> None:
     check_room_for(spec, context.plan.concurrent_trials)
     context.hardware = hardware_description(cluster)
     check_before_launch(spec, console)
-    if context.dashboard_url:
-        # Ray 2.60 clusters ask for a token (on by default for local ones).
-        console.print(
-            f"Ray dashboard: {context.dashboard_url} (job {spec.name!r}; log in with the token that "
-            "`ray get-auth-token` prints)", highlight=False, soft_wrap=True,
-        )
-    else:
-        console.print("Ray dashboard: not available")
 
 
 def _setup_tracker(context: SweepContext) -> None:
@@ -434,9 +422,9 @@ def _trainable(context: SweepContext):
     timeout_s = worker_start_timeout(
         spec.resources.worker_start_timeout_s, forecast.timing.setup_seconds if forecast else None
     )
-    context.console.print(
-        f"A trial whose workers are not placed and started within {timeout_s:.0f} s fails, saying why "
-        "(resources.worker_start_timeout_s)", highlight=False,
+    logger.info(
+        "A trial whose workers are not placed and started within %.0f s fails, saying why "
+        "(resources.worker_start_timeout_s)", timeout_s,
     )
     trainable = tune.with_parameters(
         run_trial,
@@ -453,6 +441,10 @@ def _trainable(context: SweepContext):
     return trainable
 
 
+# Ray Tune's documented switch between its new output engine and the legacy reporter.
+TUNE_NEW_OUTPUT_ENV = "RAY_AIR_NEW_OUTPUT"
+
+
 def _fit_and_finish(context: SweepContext, make_tuner, extra_callbacks: list) -> SweepRun:
     """Run the tuner with the driver callback (the book, then MLflow tracking, the adapter
     janitor and the terminal table; `extra_callbacks` after it); close every MLflow run
@@ -465,12 +457,7 @@ def _fit_and_finish(context: SweepContext, make_tuner, extra_callbacks: list) ->
     from sweeper.track.console import LiveTable
 
     spec, plan, book, tracker, console = context.spec, context.plan, context.book, context.tracker, context.console
-    console.print(
-        f"Sweep {spec.name!r}: {trials_text(spec)}, {plan.concurrent_trials} at a time "
-        f"({plan.trial_resources.workers} worker(s) per trial), files in {spec.sweep_dir}"
-    )
-    console.print(f"Budget: {plan.step_budget()}")
-    console.print(f"MLflow: {context.tracking_uri} (experiment {spec.tracking.experiment!r}, run {spec.name!r})")
+    _print_where_to_look(context)
     live_table = LiveTable(book, list(spec.search.parameters), console)
     listeners = [tracker, AdapterJanitor(book, spec.search.keep_best_adapters), *context.budget.listeners(live_table), live_table]
     driver = SweepDriver(book, listeners)  # make_tuner hands it the searcher's marks
@@ -482,6 +469,10 @@ def _fit_and_finish(context: SweepContext, make_tuner, extra_callbacks: list) ->
     stop_signals: list[int] = []
     stopped_for = None  # a fault that stopped the sweep (a full disk), in one line
     try:
+        # Tune's progress output (its experiment box, the results folder, a TensorBoard
+        # hint) is its legacy reporter's at verbose=0 with RAY_AIR_NEW_OUTPUT=0: none;
+        # the live table is the sweep's.
+        os.environ[TUNE_NEW_OUTPUT_ENV] = "0"
         try:
             with live_table, _sigterm_stops_like_sigint(stop_signals), _disk_full_said_once():
                 tuner.fit()
@@ -534,13 +525,13 @@ _TRACEBACK_LOGGERS = ("ray.tune.execution.tune_controller", "ray._private.worker
 def _disk_full_said_once():
     quiet = _DiskFullTraceback()
     loggers = [logging.getLogger(name) for name in _TRACEBACK_LOGGERS]
-    for logger in loggers:
-        logger.addFilter(quiet)
+    for each in loggers:
+        each.addFilter(quiet)
     try:
         yield
     finally:
-        for logger in loggers:
-            logger.removeFilter(quiet)
+        for each in loggers:
+            each.removeFilter(quiet)
 
 
 @contextlib.contextmanager
@@ -568,6 +559,32 @@ def _sigterm_stops_like_sigint(received: list[int]):
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def _print_sweep(context: SweepContext) -> None:
+    """The sweep and its plan: trials, concurrency, the rungs and the training steps."""
+    spec, plan = context.spec, context.plan
+    context.console.print(
+        f"Sweep {spec.name!r}: {trials_text(spec)}, {plan.concurrent_trials} at a time "
+        f"({plan.trial_resources.workers} worker(s) per trial); {plan.step_budget()}",
+        highlight=False, soft_wrap=True,
+    )
+
+
+def _print_where_to_look(context: SweepContext) -> None:
+    """Where the sweep can be watched: the dashboard, MLflow, the sweep's folder."""
+    spec, console = context.spec, context.console
+    if context.dashboard_url:
+        # Ray 2.60 clusters ask for a token (on by default for local ones).
+        dashboard = f"{context.dashboard_url} (log in with the token `ray get-auth-token` prints)"
+    else:
+        dashboard = "not available"
+    for line in (
+        f"Ray dashboard: {dashboard}",
+        f"MLflow: {context.tracking_uri} (experiment {spec.tracking.experiment!r}, run {spec.name!r})",
+        f"Sweep folder: {spec.sweep_dir} (the libraries' own output: {DRIVER_LOG})",
+    ):
+        console.print(line, highlight=False, soft_wrap=True)
 
 
 def _hand_the_driver_its_marks(search_alg, callbacks: list) -> None:

@@ -1,5 +1,5 @@
 """The sweep's folder and what lies in it: made new (never over an existing sweep unless
-asked), the files published beside remote storage, the warm-start server's log, and the
+asked), the files published beside remote storage, and the
 pid of the driver running the sweep (`sweep stop` signals it, `sweep resume` refuses a
 sweep that still has one)."""
 
@@ -18,8 +18,8 @@ from sweeper.spec.load import spec_to_yaml
 from sweeper.spec.schema import SweepSpec
 
 __all__ = [
-    "refuse_existing_sweep", "prepare_sweep_dir", "PUBLISHED_FILES", "publish_sweep_files", "WARM_START_LOG",
-    "first_missing_folder", "forget_warm_start_log", "DRIVER_PID_FILE", "DRIVER_LOG", "running_driver_pid",
+    "refuse_existing_sweep", "prepare_sweep_dir", "PUBLISHED_FILES", "publish_sweep_files",
+    "DRIVER_PID_FILE", "DRIVER_LOG", "running_driver_pid",
     "refuse_if_running", "refuse_if_read_only", "stop_sweep",
 ]
 
@@ -65,34 +65,9 @@ def publish_sweep_files(spec: SweepSpec) -> None:
         storage.upload(spec.sweep_dir / name, storage.join(spec.storage_uri, name))
 
 
-# The warm-start server's log (sweeper/cluster/fork_server.py), in the sweep folder: the server
-# starts, and may write it, before the folder is prepared, so preparing keeps it.
-WARM_START_LOG = "warm_start.log"
-
-
 def _sweep_files(sweep_dir: Path) -> list[Path]:
-    """What a sweep left in its folder (the warm-start log of this start aside)."""
-    if not sweep_dir.is_dir():
-        return []
-    return [path for path in sweep_dir.iterdir() if path.name != WARM_START_LOG]
-
-
-def first_missing_folder(folder: Path) -> Path | None:
-    """The outermost of `folder` and its parents that does not exist yet, if any."""
-    missing = None
-    for candidate in (folder, *folder.parents):
-        if candidate.exists():
-            return missing
-        missing = candidate
-    return missing
-
-
-def forget_warm_start_log(sweep_dir: Path, made_for_the_log: Path | None) -> None:
-    """A start refused before the sweep began leaves nothing behind: the warm-start log,
-    written before the inputs were checked, goes, and so do the folders made for it."""
-    (sweep_dir / WARM_START_LOG).unlink(missing_ok=True)
-    if made_for_the_log is not None and not any(p.is_file() for p in made_for_the_log.rglob("*")):
-        shutil.rmtree(made_for_the_log, ignore_errors=True)
+    """What a sweep left in its folder."""
+    return list(sweep_dir.iterdir()) if sweep_dir.is_dir() else []
 
 
 DRIVER_PID_FILE = "driver.pid"

@@ -7,7 +7,9 @@ the Train controller runs inside that actor instead of in an actor of its own, a
 Ray Data, report-queue and placement-group-cleaner actors that Ray starts for every run
 are left out (sweeper/cluster/ray_adapter.py). What remains new per trial is what the run needs:
 its placement group, its Train workers (which do the training) and Train's
-synchronization actor.
+synchronization actor. On a Ray other than the one the adapter was tested against, the
+trial takes Train's public path instead: a plain TorchTrainer whose controller is an actor
+of its own, reports through Ray's TuneReportCallback, and no actor reuse.
 
 When Tune stops the trial (ASHA pruned it, or the sweep is over), the Train run is
 aborted at once: its workers give their CPUs/GPUs back to the next trial instead of
@@ -30,10 +32,12 @@ import time
 from ray import tune
 from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 from ray.train.v2.api.callback import UserCallback
+from ray.tune.integration.ray_train import TuneReportCallback
 
 from sweeper.cluster import storage
+from sweeper.cluster import ray_adapter
 from sweeper.cluster.placement import free_resources_text, resources_text
-from sweeper.cluster.ray_adapter import ON_THE_HEAD_NODE, StoppableTorchTrainer, tune_stop_event, workers_never_started
+from sweeper.cluster.ray_adapter import ON_THE_HEAD_NODE, tune_stop_event, workers_never_started
 from sweeper.cost.memory import trial_forecast_gib
 from trainables.config import TrialConfig
 from trainables.metrics import PREEMPTION_CHECKPOINT, RESTARTS
@@ -104,7 +108,8 @@ def run_trial(
     per_worker = {"CPU": resources.cpus_per_worker, **resources.custom}
     if resources.gpus_per_worker:
         per_worker["GPU"] = resources.gpus_per_worker
-    trainer = StoppableTorchTrainer(
+    in_trial_thread = ray_adapter.reports_in_trial_thread()
+    trainer = ray_adapter.TrialTrainer(
         train_loop_per_worker=train_loop_per_worker,
         train_loop_config={
             "trial": trial,
@@ -122,7 +127,7 @@ def run_trial(
             storage_path=storage_path,
             storage_filesystem=storage_filesystem,
             worker_runtime_env=worker_runtime_env(resources),
-            callbacks=[ReportToTune()],
+            callbacks=[ReportToTune() if in_trial_thread else ReportToTuneThroughQueue()],
             checkpoint_config=CheckpointConfig(num_to_keep=1),
             # Ray Train restarts the worker group from the latest checkpoint; a worker
             # group that cannot start is not retried (the timeout above is the bound).
@@ -162,11 +167,36 @@ class ReportToTune(UserCallback):
         self.worker_failures += 1
 
     def after_report(self, run_context, metrics, checkpoint) -> None:
-        if metrics[0].get(PREEMPTION_CHECKPOINT):
-            return  # kept for the run's restart on another node, not an evaluation (trainables/preemption.py)
-        result = dict(metrics[0])
-        if checkpoint is not None:
-            result["checkpoint_path"] = storage.uri_of(checkpoint.filesystem, checkpoint.path)
-        if self.worker_failures:
-            result[RESTARTS] = self.worker_failures
-        tune.report(result)
+        result = tune_result(metrics, checkpoint, self.worker_failures)
+        if result is not None:
+            tune.report(result)
+
+
+def tune_result(metrics: list[dict], checkpoint, worker_failures: int) -> dict | None:
+    """What a Train report tells Tune: rank 0's metrics, its checkpoint's path (a URI for
+    object storage) and the workers' restarts so far; None for a preemption checkpoint."""
+    if metrics[0].get(PREEMPTION_CHECKPOINT):
+        return None  # kept for the run's restart on another node, not an evaluation (trainables/preemption.py)
+    result = dict(metrics[0])
+    if checkpoint is not None:
+        result["checkpoint_path"] = storage.uri_of(checkpoint.filesystem, checkpoint.path)
+    if worker_failures:
+        result[RESTARTS] = worker_failures
+    return result
+
+
+class ReportToTuneThroughQueue(TuneReportCallback):
+    """ReportToTune for a controller in an actor of its own (ray_adapter's public path):
+    Ray's TuneReportCallback carries the same result to the trial."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.worker_failures = 0
+
+    def after_exception(self, run_context, worker_exceptions) -> None:
+        self.worker_failures += 1
+
+    def after_report(self, run_context, metrics, checkpoint) -> None:
+        result = tune_result(metrics, checkpoint, self.worker_failures)
+        if result is not None:
+            super().after_report(run_context, [result], None)

@@ -3,18 +3,14 @@ and why no public API does it; tests/unit/test_mlflow_adapter.py checks that beh
 MLflow upgrade that changes it fails there, not in a sweep. Nothing is imported at module
 level: MLflow is loaded by the entry that uses it.
 
-Used by sweeper/promote/registry.py and sweeper/track/mlflow_store.py:
+Used by sweeper/promote/registry.py:
 - `model_name_problem`, `alias_problem`: MLflow's own checks of a registered-model name
   and alias, which it has only as private validators.
-- `build_empty_mlflow_store`: the tables of a new SQLite store at MLflow's latest schema,
-  without the Default experiment MLflow adds when it opens a store (its path depends on
-  who opens it). MLflow does this only inside the store's constructor, which also adds
-  that experiment; `mlflow db upgrade` needs the tables to exist.
 """
 
 from __future__ import annotations
 
-__all__ = ["model_name_problem", "alias_problem", "build_empty_mlflow_store"]
+__all__ = ["model_name_problem", "alias_problem"]
 
 
 def model_name_problem(name: str) -> str | None:
@@ -41,16 +37,3 @@ def alias_problem(alias: str) -> str | None:
     except MlflowException as exc:
         return exc.message
     return None
-
-
-def build_empty_mlflow_store(database) -> None:
-    """A SQLite file at `database` with MLflow's tables at its latest schema and no rows of
-    ours (MLflow adds its Default experiment on opening it)."""
-    import sqlalchemy
-    from mlflow.store.db.utils import _initialize_tables
-
-    engine = sqlalchemy.create_engine(f"sqlite:///{database}")
-    try:
-        _initialize_tables(engine)
-    finally:
-        engine.dispose()

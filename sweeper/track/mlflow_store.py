@@ -9,16 +9,13 @@ client is made, so the read-only commands start without Ray's import.
 
 from __future__ import annotations
 
-import os
 import platform
-import shutil
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 from sweeper.errors import UserError
 from sweeper.names import TrialState
-from trainables.environment import CACHE_ROOT
 
 __all__ = [
     "RUN_STATUS", "resolve_tracking_uri", "default_artifact_location", "check_tracking_uri", "check_tracking_writable",
@@ -87,8 +84,8 @@ def check_tracking_uri(uri: str) -> None:
         )
 
 
-# The databases MLflow keeps a tracking store in besides SQLite (mlflow.store.db.db_types),
-# reached through SQLAlchemy and a driver the user installs.
+# The databases MLflow keeps a tracking store in besides SQLite, reached through
+# SQLAlchemy and a driver the user installs.
 DATABASE_SCHEMES = ("postgresql", "mysql", "mssql")
 # Drivers whose package is named otherwise than their module.
 _DRIVER_PACKAGES = {"psycopg": "psycopg[binary]", "psycopg2": "psycopg2-binary", "MySQLdb": "mysqlclient"}
@@ -141,46 +138,11 @@ def check_tracking_writable(uri: str) -> None:
 
 
 def client_for(uri: str):
-    """An MlflowClient for the tracking store and Model Registry at `uri`."""
+    """An MlflowClient for the tracking store and Model Registry at `uri` (MLflow creates
+    or migrates a SQLite store's tables when it first opens it)."""
     from mlflow.tracking import MlflowClient
 
-    database = _sqlite_file(uri)
-    if database is not None and database.name != ":memory:":  # SQLite's in-memory store: no file
-        _new_store_from_the_empty_one(database)
     return MlflowClient(tracking_uri=uri, registry_uri=uri)
-
-
-def _new_store_from_the_empty_one(database: Path) -> None:
-    """A SQLite store that does not exist yet starts as a copy of an empty store at the
-    installed MLflow's schema, built once per MLflow version. MLflow builds a new store by
-    running each of its schema migrations in turn, about 2 s on the 2-core machine at
-    every new store (each sweep of the test suite starts one). The copy is put in place
-    only where no store appeared meanwhile; MLflow adds its Default experiment when it
-    opens it, as in a store of its own."""
-    if database.exists() or not database.parent.is_dir():
-        return  # an existing store, or a folder MLflow itself refuses with its own message
-    import mlflow
-
-    from sweeper.track.mlflow_adapter import build_empty_mlflow_store
-
-    empty = CACHE_ROOT / "mlflow" / f"empty-{mlflow.__version__}.db"
-    copy = database.with_name(f".{database.name}.{os.getpid()}")
-    try:
-        if not empty.exists():
-            empty.parent.mkdir(parents=True, exist_ok=True)
-            building = empty.with_name(f"{empty.name}.{os.getpid()}")
-            build_empty_mlflow_store(building)
-            os.replace(building, empty)  # whole, or not there: another process may read it
-        shutil.copyfile(empty, copy)
-    except OSError:  # no cache to keep it in, or no room: MLflow builds the store itself
-        copy.unlink(missing_ok=True)
-        return
-    try:
-        os.link(copy, database)  # fails if a store appeared meanwhile: that one stays
-    except OSError:  # that, or a file system without hard links: MLflow builds the store
-        pass
-    finally:
-        copy.unlink()
 
 
 def ensure_experiment(client, name: str, artifact_location: str | None) -> str:

@@ -2,8 +2,8 @@
 frames. `sweep list`, `sweep status`, reports and promotion all read through here.
 
 Imports neither Ray nor torch (a unit test holds it to that), and MLflow only when a
-command needs its client: runs are read through `sweeper.track.run_reader`, straight from the
-tables of a local SQLite store (benchmarks/README.md: `sweep list` in 0.3 s instead of 3)."""
+command reads a store: runs are read through `sweeper.track.run_reader` (MLflow's public
+client); a local SQLite store that does not exist yet is read as empty, never created."""
 
 from __future__ import annotations
 
@@ -61,9 +61,8 @@ class SweepStore:
     def __init__(self, uri: str):
         check_tracking_uri(uri)
         self.uri = uri
-        # Queries go through `runs` (sweeper.track.run_reader: straight from a local SQLite
-        # store, else through the client); the client itself is made when a command
-        # needs more (artifacts from a server, promotion).
+        # Queries go through `runs` (sweeper.track.run_reader); the client is made on the
+        # first read of a store that exists.
         self.runs = reader_for(uri, lambda: self.client)
 
     @cached_property

@@ -18,7 +18,7 @@ Run layout (tag and metric names in `sweeper.names`; tags are the query keys of
 - child: tags sweeper.kind=trial, sweeper.trial_id, sweeper.trial_number, sweeper.state
   (a TrialState: running, paused, completed, pruned, failed, stopped) and sweeper.status
   (its words: completed | pruned at step N | failed: reason); params = sampled values;
-  sweeper.cluster.fork_server (<earlier sweep>/<trial id>) on a trial whose config an earlier sweep
+  sweeper.warm_start (<earlier sweep>/<trial id>) on a trial whose config an earlier sweep
   gave (search.warm_start); metric histories by step; setup_seconds, cost_usd, accelerator_hours, tokens,
   usd_per_million_tokens, pauses (at rungs, ASHA by promotion); on a trial that ran out of
   memory and went on at half its micro-batch, metrics out_of_memory_at_micro_batch and

@@ -2,16 +2,15 @@
 CLI's stack once, instead of a new interpreter importing it for every command.
 
 Why: a `sweep` command spends its first 5-9 CPU-seconds importing torch, transformers, Ray
-and MLflow (tests/README.md), and the suite runs over a hundred of them on two cores. The
+and MLflow, and the suite runs over a hundred of them on two cores. The
 zygote (`python -m tests.integration.cli_process SOCKET`, one per test run) imports what
 the commands import, then serves: for each command a client sends its arguments,
 environment, working directory and standard streams over a Unix socket, and the zygote
 forks a child that runs `python -m sweeper.cli ARGS` as that command's own process: its own
 pid and session (as `start_new_session=True`), which a test signals, kill -9s or walks the
 children of; the exit status Python would give it (sweeper/cli/process_exit.py's exit).
-This is how the warm-start server already starts Ray's workers
-(sweeper/cluster/fork_server.py); a user's `sweep` is always a new interpreter, and
-tests/integration/test_examples.py runs the scripts users run that way.
+A user's `sweep` is always a new interpreter, and tests/integration/test_examples.py runs
+the scripts users run that way.
 
 What a forked child cannot see is an environment variable a library reads once, when it is
 imported (Ray's settings, PYTHONUNBUFFERED, HF_HOME, ...). So a command whose environment

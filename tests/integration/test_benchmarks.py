@@ -29,9 +29,6 @@ def test_overhead_benchmark_reports_setup_and_its_phases(tmp_path):
     phases = figures["setup_phases_median_s"]
     assert 0 < phases["worker_process_started"] <= phases["train_loop_entered"] <= phases["data_and_task_ready"]
     assert phases["data_and_task_ready"] <= figures["setup_median_s"]
-    # The later trials' Train workers are forked from the warm server, which listens
-    # some seconds after Ray starts.
-    assert figures["warm_started_workers"] >= 1
     assert figures["wall_s"] > figures["minimum_s"] > 0
 
 

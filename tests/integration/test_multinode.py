@@ -254,11 +254,6 @@ def test_two_worker_trials_spread_over_both_worker_nodes_with_checkpoints_in_s3(
     names = cluster.node_ids()
     used = [names.get(node, "gone") for node in cluster.new_train_worker_nodes(seen_before)]
     assert sorted(used) == ["a", "a", "b", "b"], used  # each trial: one worker on each worker node
-    # Every node runs on this machine, so the worker nodes' workers were forked from the
-    # driver's warm-start server too, not started cold.
-    forked = (workdir / "sweeps" / "spread" / "warm_start.log").read_text()
-    for name in ("a", "b"):
-        assert f"for raylet {cluster.temp_dirs[name]}/" in forked, forked
     keys = cluster.s3.keys(BUCKET, "cluster/spread/")
     adapters = [k for k in keys if k.startswith("cluster/spread/trials/") and k.endswith("adapter_config.json")]
     assert len(adapters) == 2, keys

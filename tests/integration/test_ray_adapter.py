@@ -4,7 +4,8 @@ actor, one placement-group cleaner per trial actor), and when Tune
 stops the trial its run is aborted: its placement group is removed and its CPUs go to
 the next trial, also when Tune kills the trial's actor at the end. Run in an actor of
 their own, `fit_until` returns once its `stop` is set, after Train's controller has run
-its abort hooks and recorded the run as aborted, and raises a run's failure as it is."""
+its abort hooks and recorded the run as aborted, and raises a run's failure as it is. The
+adapter's public fallback (PublicTorchTrainer, no actor reuse) stops and releases too.""" 
 
 import time
 
@@ -34,6 +35,25 @@ def stoppable_trial(config):
         train_loop_per_worker=endless_loop,
         scaling_config=ScalingConfig(num_workers=1, resources_per_worker={"CPU": 1}),
         run_config=RunConfig(name=tune.get_context().get_trial_id(), storage_path=config["storage"], callbacks=[ReportToTune()]),
+    )
+    trainer.fit_until(tune_stop_event())
+
+
+def public_trial(config):
+    """The trial on ray_adapter's public fallback: Train's own fit(), its controller an
+    actor of its own, reports through Ray's TuneReportCallback."""
+    from ray import tune
+    from ray.train import RunConfig, ScalingConfig
+
+    from sweeper.cluster.ray_adapter import PublicTorchTrainer, tune_stop_event
+    from sweeper.run.trial import ReportToTuneThroughQueue
+
+    trainer = PublicTorchTrainer(
+        train_loop_per_worker=endless_loop,
+        scaling_config=ScalingConfig(num_workers=1, resources_per_worker={"CPU": 1}),
+        run_config=RunConfig(
+            name=tune.get_context().get_trial_id(), storage_path=config["storage"], callbacks=[ReportToTuneThroughQueue()]
+        ),
     )
     trainer.fit_until(tune_stop_event())
 
@@ -99,6 +119,26 @@ def test_stopped_runs_release_their_workers_at_once_and_start_no_extra_actors(ra
     cleaners = [a for a in actors if a.class_name == "PlacementGroupCleaner"]
     assert 1 <= len(cleaners) <= len(trial_actors) < 3, (cleaners, trial_actors)  # actors were reused
     assert "TrainController" not in {a.class_name for a in actors}
+
+
+def test_on_the_public_fallback_stopped_runs_give_their_cpus_back_and_report_to_tune(ray_cluster, tmp_path):
+    """Off the tested Ray (ray_adapter.uses_private_ray() False) trials are not reused:
+    Tune ends a stopped trial's actor, and with it the Train controller and workers it
+    owns; three endless one-CPU runs on two CPUs all reach their stop."""
+    from ray import tune
+
+    tuner = tune.Tuner(
+        tune.with_resources(public_trial, {"cpu": 0, "memory": 1024**2}),
+        param_space={"storage": str(tmp_path / "trials"), "index": tune.grid_search([0, 1, 2])},
+        tune_config=tune.TuneConfig(reuse_actors=False, max_concurrent_trials=2),
+        run_config=tune.RunConfig(storage_path=str(tmp_path / "tune"), stop={"training_iteration": 3}, verbose=0),
+    )
+    started = time.time()
+    results = tuner.fit()
+    assert [r.metrics["training_iteration"] for r in results] == [3, 3, 3]
+    assert all(r.metrics["step"] >= 3 for r in results)  # the Train workers' own reports
+    assert time.time() - started < 300
+    assert wait_for_train_groups_removed() == []
 
 
 class TrialActor:
@@ -266,18 +306,3 @@ def test_a_trial_is_in_tunes_saved_state_when_it_starts(saved_first, ray_cluster
     )
     saved = [result.metrics["saved"] for result in tuner.fit()]
     assert saved == [1.0] * 3 if saved_first else 0.0 in saved, saved
-
-
-def test_the_autoscaler_monitor_of_a_local_cluster_ends_at_once_and_the_cluster_works_on(ray_cluster):
-    """Last in the module: the cluster goes on without its monitor until the fixture ends it."""
-    import ray
-    from ray._private import ray_constants, worker
-
-    from sweeper.cluster.ray_adapter import end_autoscaler_monitor
-
-    monitors = [info.process for info in worker._global_node.all_processes[ray_constants.PROCESS_TYPE_MONITOR]]
-    assert monitors and all(process.poll() is None for process in monitors)
-    end_autoscaler_monitor()
-    assert all(process.poll() == -9 for process in monitors)  # SIGKILL: no handler ran
-    assert ray.get(ray.remote(lambda: 42).remote()) == 42
-    end_autoscaler_monitor()  # a second call finds nothing left to end

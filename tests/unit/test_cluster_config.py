@@ -1,6 +1,5 @@
 """Joining a Ray cluster (sweeper/run/connect.py) without Ray: which address a sweep uses,
-when it runs in token mode, how an address that does not answer is refused, where the
-warm-start server runs; and cluster.yaml against Ray's own cluster-launcher schema."""
+when it runs in token mode, how an address that does not answer is refused; and cluster.yaml against Ray's own cluster-launcher schema."""
 
 import json
 import socket
@@ -141,58 +140,6 @@ def test_the_refusal_of_a_token_for_a_cluster_without_auth_names_both_fixes(tmp_
     assert line.startswith("--address: the Ray cluster at 10.0.0.1:6379 has token authentication off")
     assert f"the token from {token}" in line and "set RAY_AUTH_MODE=disabled here too" in line
     assert "secret-token" not in line
-
-
-def test_no_warm_start_server_for_ray_client_or_gpus(tmp_path):
-    assert connect.start_warm_server("ray://127.0.0.1:10001", tmp_path / "warm_start.log") is None
-    assert connect.start_warm_server("local", tmp_path / "warm_start.log", use_gpu=True) is None
-    assert connect.start_warm_server("127.0.0.1:6379", tmp_path / "warm_start.log", use_gpu=True) is None
-
-
-@pytest.mark.parametrize(
-    "node_ips, expected",
-    [
-        (["10.0.0.5", "10.0.0.5", "10.0.0.5"], True),  # head and workers started on this machine
-        (["10.0.0.5", "10.0.0.9"], False),  # a worker node elsewhere could not reach the server
-        ([], False),  # nothing said
-    ],
-)
-def test_a_joined_cluster_warm_starts_only_when_every_node_is_on_this_machine(monkeypatch, node_ips, expected):
-    import ray.util
-    import ray.util.state
-
-    asked = {}
-
-    def list_nodes(address, filters, raise_on_missing_output):
-        asked.update(address=address, filters=filters)
-        return [SimpleNamespace(node_ip=ip) for ip in node_ips]
-
-    monkeypatch.setattr(ray.util.state, "list_nodes", list_nodes)
-    monkeypatch.setattr(ray.util, "get_node_ip_address", lambda: "10.0.0.5")
-    assert connect.every_node_here(("127.0.0.1", 6379)) is expected
-    assert asked == {"address": "127.0.0.1:6379", "filters": [("state", "=", "ALIVE")]}
-
-
-def test_a_cluster_that_cannot_list_its_nodes_is_joined_cold(monkeypatch):
-    import ray.util.state
-
-    def no_dashboard(**_):
-        raise ConnectionError("no dashboard at this cluster")
-
-    monkeypatch.setattr(ray.util.state, "list_nodes", no_dashboard)
-    assert connect.every_node_here(("127.0.0.1", 6379)) is False
-
-
-def test_a_folder_holding_only_the_warm_start_log_is_not_an_existing_sweep(tmp_path):
-    from sweeper.spec.load import load_spec
-
-    spec = load_spec(ROOT / "search_spaces" / "quickstart.yaml").model_copy(update={"output_dir": tmp_path / "s"})
-    (tmp_path / "s").mkdir()
-    (tmp_path / "s" / sweep_dir.WARM_START_LOG).write_text("importing torch\n")
-    sweep_dir.refuse_existing_sweep(spec, overwrite=False)
-    (tmp_path / "s" / "sweep.yaml").write_text("name: old\n")
-    with pytest.raises(UserError, match=r"^name: a sweep named"):
-        sweep_dir.refuse_existing_sweep(spec, overwrite=False)
 
 
 def test_cluster_yaml_is_a_valid_ray_cluster_launcher_config():

@@ -1,5 +1,5 @@
 """The parts of sweeper/cluster/ray_adapter.py that can be checked without a Ray cluster:
-what the trial's TorchTrainer is, Ray's ID generator in forks, Tune's trial numbers, and the
+what the trial's TorchTrainer is, Tune's trial numbers, and the
 labelled worker group. tests/integration/test_ray_adapter.py checks the rest against a real
 cluster, the stop logic of a trial's TorchTrainer among it."""
 
@@ -25,26 +25,6 @@ def test_importing_the_adapter_loads_neither_ray_nor_torch():
     code = "import sys, sweeper.cluster.ray_adapter; print(sorted({'ray', 'torch', 'mlflow'} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=os.environ)
     assert out.stdout.strip() == "[]"
-
-
-def test_forks_draw_their_own_ray_ids_after_classes_are_defined_under_the_guard():
-    """What the warm server relies on: classes defined while the guard is entered leave
-    Ray's generator unseeded, so each fork seeds its own; a draw before forking seeds it,
-    and forks then repeat each other's IDs (the probe must notice)."""
-    code = """
-import ray
-from sweeper.cluster import ray_adapter
-with ray_adapter.actor_class_ids_from_urandom():
-    @ray.remote
-    class A:
-        pass
-print(ray_adapter.ids_differ_in_forks())
-from ray._raylet import JobID, PlacementGroupID
-PlacementGroupID.of(JobID.from_int(1))
-print(ray_adapter.ids_differ_in_forks())
-"""
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=os.environ)
-    assert out.stdout.split() == ["True", "False"]
 
 
 def test_the_address_file_is_where_ray_start_records_its_head(tmp_path, monkeypatch):
@@ -127,3 +107,52 @@ def test_an_ended_trials_running_averages_are_forgotten_and_its_figures_kept(tmp
     assert trial.run_metadata.metric_n_steps == {}
     assert trial.metric_analysis == figures and figures["eval_loss"]["last-5-avg"] == pytest.approx(11 / 18)
     assert len(trial.get_json_state()[1]) < len(checkpointed)
+
+
+def test_the_version_guard_takes_the_private_paths_only_on_the_tested_ray(monkeypatch):
+    import importlib.metadata
+
+    major, minor = (int(part) for part in importlib.metadata.version("ray").split(".")[:2])
+    assert ray_adapter.uses_private_ray() == ((major, minor) == ray_adapter.TESTED_RAY)
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "2.61.0")
+    assert not ray_adapter.uses_private_ray()
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "2.60.3")
+    assert ray_adapter.uses_private_ray()
+    monkeypatch.setenv(ray_adapter.PUBLIC_ONLY_ENV, "1")
+    assert not ray_adapter.uses_private_ray()
+
+
+@pytest.fixture
+def public_only(monkeypatch):
+    monkeypatch.setenv(ray_adapter.PUBLIC_ONLY_ENV, "1")
+
+
+def test_the_public_fallback_trainer_is_trains_own_and_trials_are_not_reused(public_only):
+    import pickle
+
+    from ray.train.torch import TorchTrainer
+
+    trainer = ray_adapter.TrialTrainer
+    assert trainer is ray_adapter.PublicTorchTrainer and issubclass(trainer, TorchTrainer)
+    assert "fit_until" in vars(trainer) and pickle.loads(pickle.dumps(trainer)) is trainer
+    assert not ray_adapter.reuse_trial_actors() and not ray_adapter.reports_in_trial_thread()
+
+
+def test_the_public_fallbacks_answer_without_rays_internals(public_only, tmp_path, monkeypatch):
+    from ray.train.v2._internal.exceptions import WorkerGroupStartupTimeoutError
+    from ray.train.v2.api.exceptions import ControllerError
+
+    from sweeper.errors import UserError
+
+    # The trial then fails with Train's own message instead of ours naming the resources.
+    assert not ray_adapter.workers_never_started(ControllerError(WorkerGroupStartupTimeoutError(num_workers=2)))
+    stop = ray_adapter.tune_stop_event()  # no Tune session here: none needed
+    assert not stop.is_set()
+    ray_adapter.save_tune_state(object())  # nothing to call on: Tune saves on its own period
+    with pytest.raises(UserError, match=r"^NAME: sweep resume restores Tune's state through Ray 2\.60 internals"):
+        ray_adapter.restore_tuner(str(tmp_path), lambda config: None, [])
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))
+    fallback = ray_adapter.ray_address_file()
+    monkeypatch.delenv(ray_adapter.PUBLIC_ONLY_ENV)
+    assert fallback == ray_adapter.ray_address_file() == tmp_path / "ray" / "ray_current_cluster"
+

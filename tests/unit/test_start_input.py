@@ -32,7 +32,6 @@ def workdir(tmp_path, monkeypatch):
         raise AssertionError("bad input reached Ray")
 
     monkeypatch.setattr(launch, "start_ray", no_ray)
-    monkeypatch.setattr(launch, "start_warm_server", no_ray)
     return tmp_path
 
 
@@ -207,8 +206,7 @@ def test_an_integer_python_will_not_read_is_refused_where_it_is(workdir):
 ])
 def test_a_micro_batch_larger_than_the_training_set_is_refused(workdir, sections, key):
     # A zero too many: the calibration (or every trial) would run for hours on repeated examples.
-    # `plan` reads the data as `start` does (prepare_inputs), without the warm-start server;
-    # its time is torch's and transformers' imports, not hours.
+    # `plan` reads the data as `start` does (prepare_inputs); its time is torch's and transformers' imports, not hours.
     train = workdir / "train.jsonl"
     train.write_text("".join(SFT_TRAIN.read_text().splitlines(keepends=True)[:20]))
     line = refused(workdir, "plan", sweep_file(workdir, data={"train": str(train)}, **sections), within_s=60)
@@ -220,7 +218,7 @@ def test_a_micro_batch_larger_than_the_training_set_is_refused(workdir, sections
     ("127.0.0.1:1", "--address: no Ray cluster answers at 127.0.0.1:1 ("),
 ])
 def test_an_address_is_checked_before_the_data_is_read_or_anything_starts(workdir, monkeypatch, address, message):
-    # It came after the data's tokenizing and the warm-start server: 30 s to a typo's line.
+    # Checked before the data's tokenizing, so a typo's line comes in seconds.
     # (`sweep resume` takes the same path, after its own checks of the sweep folder.)
     def no_data(*args, **kwargs):
         raise AssertionError("the data was read before the address was checked")

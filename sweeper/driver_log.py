@@ -1,0 +1,134 @@
+"""What a sweep's driver shows on the terminal and what goes to the sweep's `driver.log`.
+
+The terminal gets sweeper's own lines: the sweep and its plan, the forecast, where to look,
+the live table, the summary. What the libraries print as they load and start (Ray's notes,
+Optuna's study lines, transformers' and the Hub's progress bars, any library's warnings) is
+written to `<sweep folder>/driver.log` instead; `sweep start --verbose` shows it on the
+terminal too. Everything here uses the libraries' public switches: Python logging (Ray's
+"ray" logger, as Ray's logging guide describes; Python's warnings), `optuna.logging`, and environment
+variables the libraries document, which the processes the driver starts inherit
+(the calibration's copies, the workers of a local Ray cluster).
+
+The log is held in memory until the sweep's folder is made (`write_to`, called by the
+launch once the folder exists: an existing sweep is only replaced once the inputs have
+been checked), then written there and appended to.
+"""
+
+from __future__ import annotations
+
+import logging
+import logging.handlers
+import os
+import sys
+from pathlib import Path
+
+__all__ = ["QUIET_ENVIRONMENT", "DriverLog", "write_to", "route_ray_logger"]
+
+# Documented switches the libraries read from the environment, in the driver and in the
+# processes it starts: transformers' warnings at error level only; no Hugging Face Hub or
+# transformers progress bars (transformers follows the Hub's switch); MLflow leaves its
+# loggers to the application (they reach driver.log like any other).
+QUIET_ENVIRONMENT = {
+    "TRANSFORMERS_VERBOSITY": "error",
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+    "MLFLOW_CONFIGURE_LOGGING": "false",
+}
+
+FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+_active: "DriverLog | None" = None
+
+
+class DriverLog:
+    """Entered around a sweep's driver: the libraries' logging goes to a buffer and then to
+    driver.log (`verbose`: to the terminal's stderr as well)."""
+
+    def __init__(self, verbose: bool = False):
+        self.verbose = verbose
+        self.path: Path | None = None
+        self.buffer = logging.handlers.MemoryHandler(capacity=10**6, flushLevel=logging.CRITICAL + 1)
+        self.buffer.setFormatter(logging.Formatter(FORMAT))
+        self.file: logging.FileHandler | None = None
+        self.terminal: logging.Handler | None = None
+        self._saved_env: dict[str, str | None] = {}
+        self._saved_level = logging.root.level
+
+    def __enter__(self) -> "DriverLog":
+        global _active
+        for name, value in QUIET_ENVIRONMENT.items():
+            self._saved_env[name] = os.environ.get(name)
+            if not self.verbose:
+                os.environ.setdefault(name, value)
+        logging.root.addHandler(self.buffer)
+        if self.verbose:
+            self.terminal = logging.StreamHandler(sys.stderr)
+            self.terminal.setFormatter(logging.Formatter(FORMAT))
+            logging.root.addHandler(self.terminal)
+        logging.root.setLevel(logging.INFO)
+        logging.captureWarnings(True)  # Python warnings (a library's FutureWarning) as log records
+        _active = self
+        _route_optuna()
+        route_ray_logger()
+        if "mlflow" in sys.modules:  # loaded already: MLFLOW_CONFIGURE_LOGGING came too late
+            _to_the_handlers_above(logging.getLogger("mlflow"))
+        return self
+
+    def write_to(self, path: Path) -> None:
+        """From now on into `path` (appended to), with what was held so far."""
+        if self.file is not None:
+            return
+        self.path = path
+        self.file = logging.FileHandler(path, mode="a", encoding="utf-8", delay=False)
+        self.file.setFormatter(logging.Formatter(FORMAT))
+        self.buffer.setTarget(self.file)
+        self.buffer.flush()
+        logging.root.removeHandler(self.buffer)
+        logging.root.addHandler(self.file)
+
+    def __exit__(self, kind, error, traceback) -> None:
+        global _active
+        _active = None
+        logging.root.removeHandler(self.buffer)
+        if self.file is None and kind is not None and not self.verbose and self.buffer.buffer:
+            # No sweep folder to keep them in, and the command failed: they may say why.
+            sys.stderr.writelines(f"{self.buffer.format(record)}\n" for record in self.buffer.buffer)
+        self.buffer.close()
+        for handler in (self.file, self.terminal):
+            if handler is not None:
+                logging.root.removeHandler(handler)
+                handler.close()
+        logging.root.setLevel(self._saved_level)
+        logging.captureWarnings(False)
+        for name, value in self._saved_env.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def write_to(path: Path) -> None:
+    """Start writing the active DriverLog (if any) into `path`: the sweep's folder exists."""
+    if _active is not None:
+        _active.write_to(path)
+
+
+def route_ray_logger() -> None:
+    """Ray's "ray" logger sends to the handlers above (and so to driver.log) instead of its
+    own stderr handler, while a DriverLog is active and once Ray is loaded. Called again
+    after `import ray` (Ray configures that logger as it loads)."""
+    if _active is None or "ray" not in sys.modules:
+        return
+    _to_the_handlers_above(logging.getLogger("ray"))
+
+
+def _to_the_handlers_above(logger: logging.Logger) -> None:
+    logger.handlers.clear()
+    logger.propagate = True
+
+
+def _route_optuna() -> None:
+    """Optuna's study lines ("A new study created ...") through the handlers above."""
+    import optuna
+
+    optuna.logging.disable_default_handler()
+    optuna.logging.enable_propagation()

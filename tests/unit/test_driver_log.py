@@ -1,0 +1,69 @@
+"""The sweep's driver.log (sweeper/driver_log.py): the libraries' logging is held until the
+sweep's folder exists, then written there; nothing of it reaches the terminal unless
+--verbose; on a failure before the folder exists it is shown after all."""
+
+import logging
+import os
+import warnings
+
+import pytest
+
+from sweeper import driver_log
+from sweeper.driver_log import QUIET_ENVIRONMENT, DriverLog
+
+
+def test_library_logging_goes_to_the_sweeps_driver_log_not_the_terminal(tmp_path, capsys):
+    import optuna
+
+    before = {name: os.environ.get(name) for name in QUIET_ENVIRONMENT}
+    with DriverLog():
+        logging.getLogger("some.library").warning("a note before the folder exists")
+        optuna.logging.get_logger("optuna").info("A new study created in memory with name: x")
+        warnings.warn("an old argument", FutureWarning, stacklevel=1)
+        driver_log.write_to(tmp_path / "driver.log")
+        logging.getLogger("ray.tune").warning("a note after")
+        assert all(os.environ[name] == value for name, value in QUIET_ENVIRONMENT.items())
+    written = (tmp_path / "driver.log").read_text()
+    for text in ("a note before the folder exists", "A new study created", "an old argument", "a note after"):
+        assert text in written
+    seen = capsys.readouterr()
+    assert "note" not in seen.out + seen.err and "study" not in seen.out + seen.err
+    assert {name: os.environ.get(name) for name in QUIET_ENVIRONMENT} == before
+
+
+def test_verbose_shows_it_on_the_terminal_too(tmp_path, capsys):
+    with DriverLog(verbose=True):
+        driver_log.write_to(tmp_path / "driver.log")
+        logging.getLogger("some.library").warning("a warning")
+    assert "a warning" in capsys.readouterr().err
+    assert "a warning" in (tmp_path / "driver.log").read_text()
+
+
+def test_a_failure_before_the_folder_exists_shows_what_was_held(capsys):
+    with pytest.raises(RuntimeError), DriverLog():
+        logging.getLogger("ray").warning("the cluster did not start: port taken")
+        raise RuntimeError("no cluster")
+    assert "the cluster did not start: port taken" in capsys.readouterr().err
+
+
+def test_sweep_start_prints_the_forecast_in_one_line_and_logs_its_detail(tmp_path, caplog):
+    from rich.console import Console
+
+    from sweeper.plan.command import print_forecast
+    from sweeper.plan.forecast import forecast_sweep, with_spread
+    from sweeper.plan.sweep_plan import make_plan
+    from tests.unit.test_forecast import CPU_BOX, TIMING, quickstart_like
+
+    plan = make_plan(quickstart_like(), CPU_BOX)
+    forecast = with_spread(forecast_sweep(plan, TIMING), plan, [(TIMING, TIMING)])
+    console = Console(file=(out := tmp_path / "out.txt").open("w"), width=300)
+    with caplog.at_level(logging.INFO, logger="sweeper.plan.command"):
+        print_forecast(forecast, plan.spec, console, brief=True)
+    console.file.close()
+    (line,) = out.read_text().splitlines()
+    expected, worst = forecast.expected, forecast.worst
+    assert line.startswith(f"Forecast: {expected.wall_seconds:.0f} s, ${expected.usd:.6f} expected (")
+    assert f"${worst.usd:.6f} without early stopping" in line and line.endswith("(calibrated)")
+    logged = [record.getMessage() for record in caplog.records]
+    assert any(message.startswith("Step budget by rung") for message in logged)
+    assert any(message.startswith("Expected:") for message in logged)
