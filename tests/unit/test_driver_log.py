@@ -50,12 +50,12 @@ def test_sweep_start_prints_the_forecast_in_one_line_and_logs_its_detail(tmp_pat
     from rich.console import Console
 
     from sweeper.plan.command import print_forecast
-    from sweeper.plan.forecast import forecast_sweep, with_spread
+    from sweeper.plan.forecast import forecast_sweep
     from sweeper.plan.sweep_plan import make_plan
     from tests.unit.test_forecast import CPU_BOX, TIMING, quickstart_like
 
     plan = make_plan(quickstart_like(), CPU_BOX)
-    forecast = with_spread(forecast_sweep(plan, TIMING), plan, [(TIMING, TIMING)])
+    forecast = forecast_sweep(plan, TIMING)
     console = Console(file=(out := tmp_path / "out.txt").open("w"), width=300)
     with caplog.at_level(logging.INFO, logger="sweeper.plan.command"):
         print_forecast(forecast, plan.spec, console, brief=True)
@@ -63,7 +63,7 @@ def test_sweep_start_prints_the_forecast_in_one_line_and_logs_its_detail(tmp_pat
     (line,) = out.read_text().splitlines()
     expected, worst = forecast.expected, forecast.worst
     assert line.startswith(f"Forecast: {expected.wall_seconds:.0f} s, ${expected.usd:.6f} expected (")
-    assert f"${worst.usd:.6f} without early stopping" in line and line.endswith("(calibrated)")
+    assert f"${worst.usd:.6f} without early stopping" in line and line.endswith(f"({TIMING.source})")
     logged = [record.getMessage() for record in caplog.records]
     assert any(message.startswith("Step budget by rung") for message in logged)
     assert any(message.startswith("Expected:") for message in logged)
