@@ -105,14 +105,9 @@ def run_sweep(
     refuse_existing_sweep(spec, overwrite)
     warm_start = read_warm_start(spec)
     _print_warm_start(warm_start, context.console)
-    made_for_the_log = first_missing_folder(spec.sweep_dir)
-    try:
-        _setup_cluster_inputs_and_plan(context)
-        _print_sweep(context)
-        context.budget = SweepBudget.forecast_sweep(context.plan, context.inputs, context.console)
-    except BaseException:
-        forget_warm_start_log(spec.sweep_dir, made_for_the_log)
-        raise
+    _setup_cluster_inputs_and_plan(context)
+    _print_sweep(context)
+    context.budget = SweepBudget.forecast_sweep(context.plan, context.inputs, context.console)
     sweep_dir = prepare_sweep_dir(spec, overwrite)
     driver_log.write_to(sweep_dir / DRIVER_LOG)
     context.inputs.tokenizer.save_pretrained(sweep_dir / "tokenizer")

@@ -105,8 +105,10 @@ def test_a_state_is_the_enum_and_status_text_its_words():
     assert record.status_text == "pruned at step 10"
     record.state, record.error = TrialState.FAILED, "RuntimeError: boom"
     assert record.status_text == "failed: RuntimeError: boom"
-    record.state = TrialState.STOPPED
+    record.state, record.error = TrialState.STOPPED, None  # a user's stop
     assert record.status_text == "stopped" and not record.finished
+    record.error = "no space left on device"  # a fault's stop says which
+    assert record.status_text == "stopped: no space left on device"
 
 
 def test_best_skips_trials_without_a_finite_value_and_counts_by_state():
