@@ -57,3 +57,17 @@ def test_a_gpu_sweep_is_priced_by_the_card_the_cluster_reports():
     assert priced_on_cluster(a100, {"A100"}) == (a100, None)
     cpu = spec.model_copy(update={"resources": spec.resources.model_copy(update={"use_gpu": False, "gpus_per_worker": 0})})
     assert priced_on_cluster(cpu, {"H100"}) == (cpu, None)
+
+
+def test_the_clusters_cards_are_read_from_its_live_nodes(monkeypatch):
+    import ray
+
+    from sweeper.cost.memory import cluster_accelerator_types
+
+    nodes = [
+        {"Alive": True, "Resources": {"CPU": 8.0, "GPU": 1.0, "accelerator_type:H100": 1.0}},
+        {"Alive": False, "Resources": {"GPU": 1.0, "accelerator_type:A10G": 1.0}},
+        {"Alive": True, "Resources": {"CPU": 4.0}},
+    ]
+    monkeypatch.setattr(ray, "nodes", lambda: nodes)
+    assert cluster_accelerator_types() == {"H100"}
