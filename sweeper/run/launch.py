@@ -133,7 +133,8 @@ def run_sweep(
                 num_samples=context.plan.trials or -1,  # -1: until the budget's guard says no more
                 max_concurrent_trials=max_concurrent_trials,
                 # A trial's actor runs the next trial (run_trial aborts its Train run
-                # when Tune stops it), instead of a new process importing torch per trial.
+                # when Tune stops it), instead of a new process importing torch per trial;
+                # not on ray_adapter's public fallback, where a stop ends the actor.
                 reuse_actors=reuse_trial_actors(),
                 trial_name_creator=functools.partial(trial_name, spec.name),
             ),
