@@ -40,14 +40,14 @@ _EVAL_NAMES = {
 
 
 def sweep_metrics(trainer_metrics: dict) -> dict:
-    """A Trainer's evaluation metrics under the sweep's names, with eval_perplexity from
-    eval_loss; other eval_* metrics keep their names, '/' written '_'."""
-    metrics = {}
-    for name, value in trainer_metrics.items():
-        if not name.startswith("eval_") or not isinstance(value, (int, float)):
-            continue
-        metrics[_EVAL_NAMES.get(name, name.replace("/", "_"))] = float(value)
-    if EVAL_LOSS in metrics:
+    """A Trainer's evaluation metrics under the sweep's names (eval_loss, the rewards of
+    the preference methods), with eval_perplexity from an SFT eval_loss; the Trainer's others
+    (runtime, entropy, ...) are left out."""
+    metrics = {
+        _EVAL_NAMES[name]: float(value) for name, value in trainer_metrics.items()
+        if name in _EVAL_NAMES and isinstance(value, (int, float))
+    }
+    if EVAL_LOSS in metrics and EVAL_REWARDS_CHOSEN not in metrics:  # a language-model loss, not a preference loss
         metrics[EVAL_PERPLEXITY] = math.exp(min(metrics[EVAL_LOSS], 50.0))
     return metrics
 
@@ -111,11 +111,12 @@ class ReportEvaluations(TrainerCallback):
         metrics = {
             STEP: step,
             **self.pending,
-            TRAIN_TOKENS: tokens - self.tokens_at_report,
-            TOKENS_PER_SECOND: (tokens - self.tokens_at_report) / self.seconds if self.seconds else 0.0,
             TRAIN_CPU_SHARE: self.cpu_seconds / self.seconds if self.seconds else 0.0,
             SETUP_SECONDS: self.setup_seconds or 0.0,
         }
+        if tokens > self.tokens_at_report and self.seconds:  # a Trainer that counts its input tokens
+            metrics[TRAIN_TOKENS] = tokens - self.tokens_at_report
+            metrics[TOKENS_PER_SECOND] = (tokens - self.tokens_at_report) / self.seconds
         if self.train_losses:
             metrics[TRAIN_LOSS] = sum(self.train_losses) / len(self.train_losses)
         if self.learning_rate is not None:

@@ -52,6 +52,7 @@ def train(
     evaluation. Arguments as in trainables/sft.py::train; `data` also holds the rows of
     each split ("train_rows", "eval_rows") for the preference methods."""
     from peft import LoraConfig
+    from transformers import PrinterCallback
 
     method, training = config.trl.method, config.training
     workers = current_workers()
@@ -76,6 +77,7 @@ def train(
         model=model, args=args, train_dataset=train_set, eval_dataset=eval_set, processing_class=tokenizer,
         peft_config=peft_config, callbacks=[callback],
     )
+    trainer.remove_callback(PrinterCallback)  # the sweep's live table and MLflow show the metrics
     trainer = _prepared_for_ray(trainer)
     trainer.train(resume_from_checkpoint=resume_from)
 
@@ -110,7 +112,8 @@ def trainer_arguments(config: TrialConfig, output_dir: str) -> dict:
         "save_total_limit": 1,
         "logging_strategy": "steps",
         "logging_steps": training.eval_every,
-        "include_num_input_tokens_seen": "non_padding",
+        # ORPO's and CPO's batches have no input_ids for the Trainer to count.
+        "include_num_input_tokens_seen": "no" if config.trl.method in ("orpo", "cpo", "simpo") else "non_padding",
         "report_to": "none",
         "disable_tqdm": True,
         "dataloader_num_workers": 0,
