@@ -165,14 +165,17 @@ def _task_problems(spec: SweepSpec) -> list[Problem]:
 
 def _engine_problems(spec: SweepSpec) -> list[Problem]:
     problems = engine_problems(
-        spec.trainer, spec.task, spec.trl, spec.function, given=spec.model_fields_set,
+        spec.trainer, spec.task, spec.trl, spec.function,
+        given={name for name in ("trl", "function") if getattr(spec, name) is not None},
         searched=list(spec.search.parameters), strategy=spec.resources.strategy,
         quantization=spec.model.quantization, fault=spec.chaos.fault,
     )
     if spec.trainer == "trl" and spec.dpo is not None:
+        # A rebuilt spec sets every field; only a value other than the default is the user's.
+        defaults = DpoSpec()
         problems += [
             (f"dpo.{name}", f"the built-in loop's; with trainer trl set trl.{name} (a field of trl's config)")
-            for name in sorted(spec.dpo.model_fields_set - {"max_prompt_length"})
+            for name in ("beta", "loss_type") if getattr(spec.dpo, name) != getattr(defaults, name)
         ]
     return problems
 
