@@ -23,6 +23,7 @@ cannot is refused before launch (trainables/engines.py::engine_problems).
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 
 from trainables.common import Reporter, current_workers
@@ -79,7 +80,10 @@ def train(
     )
     trainer.remove_callback(PrinterCallback)  # the sweep's live table and MLflow show the metrics
     trainer = _prepared_for_ray(trainer)
-    trainer.train(resume_from_checkpoint=resume_from)
+    try:
+        trainer.train(resume_from_checkpoint=resume_from)
+    finally:  # each report's checkpoint is in the sweep's storage by now
+        shutil.rmtree(output_dir, ignore_errors=True)
 
 
 def trainer_arguments(config: TrialConfig, output_dir: str) -> dict:

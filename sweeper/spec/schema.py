@@ -170,6 +170,14 @@ def _engine_problems(spec: SweepSpec) -> list[Problem]:
         searched=list(spec.search.parameters), strategy=spec.resources.strategy,
         quantization=spec.model.quantization, fault=spec.chaos.fault,
     )
+    if spec.cost.calibrate and not _reports_tokens(spec):
+        problems.append((
+            "cost.calibrate",
+            "the calibration times a trial's first steps from its reported train_tokens and tokens_per_second, "
+            + ("which a function reports only if it chooses to" if spec.trainer == "function" else
+               "which trl's ORPO and CPO trainers do not count")
+            + "; set cost.calibrate: false (the forecast then comes from the throughput model)",
+        ))
     if spec.trainer == "trl" and spec.dpo is not None:
         # A rebuilt spec sets every field; only a value other than the default is the user's.
         defaults = DpoSpec()
@@ -178,6 +186,17 @@ def _engine_problems(spec: SweepSpec) -> list[Problem]:
             for name in ("beta", "loss_type") if getattr(spec.dpo, name) != getattr(defaults, name)
         ]
     return problems
+
+
+def _reports_tokens(spec: SweepSpec) -> bool:
+    """Whether every trial reports its train tokens (the calibration's clock)."""
+    if spec.trainer == "function":
+        return False
+    if spec.trainer != "trl" or spec.trl is None:
+        return True
+    searched = spec.search.parameters.get("trl.method")
+    methods = {spec.trl.method, *(searched.values if isinstance(searched, CategoricalDist) else [])}
+    return not methods & {"orpo", "cpo", "simpo"}
 
 
 def _schedule_problems(spec: SweepSpec) -> list[Problem]:

@@ -167,3 +167,14 @@ def test_the_shipped_engine_examples_validate():
     for name in ("function-torch.yaml", "function-hf.yaml"):
         spec = load_spec(REPO / "examples" / "engines" / name)
         assert spec.trainer == "function", name
+
+
+def test_the_calibration_is_refused_where_a_trial_does_not_report_its_tokens(tmp_path):
+    entry = write_function(tmp_path, "def train(config, reporter):\n    pass\n")
+    raw = small_sweep("f", trainer="function", function={"entry_point": entry}, cost={"calibrate": True})
+    [line] = problems(raw, tmp_path)
+    assert line.startswith("cost.calibrate: the calibration times a trial's first steps") and "cost.calibrate: false" in line
+    raw = trl_dpo()
+    raw["trl"] = {"method": "orpo"}
+    raw["cost"] = {"calibrate": True}
+    assert problems(raw, tmp_path)[0].startswith("cost.calibrate: ")
