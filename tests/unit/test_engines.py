@@ -178,3 +178,24 @@ def test_the_calibration_is_refused_where_a_trial_does_not_report_its_tokens(tmp
     raw["trl"] = {"method": "orpo"}
     raw["cost"] = {"calibrate": True}
     assert problems(raw, tmp_path)[0].startswith("cost.calibrate: ")
+
+
+def test_the_reporter_reports_each_step_once_with_its_checkpoint_and_knows_the_budget(tmp_path):
+    from trainables.function_engine import TrialReporter
+
+    spec = validate_spec(small_sweep("s", training={"max_steps": 20, "eval_every": 10}), base_dir=tmp_path)
+    reports = []
+    reporter = TrialReporter(lambda metrics, folder: reports.append((metrics, folder)), spec.trial_config(), {}, None, 0.0)
+    checkpoint = tmp_path / "checkpoint"
+    checkpoint.mkdir()
+    reporter.report({"eval_loss": 2.5}, 10, str(checkpoint))
+    assert reports == [({"step": 10, "eval_loss": 2.5}, str(checkpoint))] and not reporter.should_stop()
+    with pytest.raises(ValueError, match="step 10 comes after step 10"):
+        reporter.report({"eval_loss": 2.4}, 10)
+    with pytest.raises(ValueError, match="eval_loss must be a finite number"):
+        reporter.report({"eval_loss": float("nan")}, 20)
+    reporter.report({"eval_loss": 2.0}, 20)
+    assert reporter.should_stop()
+    # A trial that continues from that checkpoint goes on after its step.
+    resumed = TrialReporter(lambda *_: None, spec.trial_config(), {}, str(checkpoint), 0.0)
+    assert resumed.last_step == 10 and resumed.resume_from == str(checkpoint)
