@@ -1,5 +1,5 @@
 """The built-in loop and trl's SFTTrainer side by side on the same SFT config: the
-quickstart's model, data, batch, learning rate and LoRA, the same seeds, one trial each
+quickstart's model, data, batch and LoRA, one learning rate, the same seeds, one trial each
 trained in this process as a trial's worker trains it (`sweeper.plan.calibrate.
 run_training`: the engine `trainer` picks, the data as the sweep's driver prepares it).
 Prints, per engine, the final eval loss of each seed and its spread, the steps trained,
@@ -21,7 +21,7 @@ from rich.table import Table
 from benchmarks.common import bench_spec, machine, save_json, tokens_per_second
 
 
-def run_engine(trainer: str, seed: int, steps: int, eval_every: int):
+def run_engine(trainer: str, seed: int, steps: int, eval_every: int, learning_rate: float):
     from sweeper.plan.calibrate import run_training
     from sweeper.plan.inputs import prepare_inputs
     from trainables.models import DEFAULT_CACHE_ROOT
@@ -29,7 +29,7 @@ def run_engine(trainer: str, seed: int, steps: int, eval_every: int):
     sections = {"trl": {"method": "sft"}} if trainer == "trl" else {}
     spec = bench_spec(
         f"engines-{trainer}-{seed}", trainer=trainer, **sections,
-        training={"max_steps": steps, "eval_every": eval_every, "seed": seed},
+        training={"max_steps": steps, "eval_every": eval_every, "seed": seed, "learning_rate": learning_rate},
         search={"num_trials": 1, "parameters": {}}, early_stopping={"scheduler": "none"},
     )
     inputs = prepare_inputs(spec, DEFAULT_CACHE_ROOT)
@@ -50,16 +50,18 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--eval-every", type=int, default=20)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    parser.add_argument("--learning-rate", type=float, default=3e-3)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
 
     figures: dict[str, list[dict]] = {"builtin": [], "trl": []}
     for seed in args.seeds:
         for trainer in figures:
-            figures[trainer].append(run_engine(trainer, seed, args.steps, args.eval_every))
+            figures[trainer].append(run_engine(trainer, seed, args.steps, args.eval_every, args.learning_rate))
 
     console = Console()
-    table = Table(title=f"SFT, built-in loop vs trl's SFTTrainer ({args.steps} steps, seeds {args.seeds})",
+    table = Table(title=f"SFT, built-in loop vs trl's SFTTrainer ({args.steps} steps, learning rate "
+                        f"{args.learning_rate:g}, seeds {args.seeds})",
                   title_justify="left")
     for column in ("engine", "final eval loss per seed", "mean", "steps", "tokens/s", "setup s", "wall s"):
         table.add_column(column, justify="left" if column == "engine" else "right")

@@ -26,7 +26,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 
-from trainables.common import Reporter, current_workers
+from trainables.common import Reporter, current_workers, seed_everything
 from trainables.config import TrialConfig
 from trainables.engines import PREFERENCE_METHODS, trl_config_class, trl_trainer_class
 from trainables.hf_reporting import ReportEvaluations
@@ -72,6 +72,7 @@ def train(
     )
 
     train_set, eval_set = trl_datasets(method, data)
+    seed_everything(training.seed)  # the adapters start as the built-in loop's do: peft draws them in the trainer
     callback = ReportEvaluations(report, training.max_steps, started_at, is_main=workers.is_main,
                                  eval_every=training.eval_every)
     trainer = trl_trainer_class(method)(
