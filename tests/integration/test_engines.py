@@ -3,7 +3,9 @@ SFTTrainer with ASHA by promotion (a paused trial goes on from the trainer's own
 checkpoint and reports each step once, as an uninterrupted run would), a DPO sweep over
 three loss types and beta, a SimPO sweep over beta and gamma, and the user's own
 function (the plain-PyTorch example; a function that never reports fails its trial and
-the sweep goes on)."""
+the sweep goes on). In one process without Ray: every trl method reports at the sweep's
+steps with the trainer's checkpoint, and a trial continued from one equals one trained
+straight through."""
 
 from __future__ import annotations
 
@@ -167,3 +169,81 @@ def test_a_function_that_never_reports_fails_its_trial_and_the_sweep_goes_on(tmp
     assert states["False"]["state"] == "completed", states
     assert states["True"]["state"] == "failed", states
     assert "returned without calling reporter.report" in states["True"]["status"], states["True"]["status"]
+
+
+def trl_trial(tmp_path, method: str, **sections):
+    """A one-trial trl sweep's spec and its prepared inputs (eval cut to 16 rows)."""
+    from sweeper.plan.inputs import prepare_inputs
+    from sweeper.spec.load import validate_spec
+    from trainables.models import DEFAULT_CACHE_ROOT
+
+    if method == "sft":
+        raw = small_sweep("one", trainer="trl", trl={"method": method}, **sections)
+    else:
+        raw = small_dpo_sweep("one", trainer="trl", trl={"method": method}, **sections)
+        raw["dpo"] = {"max_prompt_length": 64}
+    raw["search"] = {"num_trials": 1, "metric": "eval_loss", "goal": "minimize"}
+    raw["early_stopping"] = {"scheduler": "none"}
+    spec = validate_spec(raw, base_dir=tmp_path)
+    inputs = prepare_inputs(spec, DEFAULT_CACHE_ROOT)
+    for key in ("eval", "eval_rows"):
+        if key in inputs.data:
+            value = inputs.data[key]
+            inputs.data[key] = value[:16] if isinstance(value, list) else value.rows(list(range(16)))
+    return spec, inputs
+
+
+@pytest.mark.parametrize("method, metrics", [
+    ("sft", {"eval_loss", "eval_perplexity", "train_loss", "tokens_per_second"}),
+    ("dpo", {"eval_loss", "eval_rewards_accuracy", "eval_rewards_margin", "tokens_per_second"}),
+    ("kto", {"eval_loss", "eval_rewards_chosen", "eval_rewards_rejected", "tokens_per_second"}),
+    ("orpo", {"eval_loss", "eval_rewards_accuracy", "train_loss"}),
+    ("simpo", {"eval_loss", "eval_rewards_accuracy", "eval_rewards_margin"}),
+])
+def test_every_trl_method_reports_at_the_sweeps_steps_with_the_trainers_checkpoint(tmp_path, method, metrics):
+    """In one process, no Ray: each method's trainer evaluates at every training.eval_every
+    and at the last step, and each report comes with the trainer's own checkpoint."""
+    import os
+    import time
+
+    from trainables import trl_engine
+
+    spec, inputs = trl_trial(tmp_path, method, training={"max_steps": 4, "eval_every": 3})
+    reports = []
+    trl_engine.train(spec.trial_config(), inputs.data, inputs.model_source,
+                     lambda m, folder: reports.append((m, sorted(os.listdir(folder)))), time.time())
+    assert [m["step"] for m, _ in reports] == [3, 4]
+    for report, files in reports:
+        assert metrics <= set(report), (method, sorted(report))
+        assert {"trainer_state.json", "optimizer.pt", "adapter_model.safetensors", "report.json"} <= set(files)
+
+
+def test_a_trl_trial_continued_from_its_checkpoint_equals_one_trained_straight(tmp_path):
+    """LoRA dropout on: the trainer's checkpoint holds its random state and data position."""
+    import shutil
+    import time
+
+    from trainables import trl_engine
+
+    spec, inputs = trl_trial(tmp_path, "sft", lora={"dropout": 0.05},
+                             training={"max_steps": 20, "eval_every": 10, "learning_rate": 1e-2})
+    config = spec.trial_config()
+    straight = []
+    trl_engine.train(config, inputs.data, inputs.model_source, lambda m, _: straight.append(m), time.time())
+
+    class Paused(Exception):
+        pass
+
+    kept = tmp_path / "kept"
+
+    def pause(metrics, folder):
+        shutil.copytree(folder, kept)
+        raise Paused
+
+    with pytest.raises(Paused):
+        trl_engine.train(config, inputs.data, inputs.model_source, pause, time.time())
+    resumed = []
+    trl_engine.train(config, inputs.data, inputs.model_source, lambda m, _: resumed.append(m), time.time(),
+                     resume_from=str(kept))
+    assert [m["step"] for m in resumed] == [20]
+    assert (resumed[0]["eval_loss"], resumed[0]["train_loss"]) == (straight[1]["eval_loss"], straight[1]["train_loss"])
