@@ -247,3 +247,24 @@ def test_a_trl_trial_continued_from_its_checkpoint_equals_one_trained_straight(t
                      resume_from=str(kept))
     assert [m["step"] for m in resumed] == [20]
     assert (resumed[0]["eval_loss"], resumed[0]["train_loss"]) == (straight[1]["eval_loss"], straight[1]["train_loss"])
+
+
+def test_the_hf_trainer_example_reports_each_evaluation_through_the_reporters_callback(tmp_path):
+    """examples/engines/hf_trainer.py through the function engine, in one process: the
+    Trainer's evaluations reach the reporter at steps 10 and 20, each with its checkpoint."""
+    import os
+    import time
+
+    from sweeper.plan.inputs import prepare_inputs
+    from sweeper.spec.load import load_spec
+    from trainables import function_engine
+    from trainables.models import DEFAULT_CACHE_ROOT
+
+    spec = load_spec(REPO / "examples" / "engines" / "function-hf.yaml")
+    inputs = prepare_inputs(spec, DEFAULT_CACHE_ROOT)
+    inputs.data["eval"] = inputs.data["eval"].rows(list(range(16)))
+    reports = []
+    function_engine.train(spec.trial_config(), inputs.data, inputs.model_source,
+                          lambda m, folder: reports.append((m, sorted(os.listdir(folder)))), time.time())
+    assert [m["step"] for m, _ in reports] == [10, 20]
+    assert all({"eval_loss", "train_loss"} <= set(m) and "trainer_state.json" in files for m, files in reports)
