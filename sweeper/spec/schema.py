@@ -37,7 +37,7 @@ from trainables.resources import ResourcesSpec
 from trainables.sections import ChaosSpec, DataSpec, DpoSpec, LoraSpec, ModelSpec, StrictModel, Task, TrainingSpec
 from trainables.sections import resolve_relative_path
 from trainables.errors import FieldProblems
-from trainables.metrics import TASK_METRICS
+from trainables.metrics import EVAL_REWARDS_ACCURACY, TASK_METRICS
 
 
 class SweepSpec(StrictModel):
@@ -170,6 +170,9 @@ def _engine_problems(spec: SweepSpec) -> list[Problem]:
         searched=list(spec.search.parameters), strategy=spec.resources.strategy,
         quantization=spec.model.quantization, fault=spec.chaos.fault,
     )
+    if spec.trainer == "trl" and spec.trl is not None and spec.trl.method == "kto" and spec.search.metric == EVAL_REWARDS_ACCURACY:
+        problems.append(("search.metric", "trl's KTOTrainer reports no eval_rewards_accuracy (its pairs are unpaired); "
+                                          "use eval_loss, eval_rewards_margin or eval_rewards_chosen"))
     if spec.cost.calibrate and not _reports_tokens(spec):
         problems.append((
             "cost.calibrate",

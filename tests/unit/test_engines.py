@@ -199,3 +199,13 @@ def test_the_reporter_reports_each_step_once_with_its_checkpoint_and_knows_the_b
     # A trial that continues from that checkpoint goes on after its step.
     resumed = TrialReporter(lambda *_: None, spec.trial_config(), {}, str(checkpoint), 0.0)
     assert resumed.last_step == 10 and resumed.resume_from == str(checkpoint)
+
+
+def test_a_metric_kto_does_not_report_is_refused(tmp_path):
+    raw = trl_dpo()
+    raw["trl"] = {"method": "kto"}
+    raw["search"]["metric"], raw["search"]["goal"] = "eval_rewards_accuracy", "maximize"
+    assert problems(raw, tmp_path) == [
+        "search.metric: trl's KTOTrainer reports no eval_rewards_accuracy (its pairs are unpaired); "
+        "use eval_loss, eval_rewards_margin or eval_rewards_chosen"
+    ]
