@@ -245,11 +245,9 @@ def _type_text(annotation: Any) -> str:
 
 @cache
 def _trl_module(module: str) -> types.ModuleType:
-    import os
     import warnings
 
-    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    with warnings.catch_warnings():
+    with warnings.catch_warnings():  # trl.experimental's warning that its API may change
         warnings.simplefilter("ignore")
         return importlib.import_module(module)
 
