@@ -21,6 +21,7 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
+from trainables.engines import Engine, FunctionSpec, TrlSpec
 from trainables.errors import FieldProblems
 from trainables.resources import ResourcesSpec
 from trainables.sections import (
@@ -50,6 +51,9 @@ class TrialConfig(StrictModel):
     dpo: DpoSpec | None = None
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
     chaos: ChaosSpec = Field(default_factory=ChaosSpec)
+    trainer: Engine = "builtin"
+    trl: TrlSpec | None = None
+    function: FunctionSpec | None = None
 
     @model_validator(mode="after")
     def _dpo_settings_for_dpo(self) -> "TrialConfig":
@@ -67,7 +71,8 @@ class TrialConfig(StrictModel):
         sections: dict[str, dict] = {}
         for path, value in values.items():
             section, _, field = path.partition(".")
-            if section not in TRIAL_SECTIONS or field not in TRIAL_SECTIONS[section].model_fields:
+            open_section = section in TRIAL_SECTIONS and TRIAL_SECTIONS[section].model_config.get("extra") == "allow"
+            if section not in TRIAL_SECTIONS or not (open_section or field in TRIAL_SECTIONS[section].model_fields):
                 raise KeyError(f"{path}: not a field of the trial sections ({', '.join(TRIAL_SECTIONS)})")
             current = getattr(self, section)
             if current is None:
@@ -89,6 +94,8 @@ TRIAL_SECTIONS: dict[str, type[StrictModel]] = {
     "dpo": DpoSpec,
     "resources": ResourcesSpec,
     "chaos": ChaosSpec,
+    "trl": TrlSpec,
+    "function": FunctionSpec,
 }
 
 

@@ -1,5 +1,6 @@
 """What a Ray Train worker runs: read the trial's config, fetch the tokenized data from
-the object store, and hand over to the task's training loop (trainables/<task>.py)."""
+the object store, and hand over to the task's training loop (trainables/<task>.py) or to
+the sweep's engine (trainer: trl or function, trainables/engines.py)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import torch
 
 from trainables.common import checkpoint_report, final_report_of
 from trainables.config import TrialConfig
+from trainables.engines import train_module
 from trainables.metrics import PLACEMENT_GROUP, SETUP_PHASES
 from trainables.models import resolve_model_source
 from trainables.preemption import moves_of, train_notice
@@ -41,7 +43,7 @@ def train_loop_per_worker(config: dict) -> None:
         torch.cuda.set_device(ray.train.torch.get_device())
     data = ray.get(config["data"]["ref"])
     model_source = resolve_model_source(trial.model.name_or_path, config["cache_root"])
-    task = importlib.import_module(f"trainables.{trial.task}")
+    task = importlib.import_module(train_module(trial.trainer, trial.task))  # the loop, or the trainer: engine
     setup_phases["data_and_task_ready"] = time.time() - started_at
     report = _RayReport(setup_phases)
     forecast = config.get("memory_forecast_gib")

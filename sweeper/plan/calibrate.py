@@ -28,6 +28,7 @@ from sweeper.cost.throughput import RAY_TRIAL_START_SECONDS, TrialTiming
 from sweeper.spec.overrides import calibration_spec, with_overrides
 from sweeper.spec.schema import CategoricalDist, SweepSpec
 from sweeper.spec.sections import IntUniformDist
+from trainables.engines import train_module
 
 # Without a logging handler set up, Python prints bitsandbytes' import-time note about an
 # optional CPU kernel package to the terminal; set at import, before a task's unpickling
@@ -56,10 +57,11 @@ class Calibration:
 
 
 def run_training(spec: SweepSpec, data: dict, model_source: str, report, started_at: float) -> None:
-    """The one call into a task's training loop (trainables/<task>.py::train), with the
+    """The one call into a task's training loop (trainables/<task>.py::train, or the
+    engine's of trainer trl or function: trainables/engines.py::train_module), with the
     trial's config as a trial gets it (in a process group of one under deepspeed and fsdp),
     on as many torch threads as a trial's worker has CPUs."""
-    task = importlib.import_module(f"trainables.{spec.task}")
+    task = importlib.import_module(train_module(spec.trainer, spec.task))
     with process_group_of_one(spec.resources.strategy), torch_threads(max(1, int(spec.resources.cpus_per_worker))):
         task.train(spec.trial_config(), data, model_source, report=report, started_at=started_at)
 

@@ -39,6 +39,13 @@ def prepare_inputs(spec: SweepSpec, cache_root: Path) -> SweepInputs:
     tokenizer = load_tokenizer(base)
     trial = spec.trial_config()
     data = {split: tokenize_split(trial, split, tokenizer) for split in ("train", "eval")}
+    if spec.trainer == "trl" and spec.task == "dpo":
+        # trl's preference trainers render the pairs themselves, from the rows as read.
+        from trainables.data import read_records
+        from trainables.engines import preference_rows
+
+        data.update({f"{split}_rows": preference_rows(read_records(getattr(spec.data, split), f"data.{split}"))
+                     for split in ("train", "eval")})
     check_batch_fits_the_data(spec, len(data["train"]))
     return SweepInputs(str(source), tokenizer, data)
 

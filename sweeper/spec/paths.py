@@ -10,6 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from trainables.engines import FunctionSpec, TrlSpec
 from trainables.sections import ChaosSpec, DpoSpec, LoraSpec, TrainingSpec
 
 
@@ -19,16 +20,41 @@ SEARCHABLE_SECTIONS: dict[str, type[BaseModel]] = {
     "lora": LoraSpec,
     "dpo": DpoSpec,
     "chaos": ChaosSpec,
+    "trl": TrlSpec,
+    "function": FunctionSpec,
 }
 
 
 def path_exists(spec: BaseModel, path: str) -> bool:
+    return open_field_problem(spec, path) is None and _declared_path_exists(spec, path)
+
+
+def _declared_path_exists(spec: BaseModel, path: str) -> bool:
     node: Any = spec
     for part in path.split("."):
+        if isinstance(node, BaseModel) and part not in type(node).model_fields and _is_open(node):
+            return True  # a key of an open section (trl.<field>, function.<key>): open_field_problem checks it
         if not isinstance(node, BaseModel) or part not in type(node).model_fields:
             return False
         node = getattr(node, part)
     return not isinstance(node, BaseModel)
+
+
+def _is_open(node: BaseModel) -> bool:
+    """A section that takes keys beyond its declared fields (trainables/engines.py)."""
+    return type(node).model_config.get("extra") == "allow" and hasattr(node, "field_problem")
+
+
+def open_field_problem(spec: BaseModel, path: str) -> str | None:
+    """Why `path` names no key an open section (trl, function) can take, or None (also for
+    a path into any other section)."""
+    section, _, name = path.partition(".")
+    node = getattr(spec, section, None)
+    if not isinstance(node, BaseModel) or not _is_open(node) or not name or name in type(node).model_fields:
+        return None
+    if "." in name:
+        return f"{section}.{name}: {section} keys are one level deep"
+    return node.field_problem(name)
 
 
 def section_model(annotation: Any) -> type[BaseModel] | None:
@@ -50,12 +76,23 @@ def all_leaf_paths(model: type[BaseModel], prefix: str = "") -> list[str]:
     return paths
 
 
-def is_int_field(path: str) -> bool:
+def is_int_field(path: str, spec: BaseModel | None = None) -> bool:
     section, field_name = path.split(".", 1)
-    return SEARCHABLE_SECTIONS[section].model_fields[field_name].annotation is int
+    model = SEARCHABLE_SECTIONS[section]
+    if field_name in model.model_fields:
+        return model.model_fields[field_name].annotation is int
+    node = getattr(spec, section, None)
+    if isinstance(node, TrlSpec):  # a trl field: its dataclass's type
+        from trainables.engines import trl_config_fields
+
+        return trl_config_fields(node.method)[field_name].type is int
+    return False
 
 
-def suggest_path(path: str) -> str:
+def suggest_path(path: str, spec: BaseModel | None = None) -> str:
+    problem = open_field_problem(spec, path) if spec is not None else None
+    if problem:
+        return problem
     candidates = [path for name, section in SEARCHABLE_SECTIONS.items() for path in all_leaf_paths(section, f"{name}.")]
     close = difflib.get_close_matches(path, candidates, n=1, cutoff=0.5)
     if close:
@@ -68,6 +105,8 @@ def override_error(spec: BaseModel, path: str, value: Any) -> str | None:
     section = path.split(".", 1)[0]
     model = SEARCHABLE_SECTIONS[section]
     raw = spec.model_dump(mode="python")
+    if raw.get(section) is None:
+        raw[section] = {}
     set_path(raw, path, value)
     try:
         model.model_validate(raw[section])

@@ -32,11 +32,12 @@ from sweeper.spec.sections import (
     UniformDist,
 )
 from trainables.config import TrialConfig, trial_problems
+from trainables.engines import Engine, FunctionSpec, TrlSpec, engine_problems
 from trainables.resources import ResourcesSpec
 from trainables.sections import ChaosSpec, DataSpec, DpoSpec, LoraSpec, ModelSpec, StrictModel, Task, TrainingSpec
 from trainables.sections import resolve_relative_path
 from trainables.errors import FieldProblems
-from trainables.metrics import TASK_METRICS
+from trainables.metrics import EVAL_REWARDS_ACCURACY, TASK_METRICS
 
 
 class SweepSpec(StrictModel):
@@ -49,11 +50,19 @@ class SweepSpec(StrictModel):
         description="What each trial trains: sft (LoRA supervised fine-tuning) or dpo (LoRA direct "
         "preference optimization; the reference is the base with adapters disabled).",
     )
+    trainer: Engine = Field(
+        "builtin",
+        description="What trains inside each trial: builtin (the sweeper's own loop for the task), trl (trl's "
+        "trainer, picked by trl.method) or function (your own training function, function.entry_point). "
+        "Search, rungs, MLflow, cost and reports are the same for each (docs/guides/engines.md).",
+    )
     model: ModelSpec = Field(default_factory=ModelSpec)
     data: DataSpec
     training: TrainingSpec = Field(default_factory=TrainingSpec)
     lora: LoraSpec = Field(default_factory=LoraSpec)
     dpo: DpoSpec | None = Field(None, description="Settings of task dpo (defaults apply when the section is left out).")
+    trl: TrlSpec | None = Field(None, description="trl's trainer and its config fields (trainer: trl).")
+    function: FunctionSpec | None = Field(None, description="Your own training function (trainer: function).")
     search: SearchSpec = Field(default_factory=SearchSpec)
     early_stopping: EarlyStoppingSpec = Field(default_factory=EarlyStoppingSpec)
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
@@ -99,7 +108,8 @@ class SweepSpec(StrictModel):
         (`TrialConfig.with_values`); the search, cost and tracking sections stay here."""
         return TrialConfig(
             task=self.task, model=self.model, data=self.data, training=self.training, lora=self.lora,
-            dpo=self.dpo, resources=self.resources, chaos=self.chaos,
+            dpo=self.dpo, resources=self.resources, chaos=self.chaos, trainer=self.trainer, trl=self.trl,
+            function=self.function,
         )
 
     @model_validator(mode="after")
@@ -110,6 +120,7 @@ class SweepSpec(StrictModel):
             *_search_problems(self),
             *_cost_problems(self),
             *_task_problems(self),
+            *_engine_problems(self),
             *trial_problems(self.model, self.training, self.resources),
         ]
         if problems:
@@ -150,6 +161,45 @@ def _task_problems(spec: SweepSpec) -> list[Problem]:
             "lower it or raise data.max_length",
         )]
     return []
+
+
+def _engine_problems(spec: SweepSpec) -> list[Problem]:
+    problems = engine_problems(
+        spec.trainer, spec.task, spec.trl, spec.function,
+        given={name for name in ("trl", "function") if getattr(spec, name) is not None},
+        searched=list(spec.search.parameters), strategy=spec.resources.strategy,
+        quantization=spec.model.quantization, fault=spec.chaos.fault,
+    )
+    if spec.trainer == "trl" and spec.trl is not None and spec.trl.method == "kto" and spec.search.metric == EVAL_REWARDS_ACCURACY:
+        problems.append(("search.metric", "trl's KTOTrainer reports no eval_rewards_accuracy (its pairs are unpaired); "
+                                          "use eval_loss, eval_rewards_margin or eval_rewards_chosen"))
+    if spec.cost.calibrate and not _reports_tokens(spec):
+        problems.append((
+            "cost.calibrate",
+            "the calibration times a trial's first steps from its reported train_tokens and tokens_per_second, "
+            + ("which a function reports only if it chooses to" if spec.trainer == "function" else
+               "which trl's ORPO and CPO trainers do not count")
+            + "; set cost.calibrate: false (the forecast then comes from the throughput model)",
+        ))
+    if spec.trainer == "trl" and spec.dpo is not None:
+        # A rebuilt spec sets every field; only a value other than the default is the user's.
+        defaults = DpoSpec()
+        problems += [
+            (f"dpo.{name}", f"the built-in loop's; with trainer trl set trl.{name} (a field of trl's config)")
+            for name in ("beta", "loss_type") if getattr(spec.dpo, name) != getattr(defaults, name)
+        ]
+    return problems
+
+
+def _reports_tokens(spec: SweepSpec) -> bool:
+    """Whether every trial reports its train tokens (the calibration's clock)."""
+    if spec.trainer == "function":
+        return False
+    if spec.trainer != "trl" or spec.trl is None:
+        return True
+    searched = spec.search.parameters.get("trl.method")
+    methods = {spec.trl.method, *(searched.values if isinstance(searched, CategoricalDist) else [])}
+    return not methods & {"orpo", "cpo", "simpo"}
 
 
 def _schedule_problems(spec: SweepSpec) -> list[Problem]:
@@ -231,10 +281,10 @@ def _search_problems(spec: SweepSpec) -> list[Problem]:
     problems = []
     for path, dist in spec.search.parameters.items():
         key = f"search.parameters.{path}"
-        if spec.dpo is None and path.split(".")[0] == "dpo":
-            continue  # _task_problems says why
+        if getattr(spec, path.split(".")[0], True) is None and path.split(".")[0] in ("dpo", "trl", "function"):
+            continue  # _task_problems and _engine_problems say why
         if not path_exists(spec, path):
-            problems.append((key, f"no such config field; {suggest_path(path)}"))
+            problems.append((key, f"no such config field; {suggest_path(path, spec)}"))
             continue
         if path.split(".")[0] not in SEARCHABLE_SECTIONS:
             problems.append((key, f"only {', '.join(s + '.*' for s in SEARCHABLE_SECTIONS)} can be searched"))
@@ -242,7 +292,7 @@ def _search_problems(spec: SweepSpec) -> list[Problem]:
         if path in NOT_SEARCHABLE:
             problems.append((key, f"cannot be searched: {NOT_SEARCHABLE[path]}"))
             continue
-        if is_int_field(path) and isinstance(dist, (UniformDist, LogUniformDist)):
+        if is_int_field(path, spec) and isinstance(dist, (UniformDist, LogUniformDist)):
             problems.append((key, f"{path} is an integer; use distribution: int_uniform or categorical"))
             continue
         for value in _probe_values(dist):
