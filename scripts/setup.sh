@@ -8,8 +8,9 @@
 # to use instead. `sweep doctor` says the same (and more) at any time.
 #   TORCH_INDEX_URL  the package index torch comes from: on a GPU machine e.g. PyTorch's
 #                    own index for CUDA 12.x (https://download.pytorch.org/whl/cu126) for
-#                    a driver older than R580; without a GPU, by default PyTorch's CPU
-#                    index (https://download.pytorch.org/whl/cpu).
+#                    a driver older than R580; without a GPU PyTorch's CPU index
+#                    (https://download.pytorch.org/whl/cpu) where the configured index
+#                    would serve a CUDA build (pip's configuration decides otherwise).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -40,7 +41,7 @@ if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
   fi
 elif ! python -c "import torch" 2>/dev/null; then
   echo "setup: no GPU, installing the CPU build of torch"
-  python -m pip install --quiet "torch==$torch_version" --index-url "${TORCH_INDEX_URL:-https://download.pytorch.org/whl/cpu}"
+  python -m pip install --quiet "torch==$torch_version" ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"}
 fi
 python -m sweeper.doctor
 echo "setup: installing sweeper and its dependencies into .venv"
