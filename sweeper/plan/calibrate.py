@@ -165,9 +165,9 @@ def first_workers_data(data: dict, workers_per_trial: int) -> dict:
 
 
 def _import_what_a_trial_has_imported(spec: SweepSpec, model_source: str) -> None:
-    """A trial's worker starts with the libraries imported (warm start, reused actors), so
-    the measured setup must not include first imports: the task's loop (trl for DPO),
-    peft and the model's class, which transformers imports on first use."""
+    """What a trial's worker imports before its loop's setup is timed: the task's loop
+    (trl for DPO), peft and the model's class, which transformers imports on first use.
+    Timed apart from the loop's setup (`_measure_in_task`)."""
     importlib.import_module(f"trainables.{spec.task}")
     import peft  # noqa: F401
     from transformers import MODEL_FOR_CAUSAL_LM_MAPPING, AutoConfig
@@ -179,9 +179,14 @@ def _import_what_a_trial_has_imported(spec: SweepSpec, model_source: str) -> Non
 
 
 def _measure_in_task(spec_json: dict, data: dict, model_source: str) -> tuple[TrialTiming, int]:
-    """A Ray task's body: the libraries a trial's worker has imported, then `measure`."""
+    """A Ray task's body: the libraries a trial's Train worker imports, then `measure`.
+    Each Train run's workers are new processes that import them again, so the time they
+    take here (the task's process is new as well: nothing heavy is imported before this
+    body runs) is added to the measured start of a run."""
     import warnings
 
+    imports_started = time.time()
+    import ray.train.torch  # noqa: F401  (torch, and what a Train worker imports at its start)
     from transformers.utils import logging as transformers_logging
 
     spec = SweepSpec.model_validate(spec_json, context={"check_files": False})
@@ -189,7 +194,9 @@ def _measure_in_task(spec_json: dict, data: dict, model_source: str) -> tuple[Tr
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
         _import_what_a_trial_has_imported(spec, model_source)
-        return measure(spec, data, model_source), os.getpid()
+        imports = time.time() - imports_started
+        timing = measure(spec, data, model_source)
+    return replace(timing, setup_seconds=timing.setup_seconds + imports), os.getpid()
 
 
 def calibrate(spec: SweepSpec, data: dict, model_source: str) -> Calibration:

@@ -208,6 +208,23 @@ def test_measure_times_the_second_interval_of_steps_in_a_row_from_a_common_start
     assert timing.setup_seconds == pytest.approx(1.2 - 0.05 + calibration.RAY_TRIAL_START_SECONDS)
 
 
+def test_a_run_start_includes_the_imports_a_new_worker_process_makes(monkeypatch):
+    """Every Train run starts new worker processes, which import torch, transformers, peft
+    and the loop again: the calibration task (a new process too) times its own imports and
+    adds them to the loop's measured start."""
+    import time
+
+    def slow_imports(spec, model_source):
+        time.sleep(0.3)
+
+    measured = TrialTiming(step_seconds=0.05, eval_seconds=0.3, setup_seconds=2.0, source="calibrated")
+    monkeypatch.setattr(calibration, "_import_what_a_trial_has_imported", slow_imports)
+    monkeypatch.setattr(calibration, "measure", lambda spec, data, source: measured)
+    timing, pid = calibration._measure_in_task(quickstart_like().model_dump(mode="json"), {}, "model")
+    assert timing.setup_seconds >= 2.0 + 0.3
+    assert (timing.step_seconds, timing.eval_seconds) == (0.05, 0.3)
+
+
 def test_a_step_of_many_micro_batches_is_timed_at_a_few_and_scaled(monkeypatch):
     """`gradient_accumulation_steps: 100000` kept the calibration's ten steps going for hours:
     a measured step accumulates at most MEASURED_MICRO_BATCHES, and its time is scaled."""
