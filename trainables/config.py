@@ -1,6 +1,7 @@
 """The trial contract: what one trial trains, as a typed config. `TrialConfig` holds the
 task and the sections a trial's training loop reads (model, data, training, lora, dpo,
-chaos: `trainables/sections.py`; resources: `trainables/resources.py`), and
+chaos: `trainables/sections.py`; resources: `trainables/resources.py`), the engine that
+trains it (`trainer`, with its trl or function section: `trainables/engines.py`), and
 `trial_problems` checks the settings of different sections that cannot go together. The
 sweep's schema (`sweeper.spec.schema.SweepSpec`) is built from these same sections and
 runs the same cross-section checks.

@@ -25,7 +25,8 @@ def train(config: dict, reporter) -> None:
     training, lora = config["training"], config["lora"]
     model = AutoModelForCausalLM.from_pretrained(config["model_source"], dtype=torch.float32)
     model = get_peft_model(model, LoraConfig(
-        r=lora["r"], lora_alpha=lora["alpha"], lora_dropout=lora["dropout"],
+        r=lora["r"], lora_alpha=lora["alpha_per_rank"] * lora["r"] if lora["alpha_per_rank"] else lora["alpha"],
+        lora_dropout=lora["dropout"],
         target_modules=lora["target_modules"], task_type="CAUSAL_LM",
     ))
     pad_id = model.config.pad_token_id if model.config.pad_token_id is not None else model.config.eos_token_id
