@@ -92,6 +92,7 @@ def run_trial(
     cache_root: str,
     trials_dir: str,
     worker_start_timeout_s: float,
+    train_loop=train_loop_per_worker,
 ) -> None:
     """Tune's function trainable: this trial's TorchTrainer, fitted until it finishes or
     Tune stops the trial. `config` holds the trial's sampled values (dotted path -> value),
@@ -100,7 +101,8 @@ def run_trial(
     `trials_dir`, from the driver: s3://bucket/prefix/trials or an absolute folder (the
     trial runs in Tune's working directory, where a relative sweep folder would resolve
     somewhere else, Ray's session folder). Its file system is resolved here, on the
-    trial's node, from that node's AWS variables."""
+    trial's node, from that node's AWS variables. `train_loop`: what each Train worker runs
+    (the trial's loop; a test gives one that reports what the worker sees)."""
     started_at = time.time()
     trial = trial_config.with_values(config)
     resources = trial.resources
@@ -110,7 +112,7 @@ def run_trial(
         per_worker["GPU"] = resources.gpus_per_worker
     in_trial_thread = ray_adapter.reports_in_trial_thread()
     trainer = ray_adapter.TrialTrainer(
-        train_loop_per_worker=train_loop_per_worker,
+        train_loop_per_worker=train_loop,
         train_loop_config={
             "trial": trial,
             "data": data,

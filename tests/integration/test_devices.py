@@ -1,6 +1,6 @@
 """A trial asked to run without a GPU sees none, on a node whose processes see one: its
-Train workers, started through the sweep's own trial function on the sweep's warm-started
-local cluster, find CUDA_VISIBLE_DEVICES empty although the node has it set."""
+Train workers, started through the sweep's own trial function on a local cluster as the
+sweep starts it, find CUDA_VISIBLE_DEVICES empty although the node has it set."""
 
 import pytest
 
@@ -24,18 +24,17 @@ def test_a_cpu_trial_on_a_node_with_a_visible_gpu_sees_none(tmp_path, monkeypatc
     import ray
     from ray import tune
 
-    from sweeper.cluster.connect import LOCAL_CLUSTER, start_ray, start_warm_server
+    from sweeper.cluster.connect import LOCAL_CLUSTER, start_ray
     from sweeper.run.trial import TRIAL_ACTOR_RESOURCES, run_trial
     from sweeper.spec.load import validate_spec
     from tests.conftest import small_sweep
 
-    # Every process of the cluster (raylet, warm-start server, workers) inherits it, as on a GPU node.
+    # Every process of the cluster (raylet, workers) inherits it, as on a GPU node.
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
     spec = validate_spec(small_sweep("devices", output_dir=str(tmp_path / "sweeps")), tmp_path)
     assert not spec.resources.use_gpu
-    warm_server = start_warm_server(LOCAL_CLUSTER, tmp_path / "warm_start.log")
     try:
-        start_ray(LOCAL_CLUSTER, warm_server)
+        start_ray(LOCAL_CLUSTER)
         trainable = tune.with_parameters(
             run_trial, trial_config=spec.trial_config(), max_failures=0, data={}, cache_root=str(tmp_path),
             trials_dir=str(tmp_path / "trials"), worker_start_timeout_s=60.0, train_loop=devices_loop,
@@ -47,8 +46,6 @@ def test_a_cpu_trial_on_a_node_with_a_visible_gpu_sees_none(tmp_path, monkeypatc
         ).fit()
     finally:
         ray.shutdown()
-        if warm_server:
-            warm_server.stop()
     assert not results.errors, results.errors
     metrics = results[0].metrics
     assert metrics["cuda_visible_devices"] == ""
