@@ -171,7 +171,10 @@ class ReportToTune(UserCallback):
     def after_report(self, run_context, metrics, checkpoint) -> None:
         result = tune_result(metrics, checkpoint, self.worker_failures)
         if result is not None:
-            tune.report(result)
+            self.deliver(run_context, result)
+
+    def deliver(self, run_context, result: dict) -> None:
+        tune.report(result)
 
 
 def tune_result(metrics: list[dict], checkpoint, worker_failures: int) -> dict | None:
@@ -187,18 +190,13 @@ def tune_result(metrics: list[dict], checkpoint, worker_failures: int) -> dict |
     return result
 
 
-class ReportToTuneThroughQueue(TuneReportCallback):
+class ReportToTuneThroughQueue(ReportToTune, TuneReportCallback):
     """ReportToTune for a controller in an actor of its own (ray_adapter's public path):
     Ray's TuneReportCallback carries the same result to the trial."""
 
     def __init__(self) -> None:
-        super().__init__()
-        self.worker_failures = 0
+        TuneReportCallback.__init__(self)
+        ReportToTune.__init__(self)
 
-    def after_exception(self, run_context, worker_exceptions) -> None:
-        self.worker_failures += 1
-
-    def after_report(self, run_context, metrics, checkpoint) -> None:
-        result = tune_result(metrics, checkpoint, self.worker_failures)
-        if result is not None:
-            super().after_report(run_context, [result], None)
+    def deliver(self, run_context, result: dict) -> None:
+        TuneReportCallback.after_report(self, run_context, [result], None)
