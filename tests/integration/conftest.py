@@ -55,6 +55,26 @@ def cli_zygote(tmp_path_factory):
     cli_process.end_zygotes()
 
 
+@pytest.fixture(scope="session")
+def migrated_store_template(tmp_path_factory) -> Path:
+    """An empty MLflow SQLite store, created once per test run by the installed MLflow
+    through its client (in a process of its own, so that no connection stays open on it)."""
+    path = tmp_path_factory.mktemp("store-template") / "mlflow.db"
+    subprocess.run([sys.executable, "-c", "import mlflow, sys; mlflow.MlflowClient(f'sqlite:///{sys.argv[1]}')"
+                    ".search_experiments()", str(path)], check=True, capture_output=True, timeout=300)
+    return path
+
+
+@pytest.fixture(autouse=True)
+def migrated_store(request, tmp_path, migrated_store_template):
+    """Each test's `tmp_path/mlflow.db` (the default store of a sweep run there) starts as a
+    copy of the migrated template: creating a store runs MLflow's schema migrations, a few
+    seconds and many fsyncs on every sweep otherwise. A test of what a command leaves
+    behind (`@pytest.mark.fresh_store`) gets an empty folder."""
+    if request.node.get_closest_marker("fresh_store") is None:
+        shutil.copyfile(migrated_store_template, tmp_path / "mlflow.db")
+
+
 def pytest_terminal_summary(terminalreporter):
     started = cli_process.COMMANDS
     if sum(started.values()):

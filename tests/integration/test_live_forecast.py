@@ -35,6 +35,7 @@ def test_the_sweep_shows_its_eta_and_logs_the_live_forecast_at_each_evaluation(f
     assert max(remaining, key=lambda m: m.step).value < remaining[0].value
 
 
+@pytest.mark.fresh_store
 def test_sweep_plan_calibrates_on_a_local_cluster_of_its_own_and_writes_nothing(tmp_path):
     """`sweep plan` without --address starts a local cluster as `sweep start` does, measures
     the step and evaluation there in Ray tasks, stops it, and leaves no sweep behind."""

@@ -101,6 +101,7 @@ def test_a_sweep_on_s3_storage_is_promoted_from_another_folder_after_its_folder_
     assert blind.returncode == 2 and "error: --trial: the adapter checkpoint of trial" in blind.stderr, blind.stderr
 
 
+@pytest.mark.fresh_store
 def test_storage_that_cannot_be_written_is_one_keyed_line_before_anything_starts(s3, tmp_path):
     raw = small_sweep("nobucket", storage={"uri": "s3://no-such-bucket/x"})
     path = write_yaml(tmp_path / "nobucket.yaml", raw)
@@ -111,6 +112,7 @@ def test_storage_that_cannot_be_written_is_one_keyed_line_before_anything_starts
     assert not (tmp_path / "sweeps").exists() and not (tmp_path / "mlflow.db").exists()
 
 
+@pytest.mark.fresh_store
 def test_storage_uri_naming_an_object_is_one_keyed_line_before_anything_starts(s3, tmp_path):
     s3.client().put_object(Bucket=BUCKET, Key="team/a-file", Body=b"x")
     path = write_yaml(tmp_path / "onfile.yaml", small_sweep("onfile", storage={"uri": f"s3://{BUCKET}/team/a-file"}))
@@ -187,6 +189,7 @@ def test_the_endpoint_travels_to_a_head_started_before_it_was_set(s3, tmp_path):
         assert s3.env["AWS_ACCESS_KEY_ID"] not in json.dumps(jobs)
 
 
+@pytest.mark.fresh_store
 def test_storage_the_nodes_cannot_write_is_one_keyed_line_before_any_trial(s3, tmp_path):
     """A head started without the keys: this machine writes the bucket, the node cannot.
     One keyed line, exit 2, within seconds of joining; no sweep folder, no MLflow run."""

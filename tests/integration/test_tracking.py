@@ -118,6 +118,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.fresh_store
 def test_sweep_logged_to_an_mlflow_server(tmp_path):
     port = free_port()
     server = subprocess.Popen(
