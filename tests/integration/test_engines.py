@@ -147,6 +147,32 @@ def test_an_orpo_sweep_through_ray_completes_with_its_metrics_in_mlflow(tmp_path
         assert sorted(store.history(keys=(key,), trials=trials)["step"].to_list()) == [5, 5, 10, 10], key
 
 
+def test_a_sweep_over_methods_gives_each_trial_only_its_methods_parameters(tmp_path):
+    """trl.method searched over dpo and simpo, each with its own conditional parameters
+    (DPO: beta; SimPO: beta on its own scale and gamma): each trial's MLflow params hold
+    its method's and no other's, and both methods' trials complete."""
+    raw = trl_preference_sweep("trl-methods", tmp_path, {"method": "dpo"}, {
+        "trl.method": {"distribution": "categorical", "values": ["dpo", "simpo"], "conditional": {
+            "dpo": {"trl.beta": {"distribution": "log_uniform", "low": 0.05, "high": 0.5}},
+            "simpo": {"trl.beta": {"distribution": "uniform", "low": 1.0, "high": 2.5},
+                      "trl.simpo_gamma": {"distribution": "uniform", "low": 0.3, "high": 1.5}},
+        }},
+    }, num_trials=2)
+    raw["search"].update(method="random", seed=1)  # seed 1 draws dpo, then simpo
+    result = sweep("start", str(write_yaml(tmp_path / "methods.yaml", raw)), cwd=tmp_path, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    print(result.stdout[-3000:])
+    assert "trl.simpo_gamma=" in result.stdout
+    store, trials = child_runs(tmp_path, "trl-methods")
+    assert trials["state"].to_list() == ["completed"] * 2
+    params = {json.loads(p)["trl.method"]: json.loads(p) for p in trials["params"]}
+    assert set(params) == {"dpo", "simpo"}
+    assert set(params["dpo"]) == {"training.learning_rate", "trl.method", "trl.beta"}
+    assert set(params["simpo"]) == {"training.learning_rate", "trl.method", "trl.beta", "trl.simpo_gamma"}
+    assert 0.05 <= float(params["dpo"]["trl.beta"]) <= 0.5 and 1.0 <= float(params["simpo"]["trl.beta"]) <= 2.5
+    assert sorted(store.history(keys=("eval_rewards_accuracy",), trials=trials)["step"].to_list()) == [5, 5, 10, 10]
+
+
 def test_a_function_sweep_runs_the_plain_pytorch_example(tmp_path):
     """examples/engines/function-torch.yaml, 3 trials: the example's own knob
     (function.hidden) is searched beside the learning rate, ASHA ranks by its eval_loss,
@@ -374,3 +400,14 @@ def test_a_trl_sweep_whose_driver_is_killed_is_resumed_without_retraining_a_fini
     told = {t.user_attrs.get(TUNE_TRIAL_ID_ATTR): t for t in study.get_trials()}
     assert sorted(told) == sorted(by_id) and sorted(told[done].intermediate_values.items()) == history
     assert {t.state.name for t in told.values()} == {"COMPLETE"}
+
+
+@pytest.mark.parametrize("method", ["orpo", "dpo"])
+def test_the_calibration_times_a_trl_trial_also_where_its_trainer_counts_no_tokens(tmp_path, method):
+    """sweeper.plan.calibrate.measure on trl's ORPOTrainer (no token count) and DPOTrainer,
+    in one process: a step and an evaluation time from the train_seconds each report carries."""
+    from sweeper.plan.calibrate import measure
+
+    spec, inputs = trl_trial(tmp_path, method, training={"max_steps": 4, "eval_every": 2})
+    timing = measure(spec, inputs.data, inputs.model_source, steps=2)
+    assert timing.step_seconds > 0 and timing.eval_seconds > 0 and timing.setup_seconds > 0
