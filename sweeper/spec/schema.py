@@ -181,6 +181,13 @@ def _engine_problems(spec: SweepSpec) -> list[Problem]:
     if spec.trainer == "trl" and spec.trl is not None and spec.trl.method == "kto" and spec.search.metric == EVAL_REWARDS_ACCURACY:
         problems.append(("search.metric", "trl's KTOTrainer reports no eval_rewards_accuracy (its pairs are unpaired); "
                                           "use eval_loss, eval_rewards_margin or eval_rewards_chosen"))
+    searched_methods = spec.search.parameters.get("trl.method")
+    if spec.trainer == "trl" and isinstance(searched_methods, CategoricalDist):
+        other_task = [str(m) for m in searched_methods.values if (m == "sft") != (spec.task == "sft")]
+        if other_task:
+            problems.append(("search.parameters.trl.method", f"{', '.join(other_task)} do not train on task "
+                             f"{spec.task}'s data; search methods of one task: sft alone, or among dpo, kto, orpo, "
+                             "cpo, simpo (task dpo)"))
     if spec.cost.calibrate and spec.trainer == "function":
         problems.append((
             "cost.calibrate",
