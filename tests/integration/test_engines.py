@@ -1,11 +1,13 @@
 """The trial engines on a real local Ray cluster, real MLflow and the tiny model: trl's
 SFTTrainer with ASHA by promotion (a paused trial goes on from the trainer's own
 checkpoint and reports each step once, as an uninterrupted run would), a DPO sweep over
-three loss types and beta, a SimPO sweep over beta and gamma, and the user's own
-function (the plain-PyTorch example; a function that never reports fails its trial and
-the sweep goes on). In one process without Ray: every trl method reports at the sweep's
-steps with the trainer's checkpoint, and a trial continued from one equals one trained
-straight through."""
+three loss types and beta, a SimPO sweep over beta and gamma, an ORPO sweep, a sweep over
+methods (dpo and simpo, each with its own conditional parameters), a trl sweep whose
+driver is killed with -9 and resumed, and the user's own function (the plain-PyTorch
+example; a function that never reports fails its trial and the sweep goes on). In one
+process without Ray: every trl method reports at the sweep's steps with the trainer's
+checkpoint, a trial continued from one equals one trained straight through, and the
+calibration times a trl trial also where its trainer counts no tokens."""
 
 from __future__ import annotations
 
