@@ -341,29 +341,32 @@ def _conditional_problems(spec: SweepSpec) -> list[Problem]:
     for parent, dist in top.items():
         if not isinstance(dist, CategoricalDist) or not dist.conditional:
             continue
-        key = f"search.parameters.{parent}.conditional"
         if spec.search.method == "grid":
             problems.append(("search.method", f"grid draws every trial from one fixed grid; the conditional "
-                                              f"parameters of {key} need search.method tpe or random"))
+                                              f"parameters of search.parameters.{parent} need search.method tpe "
+                                              "or random"))
         for given, parameters in dist.conditional.items():
             value = conditional_value(dist, given)
             if value is _NO_VALUE:
-                problems.append((f"{key}.{given}", f"not one of {parent}'s values: "
+                problems.append((f"search.parameters.{parent}.conditional.{given}", f"not one of {parent}'s values: "
                                                    f"{', '.join(map(str, dist.values))}; use one of them"))
                 continue
             branch = _spec_with(spec, parent, value)
             if branch is None:
                 continue  # the value's own problem is keyed under search.parameters.<parent>
             for path, nested in parameters.items():
-                nested_key = f"{key}.{given}.{path}"
                 if path in top:
-                    problems.append((nested_key, f"{path} is searched for every trial too "
-                                                 f"(search.parameters.{path}); search it in one place"))
+                    problems.append((f"search.parameters.{parent}.conditional.{given}.{path}",
+                                     f"{path} is searched for every trial too (search.parameters.{path}); search it "
+                                     "in one place"))
                 elif isinstance(nested, CategoricalDist) and nested.conditional:
-                    problems.append((f"{nested_key}.conditional", "conditional parameters are one level deep; "
-                                                                  f"move them up to {key}.{given}"))
+                    problems.append((f"search.parameters.{parent}.conditional.{given}.{path}.conditional",
+                                     f"conditional parameters are one level deep; move them up to "
+                                     f"search.parameters.{parent}.conditional.{given}"))
                 else:
-                    problems += _parameter_problems(branch, nested_key, path, nested)
+                    problems += _parameter_problems(
+                        branch, f"search.parameters.{parent}.conditional.{given}.{path}", path, nested
+                    )
     method = top.get("trl.method")
     if spec.trainer == "trl" and spec.trl is not None and isinstance(method, CategoricalDist):
         # A field the YAML's own trl.method lacks is keyed already (_parameter_problems).

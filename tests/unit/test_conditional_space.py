@@ -117,7 +117,7 @@ def test_grid_search_refuses_conditional_parameters(tmp_path):
     raw["search"]["num_trials"] = 2
     assert problems(raw, tmp_path) == [
         "search.method: grid draws every trial from one fixed grid; the conditional parameters of "
-        "search.parameters.trl.method.conditional need search.method tpe or random"
+        "search.parameters.trl.method need search.method tpe or random"
     ]
 
 
