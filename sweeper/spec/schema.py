@@ -185,9 +185,11 @@ def _engine_problems(spec: SweepSpec) -> list[Problem]:
     if spec.trainer == "trl" and isinstance(searched_methods, CategoricalDist):
         other_task = [str(m) for m in searched_methods.values if (m == "sft") != (spec.task == "sft")]
         if other_task:
-            problems.append(("search.parameters.trl.method", f"{', '.join(other_task)} do not train on task "
-                             f"{spec.task}'s data; search methods of one task: sft alone, or among dpo, kto, orpo, "
-                             "cpo, simpo (task dpo)"))
+            trains_on = ("chat or prompt/completion examples (task sft)" if spec.task != "sft"
+                         else "preference pairs (task dpo)")
+            problems.append(("search.parameters.trl.method", f"{', '.join(other_task)} train(s) on {trains_on}, "
+                             f"not on task {spec.task}'s data; search the methods of one task: sft alone, or among "
+                             "dpo, kto, orpo, cpo, simpo"))
     if spec.cost.calibrate and spec.trainer == "function":
         problems.append((
             "cost.calibrate",
@@ -331,6 +333,10 @@ def _parameter_problems(spec: SweepSpec, key: str, path: str, dist: Any) -> list
     return []
 
 
+# What conditional_value returns for a key that names none of the values.
+_NO_VALUE = object()
+
+
 def _conditional_problems(spec: SweepSpec) -> list[Problem]:
     """The conditional parameters of each categorical (`conditional: {VALUE: {path: dist}}`),
     each checked as a searched parameter of the config with VALUE set (trl.beta under
@@ -381,9 +387,6 @@ def _conditional_problems(spec: SweepSpec) -> list[Problem]:
                                      "for the methods that have it"))
                     break
     return problems
-
-
-_NO_VALUE = object()
 
 
 def searched_paths(spec: SweepSpec) -> list[str]:

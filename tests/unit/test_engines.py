@@ -239,7 +239,7 @@ GAMMA = {"distribution": "uniform", "low": 0.3, "high": 1.5}
      "search.parameters.trl.simpo_gamma: searched for every trl.method, but not a field of DPOConfig"),
     ("a searched method of another task", lambda tmp: {**trl_dpo(), "search": {**trl_dpo()["search"], "parameters": {
         "trl.method": {"distribution": "categorical", "values": ["dpo", "sft"]}}}},
-     "search.parameters.trl.method: sft do not train on task dpo's data"),
+     "search.parameters.trl.method: sft train(s) on chat or prompt/completion examples (task sft), not on task dpo's data"),
     ("entry point that does not import", lambda tmp: small_sweep(
         "b", trainer="function", function={"entry_point": write_function(tmp, "import not_a_module_anywhere\n")}),
      "function.entry_point: cannot import {tmp}/mine.py: ModuleNotFoundError"),
