@@ -125,7 +125,8 @@ def test_the_best_trials_config_is_one_run_of_its_method_with_its_parameters(tmp
     from sweeper.spec.overrides import single_run_spec
 
     spec = validate_spec(method_sweep(), base_dir=tmp_path)
-    best = single_run_spec(spec, {"trl.method": "simpo", "trl.beta": 2.0, "trl.simpo_gamma": 0.5,
-                                  "training.learning_rate": 1e-3}, name="methods-best")
+    # As MLflow keeps a trial's values (sweep export): text, typed by the config dataclass's fields.
+    best = single_run_spec(spec, {"trl.method": "simpo", "trl.beta": "2.0", "trl.simpo_gamma": "0.5",
+                                  "training.learning_rate": "0.001"}, name="methods-best")
     assert best.search.parameters == {} and best.trl.method == "simpo"
     assert best.trl.config_kwargs() == {"loss_type": "simpo", "cpo_alpha": 0.0, "beta": 2.0, "simpo_gamma": 0.5}
