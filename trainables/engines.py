@@ -115,6 +115,23 @@ class TrlSpec(StrictModel):
         "searchable as trl.<field>.",
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _typed_fields(cls, raw: Any) -> Any:
+        """Each field given as text in the type of its config field where it reads as one:
+        a trial's values as MLflow keeps them ("0.5"), for `sweep export` and best_config.yaml."""
+        if not isinstance(raw, dict) or raw.get("method", "sft") not in TRL_METHODS:
+            return raw
+        fields = trl_config_fields(raw.get("method", "sft"))
+        typed = dict(raw)
+        for name, value in raw.items():
+            if isinstance(value, str) and name in fields and typing.get_origin(fields[name].type) is not list:
+                try:
+                    typed[name] = TypeAdapter(fields[name].type).validate_python(value, strict=False)
+                except ValidationError:
+                    pass  # field_problem names the type
+        return typed
+
     @model_validator(mode="after")
     def _fields_of_the_method(self) -> "TrlSpec":
         problems = [(name, problem) for name, value in self.fields.items()

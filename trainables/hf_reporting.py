@@ -24,7 +24,7 @@ from trainables.common import REPORT_FILE
 from trainables.metrics import (
     EVAL_LOSS, EVAL_PERPLEXITY, EVAL_REWARDS_ACCURACY, EVAL_REWARDS_CHOSEN, EVAL_REWARDS_MARGIN,
     EVAL_REWARDS_REJECTED, LEARNING_RATE, SETUP_SECONDS, STEP, TOKENS_PER_SECOND, TRAIN_CPU_SHARE, TRAIN_LOSS,
-    TRAIN_TOKENS,
+    TRAIN_SECONDS, TRAIN_TOKENS,
 )
 
 __all__ = ["ReportEvaluations", "sweep_metrics"]
@@ -111,6 +111,7 @@ class ReportEvaluations(TrainerCallback):
         metrics = {
             STEP: step,
             **self.pending,
+            TRAIN_SECONDS: self.seconds,
             TRAIN_CPU_SHARE: self.cpu_seconds / self.seconds if self.seconds else 0.0,
             SETUP_SECONDS: self.setup_seconds or 0.0,
         }

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 __all__ = [
     "STEP", "EVAL_LOSS", "EVAL_PERPLEXITY", "TRAIN_LOSS", "LEARNING_RATE", "TOKENS_PER_SECOND",
-    "TRAIN_TOKENS", "TRAIN_CPU_SHARE", "SETUP_SECONDS", "SETUP_PHASES", "RESTARTS", "PLACEMENT_GROUP",
+    "TRAIN_TOKENS", "TRAIN_SECONDS", "TRAIN_CPU_SHARE", "SETUP_SECONDS", "SETUP_PHASES", "RESTARTS", "PLACEMENT_GROUP",
     "PREEMPTIONS", "PREEMPTED_AT_STEP", "PREEMPTION_CHECKPOINT",
     "OUT_OF_MEMORY_AT_MICRO_BATCH", "MICRO_BATCH", "EVAL_REWARDS_CHOSEN",
     "EVAL_REWARDS_REJECTED", "EVAL_REWARDS_MARGIN", "EVAL_REWARDS_ACCURACY", "TASK_METRICS", "REPORTED_KEYS",
@@ -21,6 +21,9 @@ TRAIN_LOSS = "train_loss"
 LEARNING_RATE = "learning_rate"
 TOKENS_PER_SECOND = "tokens_per_second"
 TRAIN_TOKENS = "train_tokens"
+# The loop's own training time since its previous report (its steps, not evaluation or
+# checkpoint): what the calibration times where a trainer counts no tokens (trl's ORPO, CPO).
+TRAIN_SECONDS = "train_seconds"
 TRAIN_CPU_SHARE = "train_cpu_share"
 SETUP_SECONDS = "setup_seconds"
 SETUP_PHASES = "setup_phases"  # first report only: where the setup time went
@@ -80,6 +83,7 @@ REPORTED_KEYS: tuple[str, ...] = (
     LEARNING_RATE,
     TOKENS_PER_SECOND,
     TRAIN_TOKENS,
+    TRAIN_SECONDS,
     TRAIN_CPU_SHARE,
     SETUP_SECONDS,
     SETUP_PHASES,

@@ -32,7 +32,7 @@ def validate(file: Path = typer.Argument(..., help="Sweep YAML file.")) -> None:
     from sweeper.cost.memory import forecast_trial_memory
     from sweeper.plan.checks import load_checked_spec
     from sweeper.search.warm_start import read_warm_start
-    from sweeper.spec.schema import trials_text
+    from sweeper.spec.schema import searched_paths, trials_text
 
     spec = load_checked_spec(file)
     for note in read_warm_start(spec).notes:
@@ -40,7 +40,7 @@ def validate(file: Path = typer.Argument(..., help="Sweep YAML file.")) -> None:
     memory = forecast_trial_memory(spec) if spec.resources.use_gpu else None
     console.print(
         f"[green]ok[/green] {file}: sweep {spec.name!r}, task {spec.task}, {trials_text(spec)} "
-        f"over {', '.join(spec.search.parameters)}"
+        f"over {', '.join(searched_paths(spec))}"
     )
     if memory is not None and spec.resources.use_gpu:
         console.print(escape(memory.describe()), highlight=False)

@@ -3,10 +3,11 @@
 A few optimizer steps (`MEASURED_STEPS` to warm up, then as many measured, each interval
 followed by an evaluation) of two configurations: the first (the YAML's own values) and
 the costliest one in the space (the highest value of every searched parameter that makes
-a step dearer: LoRA rank, batch size, gradient accumulation). One run gives seconds per
-step (the loop's own training time, `train_tokens / tokens_per_second`), seconds per
-evaluation (the rest of the time between two reports: evaluation, checkpoint, report) and
-the loop's setup.
+a step dearer: LoRA rank, batch size, gradient accumulation; among searched trl methods,
+one with a reference model). One run gives seconds per step (the loop's own training
+time: its `train_seconds`, or `train_tokens / tokens_per_second`), seconds per evaluation
+(the rest of the time between two reports: evaluation, checkpoint, report) and the
+loop's setup.
 
 Each configuration is measured in a Ray task that holds one trial worker's resources
 (`resources.cpus_per_worker`, `gpus_per_worker`), so a GPU sweep is timed on a GPU of
@@ -29,6 +30,7 @@ from sweeper.spec.overrides import calibration_spec, with_overrides
 from sweeper.spec.schema import CategoricalDist, SweepSpec
 from sweeper.spec.sections import IntUniformDist
 from trainables.engines import train_module
+from trainables.metrics import TOKENS_PER_SECOND, TRAIN_SECONDS, TRAIN_TOKENS
 
 # Without a logging handler set up, Python prints bitsandbytes' import-time note about an
 # optional CPU kernel package to the terminal; set at import, before a task's unpickling
@@ -109,9 +111,19 @@ def process_group_of_one(strategy: str):
             os.environ["LOCAL_RANK"] = local_rank
 
 
+# trl methods whose step also runs a reference model (trl.method searched: the dearer ones).
+REFERENCE_METHODS = ("dpo", "kto")
+
+
 def costliest_overrides(spec: SweepSpec) -> dict:
-    """The highest value of each searched cost parameter (categorical: the largest number)."""
+    """The highest value of each searched cost parameter (categorical: the largest number),
+    and a searched trl.method with a reference model where one is among its values."""
     overrides = {}
+    methods = spec.search.parameters.get("trl.method")
+    if isinstance(methods, CategoricalDist) and spec.trl is not None and spec.trl.method not in REFERENCE_METHODS:
+        dearer = [m for m in methods.values if m in REFERENCE_METHODS]
+        if dearer:
+            overrides["trl.method"] = dearer[0]
     for path in COST_PARAMETERS:
         dist = spec.search.parameters.get(path)
         if isinstance(dist, CategoricalDist):
@@ -136,7 +148,8 @@ def measure(spec: SweepSpec, data: dict, model_source: str, steps: int = MEASURE
     started_at = time.time()
     run_training(spec, data, model_source, lambda metrics, _: reports.append((time.time(), metrics)), started_at)
     (warm_at, _), (measured_at, measured) = reports
-    training = measured["train_tokens"] / measured["tokens_per_second"]
+    # The loop's own training time: as it reports it, or from its tokens and their rate.
+    training = measured.get(TRAIN_SECONDS) or measured[TRAIN_TOKENS] / measured[TOKENS_PER_SECOND]
     measured_step = training / steps
     # setup_seconds runs to the end of the first step: its steady part is a step's.
     loop_setup = reports[0][1]["setup_seconds"] - measured_step

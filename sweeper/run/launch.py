@@ -42,7 +42,7 @@ from sweeper.run.sweep_dir import (
     refuse_if_read_only,
     refuse_if_running,
 )
-from sweeper.spec.schema import SweepSpec, trials_text
+from sweeper.spec.schema import SweepSpec, searched_paths, trials_text
 from sweeper.track.book import SweepBook
 from trainables.models import DEFAULT_CACHE_ROOT
 
@@ -454,7 +454,7 @@ def _fit_and_finish(context: SweepContext, make_tuner, extra_callbacks: list) ->
 
     spec, plan, book, tracker, console = context.spec, context.plan, context.book, context.tracker, context.console
     _print_where_to_look(context)
-    live_table = LiveTable(book, list(spec.search.parameters), console)
+    live_table = LiveTable(book, searched_paths(spec), console)
     listeners = [tracker, AdapterJanitor(book, spec.search.keep_best_adapters), *context.budget.listeners(live_table), live_table]
     driver = SweepDriver(book, listeners)  # make_tuner hands it the searcher's marks
     watchdog = StallWatchdog(live_table, spec.sweep_dir / DRIVER_LOG)

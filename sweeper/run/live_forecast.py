@@ -24,7 +24,7 @@ from sweeper.names import LiveForecastKey, TrialState
 from sweeper.plan.forecast import Forecast, Scenario, TrialAt, expected_ladder, remaining, within_caps
 from sweeper.plan.sweep_plan import SweepPlan
 from sweeper.views import usd
-from trainables.metrics import STEP, TOKENS_PER_SECOND, TRAIN_TOKENS
+from trainables.metrics import STEP, TOKENS_PER_SECOND, TRAIN_SECONDS, TRAIN_TOKENS
 
 __all__ = ["Measured", "LiveEstimate", "LiveForecast", "live_timing", "rescaled", "estimate", "duration"]
 
@@ -171,9 +171,10 @@ class LiveForecast:
         report = record.history[-1]
         at, step, first = self._since.get(record.trial_id, (now, record.step, False))
         reported = int(report.get(STEP, step))
+        # The loop's own training time (per worker): as it reports it, or from its tokens and their rate.
         tokens, per_second = report.get(TRAIN_TOKENS), report.get(TOKENS_PER_SECOND)
-        if reported > step and tokens and per_second:
-            training = tokens / per_second  # the loop's own training time (per worker)
+        training = report.get(TRAIN_SECONDS) or (tokens / per_second if tokens and per_second else None)
+        if reported > step and training:
             if first:
                 self.measured.add_start(reported - step, training, now - at - training - self.timing().eval_seconds)
             else:

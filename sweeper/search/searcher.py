@@ -16,7 +16,13 @@ import sweeper.names as names  # its TrialState beside Optuna's
 from sweeper.plan.sweep_plan import SweepPlan
 from sweeper.search.asha import PromotionASHA, SlotLimiter
 from sweeper.search.mirrored_storage import MirroredStorage
-from sweeper.search.space import make_sampler, to_optuna_distributions
+from sweeper.search.space import (
+    conditional_distributions,
+    config_values,
+    make_sampler,
+    suggest_conditional,
+    to_optuna_distributions,
+)
 from sweeper.search.study import (
     REPEAT_ATTR,
     STARTUP_ATTR,
@@ -57,6 +63,8 @@ class StepAwareOptunaSearch(Searcher):
     from storage alone, its study consistent with Tune's trials (`sweep resume --storage`).
     """
 
+    conditional: dict = {}  # none, for a searcher unpickled from a state that does not hold them
+
     def __init__(
         self,
         *,
@@ -69,9 +77,13 @@ class StepAwareOptunaSearch(Searcher):
         storage_url: str | None = None,
         warm_start=None,
         startup_trials: int = 0,
+        conditional: dict | None = None,
     ):
         super().__init__(metric=metric, mode=mode)
         self.space, self.sampler, self.max_steps = space, sampler, max_steps
+        # Study name -> (parent path, value, distribution): drawn where the trial drew value
+        # (sweeper/search/space.py::conditional_distributions).
+        self.conditional = conditional or {}
         self.startup_trials = startup_trials
         self.study_name, self.storage_url = study_name, storage_url
         # A sweeper.search.warm_start.WarmStart: seeds the study once, while it is new.
@@ -169,8 +181,9 @@ class StepAwareOptunaSearch(Searcher):
     def suggest(self, trial_id: str) -> dict | None:
         if trial_id in self.trials:  # asked before a restore
             number, _ = self.trials[trial_id]
-            return dict(self.study.get_trials(deepcopy=False)[number].params)
+            return config_values(self.study.get_trials(deepcopy=False)[number].params)
         ot_trial = self.study.ask(fixed_distributions=self.space)
+        suggest_conditional(ot_trial, self.conditional)
         ot_trial.set_user_attr(TUNE_TRIAL_ID_ATTR, trial_id)
         self.trials[trial_id] = (ot_trial.number, self._storage_id(ot_trial.number))
         self.reported[trial_id] = set()
@@ -180,7 +193,7 @@ class StepAwareOptunaSearch(Searcher):
             ot_trial.set_user_attr(STARTUP_ATTR, True)
         # Optuna's trial keeps what was set on it (and what enqueue_trial gave it) in memory.
         self._marks[trial_id] = ot_trial.user_attrs
-        return dict(ot_trial.params)
+        return config_values(ot_trial.params)
 
     def _storage_id(self, number: int) -> int:
         study_id = self.storage.get_study_id_from_name(self.study_name)
@@ -253,6 +266,7 @@ def make_searcher(spec: SweepSpec, sweep_dir: Path, warm_start=None) -> StepAwar
     Path(sweep_dir).mkdir(parents=True, exist_ok=True)
     return StepAwareOptunaSearch(
         space=to_optuna_distributions(spec),
+        conditional=conditional_distributions(spec),
         metric=spec.search.metric,
         mode=_mode(spec),
         sampler=make_sampler(spec),

@@ -1,15 +1,27 @@
 """Search-space translation: `search.parameters` -> Optuna distributions and samplers.
-Pure functions, no Ray: the launcher hands these to Ray Tune's OptunaSearch."""
+Pure functions, no Ray: the launcher hands these to Ray Tune's OptunaSearch.
+
+A categorical's `conditional` parameters are drawn define-by-run, after the trial's
+fixed distributions, by `suggest_conditional`: only those of the value the trial drew.
+Each has its own name in the study, `path|parent=value` (`trl.beta|trl.method=simpo`),
+so that TPE models SimPO's beta apart from DPO's; `config_values` turns a trial's Optuna
+params back into dotted config paths."""
 
 from __future__ import annotations
 
 import optuna
 
 from sweeper.search.reports_so_far import ReportsSoFarSampler
-from sweeper.spec.schema import CategoricalDist, LogUniformDist, SearchSpec, SweepSpec, UniformDist
+from sweeper.spec.schema import CategoricalDist, LogUniformDist, SearchSpec, SweepSpec, UniformDist, conditional_value
 from sweeper.spec.sections import IntUniformDist
 
-__all__ = ["to_optuna_distributions", "parameters_to_optuna", "make_sampler"]
+__all__ = [
+    "to_optuna_distributions", "parameters_to_optuna", "make_sampler", "conditional_distributions",
+    "suggest_conditional", "config_values", "optuna_space",
+]
+
+# Between a conditional parameter's path and the value it is searched under, in the study's names.
+CONDITION_MARK = "|"
 
 
 def to_optuna_distributions(spec: SweepSpec) -> dict[str, optuna.distributions.BaseDistribution]:
@@ -22,6 +34,45 @@ def parameters_to_optuna(parameters: dict[str, dict]) -> dict[str, optuna.distri
     recorded in MLflow), validated by the schema first."""
     search = SearchSpec.model_validate({"parameters": parameters})
     return {path: _to_optuna(dist) for path, dist in search.parameters.items()}
+
+
+def conditional_distributions(spec: SweepSpec) -> dict[str, tuple[str, object, optuna.distributions.BaseDistribution]]:
+    """Study name (`path|parent=value`) -> (parent path, parent value, Optuna distribution)
+    of each conditional parameter, in the YAML's order."""
+    conditional = {}
+    for parent, dist in spec.search.parameters.items():
+        for given, parameters in ((dist.conditional or {}).items() if isinstance(dist, CategoricalDist) else ()):
+            value = conditional_value(dist, given)
+            for path, nested in parameters.items():
+                conditional[f"{path}{CONDITION_MARK}{parent}={value}"] = (parent, value, _to_optuna(nested))
+    return conditional
+
+
+def optuna_space(spec: SweepSpec) -> dict[str, optuna.distributions.BaseDistribution]:
+    """Every distribution the study may hold, by its name there: the fixed ones and the
+    conditional ones (a warm start rebuilds earlier trials on this)."""
+    return {**to_optuna_distributions(spec), **{name: d for name, (_, _, d) in conditional_distributions(spec).items()}}
+
+
+def suggest_conditional(trial: optuna.Trial, conditional: dict) -> None:
+    """Draw on `trial` (asked with the fixed distributions) the conditional parameters of
+    the values it drew, define-by-run through Optuna's public suggest API."""
+    for name, (parent, value, dist) in conditional.items():
+        if parent in trial.params and trial.params[parent] == value and type(trial.params[parent]) is type(value):
+            _suggest(trial, name, dist)
+
+
+def _suggest(trial: optuna.Trial, name: str, dist: optuna.distributions.BaseDistribution):
+    if isinstance(dist, optuna.distributions.FloatDistribution):
+        return trial.suggest_float(name, dist.low, dist.high, log=dist.log, step=dist.step)
+    if isinstance(dist, optuna.distributions.IntDistribution):
+        return trial.suggest_int(name, dist.low, dist.high, step=dist.step, log=dist.log)
+    return trial.suggest_categorical(name, dist.choices)
+
+
+def config_values(params: dict) -> dict:
+    """A trial's Optuna params as dotted config paths (a conditional one's name less its condition)."""
+    return {name.split(CONDITION_MARK, 1)[0]: value for name, value in params.items()}
 
 
 def _to_optuna(dist) -> optuna.distributions.BaseDistribution:

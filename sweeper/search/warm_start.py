@@ -26,7 +26,7 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, IntD
 from optuna.trial import FrozenTrial, TrialState
 
 from sweeper.errors import UserError
-from sweeper.search.space import to_optuna_distributions
+from sweeper.search.space import config_values, optuna_space
 from sweeper.search.study import STUDY_FILE, TUNE_TRIAL_ID_ATTR, WARM_START_ATTR, study_file, study_url
 from sweeper.spec.schema import SweepSpec
 from sweeper.spec.sections import WarmStartSpec
@@ -56,7 +56,7 @@ def read_warm_start(spec: SweepSpec) -> WarmStart:
     seed = WarmStart()
     if not spec.search.warm_start or not spec.search.parameters:
         return seed
-    space = to_optuna_distributions(spec)
+    space = optuna_space(spec)  # conditional parameters too, by their names in the study
     minimize = spec.search.goal == "minimize"
     candidates: list[tuple[float, dict, str]] = []
     for index, source in enumerate(spec.search.warm_start):
@@ -71,7 +71,7 @@ def read_warm_start(spec: SweepSpec) -> WarmStart:
         earlier_trial = _earlier_trial_config(_earlier_folder(spec, source))
         seed.repeats |= {
             t.user_attrs[WARM_START_ATTR] for t in completed[: source.top_k]
-            if set(t.params) == set(space) and _same_run(earlier_trial, spec, t.params)
+            if set(t.params) == set(space) and _same_run(earlier_trial, spec, config_values(t.params))
         }
     candidates.sort(key=lambda c: c[0] if minimize else -c[0])
     seen: list[dict] = []

@@ -34,7 +34,11 @@ def single_run_spec(spec: SweepSpec, params: dict[str, Any], name: str) -> Sweep
     """A complete config that trains one trial's values (`params`: dotted path -> value, as
     sampled or as MLflow stored them) as a single full run: nothing searched or stopped
     early, output in ./sweeps/<name>. best_config.yaml and `sweep export` are this."""
-    raw = with_overrides(spec, params, built=f"the single run {name} built from the sweep's YAML").model_dump(mode="python")
+    # Validated once, with nothing searched: a trial's conditional values (trl.simpo_gamma
+    # of trl.method simpo) are not valid for the other values of the search.
+    raw = spec.model_dump(mode="python")
+    for path, value in params.items():
+        set_path(raw, path, value)
     raw["name"] = name
     raw["search"] = {**raw["search"], **ONE_TRIAL, "parameters": {}}
     raw["early_stopping"] = {**raw["early_stopping"], **NO_EARLY_STOPPING}

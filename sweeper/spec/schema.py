@@ -20,7 +20,15 @@ from typing import Any
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from sweeper.spec.budget import BudgetSpec
-from sweeper.spec.paths import SEARCHABLE_SECTIONS, is_int_field, override_error, path_exists, suggest_path
+from sweeper.spec.paths import (
+    SEARCHABLE_SECTIONS,
+    is_int_field,
+    open_field_problem,
+    override_error,
+    path_exists,
+    set_path,
+    suggest_path,
+)
 from sweeper.spec.sections import (
     CategoricalDist,
     CostSpec,
@@ -173,13 +181,21 @@ def _engine_problems(spec: SweepSpec) -> list[Problem]:
     if spec.trainer == "trl" and spec.trl is not None and spec.trl.method == "kto" and spec.search.metric == EVAL_REWARDS_ACCURACY:
         problems.append(("search.metric", "trl's KTOTrainer reports no eval_rewards_accuracy (its pairs are unpaired); "
                                           "use eval_loss, eval_rewards_margin or eval_rewards_chosen"))
-    if spec.cost.calibrate and not _reports_tokens(spec):
+    searched_methods = spec.search.parameters.get("trl.method")
+    if spec.trainer == "trl" and isinstance(searched_methods, CategoricalDist):
+        other_task = [str(m) for m in searched_methods.values if (m == "sft") != (spec.task == "sft")]
+        if other_task:
+            trains_on = ("chat or prompt/completion examples (task sft)" if spec.task != "sft"
+                         else "preference pairs (task dpo)")
+            problems.append(("search.parameters.trl.method", f"{', '.join(other_task)} train(s) on {trains_on}, "
+                             f"not on task {spec.task}'s data; search the methods of one task: sft alone, or among "
+                             "dpo, kto, orpo, cpo, simpo"))
+    if spec.cost.calibrate and spec.trainer == "function":
         problems.append((
             "cost.calibrate",
-            "the calibration times a trial's first steps from its reported train_tokens and tokens_per_second, "
-            + ("which a function reports only if it chooses to" if spec.trainer == "function" else
-               "which trl's ORPO and CPO trainers do not count")
-            + "; set cost.calibrate: false (the forecast then comes from the throughput model)",
+            "the calibration times a trial's first steps from the training time its loop reports "
+            "(train_seconds, or train_tokens and tokens_per_second), which a function reports only if it chooses "
+            "to; set cost.calibrate: false (the forecast then comes from the throughput model)",
         ))
     if spec.trainer == "trl" and spec.dpo is not None:
         # A rebuilt spec sets every field; only a value other than the default is the user's.
@@ -189,17 +205,6 @@ def _engine_problems(spec: SweepSpec) -> list[Problem]:
             for name in ("beta", "loss_type") if getattr(spec.dpo, name) != getattr(defaults, name)
         ]
     return problems
-
-
-def _reports_tokens(spec: SweepSpec) -> bool:
-    """Whether every trial reports its train tokens (the calibration's clock)."""
-    if spec.trainer == "function":
-        return False
-    if spec.trainer != "trl" or spec.trl is None:
-        return True
-    searched = spec.search.parameters.get("trl.method")
-    methods = {spec.trl.method, *(searched.values if isinstance(searched, CategoricalDist) else [])}
-    return not methods & {"orpo", "cpo", "simpo"}
 
 
 def _schedule_problems(spec: SweepSpec) -> list[Problem]:
@@ -280,26 +285,8 @@ NOT_SEARCHABLE: dict[str, str] = {
 def _search_problems(spec: SweepSpec) -> list[Problem]:
     problems = []
     for path, dist in spec.search.parameters.items():
-        key = f"search.parameters.{path}"
-        if getattr(spec, path.split(".")[0], True) is None and path.split(".")[0] in ("dpo", "trl", "function"):
-            continue  # _task_problems and _engine_problems say why
-        if not path_exists(spec, path):
-            problems.append((key, f"no such config field; {suggest_path(path, spec)}"))
-            continue
-        if path.split(".")[0] not in SEARCHABLE_SECTIONS:
-            problems.append((key, f"only {', '.join(s + '.*' for s in SEARCHABLE_SECTIONS)} can be searched"))
-            continue
-        if path in NOT_SEARCHABLE:
-            problems.append((key, f"cannot be searched: {NOT_SEARCHABLE[path]}"))
-            continue
-        if is_int_field(path, spec) and isinstance(dist, (UniformDist, LogUniformDist)):
-            problems.append((key, f"{path} is an integer; use distribution: int_uniform or categorical"))
-            continue
-        for value in _probe_values(dist):
-            error = override_error(spec, path, value)
-            if error:
-                problems.append((key, f"value {value!r} is invalid for {path}: {error}"))
-                break
+        problems += _parameter_problems(spec, f"search.parameters.{path}", path, dist)
+    problems += _conditional_problems(spec)
     if spec.search.method == "grid":
         not_categorical = [p for p, d in spec.search.parameters.items() if not isinstance(d, CategoricalDist)]
         if not_categorical:
@@ -325,6 +312,116 @@ def _search_problems(spec: SweepSpec) -> list[Problem]:
             "train this config once, or add dotted paths to search.parameters",
         ))
     return problems
+
+
+def _parameter_problems(spec: SweepSpec, key: str, path: str, dist: Any) -> list[Problem]:
+    """What is wrong with searching `dist` at `path` of `spec` (keyed `key`), at most one line."""
+    if getattr(spec, path.split(".")[0], True) is None and path.split(".")[0] in ("dpo", "trl", "function"):
+        return []  # _task_problems and _engine_problems say why
+    if not path_exists(spec, path):
+        return [(key, f"no such config field; {suggest_path(path, spec)}")]
+    if path.split(".")[0] not in SEARCHABLE_SECTIONS:
+        return [(key, f"only {', '.join(s + '.*' for s in SEARCHABLE_SECTIONS)} can be searched")]
+    if path in NOT_SEARCHABLE:
+        return [(key, f"cannot be searched: {NOT_SEARCHABLE[path]}")]
+    if is_int_field(path, spec) and isinstance(dist, (UniformDist, LogUniformDist)):
+        return [(key, f"{path} is an integer; use distribution: int_uniform or categorical")]
+    for value in _probe_values(dist):
+        error = override_error(spec, path, value)
+        if error:
+            return [(key, f"value {value!r} is invalid for {path}: {error}")]
+    return []
+
+
+# What conditional_value returns for a key that names none of the values.
+_NO_VALUE = object()
+
+
+def _conditional_problems(spec: SweepSpec) -> list[Problem]:
+    """The conditional parameters of each categorical (`conditional: {VALUE: {path: dist}}`),
+    each checked as a searched parameter of the config with VALUE set (trl.beta under
+    trl.method simpo is a field of CPOConfig); and, where trl.method is searched, each
+    trl field searched for every method must be a field of each."""
+    problems: list[Problem] = []
+    top = spec.search.parameters
+    for parent, dist in top.items():
+        if not isinstance(dist, CategoricalDist) or not dist.conditional:
+            continue
+        if spec.search.method == "grid":
+            problems.append(("search.method", f"grid draws every trial from one fixed grid; the conditional "
+                                              f"parameters of search.parameters.{parent} need search.method tpe "
+                                              "or random"))
+        for given, parameters in dist.conditional.items():
+            value = conditional_value(dist, given)
+            if value is _NO_VALUE:
+                problems.append((f"search.parameters.{parent}.conditional.{given}", f"not one of {parent}'s values: "
+                                                   f"{', '.join(map(str, dist.values))}; use one of them"))
+                continue
+            branch = _spec_with(spec, parent, value)
+            if branch is None:
+                continue  # the value's own problem is keyed under search.parameters.<parent>
+            for path, nested in parameters.items():
+                if path in top:
+                    problems.append((f"search.parameters.{parent}.conditional.{given}.{path}",
+                                     f"{path} is searched for every trial too (search.parameters.{path}); search it "
+                                     "in one place"))
+                elif isinstance(nested, CategoricalDist) and nested.conditional:
+                    problems.append((f"search.parameters.{parent}.conditional.{given}.{path}.conditional",
+                                     f"conditional parameters are one level deep; move them up to "
+                                     f"search.parameters.{parent}.conditional.{given}"))
+                else:
+                    problems += _parameter_problems(
+                        branch, f"search.parameters.{parent}.conditional.{given}.{path}", path, nested
+                    )
+    method = top.get("trl.method")
+    if spec.trainer == "trl" and spec.trl is not None and isinstance(method, CategoricalDist):
+        # A field the YAML's own trl.method lacks is keyed already (_parameter_problems).
+        searched = [p for p in top if p.startswith("trl.") and p != "trl.method" and not open_field_problem(spec, p)]
+        for path in searched:
+            for value in method.values:
+                branch = _spec_with(spec, "trl.method", value)
+                problem = open_field_problem(branch, path) if branch is not None else None
+                if problem:
+                    problems.append((f"search.parameters.{path}", f"searched for every trl.method, but {problem}; "
+                                     f"search it under search.parameters.trl.method.conditional.<method> "
+                                     "for the methods that have it"))
+                    break
+    return problems
+
+
+def searched_paths(spec: SweepSpec) -> list[str]:
+    """The dotted paths a trial may draw a value for, each once: search.parameters', then
+    their conditional parameters'."""
+    paths = list(spec.search.parameters)
+    for dist in spec.search.parameters.values():
+        for parameters in (dist.conditional or {}).values() if isinstance(dist, CategoricalDist) else ():
+            paths += [path for path in parameters if path not in paths]
+    return paths
+
+
+def conditional_value(dist: CategoricalDist, given: Any) -> Any:
+    """The value of `dist` that the `conditional` key `given` names (a key read back from
+    JSON is text: "true", "8"), or _NO_VALUE."""
+    for value in dist.values:
+        if type(given) is type(value) and given == value:
+            return value
+    text = str(given).lower() if isinstance(given, bool) else str(given)
+    for value in dist.values:
+        if (str(value).lower() if isinstance(value, bool) else str(value)) == text:
+            return value
+    return _NO_VALUE
+
+
+def _spec_with(spec: SweepSpec, path: str, value: Any) -> SweepSpec | None:
+    """`spec` with `value` at `path` (its section validated again), or None where the value
+    is invalid there."""
+    if override_error(spec, path, value) is not None:
+        return None
+    section = path.split(".", 1)[0]
+    raw = spec.model_dump(mode="python").get(section) or {}
+    set_path({section: raw}, path, value)
+    updated = SEARCHABLE_SECTIONS[section].model_validate(raw, context={"check_files": False})
+    return spec.model_copy(update={section: updated})
 
 
 def most_trials(spec: SweepSpec) -> int | None:

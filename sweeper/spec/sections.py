@@ -60,6 +60,9 @@ class IntUniformDist(StrictModel):
 class CategoricalDist(StrictModel):
     distribution: Literal["categorical"]
     values: list[Union[bool, int, float, str]] = Field(min_length=1)
+    # value -> the parameters (dotted path -> distribution) a trial searches only when it
+    # draws that value: trl.method's choices, each with its own parameters.
+    conditional: dict[Union[bool, int, float, str], dict[str, Distribution]] | None = None
 
     @field_validator("values", mode="before")
     @classmethod
@@ -74,6 +77,7 @@ Distribution = Annotated[
     Union[UniformDist, LogUniformDist, IntUniformDist, CategoricalDist],
     Field(discriminator="distribution"),
 ]
+CategoricalDist.model_rebuild()
 
 
 class WarmStartSpec(StrictModel):
@@ -127,7 +131,11 @@ class SearchSpec(StrictModel):
         default_factory=dict,
         description="Dotted config path (e.g. training.learning_rate) -> distribution: "
         "{distribution: uniform|log_uniform, low, high}, {distribution: int_uniform, low, "
-        "high, step, log}, or {distribution: categorical, values: [...]}.",
+        "high, step, log}, or {distribution: categorical, values: [...]}. A categorical may add "
+        "conditional: {VALUE: {path: distribution, ...}}, parameters searched only in the trials that draw "
+        "VALUE (one level deep; search.method tpe or random), e.g. trl.method: {distribution: categorical, "
+        "values: [dpo, simpo], conditional: {dpo: {trl.beta: ...}, simpo: {trl.beta: ..., trl.simpo_gamma: "
+        "...}}} (docs/guides/engines.md).",
     )
     warm_start: list[WarmStartSpec] = Field(
         default_factory=list,

@@ -1,15 +1,19 @@
 """The trial engines on a real local Ray cluster, real MLflow and the tiny model: trl's
 SFTTrainer with ASHA by promotion (a paused trial goes on from the trainer's own
 checkpoint and reports each step once, as an uninterrupted run would), a DPO sweep over
-three loss types and beta, a SimPO sweep over beta and gamma, and the user's own
-function (the plain-PyTorch example; a function that never reports fails its trial and
-the sweep goes on). In one process without Ray: every trl method reports at the sweep's
-steps with the trainer's checkpoint, and a trial continued from one equals one trained
-straight through."""
+three loss types and beta, a SimPO sweep over beta and gamma, an ORPO sweep, a sweep over
+methods (dpo and simpo, each with its own conditional parameters), a trl sweep whose
+driver is killed with -9 and resumed, and the user's own function (the plain-PyTorch
+example; a function that never reports fails its trial and the sweep goes on). In one
+process without Ray: every trl method reports at the sweep's steps with the trainer's
+checkpoint, a trial continued from one equals one trained straight through, and the
+calibration times a trl trial also where its trainer counts no tokens."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
 import textwrap
 
@@ -125,6 +129,49 @@ def test_a_simpo_sweep_searches_beta_and_gamma(tmp_path):
     store, trials = child_runs(tmp_path, "trl-simpo")
     assert trials["state"].to_list() == ["completed"] * 2
     assert all({"trl.beta", "trl.simpo_gamma"} <= set(json.loads(p)) for p in trials["params"])
+    assert sorted(store.history(keys=("eval_rewards_accuracy",), trials=trials)["step"].to_list()) == [5, 5, 10, 10]
+
+
+def test_an_orpo_sweep_through_ray_completes_with_its_metrics_in_mlflow(tmp_path):
+    """trl.experimental's ORPOTrainer over trl.beta (ORPO's odds-ratio weight), 2 trials."""
+    raw = trl_preference_sweep(
+        "trl-orpo", tmp_path, {"method": "orpo"},
+        {"trl.beta": {"distribution": "log_uniform", "low": 0.05, "high": 0.5}}, num_trials=2,
+    )
+    result = sweep("start", str(write_yaml(tmp_path / "orpo.yaml", raw)), cwd=tmp_path, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    print(result.stdout[-3000:])
+    assert "2 completed" in result.stdout
+    store, trials = child_runs(tmp_path, "trl-orpo")
+    assert trials["state"].to_list() == ["completed"] * 2
+    assert all(0.05 <= float(json.loads(p)["trl.beta"]) <= 0.5 for p in trials["params"])
+    for key in ("eval_loss", "eval_rewards_accuracy", "eval_rewards_margin", "train_loss"):
+        assert sorted(store.history(keys=(key,), trials=trials)["step"].to_list()) == [5, 5, 10, 10], key
+
+
+def test_a_sweep_over_methods_gives_each_trial_only_its_methods_parameters(tmp_path):
+    """trl.method searched over dpo and simpo, each with its own conditional parameters
+    (DPO: beta; SimPO: beta on its own scale and gamma): each trial's MLflow params hold
+    its method's and no other's, and both methods' trials complete."""
+    raw = trl_preference_sweep("trl-methods", tmp_path, {"method": "dpo"}, {
+        "trl.method": {"distribution": "categorical", "values": ["dpo", "simpo"], "conditional": {
+            "dpo": {"trl.beta": {"distribution": "log_uniform", "low": 0.05, "high": 0.5}},
+            "simpo": {"trl.beta": {"distribution": "uniform", "low": 1.0, "high": 2.5},
+                      "trl.simpo_gamma": {"distribution": "uniform", "low": 0.3, "high": 1.5}},
+        }},
+    }, num_trials=2)
+    raw["search"].update(method="random", seed=1)  # seed 1 draws dpo, then simpo
+    result = sweep("start", str(write_yaml(tmp_path / "methods.yaml", raw)), cwd=tmp_path, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    print(result.stdout[-3000:])
+    assert "trl.simpo_gamma=" in result.stdout
+    store, trials = child_runs(tmp_path, "trl-methods")
+    assert trials["state"].to_list() == ["completed"] * 2
+    params = {json.loads(p)["trl.method"]: json.loads(p) for p in trials["params"]}
+    assert set(params) == {"dpo", "simpo"}
+    assert set(params["dpo"]) == {"training.learning_rate", "trl.method", "trl.beta"}
+    assert set(params["simpo"]) == {"training.learning_rate", "trl.method", "trl.beta", "trl.simpo_gamma"}
+    assert 0.05 <= float(params["dpo"]["trl.beta"]) <= 0.5 and 1.0 <= float(params["simpo"]["trl.beta"]) <= 2.5
     assert sorted(store.history(keys=("eval_rewards_accuracy",), trials=trials)["step"].to_list()) == [5, 5, 10, 10]
 
 
@@ -292,3 +339,77 @@ def test_every_dpo_loss_type_of_trl_trains(tmp_path):
         trl_engine.train(spec.trial_config().with_values(values), inputs.data, inputs.model_source,
                          lambda m, _: reports.append(m), time.time())
         assert [m["step"] for m in reports] == [2] and math.isfinite(reports[0]["eval_loss"]), loss
+
+
+def test_a_trl_sweep_whose_driver_is_killed_is_resumed_without_retraining_a_finished_trial(tmp_path):
+    """kill -9 of the driver and every process under it (its local Ray cluster) once the
+    first of two trl SFT trials has finished, then `sweep resume` to the end: the finished
+    trial keeps its end and its evaluations (each step once, in MLflow and the study); the
+    other trial finishes."""
+    import optuna
+    import psutil
+
+    from sweeper.search.study import TUNE_TRIAL_ID_ATTR, study_url
+    from tests.conftest import wait_for
+    from tests.integration import cli_process
+    from tests.integration.conftest import CLI_ENV, sweep_runs
+    from tests.integration.test_resilience import alive, eval_history
+
+    raw = small_sweep(
+        "trl-killed", trainer="trl", trl={"method": "sft"}, output_dir=str(tmp_path / "sweeps" / "trl-killed"),
+        training={"max_steps": 10, "eval_every": 5, "per_device_batch_size": 8},
+        search={"method": "random", "num_trials": 2, "max_concurrent_trials": 1, "seed": 3},
+        early_stopping={"scheduler": "none"},
+    )
+    path = write_yaml(tmp_path / "killed.yaml", raw)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+
+    def finished():
+        with contextlib.suppress(Exception):
+            return [c for c in sweep_runs(uri, "trl-killed")[1]
+                    if c.data.tags.get("sweeper.state") == "completed" and c.info.end_time is not None]
+        return []
+
+    driver = cli_process.start(["start", str(path)], cwd=tmp_path, env={**os.environ, **CLI_ENV},
+                               quiet=True)
+    try:
+        wait_for(finished, 400, "a finished trial", every=0.5)
+    finally:
+        cluster = [psutil.Process(driver.pid), *psutil.Process(driver.pid).children(recursive=True)]
+        for process in cluster:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.kill()
+        driver.wait(timeout=60)
+    wait_for(lambda: not [p for p in cluster[1:] if alive(p)], 30, "the killed cluster's processes to end", every=0.2)
+    before = {c.data.tags["sweeper.trial_id"]: (c.info.end_time, eval_history(uri, c.info.run_id)) for c in finished()}
+    assert len(before) == 1, before
+    [(done, (end_time, history))] = before.items()
+    assert [step for step, _ in history] == [5, 10]
+
+    result = sweep("resume", "trl-killed", cwd=tmp_path, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    print(result.stdout[-3000:])
+    (parent,), children = sweep_runs(uri, "trl-killed")
+    assert parent.info.status == "FINISHED"
+    by_id = {c.data.tags["sweeper.trial_id"]: c for c in children}
+    assert len(by_id) == len(children) == 2 and {c.data.tags["sweeper.state"] for c in children} == {"completed"}
+    # The finished trial was not trained again: the same end, each evaluation once, as before.
+    assert by_id[done].info.end_time == end_time
+    assert eval_history(uri, by_id[done].info.run_id) == history
+    for child in children:
+        assert [step for step, _ in eval_history(uri, child.info.run_id)] == [5, 10], child.data.tags
+    study = optuna.load_study(study_name="trl-killed", storage=study_url(tmp_path / "sweeps" / "trl-killed"))
+    told = {t.user_attrs.get(TUNE_TRIAL_ID_ATTR): t for t in study.get_trials()}
+    assert sorted(told) == sorted(by_id) and sorted(told[done].intermediate_values.items()) == history
+    assert {t.state.name for t in told.values()} == {"COMPLETE"}
+
+
+@pytest.mark.parametrize("method", ["orpo", "dpo"])
+def test_the_calibration_times_a_trl_trial_also_where_its_trainer_counts_no_tokens(tmp_path, method):
+    """sweeper.plan.calibrate.measure on trl's ORPOTrainer (no token count) and DPOTrainer,
+    in one process: a step and an evaluation time from the train_seconds each report carries."""
+    from sweeper.plan.calibrate import measure
+
+    spec, inputs = trl_trial(tmp_path, method, training={"max_steps": 4, "eval_every": 2})
+    timing = measure(spec, inputs.data, inputs.model_source, steps=2)
+    assert timing.step_seconds > 0 and timing.eval_seconds > 0 and timing.setup_seconds > 0

@@ -169,15 +169,21 @@ def test_the_shipped_engine_examples_validate():
         assert spec.trainer == "function", name
 
 
-def test_the_calibration_is_refused_where_a_trial_does_not_report_its_tokens(tmp_path):
+def test_the_calibration_is_refused_for_a_function_and_times_every_trl_method(tmp_path):
+    from sweeper.plan.calibrate import costliest_overrides
+
     entry = write_function(tmp_path, "def train(config, reporter):\n    pass\n")
     raw = small_sweep("f", trainer="function", function={"entry_point": entry}, cost={"calibrate": True})
     [line] = problems(raw, tmp_path)
     assert line.startswith("cost.calibrate: the calibration times a trial's first steps") and "cost.calibrate: false" in line
+    # trl's ORPO and CPO count no tokens; the calibration reads the train_seconds every trl trial reports.
     raw = trl_dpo()
-    raw["trl"] = {"method": "orpo"}
+    raw["trl"] = {"method": "simpo"}
     raw["cost"] = {"calibrate": True}
-    assert problems(raw, tmp_path)[0].startswith("cost.calibrate: ")
+    raw["search"]["parameters"]["trl.method"] = {"distribution": "categorical", "values": ["simpo", "orpo", "dpo"]}
+    spec = validate_spec(raw, base_dir=tmp_path)
+    # The costliest config of a search over methods runs one with a reference model.
+    assert costliest_overrides(spec) == {"trl.method": "dpo"}
 
 
 def test_the_reporter_reports_each_step_once_with_its_checkpoint_and_knows_the_budget(tmp_path):
@@ -209,3 +215,48 @@ def test_a_metric_kto_does_not_report_is_refused(tmp_path):
         "search.metric: trl's KTOTrainer reports no eval_rewards_accuracy (its pairs are unpaired); "
         "use eval_loss, eval_rewards_margin or eval_rewards_chosen"
     ]
+
+
+def _methods_searched(conditional: dict, **parameters) -> dict:
+    raw = trl_dpo()
+    raw["search"]["parameters"].update({"trl.method": {"distribution": "categorical", "values": ["dpo", "simpo"],
+                                                       "conditional": conditional}, **parameters})
+    return raw
+
+
+GAMMA = {"distribution": "uniform", "low": 0.3, "high": 1.5}
+
+
+@pytest.mark.parametrize("case, make, expected", [
+    ("unknown trl field", lambda tmp: small_sweep("b", trainer="trl", trl={"method": "sft", "pakcing": True}),
+     "trl.pakcing: not a field of SFTConfig (trl.method sft); did you mean 'packing'?"),
+    ("another method's field", lambda tmp: small_sweep("b", trainer="trl", trl={"method": "sft", "beta": 0.1}),
+     "trl.beta: not a field of SFTConfig (trl.method sft); it belongs to trl.method dpo"),
+    ("another method's conditional field", lambda tmp: _methods_searched({"dpo": {"trl.simpo_gamma": GAMMA}}),
+     "search.parameters.trl.method.conditional.dpo.trl.simpo_gamma: no such config field; not a field of DPOConfig"),
+    ("a field searched for every method", lambda tmp: {**_methods_searched({}, **{"trl.simpo_gamma": GAMMA}),
+                                                       "trl": {"method": "simpo"}},
+     "search.parameters.trl.simpo_gamma: searched for every trl.method, but not a field of DPOConfig"),
+    ("a searched method of another task", lambda tmp: {**trl_dpo(), "search": {**trl_dpo()["search"], "parameters": {
+        "trl.method": {"distribution": "categorical", "values": ["dpo", "sft"]}}}},
+     "search.parameters.trl.method: sft train(s) on chat or prompt/completion examples (task sft), not on task dpo's data"),
+    ("entry point that does not import", lambda tmp: small_sweep(
+        "b", trainer="function", function={"entry_point": write_function(tmp, "import not_a_module_anywhere\n")}),
+     "function.entry_point: cannot import {tmp}/mine.py: ModuleNotFoundError"),
+    ("entry point with the wrong signature", lambda tmp: small_sweep(
+        "b", trainer="function", function={"entry_point": write_function(tmp, "def train(config):\n    pass\n")}),
+     "function.entry_point: {tmp}/mine.py:train must take (config, reporter), got (config)"),
+])
+def test_bad_engine_input_at_start_is_one_keyed_line_exit_2_and_starts_nothing(tmp_path, case, make, expected):
+    from typer.testing import CliRunner
+
+    from sweeper.cli import app
+    from tests.conftest import write_yaml
+
+    raw = make(tmp_path)
+    raw["output_dir"] = str(tmp_path / "sweeps" / "b")
+    result = CliRunner().invoke(app, ["start", str(write_yaml(tmp_path / "b.yaml", raw))])
+    assert result.exit_code == 2, (case, result.output)
+    errors = [line for line in result.output.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and errors[0].startswith("error: " + expected.format(tmp=tmp_path)), (case, result.output)
+    assert "Traceback" not in result.output and not (tmp_path / "sweeps").exists()

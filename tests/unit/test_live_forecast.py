@@ -369,3 +369,19 @@ def test_the_forecast_before_launch_stops_at_the_cap_as_the_live_estimate_does()
     # A cap the sweep stays under changes nothing.
     _, loose = plan_and_forecast(budget={"max_usd": 10 * forecast.expected.usd})
     assert loose.expected == forecast.expected and loose.uncapped is None and loose.cut_by is None
+
+
+def test_a_trial_that_reports_its_train_seconds_and_no_tokens_is_measured_too():
+    """trl's ORPO and CPO trainers count no tokens; their reports carry train_seconds."""
+    plan, forecast = plan_and_forecast()
+    clock = Clock()
+    book = SweepBook(metric="eval_loss", goal="minimize", max_steps=90, started_at=clock.now)
+    live = LiveForecast(plan, forecast, book, Rate("cpu", 1, 3.6), Logged(), Shown(), clock)
+    record = TrialRecord(trial_id="a", number=1, params={}, started_at=clock.now)
+    book.trials["a"] = record
+    live.trial_started(record)
+    for step in (10, 20):
+        clock.now += 4.0
+        record.history.append({"step": step, "train_seconds": 2.0, "eval_loss": 1.0})
+        live.trial_result(record)
+    assert live.measured.steps == 20 and live.measured.train_seconds == pytest.approx(4.0)
