@@ -29,6 +29,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationInfo, field_validator
 
 from trainables.errors import InputError
+from trainables.metrics import GENERATED_ANSWERS, GENERATION_PREFIX
 from trainables.sections import StrictModel
 
 __all__ = [
@@ -37,10 +38,6 @@ __all__ = [
     "load_scorer", "scorer_metric_names", "draw_sample", "build_sample",
 ]
 
-# Every task metric from generation is reported under this prefix: gen_exact_match, ...
-GENERATION_PREFIX = "gen_"
-# A report's sample answers, as JSON text: [{"prompt", "reference", "answer"}, ...]; not a metric.
-GENERATED_ANSWERS = "generated_answers"
 
 When = Literal["every_eval", "rungs", "end"]
 

@@ -29,6 +29,7 @@ from sweeper.search.study import (
     study_url,
 )
 from sweeper.search.tune_state import SavedASHAScheduler, SavedFIFOScheduler, SavedMedianStoppingRule, SavedPromotionASHA
+from sweeper.spec.objectives import prune_metric, reported_every_evaluation
 from sweeper.spec.schema import SweepSpec, most_trials
 
 __all__ = ["make_search", "make_searcher", "make_scheduler", "StepAwareOptunaSearch", "optuna_searcher"]
@@ -69,8 +70,13 @@ class StepAwareOptunaSearch(Searcher):
         storage_url: str | None = None,
         warm_start=None,
         startup_trials: int = 0,
+        reported_every_result: bool = True,
     ):
-        super().__init__(metric=metric, mode=mode)
+        # `metric` is what Optuna is told. Tune requires a searcher's metric in every
+        # result; one reported only at some evaluations (a task metric generated at the
+        # end) is not named to Tune (`reported_every_result` false).
+        super().__init__(metric=metric if reported_every_result else None, mode=mode)
+        self.objective = metric
         self.space, self.sampler, self.max_steps = space, sampler, max_steps
         self.startup_trials = startup_trials
         self.study_name, self.storage_url = study_name, storage_url
@@ -131,6 +137,7 @@ class StepAwareOptunaSearch(Searcher):
         return {k: v for k, v in self.__dict__.items() if k not in from_study}
 
     def __setstate__(self, state: dict) -> None:
+        state.setdefault("objective", state.get("_metric"))
         self.__dict__.update(state)
         # Tune unpickles the searcher of a resumed sweep with the study path of the driver
         # that started it, which may be another folder or machine: no database is made
@@ -194,7 +201,7 @@ class StepAwareOptunaSearch(Searcher):
         per step (a trial continued from a checkpoint reports its last step again)."""
         if trial_id not in self.trials or trial_id in self.finished or not result:
             return
-        value, step = result.get(self.metric), result.get(TIME_ATTR)
+        value, step = result.get(self.objective), result.get(TIME_ATTR)
         if value is None or step is None or not math.isfinite(value) or step in self.reported[trial_id]:
             return
         self.storage.set_trial_intermediate_value(self.trials[trial_id][1], int(step), float(value))
@@ -206,7 +213,7 @@ class StepAwareOptunaSearch(Searcher):
             # stopped; such a trial, continued by `sweep resume`, stays as first told.
             return
         self._report(trial_id, result)
-        value = (result or {}).get(self.metric)
+        value = (result or {}).get(self.objective)
         reached = (result or {}).get(TIME_ATTR, 0)
         if error or (value is not None and not math.isfinite(value)):
             state, value = TrialState.FAIL, None
@@ -261,6 +268,7 @@ def make_searcher(spec: SweepSpec, sweep_dir: Path, warm_start=None) -> StepAwar
         max_steps=spec.training.max_steps,
         warm_start=warm_start,
         startup_trials=spec.early_stopping.startup_trials_for(),
+        reported_every_result=reported_every_evaluation(spec, spec.search.metric),
     )
 
 
@@ -282,7 +290,8 @@ def make_scheduler(plan: SweepPlan, searched: bool = True):
     spec = plan.spec
     stopping = spec.early_stopping
     grace_period = spec.grace_period()
-    common = dict(time_attr=TIME_ATTR, metric=spec.search.metric, mode=_mode(spec))
+    metric, goal = prune_metric(spec)  # search.metric, or eval loss where it is not reported at every evaluation
+    common = dict(time_attr=TIME_ATTR, metric=metric, mode="min" if goal == "minimize" else "max")
     if stopping.scheduler == "asha" and searched:
         return SavedPromotionASHA(
             **common,

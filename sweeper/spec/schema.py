@@ -20,6 +20,7 @@ from typing import Any
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from sweeper.spec.budget import BudgetSpec
+from sweeper.spec.objectives import generation_problems, metric_problems
 from sweeper.spec.paths import SEARCHABLE_SECTIONS, is_int_field, override_error, path_exists, suggest_path
 from sweeper.spec.sections import (
     CategoricalDist,
@@ -37,7 +38,8 @@ from trainables.resources import ResourcesSpec
 from trainables.sections import ChaosSpec, DataSpec, DpoSpec, LoraSpec, ModelSpec, StrictModel, Task, TrainingSpec
 from trainables.sections import resolve_relative_path
 from trainables.errors import FieldProblems
-from trainables.metrics import EVAL_REWARDS_ACCURACY, TASK_METRICS
+from trainables.metrics import EVAL_REWARDS_ACCURACY
+from trainables.task_metrics import GenerationSpec
 
 
 class SweepSpec(StrictModel):
@@ -63,6 +65,11 @@ class SweepSpec(StrictModel):
     dpo: DpoSpec | None = Field(None, description="Settings of task dpo (defaults apply when the section is left out).")
     trl: TrlSpec | None = Field(None, description="trl's trainer and its config fields (trainer: trl).")
     function: FunctionSpec | None = Field(None, description="Your own training function (trainer: function).")
+    generation: GenerationSpec | None = Field(
+        None,
+        description="Task metrics from generation: greedy answers to a fixed sample of the eval split's prompts, "
+        "scored against the references and reported as gen_<score> (search.metric may name one). None by default.",
+    )
     search: SearchSpec = Field(default_factory=SearchSpec)
     early_stopping: EarlyStoppingSpec = Field(default_factory=EarlyStoppingSpec)
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
@@ -133,20 +140,10 @@ Problem = tuple[str, str]
 
 
 def _metric_problems(spec: SweepSpec) -> list[Problem]:
-    metrics = TASK_METRICS[spec.task]
-    if spec.search.metric not in metrics:
-        return [(
-            "search.metric",
-            f"{spec.search.metric!r} is not reported by task {spec.task!r}; valid: {', '.join(metrics)}",
-        )]
-    goal = metrics[spec.search.metric]
-    if spec.search.goal != goal:
-        better = "lower" if goal == "minimize" else "higher"
-        return [(
-            "search.goal",
-            f"{spec.search.metric} is better when {better}, got {spec.search.goal!r}; set search.goal: {goal}",
-        )]
-    return []
+    return [
+        *metric_problems(spec, "search.metric", spec.search.metric, spec.search.goal, "search.goal"),
+        *generation_problems(spec),
+    ]
 
 
 def _task_problems(spec: SweepSpec) -> list[Problem]:

@@ -150,6 +150,12 @@ class EarlyStoppingSpec(StrictModel):
         "each promotion of a paused trial costs one trial setup), asha_stopping (Ray's ASHA: decides when a "
         "trial arrives at a rung, no pauses, early arrivals go on), median stopping, or none.",
     )
+    metric: str | None = Field(
+        None,
+        description="Reported metric the rungs rank trials by (its direction is the metric's own). Default: "
+        "search.metric where every evaluation reports it, else eval_loss (a gen_ task metric generated only at "
+        "the rungs or the end).",
+    )
     grace_period: int | None = Field(
         None,
         ge=1,

@@ -48,7 +48,7 @@ from sweeper.names import RunKind, RunMetric, SweepStatus, Tag, TrialState
 from sweeper.spec.schema import SweepSpec
 from sweeper.spec.overrides import single_run_spec
 from sweeper.spec.load import spec_hash, spec_to_yaml
-from trainables.metrics import OUT_OF_MEMORY_AT_MICRO_BATCH, REPORTED_KEYS, SETUP_SECONDS, STEP
+from trainables.metrics import GENERATED_ANSWERS, OUT_OF_MEMORY_AT_MICRO_BATCH, REPORTED_KEYS, SETUP_SECONDS, STEP
 
 # How a searched field's parent-run param begins; its distribution follows as JSON.
 SEARCHED_PREFIX = "searched: "
@@ -412,6 +412,8 @@ class MlflowTracker:
         # Its micro-batch halved after running out of memory: said in words too.
         tags = [RunTag(Tag.OUT_OF_MEMORY, record.out_of_memory)] if OUT_OF_MEMORY_AT_MICRO_BATCH in report else []
         self.client.log_batch(run_id, metrics=metrics, tags=tags)
+        if GENERATED_ANSWERS in report:  # a few of the trial's answers at this step
+            self.client.log_text(run_id, report[GENERATED_ANSWERS], f"answers/step-{step:06d}.json")
         self._check_server()
 
     def trial_finished(self, record: TrialRecord) -> None:
