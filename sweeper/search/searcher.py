@@ -16,6 +16,7 @@ import sweeper.names as names  # its TrialState beside Optuna's
 from sweeper.plan.sweep_plan import SweepPlan
 from sweeper.search.asha import PromotionASHA, SlotLimiter
 from sweeper.search.mirrored_storage import MirroredStorage
+from sweeper.search.objectives import objectives_of
 from sweeper.search.space import make_sampler, to_optuna_distributions
 from sweeper.search.study import (
     REPEAT_ATTR,
@@ -71,12 +72,17 @@ class StepAwareOptunaSearch(Searcher):
         warm_start=None,
         startup_trials: int = 0,
         reported_every_result: bool = True,
+        objectives=None,
     ):
         # `metric` is what Optuna is told. Tune requires a searcher's metric in every
         # result; one reported only at some evaluations (a task metric generated at the
         # end) is not named to Tune (`reported_every_result` false).
         super().__init__(metric=metric if reported_every_result else None, mode=mode)
         self.objective = metric
+        # A sweeper.search.objectives.Objectives: a multi-objective study, told each
+        # finished trial's values of every objective (no intermediate values: Optuna's
+        # multi-objective trials take none); `metric`, the first, is the rungs'.
+        self.objectives = objectives
         self.space, self.sampler, self.max_steps = space, sampler, max_steps
         self.startup_trials = startup_trials
         self.study_name, self.storage_url = study_name, storage_url
@@ -92,7 +98,8 @@ class StepAwareOptunaSearch(Searcher):
             study_name=self.study_name,
             storage=self.storage,
             sampler=self.sampler,
-            direction="minimize" if self.mode == "min" else "maximize",
+            **({"directions": self.objectives.directions} if self.objectives else
+               {"direction": "minimize" if self.mode == "min" else "maximize"}),
             load_if_exists=True,
         )
         self.study_name = self.study.study_name
@@ -138,6 +145,7 @@ class StepAwareOptunaSearch(Searcher):
 
     def __setstate__(self, state: dict) -> None:
         state.setdefault("objective", state.get("_metric"))
+        state.setdefault("objectives", None)
         self.__dict__.update(state)
         # Tune unpickles the searcher of a resumed sweep with the study path of the driver
         # that started it, which may be another folder or machine: no database is made
@@ -199,7 +207,7 @@ class StepAwareOptunaSearch(Searcher):
     def _report(self, trial_id: str, result: dict | None) -> None:
         """The evaluation in `result` as an intermediate value at its training step, once
         per step (a trial continued from a checkpoint reports its last step again)."""
-        if trial_id not in self.trials or trial_id in self.finished or not result:
+        if trial_id not in self.trials or trial_id in self.finished or not result or self.objectives:
             return
         value, step = result.get(self.objective), result.get(TIME_ATTR)
         if value is None or step is None or not math.isfinite(value) or step in self.reported[trial_id]:
@@ -221,6 +229,10 @@ class StepAwareOptunaSearch(Searcher):
             state, value = TrialState.PRUNED, None  # Optuna records the last intermediate value
         else:
             state = TrialState.COMPLETE
+        if self.objectives and state == TrialState.COMPLETE:
+            number = self.trials[trial_id][0]
+            values = self.objectives.values(result, self.study.get_trials(deepcopy=False)[number].params)
+            state, value = (TrialState.COMPLETE, values) if None not in values else (TrialState.FAIL, None)
         self.study.tell(self.trials[trial_id][0], value, state=state)
         self.finished.add(trial_id)
 
@@ -269,6 +281,7 @@ def make_searcher(spec: SweepSpec, sweep_dir: Path, warm_start=None) -> StepAwar
         warm_start=warm_start,
         startup_trials=spec.early_stopping.startup_trials_for(),
         reported_every_result=reported_every_evaluation(spec, spec.search.metric),
+        objectives=objectives_of(spec),
     )
 
 

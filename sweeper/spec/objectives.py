@@ -14,7 +14,15 @@ from typing import Any
 from trainables.metrics import EVAL_LOSS, TASK_METRICS
 from trainables.task_metrics import BUILTIN_SCORES, GENERATION_PREFIX, generation_metric, is_generation_metric
 
-__all__ = ["metric_problems", "generation_problems", "prune_metric", "reported_every_evaluation", "metric_goal"]
+__all__ = [
+    "COST_METRICS", "metric_problems", "generation_problems", "objectives_problems", "prune_metric",
+    "reported_every_evaluation", "metric_goal",
+]
+
+# Objectives worked out on the driver from a trial's wall time and config, not reported by
+# it: what the trial cost, its accelerator-hours (GPU-hours; CPU core-hours without GPUs),
+# and its adapter's LoRA parameters. Each is better lower.
+COST_METRICS: dict[str, str] = {"cost_usd": "minimize", "accelerator_hours": "minimize", "adapter_parameters": "minimize"}
 
 Problem = tuple[str, str]
 
@@ -22,6 +30,8 @@ Problem = tuple[str, str]
 def metric_goal(spec: Any, metric: str) -> str | None:
     """The direction that makes sense for `metric` (a gen_ metric: maximize for the
     built-in scores, None for a user scorer's: search.goal says)."""
+    if metric in COST_METRICS:
+        return COST_METRICS[metric]
     if is_generation_metric(metric):
         score = metric[len(GENERATION_PREFIX):]
         return "maximize" if score in BUILTIN_SCORES else None
@@ -32,7 +42,9 @@ def metric_problems(spec: Any, key: str, metric: str, goal: str, goal_key: str) 
     """Whether the trials report `metric` (named at YAML key `key`) and `goal` (at
     `goal_key`) is its direction."""
     metrics = TASK_METRICS[spec.task]
-    if is_generation_metric(metric):
+    if metric in COST_METRICS and spec.search.objectives:
+        pass  # objectives_problems checks a cost objective
+    elif is_generation_metric(metric):
         generation = spec.generation
         if generation is None:
             return [(key, f"{metric!r} is a task metric from generation, and the sweep has no generation section; "
@@ -75,7 +87,9 @@ def _every_eval(spec: Any) -> bool:
 
 
 def reported_every_evaluation(spec: Any, metric: str) -> bool:
-    """Whether every evaluation's report carries `metric`."""
+    """Whether every evaluation's report carries `metric` (a cost metric: no report does)."""
+    if metric in COST_METRICS:
+        return False
     return not is_generation_metric(metric) or _every_eval(spec)
 
 
@@ -90,3 +104,39 @@ def prune_metric(spec: Any) -> tuple[str, str]:
     if chosen == spec.search.metric:
         return chosen, spec.search.goal
     return chosen, metric_goal(spec, chosen) or spec.search.goal
+
+
+def objectives_problems(spec: Any) -> list[Problem]:
+    """search.objectives: two or more, each a metric the trials report (or a cost metric)
+    in its direction, none twice; the first is what the rungs rank by unless
+    early_stopping.metric says otherwise, so it cannot be a cost, which is the same for
+    every trial at a rung."""
+    objectives = spec.search.objectives
+    if not objectives:
+        return []
+    if len(objectives) == 1:
+        return [("search.objectives", "give two or more objectives; for one, set search.metric and search.goal")]
+    problems: list[Problem] = []
+    seen: set[str] = set()
+    for index, objective in enumerate(objectives):
+        key = f"search.objectives.{index}"
+        if objective.metric in seen:
+            problems.append((f"{key}.metric", f"{objective.metric!r} is an objective already; name each once"))
+        seen.add(objective.metric)
+        if index == 0:
+            continue  # search.metric and goal, checked as such
+        if objective.metric in COST_METRICS:
+            if objective.goal != COST_METRICS[objective.metric]:
+                problems.append((f"{key}.goal", f"{objective.metric} is better when lower, got {objective.goal!r}; "
+                                                f"set goal: minimize"))
+        else:
+            problems += metric_problems(spec, f"{key}.metric", objective.metric, objective.goal, f"{key}.goal")
+    first = objectives[0].metric
+    if first in COST_METRICS and spec.early_stopping.scheduler != "none" and spec.early_stopping.metric is None:
+        problems.append(("early_stopping.scheduler", f"{spec.early_stopping.scheduler} stops trials early by the first "
+                         f"objective, and {first} is no quality a rung can rank (every trial at a rung has trained "
+                         "as long); put a reported metric first, set early_stopping.metric, or scheduler: none"))
+    if spec.search.warm_start:
+        problems.append(("search.warm_start", "an earlier sweep's study holds one value per trial; with "
+                         "search.objectives remove search.warm_start"))
+    return problems

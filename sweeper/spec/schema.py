@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from sweeper.spec.budget import BudgetSpec
-from sweeper.spec.objectives import generation_problems, metric_problems
+from sweeper.spec.objectives import generation_problems, metric_problems, objectives_problems
 from sweeper.spec.paths import SEARCHABLE_SECTIONS, is_int_field, override_error, path_exists, suggest_path
 from sweeper.spec.sections import (
     CategoricalDist,
@@ -140,9 +140,11 @@ Problem = tuple[str, str]
 
 
 def _metric_problems(spec: SweepSpec) -> list[Problem]:
+    key = "search.objectives.0" if spec.search.objectives else "search"
     return [
-        *metric_problems(spec, "search.metric", spec.search.metric, spec.search.goal, "search.goal"),
+        *metric_problems(spec, f"{key}.metric", spec.search.metric, spec.search.goal, f"{key}.goal"),
         *generation_problems(spec),
+        *objectives_problems(spec),
     ]
 
 
