@@ -103,6 +103,8 @@ class StepAwareOptunaSearch(Searcher):
             load_if_exists=True,
         )
         self.study_name = self.study.study_name
+        if self.objectives and not self.study.metric_names:
+            self.study.set_metric_names(list(self.objectives.metrics))
         if self.warm_start and not self.study.get_trials(deepcopy=False):
             self.study.add_trials(self.warm_start.trials)
             for params, source in self.warm_start.first_configs:

@@ -16,7 +16,7 @@ from trainables.task_metrics import BUILTIN_SCORES, GENERATION_PREFIX, generatio
 
 __all__ = [
     "COST_METRICS", "metric_problems", "generation_problems", "objectives_problems", "prune_metric",
-    "reported_every_evaluation", "metric_goal",
+    "reported_every_evaluation", "metric_goal", "picked_by",
 ]
 
 # Objectives worked out on the driver from a trial's wall time and config, not reported by
@@ -140,3 +140,14 @@ def objectives_problems(spec: Any) -> list[Problem]:
         problems.append(("search.warm_start", "an earlier sweep's study holds one value per trial; with "
                          "search.objectives remove search.warm_start"))
     return problems
+
+
+def picked_by(spec: Any) -> str:
+    """The comment that opens best_config.yaml: the metric that picked the best trial and,
+    with several objectives, that it is the first of them and where the front is."""
+    line = f"# The best trial of sweep {spec.name} by search.metric {spec.search.metric} ({spec.search.goal})"
+    if not spec.search.objectives:
+        return line + ".\n"
+    others = ", ".join(f"{o.metric} ({o.goal})" for o in spec.search.objectives[1:])
+    return (line + f", the first of search.objectives; the others: {others}.\n"
+            f"# Every trial of the Pareto front: sweep status {spec.name}; register one: sweep promote {spec.name} --trial N\n")

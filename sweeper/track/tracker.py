@@ -48,6 +48,7 @@ from sweeper.names import RunKind, RunMetric, SweepStatus, Tag, TrialState
 from sweeper.spec.schema import SweepSpec
 from sweeper.spec.overrides import single_run_spec
 from sweeper.spec.load import spec_hash, spec_to_yaml
+from sweeper.spec.objectives import picked_by
 from trainables.metrics import GENERATED_ANSWERS, OUT_OF_MEMORY_AT_MICRO_BATCH, REPORTED_KEYS, SETUP_SECONDS, STEP
 
 # How a searched field's parent-run param begins; its distribution follows as JSON.
@@ -342,7 +343,7 @@ class MlflowTracker:
                 RunTag(Tag.BEST_RUN_ID, getattr(self.client, "ids", {}).get(*[self.child_run_ids.get(best.trial_id, "")] * 2)),
             ]
             config = single_run_spec(self.spec, best.params, name=f"{self.spec.name}-best")
-            self.client.log_text(self.parent_run_id, spec_to_yaml(config), "best_config.yaml")
+            self.client.log_text(self.parent_run_id, picked_by(self.spec) + spec_to_yaml(config), "best_config.yaml")
         status = SweepStatus.STOPPED if interrupted else (SweepStatus.FINISHED if best else SweepStatus.FAILED)
         tags.append(RunTag(Tag.STATUS, status))
         self.client.log_batch(
