@@ -74,3 +74,23 @@ def test_a_user_scorer_metric_that_the_scorer_does_not_return_is_a_keyed_line(tm
     good = validate_spec({**raw, "search": {**raw["search"], "metric": "gen_overlap"}}, base_dir=tmp_path)
     sample = generation_sample(good, tokenizer)
     assert len(sample.prompts) == 4 and sample.steps == frozenset()
+
+
+from tests.unit.test_start_input import refused, sweep_file, workdir  # noqa: E402,F401
+
+
+@pytest.mark.parametrize("source, line", [
+    ("import nowhere_to_be_found\n", "generation.scorer: importing "),
+    ("def score(predictions, references, rows):\n    return {'overlap': None}\n",
+     "generation.scorer: the scorer returned no number for overlap; every value must be a number"),
+])
+def test_sweep_start_refuses_a_scorer_that_does_not_import_or_returns_no_number(workdir, source, line):
+    scorer = workdir / "score.py"
+    scorer.write_text(source)
+    path = sweep_file(workdir, generation={"scorer": f"{scorer}:score"})
+    assert refused(workdir, "start", path, within_s=60).startswith(line)
+
+
+def test_sweep_validate_refuses_a_metric_no_trial_reports(workdir):
+    path = sweep_file(workdir, search={"metric": "gen_exact_match", "goal": "maximize"})
+    assert refused(workdir, "validate", path).startswith("search.metric: 'gen_exact_match' is a task metric from generation")
