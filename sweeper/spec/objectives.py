@@ -108,9 +108,8 @@ def prune_metric(spec: Any) -> tuple[str, str]:
 
 def objectives_problems(spec: Any) -> list[Problem]:
     """search.objectives: two or more, each a metric the trials report (or a cost metric)
-    in its direction, none twice; the first is what the rungs rank by unless
-    early_stopping.metric says otherwise, so it cannot be a cost, which is the same for
-    every trial at a rung."""
+    in its direction, none twice; the first picks the best trial and ranks the rungs, so
+    it is a reported metric, not a cost."""
     objectives = spec.search.objectives
     if not objectives:
         return []
@@ -132,10 +131,10 @@ def objectives_problems(spec: Any) -> list[Problem]:
         else:
             problems += metric_problems(spec, f"{key}.metric", objective.metric, objective.goal, f"{key}.goal")
     first = objectives[0].metric
-    if first in COST_METRICS and spec.early_stopping.scheduler != "none" and spec.early_stopping.metric is None:
-        problems.append(("early_stopping.scheduler", f"{spec.early_stopping.scheduler} stops trials early by the first "
-                         f"objective, and {first} is no quality a rung can rank (every trial at a rung has trained "
-                         "as long); put a reported metric first, set early_stopping.metric, or scheduler: none"))
+    if first in COST_METRICS:
+        problems.append(("search.objectives.0.metric", f"the first objective picks the best trial and is what early "
+                         f"stopping ranks trials by, and {first} is none of a trial's reports (every trial at a rung "
+                         "has trained as long); put a reported metric first, e.g. eval_loss, and the cost after it"))
     if spec.search.warm_start:
         problems.append(("search.warm_start", "an earlier sweep's study holds one value per trial; with "
                          "search.objectives remove search.warm_start"))

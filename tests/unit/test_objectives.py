@@ -98,7 +98,8 @@ def test_a_two_objective_study_holds_every_objective_and_its_front_is_optunas(tm
 
 @pytest.mark.parametrize("sections, line", [
     ({"search": {"objectives": [TWO[1], TWO[0]], "parameters": SEARCHED}},
-     "early_stopping.scheduler: asha stops trials early by the first objective, and adapter_parameters is no quality"),
+     "search.objectives.0.metric: the first objective picks the best trial and is what early stopping ranks "
+     "trials by, and adapter_parameters is none of a trial's reports"),
     ({"search": {"objectives": TWO[:1], "parameters": SEARCHED}}, "search.objectives: give two or more objectives"),
     ({"search": {"objectives": [TWO[0], TWO[0]], "parameters": SEARCHED}},
      "search.objectives.1.metric: 'eval_loss' is an objective already"),
@@ -115,9 +116,8 @@ def test_bad_objectives_are_one_keyed_line_each(sections, line):
     assert any(l.startswith(line) for l in caught.value.lines), caught.value.lines
 
 
-def test_a_cost_first_objective_may_rank_rungs_by_early_stopping_metric():
-    spec = validate_spec(small_sweep("mo", search={"objectives": [TWO[1], TWO[0]], "parameters": SEARCHED},
-                                     early_stopping={"metric": "eval_loss"}), base_dir=REPO)
-    from sweeper.spec.objectives import prune_metric
-
-    assert prune_metric(spec) == ("eval_loss", "minimize")
+def test_a_cost_first_objective_is_refused_without_a_scheduler_too():
+    with pytest.raises(UserError) as caught:
+        validate_spec(small_sweep("mo", search={"objectives": [TWO[1], TWO[0]], "parameters": SEARCHED},
+                                  early_stopping={"scheduler": "none"}), base_dir=REPO)
+    assert [l.split(":")[0] for l in caught.value.lines] == ["search.objectives.0.metric"]
