@@ -108,7 +108,12 @@ class SearchSpec(StrictModel):
     method: Literal["tpe", "random", "grid"] = Field(
         "tpe", description="Optuna sampler: tpe (default), random, or grid (categorical parameters only)."
     )
-    metric: str = Field("eval_loss", description="Reported metric to optimise (see TASK_METRICS).")
+    metric: str = Field(
+        "eval_loss",
+        description="Reported metric to optimise: one the task reports at every evaluation (eval_loss, "
+        "eval_perplexity, train_loss; DPO's eval_rewards_*), or a task metric from generation, gen_<score> "
+        "(the generation section).",
+    )
     goal: Literal["minimize", "maximize"] = Field("minimize", description="Direction of `metric`.")
     objectives: list[ObjectiveSpec] = Field(
         default_factory=list,
