@@ -49,7 +49,7 @@ from sweeper.spec.schema import SweepSpec
 from sweeper.spec.overrides import single_run_spec
 from sweeper.spec.load import spec_hash, spec_to_yaml
 from sweeper.spec.objectives import picked_by
-from trainables.metrics import GENERATED_ANSWERS, OUT_OF_MEMORY_AT_MICRO_BATCH, REPORTED_KEYS, SETUP_SECONDS, STEP
+from trainables.metrics import GENERATED_ANSWERS, GENERATION_PREFIX, OUT_OF_MEMORY_AT_MICRO_BATCH, REPORTED_KEYS, SETUP_SECONDS, STEP
 
 # How a searched field's parent-run param begins; its distribution follows as JSON.
 SEARCHED_PREFIX = "searched: "
@@ -257,7 +257,9 @@ class MlflowTracker:
     def _record_from_run(self, run) -> TrialRecord:
         tags, metrics = run.data.tags, run.data.metrics
         by_step: dict[int, dict] = {}
-        for key in REPORTED_KEYS:
+        # A user scorer's gen_ metrics (generation.scorer) are reported under names of its own.
+        scored = [key for key in metrics if key.startswith(GENERATION_PREFIX) and key not in REPORTED_KEYS]
+        for key in (*REPORTED_KEYS, *scored):
             if key in (STEP, SETUP_SECONDS):
                 continue
             for point in self.client.get_metric_history(run.info.run_id, key):

@@ -1,6 +1,7 @@
 """A sweep of several objectives (quality, GPU-hours, adapter size): Optuna's
-multi-objective study holds each completed trial's values, `sweep status` and the report show exactly the non-dominated trials, and
-`sweep promote --trial` registers a point of the front."""
+multi-objective study holds each completed trial's values, `sweep status` and the report
+show exactly the non-dominated trials, and `sweep promote --trial` registers a point of
+the front."""
 
 from __future__ import annotations
 
