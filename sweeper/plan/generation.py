@@ -7,6 +7,8 @@ trial starts."""
 
 from __future__ import annotations
 
+import importlib.util
+
 from sweeper.errors import UserError
 from sweeper.plan.sweep_plan import plan_rungs
 from sweeper.spec.schema import SweepSpec
@@ -20,6 +22,8 @@ def generation_sample(spec: SweepSpec, tokenizer) -> GenerationSample | None:
     generation = spec.generation
     if generation is None:
         return None
+    if "chrf" in generation.scores and importlib.util.find_spec("sacrebleu") is None:
+        raise UserError("generation.scores: chrf is sacrebleu's; pip install 'sacrebleu>=2.6', or leave chrf out")
     steps = None if generation.when == "every_eval" else frozenset(plan_rungs(spec) if generation.when == "rungs" else ())
     sample = build_sample(generation, spec.data.eval, tokenizer, spec.data.max_length, steps)
     reported = scorer_metric_names(generation, sample.references, sample.rows)
