@@ -34,11 +34,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
 
-    training = {"max_steps": args.steps, "eval_every": min(10, args.steps)}
+    # A plain run has no rungs: the scheduler is left out (a short run has no room for one).
+    common = {"training": {"max_steps": args.steps, "eval_every": min(10, args.steps)}, "early_stopping": {"scheduler": "none"}}
     variants = {
-        "none": bench_spec("gen-none", training=training),
-        "end": bench_spec("gen-end", training=training, generation={}),
-        "every_eval": bench_spec("gen-every", training=training, generation={"when": "every_eval"}),
+        "none": bench_spec("gen-none", **common),
+        "end": bench_spec("gen-end", **common, generation={}),
+        "every_eval": bench_spec("gen-every", **common, generation={"when": "every_eval"}),
     }
     seconds: dict[str, list[float]] = {name: [] for name in variants}
     cpu_seconds: dict[str, list[float]] = {name: [] for name in variants}
