@@ -69,11 +69,12 @@ class PlainRun:
         return tokens_per_second(self.reports)
 
 
-def plain_run(spec: SweepSpec, cache_root: Path | None = None, start_together=None) -> PlainRun:
+def plain_run(spec: SweepSpec, cache_root: Path | None = None, start_together=None, with_generation: bool = False) -> PlainRun:
     """`trainables.sft.train` in this process, as a trial's worker runs it (same thread
     count, same tokenized data), with a report callable that only records.
     `start_together` (a multiprocessing Barrier) lines up the training of copies run
-    side by side (`plain_side_by_side`)."""
+    side by side (`plain_side_by_side`). `with_generation`: the trial also answers the
+    sweep's generation sample (spec.generation) at the steps it names."""
     import torch
 
     from trainables.data import tokenize_sft
@@ -86,6 +87,10 @@ def plain_run(spec: SweepSpec, cache_root: Path | None = None, start_together=No
         "train": tokenize_sft(spec.data.train, tokenizer, spec.data.max_length, "data.train"),
         "eval": tokenize_sft(spec.data.eval, tokenizer, spec.data.max_length, "data.eval"),
     }
+    if with_generation:
+        from sweeper.plan.generation import generation_sample
+
+        data["generation"] = generation_sample(spec, tokenizer)
     threads = torch.get_num_threads()
     torch.set_num_threads(max(1, int(spec.resources.cpus_per_worker)))
     reports: list[dict] = []

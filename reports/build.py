@@ -75,6 +75,18 @@ class SweepReport:
         rows += forecast_rows(self.data.record.totals)  # forecast against actual, budget cut
         return pl.DataFrame(rows, schema={"item": pl.String, "value": pl.String}, orient="row")
 
+    def front_table(self) -> pl.DataFrame | None:
+        """search.objectives: one row per trial on the Pareto front, its value of each
+        objective (text); None for a sweep of one objective."""
+        front = self.data.front
+        if front is None:
+            return None
+        numbers = dict(zip(self.data.trials["trial_id"], self.data.trials["trial_number"]))
+        values = dict(front.points)
+        rows = [[str(numbers.get(t, t)), *(number(v) for v in values[t])] for t in front.front]
+        schema = {"trial": pl.String, **{f"{m} ({g})": pl.String for m, g in zip(front.metrics, front.goals)}}
+        return pl.DataFrame(rows, schema=schema, orient="row")
+
     def reproducibility_table(self) -> pl.DataFrame:
         """Versions, data hashes, seeds and the rest of the record, as (item, value) text rows."""
         record = self.data.record
@@ -141,6 +153,7 @@ def _sweep_report(data: SweepData) -> SweepReport:
         "progress": figures.progress_figure([data]),
         "cost": figures.cost_figure(data),
         "forecast": figures.forecast_figure(data),
+        "pareto-front": figures.front_figure(data),
     }
     return SweepReport(
         data=data,

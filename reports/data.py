@@ -8,7 +8,8 @@ from dataclasses import dataclass
 import polars as pl
 
 from sweeper.errors import UserError
-from sweeper.names import LiveForecastKey, TrialState
+from sweeper.names import LiveForecastKey, Tag, TrialState
+from sweeper.search.front import Front, study_front
 from sweeper.track.store import SweepRecord, SweepStore
 
 __all__ = ["SweepData", "load_sweeps", "LIVE_FORECAST_KEYS"]
@@ -28,6 +29,8 @@ class SweepData:
     best_config_yaml: str | None = None  # the parent's best_config.yaml artifact
     # The live forecast on the parent run (`LiveForecastKey`): step, then a column per key.
     forecast: pl.DataFrame | None = None
+    # search.objectives: the Pareto front from the sweep's Optuna study (sweeper.search.front).
+    front: Front | None = None
 
     @property
     def name(self) -> str:
@@ -64,4 +67,5 @@ def load_sweep(store: SweepStore, run) -> SweepData:
         history=store.history(keys=(record.metric,), trials=trials),
         best_config_yaml=store.artifact_text(run, "best_config.yaml") if record.best_trial_id else None,
         forecast=store.sweep_history(run, LIVE_FORECAST_KEYS),
+        front=study_front(run.data.tags[Tag.SWEEP_DIR], record.name) if Tag.SWEEP_DIR in run.data.tags else None,
     )

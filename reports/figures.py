@@ -15,7 +15,7 @@ from reports.frames import best_so_far, best_trial_number, leaderboard, number
 from sweeper.names import TrialState
 
 __all__ = [
-    "curves_figure", "parallel_figure", "importance_figure", "progress_figure", "cost_figure",
+    "curves_figure", "parallel_figure", "importance_figure", "progress_figure", "cost_figure", "front_figure",
     "best_curves_figure", "forecast_figure",
 ]
 
@@ -204,6 +204,28 @@ def cost_figure(data: SweepData) -> go.Figure | None:
     fig.update_layout(barmode="stack")
     return _layout(fig, f"{data.name}: cost per trial (USD), and what pruning saved", yaxis_title="USD",
                    yaxis_tickprefix="$", yaxis_tickformat=".3~g")
+
+
+def front_figure(data: SweepData) -> go.Figure | None:
+    """search.objectives: every completed trial by its first two objectives, the Pareto
+    front's trials marked and joined."""
+    front = data.front
+    if front is None or not front.points:
+        return None
+    numbers = dict(zip(data.trials["trial_id"], data.trials["trial_number"]))
+    on_front = set(front.front)
+    others = [(t, v) for t, v in front.points if t not in on_front]
+    best = sorted(((t, v) for t, v in front.points if t in on_front), key=lambda p: p[1][0])
+    x_name, y_name = front.metrics[0], front.metrics[1]
+    fig = go.Figure()
+    for points, name, color, mode in ((others, "dominated", "#b0b0b0", "markers"), (best, "Pareto front", PALETTE[0], "lines+markers")):
+        fig.add_trace(go.Scatter(
+            x=[v[0] for _, v in points], y=[v[1] for _, v in points], mode=mode, name=name, marker_color=color,
+            text=[f"trial {numbers.get(t, t)}" for t, _ in points], marker_size=9,
+            hovertemplate="%{text}<br>" + x_name + " %{x:.4g}<br>" + y_name + " %{y:.4g}<extra></extra>",
+        ))
+    return _layout(fig, f"{data.name}: Pareto front of {x_name} ({front.goals[0]}) and {y_name} ({front.goals[1]})",
+                   xaxis_title=x_name, yaxis_title=y_name)
 
 
 def forecast_figure(data: SweepData) -> go.Figure | None:

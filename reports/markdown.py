@@ -46,6 +46,11 @@ def _sweep_section(sweep: SweepReport, images: dict[str, str], heading: str) -> 
                   "```yaml", data.best_config_yaml.rstrip(), "```", ""]
     else:
         lines += [sweep.best_config_missing, ""]
+    front = sweep.front_table()
+    if front is not None:
+        lines += [f"{sub} Pareto front", "", f"The completed trials no other beats in every objective "
+                  f"({data.front and len(data.front.front)} of {data.front and len(data.front.points)}); "
+                  "register one with `sweep promote NAME --trial N`.", "", _table(front), ""]
     lines += [f"{sub} Cost", "", _table(sweep.cost_table(), header=("item", "value")), ""]
     lines += [f"{sub} Plots", ""]
     lines += _images(images, [f"{sweep.name}-{slug}" for slug in sweep.figures])

@@ -115,3 +115,26 @@ def _short(value: str | None) -> str:
         return f"{float(value):.4g}"
     except ValueError:
         return value
+
+
+def front_table(run, trials: pl.DataFrame) -> Table | None:
+    """The Pareto front of a sweep of several objectives (search.objectives) from its
+    Optuna study in the sweep folder: one row per trial on the front, its values of every
+    objective; None for a sweep of one objective or a folder not on this machine."""
+    from sweeper.search.front import study_front
+
+    sweep_dir = run.data.tags.get(Tag.SWEEP_DIR)
+    front = study_front(sweep_dir, run.data.tags.get(Tag.SWEEP_NAME)) if sweep_dir else None
+    if front is None:
+        return None
+    numbers = dict(zip(trials["trial_id"], trials["trial_number"]))
+    objectives = ", ".join(f"{m} ({g})" for m, g in zip(front.metrics, front.goals))
+    table = Table(title=f"Pareto front: {len(front.front)} of {len(front.points)} completed trials; {objectives}",
+                  title_justify="left")
+    table.add_column("trial", justify="right")
+    for metric in front.metrics:
+        table.add_column(metric, justify="right")
+    values = dict(front.points)
+    for trial_id in front.front:
+        table.add_row(str(numbers.get(trial_id, trial_id)), *(_num(v) for v in values[trial_id]))
+    return table

@@ -12,6 +12,7 @@ __all__ = [
     "PREEMPTIONS", "PREEMPTED_AT_STEP", "PREEMPTION_CHECKPOINT",
     "OUT_OF_MEMORY_AT_MICRO_BATCH", "MICRO_BATCH", "EVAL_REWARDS_CHOSEN",
     "EVAL_REWARDS_REJECTED", "EVAL_REWARDS_MARGIN", "EVAL_REWARDS_ACCURACY", "TASK_METRICS", "REPORTED_KEYS",
+    "GENERATION_PREFIX", "GENERATED_ANSWERS", "GENERATION_METRICS", "is_reported",
 ]
 
 STEP = "step"  # the optimizer step a report was taken at (Tune's time attribute)
@@ -51,6 +52,13 @@ EVAL_REWARDS_CHOSEN = "eval_rewards_chosen"
 EVAL_REWARDS_REJECTED = "eval_rewards_rejected"
 EVAL_REWARDS_MARGIN = "eval_rewards_margin"
 EVAL_REWARDS_ACCURACY = "eval_rewards_accuracy"
+
+# Task metrics from generation (trainables/task_metrics.py), at the steps generation.when
+# names: the built-in scores, and a user scorer's keys, each under this prefix.
+GENERATION_PREFIX = "gen_"
+GENERATION_METRICS = ("gen_exact_match", "gen_contains", "gen_chrf")
+# A report's sample answers, as JSON text: [{"prompt", "reference", "answer"}, ...]; not a metric.
+GENERATED_ANSWERS = "generated_answers"
 
 # Metrics each task reports at every evaluation, with the goal that makes sense for each
 # (what `search.metric` may name).
@@ -92,4 +100,12 @@ REPORTED_KEYS: tuple[str, ...] = (
     PREEMPTED_AT_STEP,
     OUT_OF_MEMORY_AT_MICRO_BATCH,
     MICRO_BATCH,
+    *GENERATION_METRICS,
+    GENERATED_ANSWERS,
 )
+
+
+def is_reported(key: str) -> bool:
+    """Whether `key` of a Tune result is the trial's own report (a user scorer's gen_
+    metrics included), not Tune's."""
+    return key in REPORTED_KEYS or key.startswith(GENERATION_PREFIX)

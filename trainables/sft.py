@@ -2,7 +2,9 @@
 
 Set up model, data, optimizer; then step, and at every `training.eval_every` steps
 evaluate on the eval split and report eval loss, train loss, learning rate, tokens/s and
-setup seconds with an adapter checkpoint. Loss is taken on completion / assistant tokens
+setup seconds with an adapter checkpoint; where the sweep has a generation section, also
+the task metrics of greedy answers to its fixed sample of eval prompts, at the steps
+`generation.when` names. Loss is taken on completion / assistant tokens
 only (labels are IGNORE_INDEX elsewhere, see trainables/data.py).
 """
 
@@ -41,6 +43,7 @@ from trainables.out_of_memory import MicroBatches
 from trainables.preemption import NO_NOTICE, PreemptionNotice
 from trainables.strategies import prepare
 from trainables.data import IGNORE_INDEX, TokenizedSplit, padding_id
+from trainables.generation import task_metrics
 
 
 def train(
@@ -84,6 +87,9 @@ def train(
         lengths=lengths,
     )
     packing = packing_layout(config)
+    # The sweep's fixed sample of eval prompts, answered at the steps generation.when names
+    # (trainables/task_metrics.py); None without a generation section.
+    generation = data.get("generation")
 
     setup_seconds = None
     throughput = Throughput()
@@ -123,6 +129,8 @@ def train(
                 **micro_batches.report(),
                 **preemption.moves,
             }
+            if generation is not None and generation.due(step, training.max_steps):
+                metrics.update(task_metrics(strategy.peft_model, generation, workers, training.precision))
             report_with_checkpoint(report, metrics, strategy, workers)
         if step < training.max_steps and preemption.arrived():
             # This node is being taken away: keep this step's work and move with it

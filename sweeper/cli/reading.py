@@ -60,12 +60,16 @@ def status(
     ),
 ) -> None:
     """The trial table of sweep NAME from the MLflow store (works while it runs)."""
-    from sweeper.views import trials_shown, trials_table
+    from sweeper.views import front_table, trials_shown, trials_table
 
     store = store_at(tracking_uri)
     run = store.sweep_run(name)
-    shown, note = trials_shown(run, store.trials(run=run), show_all)
+    trials = store.trials(run=run)
+    shown, note = trials_shown(run, trials, show_all)
     console.print(trials_table(run, shown))
+    front = front_table(run, trials)  # search.objectives: the Pareto front
+    if front is not None:
+        console.print(front)
     if note:
         console.print(note, highlight=False, soft_wrap=True)
 

@@ -19,10 +19,11 @@ __all__ = ["SweepInputs", "prepare_inputs", "check_batch_fits_the_data"]
 class SweepInputs:
     model_source: str  # what the trials load the base model from
     tokenizer: object  # saved with the sweep (promotion and export read it)
-    data: dict  # split ("train", "eval") -> tokenized examples
+    data: dict  # split ("train", "eval") -> tokenized examples; "generation": the sample trials answer
 
 
 def prepare_inputs(spec: SweepSpec, cache_root: Path) -> SweepInputs:
+    from sweeper.plan.generation import generation_sample
     from trainables.data import tokenize_split
     from trainables.models import (
         adapter_base,
@@ -46,6 +47,9 @@ def prepare_inputs(spec: SweepSpec, cache_root: Path) -> SweepInputs:
 
         data.update({f"{split}_rows": preference_rows(read_records(getattr(spec.data, split), f"data.{split}"))
                      for split in ("train", "eval")})
+    sample = generation_sample(spec, tokenizer)
+    if sample is not None:
+        data["generation"] = sample
     check_batch_fits_the_data(spec, len(data["train"]))
     return SweepInputs(str(source), tokenizer, data)
 

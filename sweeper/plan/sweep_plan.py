@@ -147,10 +147,13 @@ def make_plan(spec: SweepSpec, cluster: ClusterResources) -> SweepPlan:
     slots = concurrency_limit(trial, cluster)
     requested = spec.search.max_concurrent_trials or slots
     concurrent = max(1, min(requested, slots, most_trials(spec) or slots))
+    return SweepPlan(spec=spec, trial_resources=trial, concurrent_trials=concurrent, cluster_slots=slots, rungs=plan_rungs(spec))
+
+
+def plan_rungs(spec: SweepSpec) -> list[int]:
+    """The steps at which the sweep's ASHA ranks trials (none under median stopping or none)."""
     stopping = spec.early_stopping
-    rungs = []
-    if stopping.scheduler in ("asha", "asha_stopping"):
-        grace_period = spec.grace_period()
-        rungs = asha_rungs(grace_period, spec.training.max_steps, stopping.rung_spacing_for(),
-                           stopping.rung_count(searched=bool(spec.search.parameters)))
-    return SweepPlan(spec=spec, trial_resources=trial, concurrent_trials=concurrent, cluster_slots=slots, rungs=rungs)
+    if stopping.scheduler not in ("asha", "asha_stopping"):
+        return []
+    return asha_rungs(spec.grace_period(), spec.training.max_steps, stopping.rung_spacing_for(),
+                      stopping.rung_count(searched=bool(spec.search.parameters)))

@@ -28,7 +28,7 @@ from sweeper.names import TrialState
 from sweeper.run.janitor import error_reason, trial_error
 from sweeper.cluster.ray_adapter import forget_running_averages, tune_trial_number
 from sweeper.cluster.storage import disk_full
-from trainables.metrics import REPORTED_KEYS, STEP
+from trainables.metrics import STEP, is_reported
 
 __all__ = ["DISK_FULL", "SweepDriver", "TrialListener", "rebuild_for_resume"]
 
@@ -129,7 +129,7 @@ class SweepDriver(Callback):
             # Had already, from MLflow: a trial whose last report the killed driver recorded
             # after Tune last saved its state gives that report again on `sweep resume`.
             return
-        record.history.append({k: result[k] for k in REPORTED_KEYS if k in result})
+        record.history.append({k: v for k, v in result.items() if is_reported(k)})
         self._tell("trial_result", record)
 
     def on_trial_complete(self, iteration, trials, trial, **info):

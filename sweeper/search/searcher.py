@@ -16,6 +16,7 @@ import sweeper.names as names  # its TrialState beside Optuna's
 from sweeper.plan.sweep_plan import SweepPlan
 from sweeper.search.asha import PromotionASHA, SlotLimiter
 from sweeper.search.mirrored_storage import MirroredStorage
+from sweeper.search.objectives import objectives_of
 from sweeper.search.space import (
     conditional_distributions,
     config_values,
@@ -35,6 +36,7 @@ from sweeper.search.study import (
     study_url,
 )
 from sweeper.search.tune_state import SavedASHAScheduler, SavedFIFOScheduler, SavedMedianStoppingRule, SavedPromotionASHA
+from sweeper.spec.objectives import prune_metric, reported_every_evaluation
 from sweeper.spec.schema import SweepSpec, most_trials
 
 __all__ = ["make_search", "make_searcher", "make_scheduler", "StepAwareOptunaSearch", "optuna_searcher"]
@@ -78,8 +80,18 @@ class StepAwareOptunaSearch(Searcher):
         warm_start=None,
         startup_trials: int = 0,
         conditional: dict | None = None,
+        reported_every_result: bool = True,
+        objectives=None,
     ):
-        super().__init__(metric=metric, mode=mode)
+        # `metric` is what Optuna is told. Tune requires a searcher's metric in every
+        # result; one reported only at some evaluations (a task metric generated at the
+        # end) is not named to Tune (`reported_every_result` false).
+        super().__init__(metric=metric if reported_every_result else None, mode=mode)
+        self.objective = metric
+        # A sweeper.search.objectives.Objectives: a multi-objective study, told each
+        # finished trial's values of every objective (no intermediate values: Optuna's
+        # multi-objective trials take none); `metric`, the first, is the rungs'.
+        self.objectives = objectives
         self.space, self.sampler, self.max_steps = space, sampler, max_steps
         # Study name -> (parent path, value, distribution): drawn where the trial drew value
         # (sweeper/search/space.py::conditional_distributions).
@@ -98,10 +110,13 @@ class StepAwareOptunaSearch(Searcher):
             study_name=self.study_name,
             storage=self.storage,
             sampler=self.sampler,
-            direction="minimize" if self.mode == "min" else "maximize",
+            **({"directions": self.objectives.directions} if self.objectives else
+               {"direction": "minimize" if self.mode == "min" else "maximize"}),
             load_if_exists=True,
         )
         self.study_name = self.study.study_name
+        if self.objectives and not self.study.metric_names:
+            self.study.set_metric_names(list(self.objectives.metrics))
         if self.warm_start and not self.study.get_trials(deepcopy=False):
             self.study.add_trials(self.warm_start.trials)
             for params, source in self.warm_start.first_configs:
@@ -143,6 +158,8 @@ class StepAwareOptunaSearch(Searcher):
         return {k: v for k, v in self.__dict__.items() if k not in from_study}
 
     def __setstate__(self, state: dict) -> None:
+        state.setdefault("objective", state.get("_metric"))
+        state.setdefault("objectives", None)
         self.__dict__.update(state)
         # Tune unpickles the searcher of a resumed sweep with the study path of the driver
         # that started it, which may be another folder or machine: no database is made
@@ -205,9 +222,9 @@ class StepAwareOptunaSearch(Searcher):
     def _report(self, trial_id: str, result: dict | None) -> None:
         """The evaluation in `result` as an intermediate value at its training step, once
         per step (a trial continued from a checkpoint reports its last step again)."""
-        if trial_id not in self.trials or trial_id in self.finished or not result:
+        if trial_id not in self.trials or trial_id in self.finished or not result or self.objectives:
             return
-        value, step = result.get(self.metric), result.get(TIME_ATTR)
+        value, step = result.get(self.objective), result.get(TIME_ATTR)
         if value is None or step is None or not math.isfinite(value) or step in self.reported[trial_id]:
             return
         self.storage.set_trial_intermediate_value(self.trials[trial_id][1], int(step), float(value))
@@ -219,7 +236,7 @@ class StepAwareOptunaSearch(Searcher):
             # stopped; such a trial, continued by `sweep resume`, stays as first told.
             return
         self._report(trial_id, result)
-        value = (result or {}).get(self.metric)
+        value = (result or {}).get(self.objective)
         reached = (result or {}).get(TIME_ATTR, 0)
         if error or (value is not None and not math.isfinite(value)):
             state, value = TrialState.FAIL, None
@@ -227,6 +244,10 @@ class StepAwareOptunaSearch(Searcher):
             state, value = TrialState.PRUNED, None  # Optuna records the last intermediate value
         else:
             state = TrialState.COMPLETE
+        if self.objectives and state == TrialState.COMPLETE:
+            number = self.trials[trial_id][0]
+            values = self.objectives.values(result, self.study.get_trials(deepcopy=False)[number].params)
+            state, value = (TrialState.COMPLETE, values) if None not in values else (TrialState.FAIL, None)
         self.study.tell(self.trials[trial_id][0], value, state=state)
         self.finished.add(trial_id)
 
@@ -275,6 +296,8 @@ def make_searcher(spec: SweepSpec, sweep_dir: Path, warm_start=None) -> StepAwar
         max_steps=spec.training.max_steps,
         warm_start=warm_start,
         startup_trials=spec.early_stopping.startup_trials_for(),
+        reported_every_result=reported_every_evaluation(spec, spec.search.metric),
+        objectives=objectives_of(spec),
     )
 
 
@@ -296,7 +319,8 @@ def make_scheduler(plan: SweepPlan, searched: bool = True):
     spec = plan.spec
     stopping = spec.early_stopping
     grace_period = spec.grace_period()
-    common = dict(time_attr=TIME_ATTR, metric=spec.search.metric, mode=_mode(spec))
+    metric, goal = prune_metric(spec)  # search.metric, or eval loss where it is not reported at every evaluation
+    common = dict(time_attr=TIME_ATTR, metric=metric, mode="min" if goal == "minimize" else "max")
     if stopping.scheduler == "asha" and searched:
         return SavedPromotionASHA(
             **common,

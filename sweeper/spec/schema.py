@@ -20,6 +20,7 @@ from typing import Any
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from sweeper.spec.budget import BudgetSpec
+from sweeper.spec.objectives import generation_problems, metric_problems, objectives_problems
 from sweeper.spec.paths import (
     SEARCHABLE_SECTIONS,
     is_int_field,
@@ -45,7 +46,8 @@ from trainables.resources import ResourcesSpec
 from trainables.sections import ChaosSpec, DataSpec, DpoSpec, LoraSpec, ModelSpec, StrictModel, Task, TrainingSpec
 from trainables.sections import resolve_relative_path
 from trainables.errors import FieldProblems
-from trainables.metrics import EVAL_REWARDS_ACCURACY, TASK_METRICS
+from trainables.metrics import EVAL_REWARDS_ACCURACY
+from trainables.task_metrics import GenerationSpec
 
 
 class SweepSpec(StrictModel):
@@ -71,6 +73,11 @@ class SweepSpec(StrictModel):
     dpo: DpoSpec | None = Field(None, description="Settings of task dpo (defaults apply when the section is left out).")
     trl: TrlSpec | None = Field(None, description="trl's trainer and its config fields (trainer: trl).")
     function: FunctionSpec | None = Field(None, description="Your own training function (trainer: function).")
+    generation: GenerationSpec | None = Field(
+        None,
+        description="Task metrics from generation: greedy answers to a fixed sample of the eval split's prompts, "
+        "scored against the references and reported as gen_<score> (search.metric may name one). None by default.",
+    )
     search: SearchSpec = Field(default_factory=SearchSpec)
     early_stopping: EarlyStoppingSpec = Field(default_factory=EarlyStoppingSpec)
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
@@ -141,20 +148,12 @@ Problem = tuple[str, str]
 
 
 def _metric_problems(spec: SweepSpec) -> list[Problem]:
-    metrics = TASK_METRICS[spec.task]
-    if spec.search.metric not in metrics:
-        return [(
-            "search.metric",
-            f"{spec.search.metric!r} is not reported by task {spec.task!r}; valid: {', '.join(metrics)}",
-        )]
-    goal = metrics[spec.search.metric]
-    if spec.search.goal != goal:
-        better = "lower" if goal == "minimize" else "higher"
-        return [(
-            "search.goal",
-            f"{spec.search.metric} is better when {better}, got {spec.search.goal!r}; set search.goal: {goal}",
-        )]
-    return []
+    key = "search.objectives.0" if spec.search.objectives else "search"
+    return [
+        *metric_problems(spec, f"{key}.metric", spec.search.metric, spec.search.goal, f"{key}.goal"),
+        *generation_problems(spec),
+        *objectives_problems(spec),
+    ]
 
 
 def _task_problems(spec: SweepSpec) -> list[Problem]:

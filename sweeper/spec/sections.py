@@ -100,12 +100,31 @@ class WarmStartSpec(StrictModel):
 MOST_TRIALS = 1_000_000
 
 
+class ObjectiveSpec(StrictModel):
+    metric: str = Field(
+        description="A reported metric (eval_loss, gen_exact_match, ...) or a trial's cost: cost_usd, "
+        "accelerator_hours (GPU-hours; CPU core-hours without GPUs) or adapter_parameters (LoRA parameters)."
+    )
+    goal: Literal["minimize", "maximize"] = Field(description="Direction of `metric`.")
+
+
 class SearchSpec(StrictModel):
     method: Literal["tpe", "random", "grid"] = Field(
         "tpe", description="Optuna sampler: tpe (default), random, or grid (categorical parameters only)."
     )
-    metric: str = Field("eval_loss", description="Reported metric to optimise (see TASK_METRICS).")
+    metric: str = Field(
+        "eval_loss",
+        description="Reported metric to optimise: one the task reports at every evaluation (eval_loss, "
+        "eval_perplexity, train_loss; DPO's eval_rewards_*), or a task metric from generation, gen_<score> "
+        "(the generation section).",
+    )
     goal: Literal["minimize", "maximize"] = Field("minimize", description="Direction of `metric`.")
+    objectives: list[ObjectiveSpec] = Field(
+        default_factory=list,
+        description="Several objectives at once ([{metric, goal}, ...], two or more): Optuna's multi-objective "
+        "search over them, the Pareto front in sweep status and the report. The first is search.metric (leave "
+        "search.metric and goal out): early stopping and the best trial go by it.",
+    )
     num_trials: int | None = Field(
         None,
         ge=1,
@@ -149,6 +168,20 @@ class SearchSpec(StrictModel):
     def _one_or_many(cls, value: Any) -> Any:
         return [value] if isinstance(value, dict) else value
 
+    @model_validator(mode="before")
+    @classmethod
+    def _first_objective_is_the_metric(cls, raw: Any) -> Any:
+        objectives = raw.get("objectives") if isinstance(raw, dict) else None
+        if not isinstance(objectives, list) or not objectives or not isinstance(objectives[0], dict):
+            return raw
+        first = objectives[0]
+        given = {key: raw[key] for key in ("metric", "goal") if key in raw}
+        wrong = [key for key, value in given.items() if value != first.get(key)]
+        if wrong:
+            raise FieldProblems([(key, f"with objectives the first objective is search.{key} "
+                                       f"({first.get(key)!r}), got {raw[key]!r}; leave search.{key} out") for key in wrong])
+        return {**raw, **{key: first[key] for key in ("metric", "goal") if key in first}}
+
 
 class EarlyStoppingSpec(StrictModel):
     scheduler: Literal["asha", "asha_stopping", "median", "none"] = Field(
@@ -157,6 +190,12 @@ class EarlyStoppingSpec(StrictModel):
         "rung until it ranks in the best 1/eta there, so the sweep trains what the rung arithmetic says; "
         "each promotion of a paused trial costs one trial setup), asha_stopping (Ray's ASHA: decides when a "
         "trial arrives at a rung, no pauses, early arrivals go on), median stopping, or none.",
+    )
+    metric: str | None = Field(
+        None,
+        description="Reported metric the rungs rank trials by (its direction is the metric's own). Default: "
+        "search.metric where every evaluation reports it, else eval_loss (a gen_ task metric generated only at "
+        "the rungs or the end).",
     )
     grace_period: int | None = Field(
         None,

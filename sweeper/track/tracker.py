@@ -48,7 +48,8 @@ from sweeper.names import RunKind, RunMetric, SweepStatus, Tag, TrialState
 from sweeper.spec.schema import SweepSpec
 from sweeper.spec.overrides import single_run_spec
 from sweeper.spec.load import spec_hash, spec_to_yaml
-from trainables.metrics import OUT_OF_MEMORY_AT_MICRO_BATCH, REPORTED_KEYS, SETUP_SECONDS, STEP
+from sweeper.spec.objectives import picked_by
+from trainables.metrics import GENERATED_ANSWERS, GENERATION_PREFIX, OUT_OF_MEMORY_AT_MICRO_BATCH, REPORTED_KEYS, SETUP_SECONDS, STEP
 
 # How a searched field's parent-run param begins; its distribution follows as JSON.
 SEARCHED_PREFIX = "searched: "
@@ -256,7 +257,9 @@ class MlflowTracker:
     def _record_from_run(self, run) -> TrialRecord:
         tags, metrics = run.data.tags, run.data.metrics
         by_step: dict[int, dict] = {}
-        for key in REPORTED_KEYS:
+        # A user scorer's gen_ metrics (generation.scorer) are reported under names of its own.
+        scored = [key for key in metrics if key.startswith(GENERATION_PREFIX) and key not in REPORTED_KEYS]
+        for key in (*REPORTED_KEYS, *scored):
             if key in (STEP, SETUP_SECONDS):
                 continue
             for point in self.client.get_metric_history(run.info.run_id, key):
@@ -342,7 +345,7 @@ class MlflowTracker:
                 RunTag(Tag.BEST_RUN_ID, getattr(self.client, "ids", {}).get(*[self.child_run_ids.get(best.trial_id, "")] * 2)),
             ]
             config = single_run_spec(self.spec, best.params, name=f"{self.spec.name}-best")
-            self.client.log_text(self.parent_run_id, spec_to_yaml(config), "best_config.yaml")
+            self.client.log_text(self.parent_run_id, picked_by(self.spec) + spec_to_yaml(config), "best_config.yaml")
         status = SweepStatus.STOPPED if interrupted else (SweepStatus.FINISHED if best else SweepStatus.FAILED)
         tags.append(RunTag(Tag.STATUS, status))
         self.client.log_batch(
@@ -412,6 +415,8 @@ class MlflowTracker:
         # Its micro-batch halved after running out of memory: said in words too.
         tags = [RunTag(Tag.OUT_OF_MEMORY, record.out_of_memory)] if OUT_OF_MEMORY_AT_MICRO_BATCH in report else []
         self.client.log_batch(run_id, metrics=metrics, tags=tags)
+        if GENERATED_ANSWERS in report:  # a few of the trial's answers at this step
+            self.client.log_text(run_id, report[GENERATED_ANSWERS], f"answers/step-{step:06d}.json")
         self._check_server()
 
     def trial_finished(self, record: TrialRecord) -> None:

@@ -32,6 +32,12 @@ def test_overhead_benchmark_reports_setup_and_its_phases(tmp_path):
     assert figures["wall_s"] > figures["minimum_s"] > 0
 
 
+def test_generation_benchmark_times_the_trial_with_and_without_generation(tmp_path):
+    figures = run_benchmark("generation", tmp_path, "--repeats", "1", "--steps", "10")
+    assert all(len(figures["cpu_seconds"][name]) == 1 for name in ("none", "end", "every_eval"))
+    assert set(figures) >= {"added_cpu_share_end", "added_wall_share_end", "added_cpu_share_every_eval"}
+
+
 def test_pruning_benchmark_counts_steps_against_the_rung_arithmetic(tmp_path):
     figures = run_benchmark("pruning", tmp_path, "--trials", "3", "--max-steps", "18", "--grace-period", "2")
     # rungs at 2 and 6 with eta 3: 3 trials to step 2, max(1, floor(3/3)) = 1 on to 6,
