@@ -101,6 +101,7 @@ def plan_forecast(raw: dict, yaml_folder: Path):
     """The forecast `sweep plan` makes for the sweep `raw`, calibrated on a local cluster."""
     import yaml
 
+    from sweeper.plan.checks import load_checked_spec
     from sweeper.plan.command import plan_sweep
 
     # Written outside the sweep's folder (a YAML there reads as an existing sweep), so the
@@ -108,7 +109,7 @@ def plan_forecast(raw: dict, yaml_folder: Path):
     files = {key: str((yaml_folder / raw["data"][key]).resolve()) for key in ("train", "eval") if key in raw["data"]}
     path = Path(tempfile.mkdtemp(prefix="sweeper-forecast-plan-")) / "plan.yaml"
     path.write_text(yaml.safe_dump({**raw, "data": {**raw["data"], **files}}))
-    return plan_sweep(path, address=None, calibrate=True, console=Console(quiet=True))
+    return plan_sweep(load_checked_spec(path), path, address=None, calibrate=True, console=Console(quiet=True))
 
 
 def live_estimates(client, run_id: str, actual_wall: float, actual_usd: float) -> list[dict]:

@@ -84,9 +84,13 @@ def plan(
 ) -> None:
     """Validate FILE and forecast the sweep without running it: step budget by rung, step
     time, expected and worst-case wall time, accelerator-hours and USD, budget caps."""
+    from sweeper.plan.checks import load_checked_spec
     from sweeper.plan.command import plan_sweep
+    from sweeper.search.warm_start import read_warm_start
 
-    plan_sweep(file, address=ray_address(address), calibrate=calibrate, console=console)
+    spec = load_checked_spec(file)
+    read_warm_start(spec)  # as `sweep start` reads it: an earlier sweep it cannot read is the same keyed line
+    plan_sweep(spec, file, address=ray_address(address), calibrate=calibrate, console=console)
 
 
 def resume(

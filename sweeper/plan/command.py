@@ -64,21 +64,16 @@ def print_forecast(forecast: Forecast, spec: SweepSpec, console: Console, brief:
         console.print(line, highlight=False, soft_wrap=True)
 
 
-def plan_sweep(file: Path, *, address: str | None, calibrate: bool, console: Console) -> Forecast:
-    """`sweep plan FILE`: validate, size the plan against the cluster (`address`, else a
-    local cluster started for the plan as `sweep start` starts one), calibrate there unless
-    told not to, print. The cluster is left (a local one stopped) before it returns."""
+def plan_sweep(spec: SweepSpec, file: Path, *, address: str | None, calibrate: bool, console: Console) -> Forecast:
+    """`sweep plan FILE` for `spec`, checked (`load_checked_spec`) from `file`: size the
+    plan against the cluster (`address`, else a local cluster started for the plan as
+    `sweep start` starts one), calibrate there unless told not to, print. The cluster is
+    left (a local one stopped) before it returns."""
     from sweeper.cluster.connect import LOCAL_CLUSTER, start_ray, stop_local_cluster
-    from sweeper.plan.checks import load_checked_spec
     from sweeper.plan.inputs import prepare_inputs
     from trainables.models import DEFAULT_CACHE_ROOT
 
     started = time.time()
-    spec = load_checked_spec(file)
-    if spec.search.warm_start:
-        from sweeper.search.warm_start import read_warm_start
-
-        read_warm_start(spec)  # as `sweep start` reads it: an earlier sweep it cannot read is the same keyed line
     inputs = prepare_inputs(spec, DEFAULT_CACHE_ROOT) if calibrate else None
     on_ray = calibrate or bool(address)
     if on_ray:
