@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 from sweeper.errors import UserError
+from sweeper.spec.sections import REMOTE_SCHEMES, is_remote
 
 # File-system types whose folders other machines can mount too (from /proc/self/mounts).
 SHARED_FILESYSTEMS = frozenset(
@@ -69,25 +70,6 @@ def read_mounts() -> str:
 # Tune's experiment state and Train's checkpoints go through pyarrow file systems, as Ray
 # itself writes them: a local or shared folder, or a bucket (s3://bucket/prefix, with the
 # endpoint and credentials of the usual AWS variables, read by pyarrow on each node).
-
-REMOTE_SCHEMES = ("s3", "gs", "gcs", "hdfs")
-
-
-def is_remote(uri: str) -> bool:
-    """Whether `uri` names object storage (s3://...) rather than a folder."""
-    scheme, sep, _ = str(uri).partition("://")
-    return bool(sep) and scheme in REMOTE_SCHEMES
-
-
-def uri_problem(uri: str) -> str | None:
-    """Why `uri` cannot be a sweep's storage (an unknown scheme), or None."""
-    scheme, sep, rest = str(uri).partition("://")
-    if sep and scheme not in REMOTE_SCHEMES:
-        return f"unsupported scheme {scheme}://, expected a folder or one of " + ", ".join(f"{s}://" for s in REMOTE_SCHEMES)
-    if sep and not rest.strip("/"):
-        return f"{uri} names no bucket; expected {scheme}://bucket/prefix"
-    return None
-
 
 def filesystem(uri: str):
     """The pyarrow file system and the path within it that `uri` names (Ray's

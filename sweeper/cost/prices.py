@@ -10,25 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sweeper.spec.sections import PRICE_TABLE
+
 __all__ = [
     "PRICE_TABLE", "TrialCost", "trial_cost", "pruning_saving", "SweepCost", "sweep_cost", "price_per_hour",
     "accelerators_per_trial", "Rate", "sweep_rate", "RAY_ACCELERATOR_TYPES", "priced_on_cluster",
 ]
-
-# On-demand USD per accelerator-hour (per CPU core-hour for "cpu"), approximate; the
-# YAML's cost.prices overrides or extends these, cost.usd_per_hour overrides the lookup.
-PRICE_TABLE: dict[str, float] = {
-    "cpu": 0.05,
-    "a10g": 1.0,
-    "l4": 0.8,
-    "l40s": 2.0,
-    "a100-40gb": 2.5,
-    "a100-80gb": 3.0,
-    "h100": 5.0,
-    "h200": 6.0,
-    "rtx4090": 0.5,
-}
-
 
 # Ray's names for the NVIDIA cards it detects (a node's `accelerator_type:` resource) and
 # the price-table key of each; Ray does not tell the two A100 sizes apart.

@@ -17,6 +17,7 @@ from pathlib import Path
 from sweeper.cluster import storage
 from sweeper.errors import UserError
 from sweeper.search.study import STUDY_FILE, study_file
+from sweeper.spec.sections import uri_problem
 
 __all__ = ["FetchedSweep", "fetch_sweep", "normalized_uri"]
 
@@ -45,7 +46,7 @@ def fetch_sweep(name: str, uri: str, folder: Path) -> FetchedSweep:
     from sweeper.plan.checks import folder_creation_problem
     from sweeper.spec.load import load_spec, spec_to_yaml
 
-    problem = storage.uri_problem(uri)
+    problem = uri_problem(uri)
     if problem:
         raise UserError(f"--storage: {problem}")
     uri, folder = normalized_uri(uri), Path(folder).resolve()

@@ -22,6 +22,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from sweeper.spec.budget import BudgetSpec
 from sweeper.spec.paths import SEARCHABLE_SECTIONS, is_int_field, override_error, path_exists, suggest_path
 from sweeper.spec.sections import (
+    PRICE_TABLE,
     CategoricalDist,
     CostSpec,
     EarlyStoppingSpec,
@@ -250,8 +251,6 @@ def _schedule_problems(spec: SweepSpec) -> list[Problem]:
 
 
 def _cost_problems(spec: SweepSpec) -> list[Problem]:
-    from sweeper.cost.prices import PRICE_TABLE
-
     known = {**PRICE_TABLE, **spec.cost.prices}
     accelerator = spec.cost.accelerator
     if accelerator is not None and accelerator not in known and spec.cost.usd_per_hour is None:

@@ -262,6 +262,25 @@ class TrackingSpec(StrictModel):
     )
 
 
+REMOTE_SCHEMES = ("s3", "gs", "gcs", "hdfs")
+
+
+def is_remote(uri: str) -> bool:
+    """Whether `uri` names object storage (s3://...) rather than a folder."""
+    scheme, sep, _ = str(uri).partition("://")
+    return bool(sep) and scheme in REMOTE_SCHEMES
+
+
+def uri_problem(uri: str) -> str | None:
+    """Why `uri` cannot be a sweep's storage (an unknown scheme), or None."""
+    scheme, sep, rest = str(uri).partition("://")
+    if sep and scheme not in REMOTE_SCHEMES:
+        return f"unsupported scheme {scheme}://, expected a folder or one of " + ", ".join(f"{s}://" for s in REMOTE_SCHEMES)
+    if sep and not rest.strip("/"):
+        return f"{uri} names no bucket; expected {scheme}://bucket/prefix"
+    return None
+
+
 class StorageSpec(StrictModel):
     uri: str | None = Field(
         None,
@@ -275,14 +294,27 @@ class StorageSpec(StrictModel):
     @field_validator("uri", mode="before")
     @classmethod
     def _folder_relative_to_yaml(cls, value: Any, info: ValidationInfo) -> Any:
-        from sweeper.cluster.storage import is_remote, uri_problem
-
         if value is None or not isinstance(value, str):
             return value
         problem = uri_problem(value)
         if problem:
             raise ValueError(problem)
         return value.rstrip("/") if is_remote(value) else str(resolve_relative_path(value, info))
+
+
+# On-demand USD per accelerator-hour (per CPU core-hour for "cpu"), approximate; the
+# YAML's cost.prices overrides or extends these, cost.usd_per_hour overrides the lookup.
+PRICE_TABLE: dict[str, float] = {
+    "cpu": 0.05,
+    "a10g": 1.0,
+    "l4": 0.8,
+    "l40s": 2.0,
+    "a100-40gb": 2.5,
+    "a100-80gb": 3.0,
+    "h100": 5.0,
+    "h200": 6.0,
+    "rtx4090": 0.5,
+}
 
 
 class CostSpec(StrictModel):
