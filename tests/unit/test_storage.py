@@ -17,7 +17,7 @@ def test_object_storage_and_folders_are_told_apart():
     assert not storage.is_remote("/mnt/shared/sweeps") and not storage.is_remote("sweeps/x")
     assert uri_problem("ftp://host/x").startswith("unsupported scheme ftp://")
     assert uri_problem("s3://") == "s3:// names no bucket; expected s3://bucket/prefix"
-    assert uri_problem("s3://bucket/p") is None and storage.uri_problem("/x") is None
+    assert uri_problem("s3://bucket/p") is None and uri_problem("/x") is None
 
 
 def test_storage_uri_is_checked_and_a_relative_folder_is_relative_to_the_yaml(tmp_path):
