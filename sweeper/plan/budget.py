@@ -8,7 +8,7 @@ from sweeper.cost.prices import sweep_rate
 from sweeper.cost.throughput import modelled_timing
 from sweeper.plan.forecast import Forecast
 from sweeper.plan.rungs import evaluations_between
-from sweeper.spec.budget import BudgetSpec
+from sweeper.spec.sections import BudgetSpec
 
 __all__ = ["CAPS", "budget_problems", "budget_lines", "first_trial_cost", "first_trial_steps"]
 

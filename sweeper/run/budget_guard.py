@@ -38,7 +38,7 @@ from sweeper.names import BudgetKey, Tag, TrialState
 from sweeper.plan.budget import CAPS
 from sweeper.plan.forecast import Scenario
 from sweeper.plan.rungs import evaluations_between
-from sweeper.spec.budget import BudgetSpec
+from sweeper.spec.sections import BudgetSpec
 from sweeper.spec.schema import most_trials
 from trainables.metrics import STEP
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from sweeper.spec.budget import BudgetSpec
+from sweeper.spec.sections import BudgetSpec
 from sweeper.spec.paths import SEARCHABLE_SECTIONS, is_int_field, override_error, path_exists, suggest_path
 from sweeper.spec.sections import (
     PRICE_TABLE,

@@ -4,7 +4,7 @@ import pytest
 from ray.tune.search import Searcher
 
 from sweeper.run.budget_guard import BudgetGuard, BudgetSearcher, BudgetStopper
-from sweeper.spec.budget import BudgetSpec
+from sweeper.spec.sections import BudgetSpec
 from sweeper.errors import UserError
 from sweeper.cost.throughput import TrialTiming
 from sweeper.names import TrialState

@@ -10,7 +10,7 @@ from sweeper.plan.forecast import TrialAt, forecast_lines, forecast_sweep, remai
 from sweeper.plan.sweep_plan import make_plan
 from sweeper.run.budget_guard import BudgetGuard, BudgetSearcher
 from sweeper.run.live_forecast import LiveForecast, Measured, duration, estimate, live_timing
-from sweeper.spec.budget import BudgetSpec
+from sweeper.spec.sections import BudgetSpec
 from sweeper.track.book import SweepBook, TrialRecord
 from tests.unit.test_budget import Counting
 from tests.unit.test_forecast import CPU_BOX, TIMING, quickstart_like
