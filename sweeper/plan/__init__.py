@@ -8,8 +8,8 @@ cost; what the budget caps mean; the `sweep plan` command.
 - `rungs`: ASHA rung placement and how many trials each rung keeps;
 - `forecast`: expected and worst-case wall time, accelerator-hours and USD, and its lines;
 - `calibrate`: a trial's step and evaluation measured in Ray tasks with a worker's resources;
-- `budget`: the caps against the forecast and against one trial's least cost;
+- `caps`: the budget caps against the forecast and against one trial's least cost;
 - `command`: `sweep plan`, and the forecast printed by `sweep start`.
 """
 
-__all__ = ["checks", "inputs", "sweep_plan", "rungs", "forecast", "calibrate", "budget", "command"]
+__all__ = ["checks", "inputs", "sweep_plan", "rungs", "forecast", "calibrate", "caps", "command"]

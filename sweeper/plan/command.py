@@ -51,7 +51,7 @@ def print_forecast(forecast: Forecast, spec: SweepSpec, console: Console, brief:
     """The forecast's lines, then one line per budget cap on what it means against them.
     `brief` (`sweep start`): the forecast in one line on `console`, its lines in the log
     (the sweep's driver.log), the caps' lines on both."""
-    from sweeper.plan.budget import budget_lines
+    from sweeper.plan.caps import budget_lines
 
     unit = "GPU-hours" if spec.resources.use_gpu else "CPU core-hours"
     lines = forecast_lines(forecast, unit)

@@ -35,7 +35,7 @@ from ray.tune.search import Searcher
 from sweeper.cost.prices import Rate, sweep_rate
 from sweeper.cost.throughput import TrialTiming
 from sweeper.names import BudgetKey, Tag, TrialState
-from sweeper.plan.budget import CAPS
+from sweeper.plan.caps import CAPS
 from sweeper.plan.forecast import Scenario
 from sweeper.plan.rungs import evaluations_between
 from sweeper.spec.sections import BudgetSpec

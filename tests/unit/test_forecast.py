@@ -306,7 +306,7 @@ def open_ended_like(**budget):
 def test_a_step_cap_buys_the_most_trials_whose_ladder_fits_it():
     """17 trials: 17 x 10 + 5 x 20 + 1 x 60 = 330 steps; 18 would train 420 (6 to step 30, 2
     to the end), over 400. Without early stopping 400 steps buy 4 trials of 90."""
-    from sweeper.plan.budget import budget_lines
+    from sweeper.plan.caps import budget_lines
 
     spec = open_ended_like(max_steps=400)
     plan = make_plan(spec, CPU_BOX)

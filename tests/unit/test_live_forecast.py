@@ -352,7 +352,7 @@ def test_the_forecast_before_launch_stops_at_the_cap_as_the_live_estimate_does()
     """A sweep of search.num_trials capped below its expected cost: the forecast printed
     before launch is the live estimate with nothing started (cut at the cap), and the
     budget's line still says the cap cuts the whole sweep."""
-    from sweeper.plan.budget import budget_lines
+    from sweeper.plan.caps import budget_lines
 
     plan, forecast = plan_and_forecast()
     usd_cap = forecast.expected.usd / 2
