@@ -180,7 +180,7 @@ class ForecastKey:
 
 class LiveForecastKey:
     """The live forecast on the parent run while the sweep runs: metrics logged at every
-    evaluation, at step = evaluations seen so far (sweeper/run/live_forecast.py); their
+    evaluation, at step = evaluations seen so far (sweeper/budget/_live_forecast.py); their
     timestamps say when. `forecast_total_*` against the actual `cost_usd_total` and
     `wall_seconds` is how far the estimate was off at that point."""
 

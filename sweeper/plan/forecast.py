@@ -18,7 +18,7 @@ wall time, accelerator-hours and dollars.
 - A sweep that runs until a budget cap (no search.num_trials): the most trials whose
   expected case fits every cap, and how many would fit without early stopping.
 - While the sweep runs, `remaining` is the same arithmetic from where the trials stand, at
-  the sweep's own figures (sweeper/run/live_forecast.py).
+  the sweep's own figures (sweeper/budget/_live_forecast.py).
 """
 
 from __future__ import annotations

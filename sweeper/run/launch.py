@@ -31,7 +31,7 @@ from sweeper.cost.prices import SweepCost
 from sweeper.errors import UserError
 from sweeper.plan.inputs import SweepInputs, prepare_inputs
 from sweeper.plan.sweep_plan import ClusterResources, SweepPlan, make_plan
-from sweeper.run.budget import SweepBudget
+from sweeper.budget import SweepBudget
 from sweeper.run.janitor import AdapterJanitor
 from sweeper.run.sweep_dir import (
     DRIVER_LOG,

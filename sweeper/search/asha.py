@@ -16,7 +16,7 @@ Massively Parallel Hyperparameter Tuning", MLSys 2020, Algorithm 2):
 - A rung closes when no trial can still arrive there (the search has suggested all its
   trials, and every trial below has arrived or ended). A sweep that runs until a budget
   cap has no trial count: its search ends when the cap's guard says no more trials
-  (sweeper/run/budget_guard.py), and until then no rung closes. Its quota is then
+  (sweeper/budget/_guard.py), and until then no rung closes. Its quota is then
   max(1, floor(n / eta)), so that some trial always goes on, and the trials still
   waiting there are stopped: pruned at that rung.
 - A waiting trial is stopped as soon as it can no longer go on: when at least as many

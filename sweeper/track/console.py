@@ -65,7 +65,7 @@ class LiveTable:
         self.book, self.param_names, self.console = book, param_names, console
         self.live: Live | None = None
         self.waiting_on: list[str] | None = None  # the driver's watchdog's finding, under the table
-        self.eta: str | None = None  # the live forecast's line (sweeper/run/live_forecast.py), under the table
+        self.eta: str | None = None  # the live forecast's line (sweeper/budget/_live_forecast.py), under the table
         self._eta_printed_at = 0.0
 
     def __enter__(self) -> "LiveTable":

@@ -3,7 +3,7 @@ import time
 import pytest
 from ray.tune.search import Searcher
 
-from sweeper.run.budget_guard import BudgetGuard, BudgetSearcher, BudgetStopper
+from sweeper.budget._guard import BudgetGuard, BudgetSearcher, BudgetStopper
 from sweeper.spec.sections import BudgetSpec
 from sweeper.errors import UserError
 from sweeper.cost.throughput import TrialTiming
@@ -174,7 +174,7 @@ def test_a_resumed_sweep_measures_its_restored_guard_on_the_new_book():
     count what the first driver's trials spent."""
     import pickle
 
-    from sweeper.run.budget import SweepBudget
+    from sweeper.budget._sweep_budget import SweepBudget
 
     inner = Counting()
     guard = guard_with(book_with(), max_usd=0.05)
@@ -191,7 +191,7 @@ def test_a_resumed_sweep_measures_its_restored_guard_on_the_new_book():
 
 
 def test_a_resumed_sweep_without_a_budget_keeps_its_searcher():
-    from sweeper.run.budget import SweepBudget
+    from sweeper.budget._sweep_budget import SweepBudget
 
     inner = Counting()
     budget = SweepBudget(spec=None, plan=None, forecast=None, guard=None)

@@ -276,7 +276,7 @@ def test_sweep_start_with_cost_calibrate_false_forecasts_from_the_throughput_mod
     from rich.console import Console
 
     from sweeper.plan import calibrate as calibrate_module
-    from sweeper.run.budget import SweepBudget
+    from sweeper.budget._sweep_budget import SweepBudget
 
     def no_calibration(*args, **kwargs):
         raise AssertionError("calibrated although cost.calibrate is false")

@@ -1,4 +1,4 @@
-"""The live forecast (sweeper/run/live_forecast.py): the forecast's figures replaced by
+"""The live forecast (sweeper/budget/_live_forecast.py): the forecast's figures replaced by
 the sweep's own as trials report, what is left from where the trials stand, and the
 budget guard's commitments at those figures."""
 
@@ -8,8 +8,8 @@ from sweeper.cost.prices import Rate
 from sweeper.names import TrialState
 from sweeper.plan.forecast import TrialAt, forecast_lines, forecast_sweep, remaining
 from sweeper.plan.sweep_plan import make_plan
-from sweeper.run.budget_guard import BudgetGuard, BudgetSearcher
-from sweeper.run.live_forecast import LiveForecast, Measured, duration, estimate, live_timing
+from sweeper.budget._guard import BudgetGuard, BudgetSearcher
+from sweeper.budget._live_forecast import LiveForecast, Measured, duration, estimate, live_timing
 from sweeper.spec.sections import BudgetSpec
 from sweeper.track.book import SweepBook, TrialRecord
 from tests.unit.test_budget import Counting

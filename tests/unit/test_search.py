@@ -127,7 +127,7 @@ def test_the_sweeps_searcher_is_found_inside_its_wrappers(tmp_path):
     budget's searcher wrap."""
     from types import SimpleNamespace
 
-    from sweeper.run.budget_guard import BudgetSearcher
+    from sweeper.budget._guard import BudgetSearcher
     from sweeper.search.asha import SlotLimiter
 
     search = make_search(tmp_path)

@@ -4,7 +4,7 @@
   one more would commit work past a cap: what is spent, plus what each running trial
   spends to its next rung, plus the new trial's start and first rung. That work is costed
   at the costliest config's forecast figures until the sweep has measured steps, then at
-  those figures corrected by the live estimate (sweeper/run/live_forecast.py: each figure
+  those figures corrected by the live estimate (sweeper/budget/_live_forecast.py: each figure
   times live / forecast for the mean config). It waits while
   trials run (a pruned one frees its commitment), and says `Searcher.FINISHED` (no more
   trials) once none runs or a cap is reached.
@@ -67,7 +67,7 @@ class BudgetGuard:
     # the first cap that did it.
     held_at_rung: tuple[int, ...] = ()
     held_at_rung_by: str | None = None
-    # The live forecast (sweeper/run/live_forecast.py): once the sweep has measured steps,
+    # The live forecast (sweeper/budget/_live_forecast.py): once the sweep has measured steps,
     # commitments are judged at the costliest config's figures corrected by them.
     live: object = None
     # Those figures as they stood when Tune last saved the guard: a resumed sweep, which

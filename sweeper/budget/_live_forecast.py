@@ -3,7 +3,7 @@
 starts from the driver's events, re-estimates what is left of the sweep at each of them,
 shows it under the live table, logs it on the parent run (`forecast_remaining_s`, ... at
 step = evaluations seen) and hands the budget guard its figures
-(sweeper/run/budget_guard.py).
+(sweeper/budget/_guard.py).
 
 Each figure of the forecast (seconds per step, per evaluation, per start) is replaced by
 the sweep's own mean as soon as the sweep has measured one; what is left is the

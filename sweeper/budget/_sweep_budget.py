@@ -1,6 +1,6 @@
 """The forecast and the budget while `sweep start` runs: the forecast calibrated, printed
 and logged to the parent run; the caps enforced through a searcher wrapper and a stopper
-(sweeper/run/budget_guard.py); at the end, forecast against actual and what the caps
+(sweeper/budget/_guard.py); at the end, forecast against actual and what the caps
 cut, on the parent run and in the summary. Every MLflow write goes through the tracker."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ __all__ = ["SweepBudget"]
 class SweepBudget:
     def __init__(self, spec: SweepSpec, plan: SweepPlan, forecast: Forecast | None, guard=None):
         self.spec, self.plan, self.forecast, self.guard = spec, plan, forecast, guard
-        self.live = None  # the live forecast (sweeper/run/live_forecast.py), once attached
+        self.live = None  # the live forecast (sweeper/budget/_live_forecast.py), once attached
 
     @classmethod
     def forecast_sweep(cls, plan: SweepPlan, inputs: SweepInputs, console: Console) -> "SweepBudget":
@@ -36,8 +36,8 @@ class SweepBudget:
         measured on `book` and logged by `tracker`; caps measured on `book` and judged at
         the live figures."""
         from sweeper.cost.prices import sweep_rate
-        from sweeper.run.budget_guard import make_guard
-        from sweeper.run.live_forecast import LiveForecast
+        from sweeper.budget._guard import make_guard
+        from sweeper.budget._live_forecast import LiveForecast
 
         tracker.log_sweep_params(self.forecast.as_params())
         self.live = LiveForecast(self.plan, self.forecast, book, sweep_rate(self.spec), tracker)
@@ -55,7 +55,7 @@ class SweepBudget:
         """For `sweep resume`: the guard that Tune restored with the searcher and stopper
         (pickled without a book) now measures on the resumed `book`. Returns the searcher
         inside the budget's wrapper (the sweep's own, whose state the caller rebuilds)."""
-        from sweeper.run.budget_guard import BudgetSearcher, BudgetStopper
+        from sweeper.budget._guard import BudgetSearcher, BudgetStopper
 
         if isinstance(stopper, BudgetStopper):
             self.guard = stopper.guard
@@ -71,7 +71,7 @@ class SweepBudget:
         """The search algorithm, wrapped so that no trial starts past a cap."""
         if self.guard is None or search_alg is None:
             return search_alg
-        from sweeper.run.budget_guard import BudgetSearcher
+        from sweeper.budget._guard import BudgetSearcher
 
         return BudgetSearcher(search_alg, self.guard)
 
@@ -79,7 +79,7 @@ class SweepBudget:
         """The RunConfig stopper that ends the sweep at a cap (None without a budget)."""
         if self.guard is None:
             return None
-        from sweeper.run.budget_guard import BudgetStopper
+        from sweeper.budget._guard import BudgetStopper
 
         return BudgetStopper(self.guard)
 
