@@ -7,41 +7,33 @@ from __future__ import annotations
 
 import time
 
-from rich.console import Console
-
-from sweeper.plan.command import print_forecast, sweep_forecast
 from sweeper.plan.forecast import Forecast
-from sweeper.plan.inputs import SweepInputs
 from sweeper.plan.sweep_plan import SweepPlan
-from sweeper.spec.schema import SweepSpec
 
 __all__ = ["SweepBudget"]
 
 
 class SweepBudget:
-    def __init__(self, spec: SweepSpec, plan: SweepPlan, forecast: Forecast | None, guard=None):
-        self.spec, self.plan, self.forecast, self.guard = spec, plan, forecast, guard
-        self.live = None  # the live forecast (sweeper/budget/_live_forecast.py), once attached
+    """A running sweep's budget: its forecast, the live forecast measured on the book, and
+    the guard that enforces the caps (each None where there is none: a resumed sweep has
+    no forecast of its own, the first driver logged it, and its guard comes back with
+    Tune's restored searcher and stopper)."""
+
+    def __init__(self, forecast: Forecast | None = None, live=None, guard=None):
+        self.forecast, self.live, self.guard = forecast, live, guard
 
     @classmethod
-    def forecast_sweep(cls, plan: SweepPlan, inputs: SweepInputs, console: Console) -> "SweepBudget":
-        """Calibrate on the cluster (unless cost.calibrate is false: the throughput model)
-        and print the forecast (before the sweep's clock starts; Ray is up)."""
-        forecast = sweep_forecast(plan, inputs if plan.spec.cost.calibrate else None)
-        print_forecast(forecast, plan.spec, console, brief=True)
-        return cls(plan.spec, plan, forecast)
-
-    def attach(self, book, tracker) -> None:
-        """Log the forecast to the parent run (`forecast_*` params); the live forecast
-        measured on `book` and logged by `tracker`; caps measured on `book` and judged at
-        the live figures."""
-        from sweeper.cost.prices import sweep_rate
+    def start(cls, plan: SweepPlan, forecast: Forecast, tracker) -> "SweepBudget":
+        """A new sweep's budget: the forecast logged to the parent run (`forecast_*`
+        params); the live forecast measured on the tracker's book and logged by it; the
+        caps measured on the book and judged at the live figures."""
         from sweeper.budget._guard import make_guard
         from sweeper.budget._live_forecast import LiveForecast
+        from sweeper.cost.prices import sweep_rate
 
-        tracker.log_sweep_params(self.forecast.as_params())
-        self.live = LiveForecast(self.plan, self.forecast, book, sweep_rate(self.spec), tracker)
-        self.guard = make_guard(self.spec, self.plan, book, self.forecast, self.live)
+        tracker.log_sweep_params(forecast.as_params())
+        live = LiveForecast(plan, forecast, tracker.book, sweep_rate(plan.spec), tracker)
+        return cls(forecast, live, make_guard(plan.spec, plan, tracker.book, forecast, live))
 
     def listeners(self, table) -> list:
         """The driver's listeners for the live forecast (none for a resumed sweep, which has
@@ -51,37 +43,25 @@ class SweepBudget:
         self.live.table = table
         return [self.live]
 
-    def reattach(self, search_alg, stopper, book):
-        """For `sweep resume`: the guard that Tune restored with the searcher and stopper
-        (pickled without a book) now measures on the resumed `book`. Returns the searcher
-        inside the budget's wrapper (the sweep's own, whose state the caller rebuilds)."""
+    def guarded(self, search_alg, stopper, book):
+        """The searcher and stopper Tune runs with, inside the caps, measured on `book`:
+        a new sweep's searcher wrapped so that no trial starts past a cap, and a stopper
+        that ends the sweep at one; a resumed sweep's, as Tune restored them (pickled
+        without a book), now measuring on the resumed book, with one guard for both, as
+        when the sweep started. Without a budget, as given."""
         from sweeper.budget._guard import BudgetSearcher, BudgetStopper
 
         if isinstance(stopper, BudgetStopper):
             self.guard = stopper.guard
         if isinstance(search_alg, BudgetSearcher):
             self.guard = self.guard or search_alg.guard
-            search_alg.guard = self.guard  # one guard, as when the sweep started
-            search_alg = search_alg.searcher
+            search_alg.guard = self.guard
+        elif self.guard is not None and search_alg is not None:
+            search_alg = BudgetSearcher(search_alg, self.guard)
         if self.guard is not None:
             self.guard.book = book
-        return search_alg
-
-    def searcher(self, search_alg):
-        """The search algorithm, wrapped so that no trial starts past a cap."""
-        if self.guard is None or search_alg is None:
-            return search_alg
-        from sweeper.budget._guard import BudgetSearcher
-
-        return BudgetSearcher(search_alg, self.guard)
-
-    def stopper(self):
-        """The RunConfig stopper that ends the sweep at a cap (None without a budget)."""
-        if self.guard is None:
-            return None
-        from sweeper.budget._guard import BudgetStopper
-
-        return BudgetStopper(self.guard)
+            stopper = stopper or BudgetStopper(self.guard)
+        return search_alg, stopper
 
     def cut(self) -> bool:
         """True when a cap ended the sweep early (it is not an interrupted sweep)."""

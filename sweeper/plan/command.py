@@ -19,7 +19,7 @@ from sweeper.plan.inputs import SweepInputs
 from sweeper.plan.sweep_plan import ClusterResources, SweepPlan, make_plan
 from sweeper.spec.schema import SweepSpec, trials_text
 
-__all__ = ["plan_sweep", "sweep_forecast", "print_forecast"]
+__all__ = ["plan_sweep", "sweep_forecast", "start_forecast", "print_forecast"]
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +45,15 @@ def sweep_forecast(plan: SweepPlan, inputs: SweepInputs | None) -> Forecast:
             "sweep start with cost.calibrate true"
         )
     return forecast_sweep(plan, timing)
+
+
+def start_forecast(plan: SweepPlan, inputs: SweepInputs, console: Console) -> Forecast:
+    """`sweep start`'s forecast, before the sweep's clock starts (Ray is up): calibrated
+    on the cluster unless cost.calibrate is false (then the throughput model), printed
+    in brief."""
+    forecast = sweep_forecast(plan, inputs if plan.spec.cost.calibrate else None)
+    print_forecast(forecast, plan.spec, console, brief=True)
+    return forecast
 
 
 def print_forecast(forecast: Forecast, spec: SweepSpec, console: Console, brief: bool = False) -> None:

@@ -170,7 +170,7 @@ def test_a_restored_guard_without_its_book_cuts_nothing():
 
 def test_a_resumed_sweep_measures_its_restored_guard_on_the_new_book():
     """`sweep resume`: Tune restores the searcher and the stopper pickled at the start (their
-    guard without a book); SweepBudget.reattach gives them the resumed book, so the caps
+    guard without a book); SweepBudget.guarded gives them the resumed book, so the caps
     count what the first driver's trials spent."""
     import pickle
 
@@ -180,11 +180,11 @@ def test_a_resumed_sweep_measures_its_restored_guard_on_the_new_book():
     guard = guard_with(book_with(), max_usd=0.05)
     searcher, stopper = pickle.loads(pickle.dumps((BudgetSearcher(inner, guard), BudgetStopper(guard))))
     resumed_book = book_with(running_trial(1, 30, 20), running_trial(2, 25, 10))  # $0.055 spent
-    budget = SweepBudget(spec=None, plan=None, forecast=None, guard=None)
+    budget = SweepBudget()
 
-    unwrapped = budget.reattach(searcher, stopper, resumed_book)
+    guarded, kept = budget.guarded(searcher, stopper, resumed_book)
 
-    assert isinstance(unwrapped, Counting)  # the sweep's own searcher, for rebuild_for_resume
+    assert guarded is searcher and kept is stopper and isinstance(guarded.searcher, Counting)  # as Tune restored them
     assert budget.guard is stopper.guard is searcher.guard and budget.guard.book is resumed_book
     assert stopper.stop_all() and budget.cut()
     assert searcher.suggest("c") == Searcher.FINISHED  # a cap reached
@@ -194,8 +194,8 @@ def test_a_resumed_sweep_without_a_budget_keeps_its_searcher():
     from sweeper.budget._sweep_budget import SweepBudget
 
     inner = Counting()
-    budget = SweepBudget(spec=None, plan=None, forecast=None, guard=None)
-    assert budget.reattach(inner, None, book_with()) is inner and budget.guard is None and not budget.cut()
+    budget = SweepBudget()
+    assert budget.guarded(inner, None, book_with()) == (inner, None) and budget.guard is None and not budget.cut()
 
 
 def test_trials_suggested_in_one_loop_step_count_before_they_start():

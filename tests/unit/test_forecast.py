@@ -276,7 +276,7 @@ def test_sweep_start_with_cost_calibrate_false_forecasts_from_the_throughput_mod
     from rich.console import Console
 
     from sweeper.plan import calibrate as calibrate_module
-    from sweeper.budget._sweep_budget import SweepBudget
+    from sweeper.plan.command import start_forecast
 
     def no_calibration(*args, **kwargs):
         raise AssertionError("calibrated although cost.calibrate is false")
@@ -284,8 +284,8 @@ def test_sweep_start_with_cost_calibrate_false_forecasts_from_the_throughput_mod
     monkeypatch.setattr(calibrate_module, "calibrate", no_calibration)
     spec = validate_spec(small_sweep("m", cost={"calibrate": False}), base_dir=REPO)
     console = Console(record=True, width=200)
-    budget = SweepBudget.forecast_sweep(make_plan(spec, CPU_BOX), object(), console)
-    assert "throughput model" in budget.forecast.timing.source
+    forecast = start_forecast(make_plan(spec, CPU_BOX), object(), console)
+    assert "throughput model" in forecast.timing.source
     assert "throughput model" in console.export_text()
     default = small_sweep("d")
     del default["cost"]  # the tests' small sweeps skip calibration
