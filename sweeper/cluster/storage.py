@@ -258,6 +258,25 @@ def check_from_every_node(uri: str, timeout_s: float = NODE_CHECK_TIMEOUT_S) -> 
             raise UserError(node_problem(uri, pending[ref]["NodeManagerAddress"], failed, len(nodes)))
 
 
+def check_every_node_reaches(uri: str, travelling: dict[str, str]) -> str | None:
+    """On a cluster joined: refuse storage some node cannot reach (a folder on this
+    machine's own disk with other nodes; object storage a node's probe cannot write), and
+    say what was probed and which `travelling` settings went with the job (None: none).
+
+    Raises:
+        UserError: keyed `storage.uri`.
+    """
+    import ray
+
+    nodes = sum(1 for node in ray.nodes() if node.get("Alive"))
+    check_reachable_by_every_node(uri, nodes, read_mounts())
+    check_from_every_node(uri)
+    if not travelling:
+        return None
+    return (f"Storage {uri}: written from every node (probed); sent with the job: "
+            + ", ".join(f"{name}={value}" for name, value in sorted(travelling.items())))
+
+
 def node_problem(uri: str, node_address: str, failed: dict, node_count: int) -> str:
     """The keyed line for storage that this machine writes and a node of the cluster does
     not (`failed`: what `probe_storage` returned there): what the node lacks."""

@@ -16,8 +16,12 @@ Listeners need no Ray: they see records, not Tune's trials.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import signal
+import threading
 import time
+import traceback
 from typing import Callable, Protocol
 
 from ray.tune import Callback
@@ -27,10 +31,10 @@ from sweeper.search.study import STARTUP_ATTR, WARM_START_ATTR
 from sweeper.names import TrialState
 from sweeper.run.janitor import error_reason, trial_error
 from sweeper.cluster.ray_adapter import forget_running_averages, tune_trial_number
-from sweeper.cluster.storage import disk_full
+from sweeper.cluster.storage import DISK_FULL_TEXTS, disk_full
 from trainables.metrics import REPORTED_KEYS, STEP
 
-__all__ = ["DISK_FULL", "SweepDriver", "TrialListener", "rebuild_for_resume"]
+__all__ = ["DISK_FULL", "SweepDriver", "TrialListener", "rebuild_for_resume", "disk_full_said_once", "sigterm_stops_like_sigint"]
 
 # Why a trial stopped when its checkpoint found the disk full (its run's `sweeper.status`
 # reads "stopped: disk full").
@@ -182,3 +186,59 @@ def rebuild_for_resume(tracker, scheduler, searcher, study_url: str) -> None:
         scheduler.mark_unranked(searcher.unranked if searcher is not None else ())
     if searcher is not None:
         searcher.reconcile(tracker.book)
+
+
+# ------------------------------------------------------------ the driver's process while Tune runs
+
+
+class _DiskFullTraceback(logging.Filter):
+    """Drops Tune's and Ray's tracebacks of an error that is a full disk: the sweep says it
+    in one line when it stops (sweeper/cluster/storage.py: disk_full_line)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage() + ("".join(traceback.format_exception(*record.exc_info)) if record.exc_info else "")
+        return not any(marker in text for marker in DISK_FULL_TEXTS)
+
+
+# Where Tune logs a failed trial's traceback, and Ray an error no one fetched.
+_TRACEBACK_LOGGERS = ("ray.tune.execution.tune_controller", "ray._private.worker")
+
+
+@contextlib.contextmanager
+def disk_full_said_once():
+    quiet = _DiskFullTraceback()
+    loggers = [logging.getLogger(name) for name in _TRACEBACK_LOGGERS]
+    for each in loggers:
+        each.addFilter(quiet)
+    try:
+        yield
+    finally:
+        for each in loggers:
+            each.removeFilter(quiet)
+
+
+@contextlib.contextmanager
+def sigterm_stops_like_sigint(received: list[int]):
+    """While the tuner runs, SIGTERM (a job scheduler, `kill`, a container stop, a Ray Job
+    stopped) does what SIGINT does: Tune's own SIGINT handler, which `fit()` installs, stops
+    the trials, saves their checkpoints and Tune's state, and `fit()` returns; a second one
+    skips that, as a second Ctrl-C does. `received` gets the signal's number, for the
+    exit status (128 + 15). Ray's driver handler (`sys.exit` on SIGTERM, set by
+    `ray.init`) is put back afterwards."""
+    if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
+        yield
+        return
+
+    def on_sigterm(signum, frame):
+        received.append(signum)
+        handler = signal.getsignal(signal.SIGINT)
+        if callable(handler):
+            handler(signal.SIGINT, frame)
+        else:  # SIG_DFL or SIG_IGN: none of Python's; stop as Python stops on SIGINT
+            raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -1,26 +1,21 @@
-"""Launch: a sweep from its spec to its finished runs, top to bottom. Set up (the tracking
-store checked, the data tokenized once, Ray up, the plan checked against the cluster),
-forecast, the sweep folder and the tracker; the budget; the watchers of the run (the
-driver callback, the live table); the tuner; fit and finish. Each step returns what the
-next needs. `run_sweep`, `resume_sweep` and `rebuild_sweep` differ in how the tuner is
-obtained: made anew, restored with the sweep's state, or made anew over what MLflow and
+"""Launch: a sweep from its spec to its finished runs, top to bottom: set up (tracking
+store checked, data tokenized once, Ray up, the plan checked against the cluster), the
+forecast, the sweep folder, the tracker, the budget, the run's watchers, the tuner, fit.
+Each step returns what the next needs; start, resume and rebuild differ in how the
+tuner is obtained: made anew, restored with Tune's state, made anew over what MLflow and
 the study kept."""
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import os
 import signal
-import threading
 import time
-import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
-from rich.markup import escape
 
 from sweeper import driver_log
 from sweeper.budget import SweepBudget
@@ -50,7 +45,7 @@ from trainables.models import DEFAULT_CACHE_ROOT
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SweepRun", "run_sweep", "resume_sweep", "rebuild_sweep", "trainable_name", "trial_name"]
+__all__ = ["SweepRun", "run_sweep", "resume_sweep", "rebuild_sweep"]
 
 
 @dataclass
@@ -105,13 +100,15 @@ def run_sweep(
     check (tracking store, cluster fit, data files) happens before the sweep folder or any
     MLflow run is written. `extra_callbacks` are more Tune callbacks for the driver (the
     benchmarks time results with one)."""
+    from sweeper.run.trial import make_trainable
     from sweeper.search.searcher import make_search
     from sweeper.search.warm_start import read_warm_start
 
     started, console = time.time(), console or Console()
     refuse_existing_sweep(spec, overwrite)
     warm_start = read_warm_start(spec)
-    _print_warm_start(warm_start, console)
+    for line in warm_start.lines():
+        console.print(line, highlight=False, soft_wrap=True)
     setup = _set_up(spec, address or LOCAL_CLUSTER, console, cache_root)
     _print_sweep(setup, console)
     forecast = start_forecast(setup.plan, setup.inputs, console)
@@ -123,7 +120,7 @@ def run_sweep(
     tracker.start_sweep(yaml_folder)
     budget = SweepBudget.start(setup.plan, forecast, tracker)  # the forecast on the parent run, the caps on the book
     watch = _watch(setup, tracker, budget, console, extra_callbacks or [])
-    trainable = _trainable(setup, cache_root, forecast)
+    trainable = make_trainable(setup.spec, setup.inputs.data, cache_root, forecast)
     search_alg, scheduler, slots = make_search(setup.plan, sweep_dir, warm_start)
     search_alg, stopper = budget.guarded(search_alg, None, tracker.book)
     _hand_the_driver_its_marks(search_alg, watch.driver)
@@ -144,6 +141,8 @@ def resume_sweep(
     from sweeper.cluster.ray_adapter import restore_tuner
     from sweeper.names import TrialState
     from sweeper.run.driver import DISK_FULL, rebuild_for_resume
+    from sweeper.run.sweep_state import restart_unreadable_trials
+    from sweeper.run.trial import make_trainable
     from sweeper.search.study import study_url
     from sweeper.spec.load import load_spec
 
@@ -171,10 +170,10 @@ def resume_sweep(
     budget = SweepBudget()  # no forecast of its own (the first driver logged it); the caps come back with the searcher
     tracker = _open_tracker(setup)
     watch = _watch(setup, tracker, budget, console, [])
-    trainable = _trainable(setup, cache_root, None)
+    trainable = make_trainable(setup.spec, setup.inputs.data, cache_root, None)
     # The book first: a trial a full disk stopped is an error to Tune, to continue all the same.
     tracker.reattach()
-    _restart_unreadable_trials(spec, tracker, unreadable, console)
+    restart_unreadable_trials(spec, tracker, unreadable, console)
     disk_full_trials = any(t.state == TrialState.STOPPED and t.error == DISK_FULL for t in tracker.book.trials.values())
     storage_filesystem, experiment_path = storage.filesystem(experiment)
     tuner, scheduler, search_alg, stopper = restore_tuner(
@@ -200,7 +199,8 @@ def rebuild_sweep(
     their Optuna trials told failed, their Train runs set aside); Tune's state is set aside
     (`tune.unreadable-<time>`) and a new Tune experiment runs the trials still to run, the
     search going on from the study's history."""
-    from sweeper.run.sweep_state import set_aside
+    from sweeper.run.sweep_state import set_aside_for_rebuild
+    from sweeper.run.trial import make_trainable
     from sweeper.search.searcher import make_search
     from sweeper.spec.load import load_spec
 
@@ -221,20 +221,14 @@ def rebuild_sweep(
     tracker.reattach()
     unfinished = [record for record in book.trials.values() if not record.finished]
     tracker.discard_trials(unfinished)
-    tune = Path(storage.join(spec.storage_uri, "tune"))
-    if tune.exists():
-        tune.rename(tune.with_name(f"tune.unreadable-{time.strftime('%Y%m%d-%H%M%S')}"))
-    trials_folder = Path(storage.join(spec.storage_uri, "trials"))
-    for record in unfinished:
-        if (trials_folder / record.trial_id).exists():
-            set_aside(trials_folder, record.trial_id)
+    set_aside_for_rebuild(spec.storage_uri, [record.trial_id for record in unfinished])
     remaining = max(0, setup.plan.trials - len(book.trials))
     console.print(
         f"Rebuilt from MLflow and the Optuna study: {len(book.trials)} finished trial(s) kept, {len(unfinished)} "
         f"unfinished started again as new trials; {remaining} trial(s) to run", highlight=False,
     )
     watch = _watch(setup, tracker, budget, console, [])
-    trainable = _trainable(setup, cache_root, None)
+    trainable = make_trainable(setup.spec, setup.inputs.data, cache_root, None)
     search_alg, scheduler, slots = make_search(setup.plan, sweep_dir, None)
     _forget_unfinished(search_alg, book, unfinished)
     search_alg, stopper = budget.guarded(search_alg, None, book)
@@ -243,33 +237,7 @@ def rebuild_sweep(
     return _fit(setup, tuner, watch, tracker, budget, started)
 
 
-def trainable_name(spec: SweepSpec) -> str:
-    """Tune's name for the sweep's trainable: the dashboard shows it as each trial
-    actor's Repr (Tune gives its function trainables no actor name; a trial actor runs
-    several trials, and Ray reads a Repr once, so it names the sweep, not the trial)."""
-    return f"sweep-{spec.name}"
-
-
-def trial_name(sweep_name: str, trial) -> str:
-    """Tune's name for a trial (TuneConfig's trial_name_creator), `sweep-<name>-trial-<N>`
-    with N its number in the live table, MLflow and `sweep status`: the Repr of its Ray
-    Train workers in the dashboard (sweeper/run/trial.py)."""
-    from sweeper.cluster.ray_adapter import tune_trial_number
-
-    return f"sweep-{sweep_name}-trial-{tune_trial_number(trial)}"
-
-
 # ------------------------------------------------------------------ the steps
-
-
-def _print_warm_start(warm_start, console: Console) -> None:
-    for note in warm_start.notes:
-        console.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False, soft_wrap=True)
-    if warm_start:
-        console.print(
-            f"Warm start: {len(warm_start.trials)} earlier trials added to the search, "
-            f"{len(warm_start.first_configs)} of their best configs run first"
-        )
 
 
 def _set_up(spec: SweepSpec, address: str, console: Console, cache_root: Path) -> Setup:
@@ -280,12 +248,8 @@ def _set_up(spec: SweepSpec, address: str, console: Console, cache_root: Path) -
     cluster. Nothing is written yet."""
     from sweeper.cost.memory import check_before_launch, cluster_accelerator_types, launch_card_gib, with_gpu_packing
     from sweeper.cost.prices import priced_on_cluster
-    from sweeper.track.mlflow_store import (
-        check_tracking_uri,
-        check_tracking_writable,
-        hardware_description,
-        resolve_tracking_uri,
-    )
+    from sweeper.track.mlflow_store import check_tracking_uri, check_tracking_writable, hardware_description
+    from sweeper.track.mlflow_store import resolve_tracking_uri
 
     check_address(address)  # seconds, before the data is tokenized
     tracking_uri = resolve_tracking_uri(spec.tracking.uri)
@@ -299,17 +263,9 @@ def _set_up(spec: SweepSpec, address: str, console: Console, cache_root: Path) -
     travelling = storage.travelling_settings(spec.storage_uri, os.environ)
     _, dashboard_url = start_ray(address, job_metadata(spec, tracking_uri), env_vars=travelling)
     if not starts_own_cluster(address):
-        import ray
-
-        nodes = sum(1 for node in ray.nodes() if node.get("Alive"))
-        storage.check_reachable_by_every_node(spec.storage_uri, nodes, storage.read_mounts())
-        storage.check_from_every_node(spec.storage_uri)
-        if travelling:
-            console.print(
-                f"Storage {spec.storage_uri}: written from every node (probed); sent with the job: "
-                + ", ".join(f"{name}={value}" for name, value in sorted(travelling.items())),
-                highlight=False, soft_wrap=True,
-            )
+        probed = storage.check_every_node_reaches(spec.storage_uri, travelling)
+        if probed:
+            console.print(probed, highlight=False, soft_wrap=True)
     # resources.gpus_per_worker: auto, sized on the cluster's GPU: every step from here on
     # (plan, budget, tracking, the trials) reads the number it came to.
     spec, packing = with_gpu_packing(spec, launch_card_gib(spec))
@@ -380,62 +336,6 @@ def _print_where_to_look(setup: Setup, console: Console) -> None:
         console.print(line, highlight=False, soft_wrap=True)
 
 
-def _trainable(setup: Setup, cache_root: Path, forecast):
-    """The function each trial runs, with what every trial shares: its config before the
-    sampled values, the tokenized data (in Ray's object store, once) and where to write.
-    `forecast`: the sweep's (None for a resumed sweep: its first driver's)."""
-    import ray
-    from ray import tune
-
-    from sweeper.run.trial import TRIAL_ACTOR_RESOURCES, run_trial, worker_start_timeout
-
-    spec = setup.spec
-    timeout_s = worker_start_timeout(
-        spec.resources.worker_start_timeout_s, forecast.timing.setup_seconds if forecast else None
-    )
-    logger.info(
-        "A trial whose workers are not placed and started within %.0f s fails, saying why "
-        "(resources.worker_start_timeout_s)", timeout_s,
-    )
-    trainable = tune.with_parameters(
-        run_trial,
-        trial_config=spec.trial_config(),
-        max_failures=spec.search.max_failures,
-        # Wrapped in a dict so that Ray passes the reference through configs un-fetched.
-        data={"ref": ray.put(setup.inputs.data)},
-        cache_root=str(cache_root),
-        trials_dir=storage.join(spec.storage_uri, "trials"),
-        worker_start_timeout_s=timeout_s,
-    )
-    trainable = tune.with_resources(trainable, TRIAL_ACTOR_RESOURCES)
-    trainable.__name__ = trainable_name(spec)
-    return trainable
-
-
-def _restart_unreadable_trials(spec: SweepSpec, tracker, unreadable: list, console: Console) -> None:
-    """Trials to continue whose checkpoint does not read start again from step 0: said in
-    the output, tagged on their run (Tag.RESTARTED), their book's curve begun anew. A
-    finished trial's unreadable adapter is only said (promotion cannot use it)."""
-    from sweeper.names import Tag
-    from sweeper.run.sweep_state import set_aside
-
-    trials_folder = Path(storage.join(spec.storage_uri, "trials"))
-    for problem in unreadable:
-        record = tracker.book.trials.get(problem.trial_id)
-        if record is not None and record.finished:
-            console.print(f"[yellow]note:[/yellow] trial {record.number}: its adapter checkpoint "
-                          f"{escape(str(problem.path))} is unreadable ({escape(problem.problem)})", soft_wrap=True)
-            continue
-        set_aside(trials_folder, problem.trial_id)
-        console.print(f"[yellow]note:[/yellow] {escape(problem.note(record.number if record else None))}",
-                      highlight=False, soft_wrap=True)
-        if record is not None:
-            record.history = []
-            run_id = tracker.child_run_ids.get(problem.trial_id)
-            if run_id:
-                tracker.client.set_tag(run_id, Tag.RESTARTED, f"from step 0: checkpoint unreadable ({problem.problem})")
-
-
 def _forget_unfinished(search_alg, book: SweepBook, unfinished: list) -> None:
     """A rebuilt sweep's study checked against the book; the Optuna trials of the
     unfinished trials, started again as new trials, end here as failed."""
@@ -470,29 +370,23 @@ def _new_tuner(setup: Setup, trainable, watch: Watch, search_alg, scheduler, slo
     from ray import tune
 
     from sweeper.cluster.ray_adapter import reuse_trial_actors
+    from sweeper.run.trial import trial_name
 
     spec = setup.spec
     storage_filesystem, storage_path = storage.filesystem(spec.storage_uri)
     return tune.Tuner(
         trainable,
         tune_config=tune.TuneConfig(
-            search_alg=search_alg,
-            scheduler=scheduler,
-            num_samples=num_samples,
-            max_concurrent_trials=slots,
-            # A trial's actor runs the next trial (run_trial aborts its Train run
-            # when Tune stops it), instead of a new process importing torch per trial;
-            # not on ray_adapter's public fallback, where a stop ends the actor.
+            search_alg=search_alg, scheduler=scheduler, num_samples=num_samples, max_concurrent_trials=slots,
+            # A trial's actor runs the next trial (run_trial aborts its Train run when Tune
+            # stops it), instead of a new process importing torch per trial; not on
+            # ray_adapter's public fallback, where a stop ends the actor.
             reuse_actors=reuse_trial_actors(),
             trial_name_creator=functools.partial(trial_name, spec.name),
         ),
         run_config=tune.RunConfig(
-            name="tune",
-            storage_path=storage_path,
-            storage_filesystem=storage_filesystem,
-            callbacks=watch.callbacks,
-            verbose=0,
-            stop=stopper,
+            name="tune", storage_path=storage_path, storage_filesystem=storage_filesystem,
+            callbacks=watch.callbacks, verbose=0, stop=stopper,
         ),
     )
 
@@ -504,6 +398,8 @@ TUNE_NEW_OUTPUT_ENV = "RAY_AIR_NEW_OUTPUT"
 def _fit(setup: Setup, tuner, watch: Watch, tracker, budget: SweepBudget, started: float) -> SweepRun:
     """Run the tuner; close every MLflow run whatever happens (a stop, an error, Ctrl-C);
     then the forecast against actual and what the caps cut."""
+    from sweeper.run.driver import disk_full_said_once, sigterm_stops_like_sigint
+
     spec, plan, book, driver = setup.spec, setup.plan, tracker.book, watch.driver
     pid_file = spec.sweep_dir / DRIVER_PID_FILE
     pid_file.write_text(str(os.getpid()))
@@ -516,7 +412,7 @@ def _fit(setup: Setup, tuner, watch: Watch, tracker, budget: SweepBudget, starte
         # the live table is the sweep's.
         os.environ[TUNE_NEW_OUTPUT_ENV] = "0"
         try:
-            with watch.table, _sigterm_stops_like_sigint(stop_signals), _disk_full_said_once():
+            with watch.table, sigterm_stops_like_sigint(stop_signals), disk_full_said_once():
                 tuner.fit()
         except Exception as exc:  # the driver's own write to the full disk (Tune's state, the Optuna study)
             if not storage.disk_full(exc):
@@ -550,54 +446,4 @@ def _fit(setup: Setup, tuner, watch: Watch, tracker, budget: SweepBudget, starte
     return run
 
 
-class _DiskFullTraceback(logging.Filter):
-    """Drops Tune's and Ray's tracebacks of an error that is a full disk: the sweep says it
-    in one line when it stops (sweeper/cluster/storage.py: disk_full_line)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        text = record.getMessage() + ("".join(traceback.format_exception(*record.exc_info)) if record.exc_info else "")
-        return not any(marker in text for marker in storage.DISK_FULL_TEXTS)
-
-
-# Where Tune logs a failed trial's traceback, and Ray an error no one fetched.
-_TRACEBACK_LOGGERS = ("ray.tune.execution.tune_controller", "ray._private.worker")
-
-
-@contextlib.contextmanager
-def _disk_full_said_once():
-    quiet = _DiskFullTraceback()
-    loggers = [logging.getLogger(name) for name in _TRACEBACK_LOGGERS]
-    for each in loggers:
-        each.addFilter(quiet)
-    try:
-        yield
-    finally:
-        for each in loggers:
-            each.removeFilter(quiet)
-
-
-@contextlib.contextmanager
-def _sigterm_stops_like_sigint(received: list[int]):
-    """While the tuner runs, SIGTERM (a job scheduler, `kill`, a container stop, a Ray Job
-    stopped) does what SIGINT does: Tune's own SIGINT handler, which `fit()` installs, stops
-    the trials, saves their checkpoints and Tune's state, and `fit()` returns; a second one
-    skips that, as a second Ctrl-C does. `received` gets the signal's number, for the
-    exit status (128 + 15). Ray's driver handler (`sys.exit` on SIGTERM, set by
-    `ray.init`) is put back afterwards."""
-    if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
-        yield
-        return
-
-    def on_sigterm(signum, frame):
-        received.append(signum)
-        handler = signal.getsignal(signal.SIGINT)
-        if callable(handler):
-            handler(signal.SIGINT, frame)
-        else:  # SIG_DFL or SIG_IGN: none of Python's; stop as Python stops on SIGINT
-            raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, on_sigterm)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+#END

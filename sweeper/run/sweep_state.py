@@ -16,6 +16,7 @@ Local sweep folders only; a sweep on object storage is read as Tune reads it."""
 from __future__ import annotations
 
 import json
+import time
 import pickletools
 import zipfile
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from pathlib import Path
 
 from sweeper.errors import UserError
 
-__all__ = ["UnreadableCheckpoint", "check_study", "check_tune_state", "unreadable_checkpoints", "set_aside"]
+__all__ = ["UnreadableCheckpoint", "check_study", "check_tune_state", "unreadable_checkpoints", "set_aside", "set_aside_for_rebuild", "restart_unreadable_trials"]
 
 UNREADABLE_SUFFIX = ".unreadable"
 
@@ -147,3 +148,41 @@ def set_aside(trials_folder: Path, trial_id: str) -> Path:
         shutil.rmtree(target)
     run.rename(target)
     return target
+
+
+def set_aside_for_rebuild(storage_uri: str, trial_ids: list[str]) -> None:
+    """`sweep resume --rebuild`: Tune's state set aside (`tune.unreadable-<time>`), and the
+    Train runs of the trials `trial_ids` that start again from step 0."""
+    tune = Path(storage_uri) / "tune"
+    if tune.exists():
+        tune.rename(tune.with_name(f"tune.unreadable-{time.strftime('%Y%m%d-%H%M%S')}"))
+    trials_folder = Path(storage_uri) / "trials"
+    for trial_id in trial_ids:
+        if (trials_folder / trial_id).exists():
+            set_aside(trials_folder, trial_id)
+
+
+def restart_unreadable_trials(spec, tracker, unreadable: list[UnreadableCheckpoint], console) -> None:
+    """Trials to continue whose checkpoint does not read start again from step 0: said in
+    the output, tagged on their run (Tag.RESTARTED), their book's curve begun anew. A
+    finished trial's unreadable adapter is only said (promotion cannot use it)."""
+    from rich.markup import escape
+
+    from sweeper.cluster import storage
+    from sweeper.names import Tag
+
+    trials_folder = Path(storage.join(spec.storage_uri, "trials"))
+    for problem in unreadable:
+        record = tracker.book.trials.get(problem.trial_id)
+        if record is not None and record.finished:
+            console.print(f"[yellow]note:[/yellow] trial {record.number}: its adapter checkpoint "
+                          f"{escape(str(problem.path))} is unreadable ({escape(problem.problem)})", soft_wrap=True)
+            continue
+        set_aside(trials_folder, problem.trial_id)
+        console.print(f"[yellow]note:[/yellow] {escape(problem.note(record.number if record else None))}",
+                      highlight=False, soft_wrap=True)
+        if record is not None:
+            record.history = []
+            run_id = tracker.child_run_ids.get(problem.trial_id)
+            if run_id:
+                tracker.client.set_tag(run_id, Tag.RESTARTED, f"from step 0: checkpoint unreadable ({problem.problem})")

@@ -26,8 +26,10 @@ to `search.max_failures` times.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
+from pathlib import Path
 
 from ray import tune
 from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
@@ -43,6 +45,8 @@ from trainables.config import TrialConfig
 from trainables.metrics import PREEMPTION_CHECKPOINT, RESTARTS
 from trainables.worker import train_loop_per_worker
 
+logger = logging.getLogger(__name__)
+
 
 # Ray Train reads its worker start timeout from this variable, in the process running the
 # Train controller (here the trial's own); it says so in its timeout error.
@@ -57,6 +61,50 @@ WORKER_START_MEASURED_TIMES = 10
 TRIAL_ACTOR_RESOURCES = {"cpu": 0, "memory": 1024**2, **ON_THE_HEAD_NODE}
 # What makes a process see no GPU: CUDA reads it once, when torch first initialises CUDA.
 NO_VISIBLE_DEVICE = {"CUDA_VISIBLE_DEVICES": ""}
+
+
+def trainable_name(spec) -> str:
+    """Tune's name for the sweep's trainable: the dashboard shows it as each trial
+    actor's Repr (Tune gives its function trainables no actor name; a trial actor runs
+    several trials, and Ray reads a Repr once, so it names the sweep, not the trial)."""
+    return f"sweep-{spec.name}"
+
+
+def trial_name(sweep_name: str, trial) -> str:
+    """Tune's name for a trial (TuneConfig's trial_name_creator), `sweep-<name>-trial-<N>`
+    with N its number in the live table, MLflow and `sweep status`: the Repr of its Ray
+    Train workers in the dashboard (sweeper/run/trial.py)."""
+    from sweeper.cluster.ray_adapter import tune_trial_number
+
+    return f"sweep-{sweep_name}-trial-{tune_trial_number(trial)}"
+
+
+def make_trainable(spec, data: dict, cache_root: Path, forecast):
+    """The function each trial runs, with what every trial shares: its config before the
+    sampled values, the tokenized `data` (in Ray's object store, once) and where to write.
+    `forecast`: the sweep's (None for a resumed sweep: its first driver's)."""
+    import ray
+
+    timeout_s = worker_start_timeout(
+        spec.resources.worker_start_timeout_s, forecast.timing.setup_seconds if forecast else None
+    )
+    logger.info(
+        "A trial whose workers are not placed and started within %.0f s fails, saying why "
+        "(resources.worker_start_timeout_s)", timeout_s,
+    )
+    trainable = tune.with_parameters(
+        run_trial,
+        trial_config=spec.trial_config(),
+        max_failures=spec.search.max_failures,
+        # Wrapped in a dict so that Ray passes the reference through configs un-fetched.
+        data={"ref": ray.put(data)},
+        cache_root=str(cache_root),
+        trials_dir=storage.join(spec.storage_uri, "trials"),
+        worker_start_timeout_s=timeout_s,
+    )
+    trainable = tune.with_resources(trainable, TRIAL_ACTOR_RESOURCES)
+    trainable.__name__ = trainable_name(spec)
+    return trainable
 
 
 class WorkersNotPlaced(RuntimeError):

@@ -48,6 +48,17 @@ class WarmStart:
     def __bool__(self) -> bool:
         return bool(self.trials or self.first_configs)
 
+    def lines(self) -> list[str]:
+        """What `sweep start` says of it (rich markup): a note per thing left out, then
+        what went in."""
+        from rich.markup import escape
+
+        lines = [f"[yellow]note:[/yellow] {escape(note)}" for note in self.notes]
+        if self:
+            lines.append(f"Warm start: {len(self.trials)} earlier trials added to the search, "
+                         f"{len(self.first_configs)} of their best configs run first")
+        return lines
+
 
 def read_warm_start(spec: SweepSpec) -> WarmStart:
     """The seed of `spec`'s search from the sweeps in `search.warm_start` (empty without

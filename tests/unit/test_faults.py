@@ -12,7 +12,7 @@ import typer
 
 from sweeper.cli.common import finish_run
 from sweeper.names import TrialState
-from sweeper.run.launch import _sigterm_stops_like_sigint
+from sweeper.run.driver import sigterm_stops_like_sigint
 from sweeper.track.book import SweepBook, TrialRecord
 
 
@@ -22,7 +22,7 @@ def test_sigterm_calls_the_sigint_handler_while_the_tuner_runs_and_is_put_back_a
     before_sigterm = signal.getsignal(signal.SIGTERM)
     received: list[int] = []
     try:
-        with _sigterm_stops_like_sigint(received):
+        with sigterm_stops_like_sigint(received):
             os.kill(os.getpid(), signal.SIGTERM)
         assert calls == [signal.SIGINT]  # Tune's handler, as for Ctrl-C
         assert received == [signal.SIGTERM]
@@ -34,7 +34,7 @@ def test_sigterm_calls_the_sigint_handler_while_the_tuner_runs_and_is_put_back_a
 def test_a_second_sigterm_after_tunes_handler_is_gone_interrupts_as_a_second_ctrl_c():
     before = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        with pytest.raises(KeyboardInterrupt), _sigterm_stops_like_sigint([]):
+        with pytest.raises(KeyboardInterrupt), sigterm_stops_like_sigint([]):
             os.kill(os.getpid(), signal.SIGTERM)
     finally:
         signal.signal(signal.SIGINT, before)
@@ -274,10 +274,10 @@ def test_tunes_traceback_of_a_full_disk_is_dropped_and_other_errors_keep_theirs(
     import errno
     import logging
 
-    from sweeper.run.launch import _disk_full_said_once
+    from sweeper.run.driver import disk_full_said_once
 
     logger = logging.getLogger("ray.tune.execution.tune_controller")
-    with caplog.at_level(logging.ERROR), _disk_full_said_once():
+    with caplog.at_level(logging.ERROR), disk_full_said_once():
         for error in (OSError(errno.ENOSPC, "No space left on device"), ValueError("loss is nan at step 15")):
             try:
                 raise error
