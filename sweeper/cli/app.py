@@ -1,7 +1,7 @@
 """The `sweep` command: the group (`SweepCommands`) turns the errors a user can fix into
 keyed one-line messages and an exit status, once for all subcommands (tracebacks with
 --debug), and the table below registers the subcommands, which live one module per group
-(scaffolding, running, jobs, reading, promoting), each parsing its arguments and calling one module."""
+(scaffolding, running, reading, promoting), each parsing its arguments and calling one module."""
 
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ from rich.markup import escape
 from typer.core import TyperGroup
 
 import sweeper.cli.environment as environment
-import sweeper.cli.jobs as jobs
 import sweeper.cli.promoting as promoting
 import sweeper.cli.reading as reading
 import sweeper.cli.running as running
@@ -70,8 +69,8 @@ def main(debug: bool = typer.Option(False, "--debug", help="Show tracebacks for 
 # The subcommands, in the order `sweep --help` lists them.
 COMMANDS = [
     (scaffolding.init, None), (running.validate, None), (reading.reference, None), (running.start, None),
-    (running.plan, None), (running.resume, None), (running.stop, None), (reading.dashboard, None), (jobs.submit, None),
-    (jobs.logs, None), (reading.list_sweeps, "list"), (reading.status, None), (promoting.promote, None),
+    (running.plan, None), (running.resume, None), (running.stop, None), (reading.dashboard, None), (running.submit, None),
+    (running.logs, None), (reading.list_sweeps, "list"), (reading.status, None), (promoting.promote, None),
     (promoting.export, None), (reading.report, None), (environment.doctor, None),
 ]
 for command, name in COMMANDS:

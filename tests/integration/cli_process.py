@@ -44,7 +44,6 @@ PREIMPORTS = (
     "sweeper.cli.running",
     "sweeper.cli.reading",
     "sweeper.cli.promoting",
-    "sweeper.cli.jobs",
     "sweeper.run.launch",
     "sweeper.run.driver",
     "sweeper.run.trial",
