@@ -1,6 +1,7 @@
 """Where the sweep's MLflow store is and how to reach it: the tracking URI (with its
 default), a check that fails fast, a client, the experiment, and how a trial's state maps
-to an MLflow run status.
+to an MLflow run status; and what a sweep's parent run records of its config and its
+machine (the config as flat params, package versions, the git commit, the hardware).
 
 Shared by the writer (`sweeper.track.tracker`, a Tune callback on the driver) and the readers
 (`sweeper.track.store`: `sweep list/status/report/promote`). No Ray here, and MLflow only when a
@@ -9,7 +10,9 @@ client is made, so the read-only commands start without Ray's import.
 
 from __future__ import annotations
 
+import json
 import platform
+import subprocess
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -19,8 +22,13 @@ from sweeper.names import TrialState
 
 __all__ = [
     "RUN_STATUS", "resolve_tracking_uri", "default_artifact_location", "check_tracking_uri", "check_tracking_writable",
-    "client_for", "ensure_experiment", "hardware_description",
+    "client_for", "ensure_experiment", "hardware_description", "SEARCHED_PREFIX", "flat_params", "package_versions",
+    "git_commit",
 ]
+
+# How a searched field's parent-run param begins; its distribution follows as JSON.
+SEARCHED_PREFIX = "searched: "
+VERSIONED_PACKAGES = ("torch", "transformers", "peft", "trl", "ray", "optuna", "mlflow")
 
 # The MLflow run status a trial's child run ends with.
 RUN_STATUS = {
@@ -160,3 +168,54 @@ def hardware_description(cluster) -> str:
         f"{platform.machine()} {platform.system()}; cluster {cluster.cpus:g} CPUs, {cluster.gpus:g} GPUs; "
         f"driver python {platform.python_version()}"
     )
+
+
+def flat_params(spec) -> dict[str, str]:
+    """The sweep's config as dotted keys (the search section is logged as JSON). A
+    searched field is logged as searched, with its distribution (`searched: {...}`), not
+    with the base value no trial trains with, so that comparing sweeps compares what
+    they searched. Defaults that depend on other fields are logged as resolved (the
+    first rung, the startup trials, the rungs' spacing and count): what the sweep used."""
+    flat: dict[str, str] = {}
+    dumped = spec.model_dump(mode="json")
+    searched = dumped["search"]["parameters"]
+
+    def walk(prefix: str, value) -> None:
+        if isinstance(value, dict) and prefix != "search.parameters":
+            for key, inner in value.items():
+                walk(f"{prefix}.{key}" if prefix else key, inner)
+        else:
+            flat[prefix] = json.dumps(value) if isinstance(value, (dict, list)) else str(value)
+
+    walk("", dumped)
+    stopping = spec.early_stopping
+    flat["early_stopping.grace_period"] = str(spec.grace_period())
+    flat["early_stopping.reduction_factor"] = str(stopping.reduction_factor_for())
+    flat["early_stopping.startup_trials"] = str(stopping.startup_trials_for())
+    flat["early_stopping.rung_spacing"] = str(stopping.rung_spacing_for())
+    flat["early_stopping.rungs"] = str(stopping.rung_count(searched=bool(searched)) or "all below max_steps")
+    for path, distribution in searched.items():
+        flat[path] = SEARCHED_PREFIX + json.dumps(distribution, separators=(",", ":"))
+    return {k: v[:6000] for k, v in flat.items()}
+
+
+def package_versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    versions = {}
+    for package in VERSIONED_PACKAGES:
+        try:
+            versions[package] = version(package)
+        except PackageNotFoundError:
+            versions[package] = "not installed"
+    return versions
+
+
+def git_commit(folder: Path) -> str | None:
+    try:
+        result = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=folder, capture_output=True, text=True, timeout=5, check=True
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return result.stdout.strip() or None

@@ -36,7 +36,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import time
 from pathlib import Path
 
@@ -44,70 +43,17 @@ from sweeper.track.book import SweepBook, TrialRecord
 from sweeper.cost.prices import SweepCost, TrialCost, pruning_saving, sweep_cost, sweep_rate
 from sweeper.errors import UserError
 from sweeper.track.mlflow_store import RUN_STATUS, client_for, default_artifact_location, ensure_experiment
+from sweeper.track.mlflow_store import flat_params, git_commit, package_versions
 from sweeper.names import RunKind, RunMetric, SweepStatus, Tag, TrialState
 from sweeper.spec.schema import SweepSpec
 from sweeper.spec.overrides import single_run_spec
 from sweeper.spec.load import spec_hash, spec_to_yaml
 from trainables.metrics import OUT_OF_MEMORY_AT_MICRO_BATCH, REPORTED_KEYS, SETUP_SECONDS, STEP
 
-# How a searched field's parent-run param begins; its distribution follows as JSON.
-SEARCHED_PREFIX = "searched: "
-VERSIONED_PACKAGES = ("torch", "transformers", "peft", "trl", "ray", "optuna", "mlflow")
 # The experiment tag MLflow 3's UI reads to pick an experiment's landing page: without it
 # the UI opens on the GenAI overview (traces), with this on the training runs.
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 EXPERIMENT_KIND = "custom_model_development"
-
-
-def flat_params(spec: SweepSpec) -> dict[str, str]:
-    """The sweep's config as dotted keys (the search section is logged as JSON). A
-    searched field is logged as searched, with its distribution (`searched: {...}`), not
-    with the base value no trial trains with, so that comparing sweeps compares what
-    they searched. Defaults that depend on other fields are logged as resolved (the
-    first rung, the startup trials, the rungs' spacing and count): what the sweep used."""
-    flat: dict[str, str] = {}
-    dumped = spec.model_dump(mode="json")
-    searched = dumped["search"]["parameters"]
-
-    def walk(prefix: str, value) -> None:
-        if isinstance(value, dict) and prefix != "search.parameters":
-            for key, inner in value.items():
-                walk(f"{prefix}.{key}" if prefix else key, inner)
-        else:
-            flat[prefix] = json.dumps(value) if isinstance(value, (dict, list)) else str(value)
-
-    walk("", dumped)
-    stopping = spec.early_stopping
-    flat["early_stopping.grace_period"] = str(spec.grace_period())
-    flat["early_stopping.reduction_factor"] = str(stopping.reduction_factor_for())
-    flat["early_stopping.startup_trials"] = str(stopping.startup_trials_for())
-    flat["early_stopping.rung_spacing"] = str(stopping.rung_spacing_for())
-    flat["early_stopping.rungs"] = str(stopping.rung_count(searched=bool(searched)) or "all below max_steps")
-    for path, distribution in searched.items():
-        flat[path] = SEARCHED_PREFIX + json.dumps(distribution, separators=(",", ":"))
-    return {k: v[:6000] for k, v in flat.items()}
-
-
-def package_versions() -> dict[str, str]:
-    from importlib.metadata import PackageNotFoundError, version
-
-    versions = {}
-    for package in VERSIONED_PACKAGES:
-        try:
-            versions[package] = version(package)
-        except PackageNotFoundError:
-            versions[package] = "not installed"
-    return versions
-
-
-def git_commit(folder: Path) -> str | None:
-    try:
-        result = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=folder, capture_output=True, text=True, timeout=5, check=True
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return result.stdout.strip() or None
 
 
 class MlflowTracker:
