@@ -368,8 +368,7 @@ def save_random_state(checkpoint_dir: str, workers: Workers) -> None:
 
 
 def restore_random_state(checkpoint_dir: str, workers: Workers) -> None:
-    """Put back what save_random_state wrote for this rank. A checkpoint without it (written
-    by an older sweeper, or by a run of another world size) keeps the seeded streams."""
+    """Put back what save_random_state wrote for this rank; without it, the seeded streams stay."""
     path = os.path.join(checkpoint_dir, RANDOM_STATE_FOLDER, f"rank-{workers.rank}.pt")
     if not os.path.isfile(path):
         return
