@@ -96,7 +96,7 @@ class Tag:
     # The budget cap that cut the sweep (or "none"), and what it cut in words (parent run).
     BUDGET_STOP = "sweeper.budget_stop"
     BUDGET_CUT = "sweeper.budget_cut"
-    # A promotion run (sweeper/promote/registry.py) and the registered model version it creates.
+    # A promotion run (sweeper/promote/_registry.py) and the registered model version it creates.
     SOURCE_SWEEP = "sweeper.source_sweep"
     SOURCE_PARENT_RUN_ID = "sweeper.source_parent_run_id"
     SOURCE_TRIAL_RUN_ID = "sweeper.source_trial_run_id"
@@ -106,7 +106,7 @@ class Tag:
 
 
 class VersionTag:
-    """Tags of a registered model version (sweeper/promote/registry.py), beside Tag.TRIAL_NUMBER,
+    """Tags of a registered model version (sweeper/promote/_registry.py), beside Tag.TRIAL_NUMBER,
     Tag.TRIAL_ID, Tag.METRIC and Tag.GOAL, which it shares with the runs."""
 
     SWEEP = "sweeper.sweep"

@@ -26,7 +26,7 @@ def promote(
     tracking_uri: Optional[str] = typer.Option(None, "--tracking-uri", help=TRACKING_URI_HELP),
 ) -> None:
     """Register a trial (default: the best) in the MLflow Model Registry as a new version and set the alias."""
-    from sweeper.promote.registry import promote_trial
+    from sweeper.promote import promote_trial
 
     result = promote_trial(
         store_at(tracking_uri), name, trial, model_name=model_name, alias=alias, merge=merge, force=force
@@ -51,7 +51,7 @@ def export(
     tracking_uri: Optional[str] = typer.Option(None, "--tracking-uri", help=TRACKING_URI_HELP),
 ) -> None:
     """Write a trial's config (default: the best trial's) as a YAML that trains it as one full run."""
-    from sweeper.promote.export import export_trial
+    from sweeper.promote import export_trial
 
     text = export_trial(store_at(tracking_uri), name, trial)
     if output is None:

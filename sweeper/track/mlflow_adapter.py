@@ -3,7 +3,7 @@ and why no public API does it; tests/unit/test_mlflow_adapter.py checks that beh
 MLflow upgrade that changes it fails there, not in a sweep. Nothing is imported at module
 level: MLflow is loaded by the entry that uses it.
 
-Used by sweeper/promote/registry.py:
+Used by sweeper/promote/_registry.py:
 - `model_name_problem`, `alias_problem`: MLflow's own checks of a registered-model name
   and alias, which it has only as private validators.
 """

@@ -24,7 +24,7 @@ Run layout (tag and metric names in `sweeper.names`; tags are the query keys of
   memory and went on at half its micro-batch, metrics out_of_memory_at_micro_batch and
   micro_batch and the tag sweeper.out_of_memory (in words). Run status FINISHED
   (completed), KILLED (pruned or stopped), FAILED (failed).
-- promotion (written by sweeper/promote/registry.py, not here): nested under a trial's run, tag
+- promotion (written by sweeper/promote/_registry.py, not here): nested under a trial's run, tag
   sweeper.kind=promotion; it holds the logged model of a registered version.
 
 Client helpers shared with the read-only commands live in `sweeper.track.mlflow_store`, so

@@ -9,9 +9,9 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from sweeper.errors import UserError
-from sweeper.promote.export import export_trial
+from sweeper.promote._export import export_trial
 from sweeper.track.book import SweepBook, TrialRecord
-from sweeper.promote.registry import check_registry, pinned_requirements, promote_trial, state_refusal
+from sweeper.promote._registry import check_registry, pinned_requirements, promote_trial, state_refusal
 from sweeper.spec.overrides import single_run_spec, with_overrides
 from sweeper.spec.load import validate_spec
 from sweeper.track.store import SweepStore
@@ -167,6 +167,6 @@ def test_the_adapter_files_are_peft_s_own_names():
     peft's save_pretrained writes and from_pretrained reads."""
     from peft.utils import CONFIG_NAME, SAFETENSORS_WEIGHTS_NAME
 
-    from sweeper.promote.registry import ADAPTER_FILES
+    from sweeper.promote._registry import ADAPTER_FILES
 
     assert ADAPTER_FILES == (CONFIG_NAME, SAFETENSORS_WEIGHTS_NAME)

@@ -16,7 +16,7 @@ def imported_after(statement: str) -> list[str]:
 
 
 def test_store_views_promote_and_reports_import_neither_ray_nor_torch():
-    assert imported_after("import sweeper.track.store, sweeper.views, sweeper.promote.registry, sweeper.promote.export, reports") == []
+    assert imported_after("import sweeper.track.store, sweeper.views, sweeper.promote._registry, sweeper.promote._export, reports") == []
 
 
 def test_sweep_dashboard_validate_and_the_python_api_import_neither_ray_nor_torch():
