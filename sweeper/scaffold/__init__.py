@@ -13,7 +13,7 @@ the sizes come from the data and the card:
 The file is validated as the `sweep validate` command would before it is written; the
 model and the data are refused with one keyed line when they cannot be read.
 
-The pieces: `inputs` (the arguments, the model and data read, the data's profile),
+The pieces: `arguments` (the arguments checked, the model and data read, the data's profile),
 `sizing` (max_length, the schedule and the fit on the GPU named) and `writer` (the
 commented file, checked before it is written).
 """

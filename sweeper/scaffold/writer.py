@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 
 from sweeper.errors import UserError
-from sweeper.scaffold.inputs import (
+from sweeper.scaffold.arguments import (
     check_gpu,
     check_task,
     data_source,

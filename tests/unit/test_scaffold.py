@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from sweeper.cli.app import app
 from sweeper.errors import UserError
-from sweeper.scaffold.inputs import Profile
+from sweeper.scaffold.arguments import Profile
 from sweeper.scaffold.sizing import EVALUATIONS, MAX_STEPS, max_lengths, schedule
 from sweeper.scaffold.writer import scaffold_sweep
 from tests.conftest import REPO
