@@ -35,7 +35,7 @@ def init(
 ) -> None:
     """Write a commented sweep YAML for a model and data: a search space from published
     guidance, max_length, batch and steps from the data's tokens, and the memory forecast for --gpu."""
-    from sweeper.scaffold.writer import scaffold_sweep, write_sweep_file
+    from sweeper.scaffold import scaffold_sweep, write_sweep_file
 
     command = " ".join(["sweep init", *sys.argv[2:]]) if sys.argv[1:2] == ["init"] else ""
     sweep = scaffold_sweep(

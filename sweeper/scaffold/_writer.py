@@ -11,7 +11,7 @@ from pathlib import Path
 import yaml
 
 from sweeper.errors import UserError
-from sweeper.scaffold.arguments import (
+from sweeper.scaffold._arguments import (
     check_gpu,
     check_task,
     data_source,
@@ -20,7 +20,7 @@ from sweeper.scaffold.arguments import (
     model_source,
     profile_data,
 )
-from sweeper.scaffold.sizing import fit_on, max_lengths, schedule
+from sweeper.scaffold._sizing import fit_on, max_lengths, schedule
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 
 from sweeper.errors import UserError
-from sweeper.scaffold.arguments import GPU_TYPES, Profile
+from sweeper.scaffold._arguments import GPU_TYPES, Profile
 
 
 # Sequences per optimizer step: trl's example LoRA commands (trl/scripts/sft.py and dpo.py)
