@@ -44,7 +44,7 @@ def bench_spec(name: str, output_dir: Path | None = None, **sections) -> SweepSp
 def run_bench_sweep(spec: SweepSpec, extra_callbacks: list | None = None, address: str | None = None):
     """The sweep as `sweep start` runs it, without its terminal output; on its own local
     cluster, or joining `address`."""
-    from sweeper.run.launch import run_sweep
+    from sweeper.run import run_sweep
 
     return run_sweep(
         spec, yaml_folder=QUICKSTART.parent, console=Console(quiet=True), extra_callbacks=extra_callbacks, address=address

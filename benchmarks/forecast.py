@@ -55,7 +55,7 @@ def one_run(sweep: str) -> dict:
     """Run the sweep once here; forecast and actual from its parent run."""
     import mlflow
 
-    from sweeper.run.launch import run_sweep
+    from sweeper.run import run_sweep
 
     path, sections = SWEEPS[sweep]
     raw = read_yaml(path)

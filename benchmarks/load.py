@@ -1,5 +1,5 @@
 """Benchmark 8, load: a sweep of 2,000 short trials on the built-in model, run through
-`sweeper.run.launch.run_sweep` as `sweep start` runs it (TPE with ASHA, the defaults),
+`sweeper.run._launch.run_sweep` as `sweep start` runs it (TPE with ASHA, the defaults),
 and what its driver and store look like at the end.
 
 Figures (issue 35's targets):

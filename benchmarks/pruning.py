@@ -1,5 +1,5 @@
 """Benchmark 3, pruning accounting: an ASHA sweep of N trials through
-`sweeper.run.launch.run_sweep`; steps trained in total against the rung arithmetic for the
+`sweeper.run._launch.run_sweep`; steps trained in total against the rung arithmetic for the
 same N, grace period, reduction factor and max steps (`sweeper.plan.sweep_plan.promotion_steps`:
 floor(n / eta), at least 1, of the n trials at a rung go on).
 

@@ -22,7 +22,7 @@ Methods, on the same space and seeds:
   Optuna TPE (seeded) + MedianPruner(n_warmup_steps=27) (`--loop-warmup`), `trial.report`
   at every evaluation; at least `--trials` trials and until it has trained half random
   search's steps (`--loop-share`);
-- the sweeper's schedulers through `sweeper.run.launch.run_sweep` (as `sweep start` runs
+- the sweeper's schedulers through `sweeper.run._launch.run_sweep` (as `sweep start` runs
   them): `asha` is the sweeper's default (one rung at step 9 keeping a quarter),
   `asha_ladder` the default before it (rungs 9, 27, 81 keeping 1/eta, 4 startup trials),
   `asha_budget10`, `asha_budget25` and `asha_budget50` the default with no trial count

@@ -185,7 +185,7 @@ class KeyedMessage:
 
     key: str
     text: str
-    module: str  # sweeper/run/launch.py
+    module: str  # sweeper/run/_launch.py
     line: int  # the line of the raise (or of the rule's tuple)
 
 

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from reports.build import Report
-    from sweeper.run.launch import SweepRun
+    from sweeper.run import SweepRun
     from sweeper.spec.schema import SweepSpec
     from sweeper.track.store import SweepStore
 
@@ -63,7 +63,7 @@ def start(
     from sweeper.cluster.connect import cluster_address, stop_local_cluster
     from sweeper.driver_log import DriverLog
     from sweeper.plan.checks import check_spec
-    from sweeper.run.launch import run_sweep
+    from sweeper.run import run_sweep
     from sweeper.track.summary import print_summary
 
     resolved, yaml_folder = _resolve_spec(spec)

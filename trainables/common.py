@@ -50,7 +50,7 @@ def this_device() -> torch.device:
     (`ray.train.torch.get_device()`: its own GPU, which several trials with a fractional
     `gpus_per_worker` may share, or the CPU). Elsewhere (benchmarks, tests): the current
     CUDA device. The CPU wherever no GPU is visible, as in the workers of a trial with
-    `resources.use_gpu: false` (sweeper/run/trial.py hides the node's GPUs from them)."""
+    `resources.use_gpu: false` (sweeper/run/_trial.py hides the node's GPUs from them)."""
     if not torch.cuda.is_available():
         return torch.device("cpu")
     try:

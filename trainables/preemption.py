@@ -15,7 +15,7 @@ call to Train's synchronization actor (milliseconds), so it is asked only where 
 watches for drains: a sweep that joined a cluster (sweeper/cluster/connect.py), not a sweep's own local one.
 
 The checkpoint is Train's own: its report carries PREEMPTION_CHECKPOINT, and the trial's
-Train callback keeps it from Tune (it is not an evaluation; sweeper/run/trial.py). The
+Train callback keeps it from Tune (it is not an evaluation; sweeper/run/_trial.py). The
 restarted trial's reports carry PREEMPTIONS (how often it moved) and PREEMPTED_AT_STEP
 (the step it moved at), which its MLflow run records.
 """

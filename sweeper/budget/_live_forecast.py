@@ -1,5 +1,5 @@
 """The live forecast while `sweep start` runs: a listener of the driver callback
-(sweeper/run/driver.py) that measures every trial's steps, evaluations and Train-run
+(sweeper/run/_driver.py) that measures every trial's steps, evaluations and Train-run
 starts from the driver's events, re-estimates what is left of the sweep at each of them,
 shows it under the live table, logs it on the parent run (`forecast_remaining_s`, ... at
 step = evaluations seen) and hands the budget guard its figures

@@ -59,7 +59,7 @@ def start(
     from sweeper.cluster.connect import cluster_address
     from sweeper.driver_log import DriverLog
     from sweeper.plan.checks import load_checked_spec
-    from sweeper.run.launch import run_sweep
+    from sweeper.run import run_sweep
 
     spec = load_checked_spec(file)
     with DriverLog(verbose):
@@ -112,7 +112,7 @@ def resume(
     unfinished ones continue from their latest checkpoint, the search keeps its history."""
     from sweeper.cluster.connect import cluster_address
     from sweeper.driver_log import DriverLog
-    from sweeper.run.launch import resume_sweep
+    from sweeper.run import resume_sweep
 
     if address and address.startswith(("http://", "https://")):
         from sweeper.cluster import jobs
@@ -121,14 +121,14 @@ def resume(
         console.print(f"Submitted the resume of sweep {name!r} as job {job.job_id}\nDashboard: {job.dashboard_url}", highlight=False)
         return
     if storage_uri:
-        from sweeper.run.from_storage import fetch_sweep
+        from sweeper.run import fetch_sweep
 
         fetched = fetch_sweep(name, storage_uri, sweep_dir or Path("sweeps") / name)
         for note in fetched.notes:
             errors.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False, soft_wrap=True)
         sweep_dir = fetched.folder
     folder, _ = sweep_folder_and_spec(name, sweep_dir)
-    from sweeper.run.launch import rebuild_sweep
+    from sweeper.run import rebuild_sweep
 
     go_on = rebuild_sweep if rebuild else resume_sweep
     with DriverLog(verbose):
@@ -144,7 +144,7 @@ def stop(
 ) -> None:
     """Stop a running sweep from another terminal: running trials stop gracefully, their
     MLflow runs are marked killed, and the sweep stays resumable (sweep resume NAME)."""
-    from sweeper.run.sweep_dir import stop_sweep
+    from sweeper.run import stop_sweep
 
     if address and address.startswith(("http://", "https://")):
         from sweeper.cluster import jobs

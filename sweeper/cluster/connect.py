@@ -34,7 +34,7 @@ TRIAL_SETTINGS = {
     # on the one machine of a sweep's own cluster (on where it joins one: below).
     PREEMPTION_WATCHER_ENV: "0",
     # How long Tune waits for a stopped trial's thread before reusing its actor; the
-    # trial aborts its Train run first (sweeper/run/trial.py), which takes about a second.
+    # trial aborts its Train run first (sweeper/run/_trial.py), which takes about a second.
     "TUNE_FUNCTION_THREAD_TIMEOUT_S": "20",
     # No event file per worker process: Ray's dashboard agent reads them all every 2 s,
     # about 3 a trial (sweeper/cluster/ray_adapter.py).

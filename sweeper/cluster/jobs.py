@@ -19,7 +19,7 @@ SWEEP_STORAGE_METADATA = "sweeper_storage_uri"
 # What never travels in a job's working_dir: environments, results, stores.
 WORKING_DIR_EXCLUDES = [".git", ".venv", "sweeps", "sweep-reports", "mlruns", "mlartifacts", "mlflow.db", "*.pyc", "__pycache__"]
 # A stopped job's driver gets SIGTERM, which stops the sweep as SIGINT does (trials stopped
-# and saved, runs marked: sweeper/run/launch.py); Ray's job supervisor kills it after
+# and saved, runs marked: sweeper/run/_launch.py); Ray's job supervisor kills it after
 # RAY_JOB_STOP_WAIT_TIME_S (3 s by default), too soon for that: it waits as long as
 # `sweep stop` does.
 JOB_ENV = {"RAY_JOB_STOP_WAIT_TIME_S": "300"}

@@ -2,8 +2,8 @@
 state APIs: a Train run's placement group removed and its removal confirmed, and, for a
 sweep that has heard nothing for a while, what the cluster is waiting on.
 
-Called from the driver (sweeper/run/release.py, sweeper/run/watchdog.py) and from a
-trial's process (sweeper/run/trial.py, when its workers cannot be placed); Ray is up."""
+Called from the driver (sweeper/run/_release.py, sweeper/run/_watchdog.py) and from a
+trial's process (sweeper/run/_trial.py, when its workers cannot be placed); Ray is up."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ runs Tune trials on the public trainer. A sweep's driver hands the setting to it
 
 Nothing is imported at module level: Ray is loaded only by the entries that use it.
 
-Ray Train (a trial's TorchTrainer, sweeper/run/trial.py):
+Ray Train (a trial's TorchTrainer, sweeper/run/_trial.py):
 - `TrialTrainer`: `StoppableTorchTrainer` on the tested Ray, else `PublicTorchTrainer`
   (Train's own `fit()`, its controller an actor of its own; `fit_until` ignores `stop`:
   Tune ends such a trial by ending its actor, so `reuse_trial_actors()` is False there,
@@ -33,7 +33,7 @@ Ray Train (a trial's TorchTrainer, sweeper/run/trial.py):
 - `workers_never_started(error)`: whether a run failed because its worker group could
   not be placed and started in time (Train's `WorkerGroupStartupTimeoutError`, wrapped in
   its public `ControllerError`); Train does not export the first. The trial turns it into
-  a reason that names the resources (sweeper/run/trial.py). Fallback: False (the trial
+  a reason that names the resources (sweeper/run/_trial.py). Fallback: False (the trial
   fails with Train's own message).
 - `controller_callback_class`: Train's `ControllerCallback`, the only interface through
   which a run's controller tells its abort hook and state changes (the public
@@ -45,7 +45,7 @@ Ray Train (a trial's TorchTrainer, sweeper/run/trial.py):
   live table, MLflow and `sweep status`.
 - `tune_stop_event` is the event Tune sets when it stops a function trial; Tune offers
   no public handle to it. Fallback: an event nobody sets (`PublicTorchTrainer` ignores it).
-Ray Tune (`sweep resume`, sweeper/run/launch.py and sweeper/search/asha.py):
+Ray Tune (`sweep resume`, sweeper/run/_launch.py and sweeper/search/asha.py):
 - `restore_tuner`: `Tuner.restore` takes no callbacks and does not hand out the
   scheduler, searcher and stopper it restores; it brings back the first driver's
   callbacks, pickled at the start, which this driver's live ones replace, and the
@@ -60,7 +60,7 @@ Ray Tune (`sweep resume`, sweeper/run/launch.py and sweeper/search/asha.py):
 - `hold_restored_trial`: Tune starts every PENDING trial and a restored unfinished trial
   comes back PENDING; `pause_trial` ignores a trial with no actor, so a scheduler that
   keeps restored trials waiting at their rungs sets their status itself.
-Ray Tune (a large sweep's driver, sweeper/run/driver.py):
+Ray Tune (a large sweep's driver, sweeper/run/_driver.py):
 - `forget_running_averages`: Tune keeps, for each trial, the last 5 and 10 values of every
   number it reported (deques in `run_metadata.metric_n_steps`) to update running
   averages, and keeps them after the trial has ended: about 30 KB a trial in the driver,

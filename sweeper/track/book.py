@@ -1,6 +1,6 @@
 """The driver's record of every trial (`SweepBook` of `TrialRecord`s) and the one rule for
 "the best trial". The live table, the end-of-sweep summary, MLflow tracking and the
-scheduler read this record; `sweeper.run.janitor` keeps it up to date from Tune's events.
+scheduler read this record; `sweeper.run._janitor` keeps it up to date from Tune's events.
 
 Pure Python: no Ray, no MLflow.
 """

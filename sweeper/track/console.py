@@ -59,7 +59,7 @@ def trial_table(book: SweepBook, param_names: list[str]) -> Table:
 class LiveTable:
     """Redraws the trial table on a terminal; prints a line per finished trial when the
     output is a file or a pipe (CI logs). A listener of the driver callback
-    (sweeper/run/driver.py)."""
+    (sweeper/run/_driver.py)."""
 
     def __init__(self, book: SweepBook, param_names: list[str], console: Console):
         self.book, self.param_names, self.console = book, param_names, console
@@ -111,7 +111,7 @@ class LiveTable:
             self._eta_printed_at = time.time()
 
     def waiting(self, lines: list[str] | None) -> None:
-        """What the sweep waits on (sweeper/run/watchdog.py), shown under the table; None
+        """What the sweep waits on (sweeper/run/_watchdog.py), shown under the table; None
         once a trial reports again. Printed as lines where the output is no terminal."""
         self.waiting_on = lines
         if lines and not self.live:

@@ -1,6 +1,6 @@
 """MLflow tracking: one parent run per sweep, one nested child run per trial.
 
-The only writer is the driver: its Tune callback (sweeper/run/driver.py) has this module log
+The only writer is the driver: its Tune callback (sweeper/run/_driver.py) has this module log
 what the trials report (results reach the driver through Tune, wherever the trials
 run), so trials on other nodes need no access to the store and the store sees one
 consistent writer.
@@ -58,7 +58,7 @@ EXPERIMENT_KIND = "custom_model_development"
 
 class MlflowTracker:
     """The single writer of the sweep's MLflow runs: a listener of the driver callback
-    (sweeper/run/driver.py), told of each trial's events once the book holds them."""
+    (sweeper/run/_driver.py), told of each trial's events once the book holds them."""
 
     def __init__(self, spec: SweepSpec, book: SweepBook, uri: str, hardware: str):
         self.spec, self.book, self.uri = spec, book, uri

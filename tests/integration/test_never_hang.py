@@ -66,7 +66,7 @@ HOLDER = textwrap.dedent(
 )
 
 
-# Joined to the cluster: the watchdog's lines (sweeper/run/watchdog.py), one per line.
+# Joined to the cluster: the watchdog's lines (sweeper/run/_watchdog.py), one per line.
 WAITING = textwrap.dedent(
     """
     import sys, ray

@@ -29,7 +29,7 @@ def stoppable_trial(config):
     from ray.train import RunConfig, ScalingConfig
 
     from sweeper.cluster.ray_adapter import StoppableTorchTrainer, tune_stop_event
-    from sweeper.run.trial import ReportToTune
+    from sweeper.run._trial import ReportToTune
 
     trainer = StoppableTorchTrainer(
         train_loop_per_worker=endless_loop,
@@ -46,7 +46,7 @@ def public_trial(config):
     from ray.train import RunConfig, ScalingConfig
 
     from sweeper.cluster.ray_adapter import PublicTorchTrainer, tune_stop_event
-    from sweeper.run.trial import ReportToTuneThroughQueue
+    from sweeper.run._trial import ReportToTuneThroughQueue
 
     trainer = PublicTorchTrainer(
         train_loop_per_worker=endless_loop,

@@ -12,7 +12,7 @@ import typer
 
 from sweeper.cli.common import finish_run
 from sweeper.names import TrialState
-from sweeper.run.driver import sigterm_stops_like_sigint
+from sweeper.run._driver import sigterm_stops_like_sigint
 from sweeper.track.book import SweepBook, TrialRecord
 
 
@@ -147,7 +147,7 @@ def test_an_unreadable_tune_state_is_one_line_naming_the_file_and_what_to_do(tmp
     import pickle
 
     from sweeper.errors import UserError
-    from sweeper.run.sweep_state import check_tune_state
+    from sweeper.run._sweep_state import check_tune_state
 
     tune = tmp_path / "tune"
     tune.mkdir()
@@ -165,7 +165,7 @@ def test_an_unreadable_tune_state_is_one_line_naming_the_file_and_what_to_do(tmp
 
 @pytest.mark.parametrize("broken", ["empty adapter", "cut adapter", "empty json", "empty training state"])
 def test_a_trial_whose_checkpoint_does_not_read_is_found_and_set_aside_to_start_from_step_0(tmp_path, broken):
-    from sweeper.run.sweep_state import set_aside, unreadable_checkpoints
+    from sweeper.run._sweep_state import set_aside, unreadable_checkpoints
 
     trials = tmp_path / "trials"
     _checkpoint(trials / "good" / "checkpoint_1")
@@ -274,7 +274,7 @@ def test_tunes_traceback_of_a_full_disk_is_dropped_and_other_errors_keep_theirs(
     import errno
     import logging
 
-    from sweeper.run.driver import disk_full_said_once
+    from sweeper.run._driver import disk_full_said_once
 
     logger = logging.getLogger("ray.tune.execution.tune_controller")
     with caplog.at_level(logging.ERROR), disk_full_said_once():
@@ -310,7 +310,7 @@ def test_an_unreadable_study_is_one_line_pointing_at_tunes_copy(tmp_path):
     import sqlite3
 
     from sweeper.errors import UserError
-    from sweeper.run.sweep_state import check_study
+    from sweeper.run._sweep_state import check_study
 
     study, tune = tmp_path / "optuna.db", tmp_path / "tune"
     tune.mkdir()

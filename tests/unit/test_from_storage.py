@@ -9,7 +9,7 @@ import optuna
 import pytest
 
 from sweeper.errors import UserError
-from sweeper.run.from_storage import fetch_sweep
+from sweeper.run._from_storage import fetch_sweep
 from sweeper.search.study import study_url
 from sweeper.spec.load import load_spec, spec_to_yaml, validate_spec
 from tests.conftest import small_sweep

@@ -33,7 +33,7 @@ def test_fetching_a_sweep_from_storage_does_not_import_ray():
     """`sweep resume --storage` fetches before it joins the cluster, in token mode when a
     token is where Ray looks; Ray reads that mode when it is first imported."""
     statement = (
-        "from sweeper.run.from_storage import fetch_sweep; from sweeper.errors import UserError\n"
+        "from sweeper.run._from_storage import fetch_sweep; from sweeper.errors import UserError\n"
         "try: fetch_sweep('x', '/nonexistent/x', '/nonexistent/here')\nexcept UserError: pass"
     )
     assert "ray" not in imported_after(statement)
@@ -41,4 +41,4 @@ def test_fetching_a_sweep_from_storage_does_not_import_ray():
 
 def test_the_tune_callback_does_import_ray():
     """The check above can fail: the driver's Tune callback module does import Ray."""
-    assert "ray" in imported_after("import sweeper.run.driver")
+    assert "ray" in imported_after("import sweeper.run._driver")

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from sweeper.errors import UserError
-from sweeper.run.launch import resume_sweep
+from sweeper.run._launch import resume_sweep
 from sweeper.spec.load import spec_to_yaml, validate_spec
 from tests.conftest import REPO, small_sweep
 

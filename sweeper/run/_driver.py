@@ -29,7 +29,7 @@ from ray.tune import Callback
 from sweeper.track.book import SweepBook, TrialRecord
 from sweeper.search.study import STARTUP_ATTR, WARM_START_ATTR
 from sweeper.names import TrialState
-from sweeper.run.janitor import error_reason, trial_error
+from sweeper.run._janitor import error_reason, trial_error
 from sweeper.cluster.ray_adapter import forget_running_averages, tune_trial_number
 from sweeper.cluster.storage import DISK_FULL_TEXTS, disk_full
 from trainables.metrics import REPORTED_KEYS, STEP

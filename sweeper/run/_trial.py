@@ -2,7 +2,7 @@
 evaluations reaches Tune (and ASHA, and the searcher) as a Tune report.
 
 A trial is cheap to start because it starts as few processes as it can: Tune reuses the
-trial's actor for the next trial (`TuneConfig(reuse_actors=True)`, sweeper/run/launch.py),
+trial's actor for the next trial (`TuneConfig(reuse_actors=True)`, sweeper/run/_launch.py),
 the Train controller runs inside that actor instead of in an actor of its own, and the
 Ray Data, report-queue and placement-group-cleaner actors that Ray starts for every run
 are left out (sweeper/cluster/ray_adapter.py). What remains new per trial is what the run needs:
@@ -14,7 +14,7 @@ of its own, reports through Ray's TuneReportCallback, and no actor reuse.
 When Tune stops the trial (ASHA pruned it, or the sweep is over), the Train run is
 aborted at once: its workers give their CPUs/GPUs back to the next trial instead of
 training on (and the driver removes the run's placement group itself the moment Tune is
-done with the trial: sweeper/run/release.py).
+done with the trial: sweeper/run/_release.py).
 
 No wait is without end: workers that cannot be placed and started within the sweep's
 worker start timeout (`worker_start_timeout`) fail the trial with `WorkersNotPlaced`,
@@ -73,7 +73,7 @@ def trainable_name(spec) -> str:
 def trial_name(sweep_name: str, trial) -> str:
     """Tune's name for a trial (TuneConfig's trial_name_creator), `sweep-<name>-trial-<N>`
     with N its number in the live table, MLflow and `sweep status`: the Repr of its Ray
-    Train workers in the dashboard (sweeper/run/trial.py)."""
+    Train workers in the dashboard (sweeper/run/_trial.py)."""
     from sweeper.cluster.ray_adapter import tune_trial_number
 
     return f"sweep-{sweep_name}-trial-{tune_trial_number(trial)}"

@@ -29,8 +29,8 @@ from sweeper.errors import UserError
 from sweeper.plan.command import start_forecast
 from sweeper.plan.inputs import SweepInputs, prepare_inputs
 from sweeper.plan.sweep_plan import ClusterResources, SweepPlan, make_plan
-from sweeper.run.janitor import AdapterJanitor
-from sweeper.run.sweep_dir import (
+from sweeper.run._janitor import AdapterJanitor
+from sweeper.run._sweep_dir import (
     DRIVER_LOG,
     DRIVER_PID_FILE,
     prepare_sweep_dir,
@@ -80,7 +80,7 @@ class Watch:
     """What watches the tuner run: the driver callback (the book and its listeners), the
     live table, and every Tune callback of the run, the driver first."""
 
-    driver: object  # sweeper.run.driver.SweepDriver
+    driver: object  # sweeper.run._driver.SweepDriver
     table: object  # sweeper.track.console.LiveTable
     callbacks: list
 
@@ -100,7 +100,7 @@ def run_sweep(
     check (tracking store, cluster fit, data files) happens before the sweep folder or any
     MLflow run is written. `extra_callbacks` are more Tune callbacks for the driver (the
     benchmarks time results with one)."""
-    from sweeper.run.trial import make_trainable
+    from sweeper.run._trial import make_trainable
     from sweeper.search.searcher import make_search
     from sweeper.search.warm_start import read_warm_start
 
@@ -140,9 +140,9 @@ def resume_sweep(
     with its history, and the same MLflow runs are reused."""
     from sweeper.cluster.ray_adapter import restore_tuner
     from sweeper.names import TrialState
-    from sweeper.run.driver import DISK_FULL, rebuild_for_resume
-    from sweeper.run.sweep_state import restart_unreadable_trials
-    from sweeper.run.trial import make_trainable
+    from sweeper.run._driver import DISK_FULL, rebuild_for_resume
+    from sweeper.run._sweep_state import restart_unreadable_trials
+    from sweeper.run._trial import make_trainable
     from sweeper.search.study import study_url
     from sweeper.spec.load import load_spec
 
@@ -159,7 +159,7 @@ def resume_sweep(
         )
     unreadable = []
     if not storage.is_remote(spec.storage_uri):  # before anything starts: every file resume reads
-        from sweeper.run.sweep_state import check_study, check_tune_state, unreadable_checkpoints
+        from sweeper.run._sweep_state import check_study, check_tune_state, unreadable_checkpoints
         from sweeper.search.study import study_file
 
         check_tune_state(Path(experiment), spec.name)
@@ -199,8 +199,8 @@ def rebuild_sweep(
     their Optuna trials told failed, their Train runs set aside); Tune's state is set aside
     (`tune.unreadable-<time>`) and a new Tune experiment runs the trials still to run, the
     search going on from the study's history."""
-    from sweeper.run.sweep_state import set_aside_for_rebuild
-    from sweeper.run.trial import make_trainable
+    from sweeper.run._sweep_state import set_aside_for_rebuild
+    from sweeper.run._trial import make_trainable
     from sweeper.search.searcher import make_search
     from sweeper.spec.load import load_spec
 
@@ -306,9 +306,9 @@ def _watch(setup: Setup, tracker, budget: SweepBudget, console: Console, extra_c
     tells MLflow tracking, the adapter janitor, the budget's live forecast and the table;
     the callbacks that give finished trials' resources back and say why a sweep stands
     still; `extra_callbacks` after them."""
-    from sweeper.run.driver import SweepDriver
-    from sweeper.run.release import ReleaseFinishedRuns
-    from sweeper.run.watchdog import StallWatchdog
+    from sweeper.run._driver import SweepDriver
+    from sweeper.run._release import ReleaseFinishedRuns
+    from sweeper.run._watchdog import StallWatchdog
     from sweeper.track.console import LiveTable
 
     spec, book = setup.spec, tracker.book
@@ -370,7 +370,7 @@ def _new_tuner(setup: Setup, trainable, watch: Watch, search_alg, scheduler, slo
     from ray import tune
 
     from sweeper.cluster.ray_adapter import reuse_trial_actors
-    from sweeper.run.trial import trial_name
+    from sweeper.run._trial import trial_name
 
     spec = setup.spec
     storage_filesystem, storage_path = storage.filesystem(spec.storage_uri)
@@ -398,7 +398,7 @@ TUNE_NEW_OUTPUT_ENV = "RAY_AIR_NEW_OUTPUT"
 def _fit(setup: Setup, tuner, watch: Watch, tracker, budget: SweepBudget, started: float) -> SweepRun:
     """Run the tuner; close every MLflow run whatever happens (a stop, an error, Ctrl-C);
     then the forecast against actual and what the caps cut."""
-    from sweeper.run.driver import disk_full_said_once, sigterm_stops_like_sigint
+    from sweeper.run._driver import disk_full_said_once, sigterm_stops_like_sigint
 
     spec, plan, book, driver = setup.spec, setup.plan, tracker.book, watch.driver
     pid_file = spec.sweep_dir / DRIVER_PID_FILE

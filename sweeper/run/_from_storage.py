@@ -1,6 +1,6 @@
 """`sweep resume NAME --storage URI`: a sweep resumed where its folder is gone (another
 machine, another folder, a Ray Job's fresh working_dir) from what its storage.uri holds:
-the sweep.yaml published when it started (sweeper/run/sweep_dir.py), Tune's state and every
+the sweep.yaml published when it started (sweeper/run/_sweep_dir.py), Tune's state and every
 checkpoint, and the copy of the Optuna study that each of Tune's experiment checkpoints
 uploads beside Tune's own state (`tune/optuna.db`, sweeper/search/searcher.py). They are fetched
 into a local sweep folder, which `sweep resume` then continues like any other.
@@ -108,7 +108,7 @@ def _read(uri: str) -> bytes | None:
 def _refuse_another_sweep(folder: Path, uri: str) -> None:
     """The local folder may hold this sweep from before (its files are replaced by the
     ones in storage), never another sweep, nor this one while its driver runs."""
-    from sweeper.run.sweep_dir import running_driver_pid
+    from sweeper.run._sweep_dir import running_driver_pid
     from sweeper.spec.load import load_spec
 
     if not (folder / "sweep.yaml").is_file():

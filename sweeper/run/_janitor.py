@@ -1,4 +1,4 @@
-"""What the driver does with finished trials besides booking them (`sweeper/run/driver.py`
+"""What the driver does with finished trials besides booking them (`sweeper/run/_driver.py`
 books them in `sweeper.track.book`): the adapter janitor keeps disk use bounded, and
 `error_reason` says in one line why a failed trial failed."""
 
@@ -18,7 +18,7 @@ class AdapterJanitor:
     """Bounds disk use: once a trial finishes, only the adapters of the best
     `search.keep_best_adapters` finished trials are kept (completed ones first); running
     trials keep their latest checkpoint (Ray Train keeps one per trial). A listener of
-    the driver callback (sweeper/run/driver.py)."""
+    the driver callback (sweeper/run/_driver.py)."""
 
     def __init__(self, book: SweepBook, keep_best: int):
         self.book, self.keep_best = book, keep_best

@@ -71,7 +71,7 @@ def _sweep_files(sweep_dir: Path) -> list[Path]:
 
 
 DRIVER_PID_FILE = "driver.pid"
-# What the driver noticed while the sweep ran (sweeper/run/watchdog.py: what the cluster
+# What the driver noticed while the sweep ran (sweeper/run/_watchdog.py: what the cluster
 # waited on when no trial reported for a while), appended to by each start and resume.
 DRIVER_LOG = "driver.log"
 

@@ -1,7 +1,7 @@
 """Give back at once what a trial Tune is done with held on the cluster.
 
 A Tune trial runs a Ray Train run whose placement group holds its workers' CPUs and GPUs
-(sweeper/run/trial.py). Tune does not know of that group: it reuses a paused or pruned
+(sweeper/run/_trial.py). Tune does not know of that group: it reuses a paused or pruned
 trial's actor for a later trial (`reuse_actors`), and while the actor waits in Tune's
 cache, its Train run waits inside its last report with its workers alive. On a busy
 machine the run then outlived the trial, and the next trial waited for CPUs that nothing
