@@ -145,7 +145,7 @@ def main() -> None:
         # what the sweep found: fewer steps must not mean a worse search
         "best_metric": best.last(spec.search.metric) if best else None,
         "best_trial": best.number if best else None,
-        # CPU core-seconds of all trials, setups of resumed runs included (sweeper.cost.prices)
+        # CPU core-seconds of all trials, setups of resumed runs included (sweeper.cost._prices)
         "trial_core_seconds": run.cost.accelerator_hours * 3600,
     }
     rungs = asha_rungs(args.grace_period, args.max_steps, args.reduction_factor)

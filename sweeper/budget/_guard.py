@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from ray.tune import Stopper
 from ray.tune.search import Searcher
 
-from sweeper.cost.prices import Rate, sweep_rate
-from sweeper.cost.throughput import TrialTiming
+from sweeper.cost import Rate, sweep_rate
+from sweeper.cost import TrialTiming
 from sweeper.names import BudgetKey, Tag, TrialState
 from sweeper.plan.caps import CAPS
 from sweeper.plan.forecast import Scenario

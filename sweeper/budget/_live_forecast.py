@@ -18,8 +18,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, replace
 
-from sweeper.cost.prices import Rate
-from sweeper.cost.throughput import TrialTiming
+from sweeper.cost import Rate
+from sweeper.cost import TrialTiming
 from sweeper.names import LiveForecastKey, TrialState
 from sweeper.plan.forecast import Forecast, Scenario, TrialAt, expected_ladder, remaining, within_caps
 from sweeper.plan.sweep_plan import SweepPlan

@@ -29,7 +29,7 @@ class SweepBudget:
         caps measured on the book and judged at the live figures."""
         from sweeper.budget._guard import make_guard
         from sweeper.budget._live_forecast import LiveForecast
-        from sweeper.cost.prices import sweep_rate
+        from sweeper.cost import sweep_rate
 
         tracker.log_sweep_params(forecast.as_params())
         live = LiveForecast(plan, forecast, tracker.book, sweep_rate(plan.spec), tracker)

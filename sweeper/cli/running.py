@@ -30,7 +30,7 @@ VERBOSE_HELP = (
 
 def validate(file: Path = typer.Argument(..., help="Sweep YAML file.")) -> None:
     """Check a sweep file without starting anything; every problem is listed (exit 2)."""
-    from sweeper.cost.memory import forecast_trial_memory
+    from sweeper.cost import forecast_trial_memory
     from sweeper.plan.checks import load_checked_spec
     from sweeper.search.warm_start import read_warm_start
     from sweeper.spec.schema import trials_text

@@ -24,7 +24,7 @@ import os
 import time
 from dataclasses import dataclass, replace
 
-from sweeper.cost.throughput import RAY_TRIAL_START_SECONDS, TrialTiming
+from sweeper.cost import RAY_TRIAL_START_SECONDS, TrialTiming
 from sweeper.spec.overrides import calibration_spec, with_overrides
 from sweeper.spec.schema import CategoricalDist, SweepSpec
 from sweeper.spec.sections import IntUniformDist

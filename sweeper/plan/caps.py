@@ -4,8 +4,8 @@ that cannot pay for a single trial is refused by the checks) and against the for
 
 from __future__ import annotations
 
-from sweeper.cost.prices import sweep_rate
-from sweeper.cost.throughput import modelled_timing
+from sweeper.cost import sweep_rate
+from sweeper.cost import modelled_timing
 from sweeper.plan.forecast import Forecast
 from sweeper.plan.rungs import evaluations_between
 from sweeper.spec.sections import BudgetSpec

@@ -33,7 +33,7 @@ def load_checked_spec(path: str | Path) -> SweepSpec:
 
 def check_spec(spec: SweepSpec) -> None:
     """Raise UserError with every problem the disk shows of a valid spec, one keyed line each."""
-    from sweeper.cost.memory import gpu_memory_gib, unfit_problems
+    from sweeper.cost import gpu_memory_gib, unfit_problems
 
     card_gib = gpu_memory_gib(spec.cost.accelerator)
     spec, packing_lines = _packed_for_checks(spec, card_gib)
@@ -47,7 +47,7 @@ def _packed_for_checks(spec: SweepSpec, card_gib: float | None) -> tuple[SweepSp
     """`resources.gpus_per_worker: auto` sized on cost.accelerator's card, and its problem;
     one GPU per trial where no card is named (the cluster's GPU decides at start) or it
     is refused, so that the other checks count with a number."""
-    from sweeper.cost.memory import with_gpu_packing
+    from sweeper.cost import with_gpu_packing
 
     if spec.resources.gpus_per_worker != "auto":
         return spec, []

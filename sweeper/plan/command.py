@@ -10,9 +10,9 @@ from pathlib import Path
 
 from rich.console import Console
 
-from sweeper.cost.memory import gpu_memory_gib, launch_card_gib, with_gpu_packing
-from sweeper.cost.prices import sweep_rate
-from sweeper.cost.throughput import modelled_timing
+from sweeper.cost import gpu_memory_gib, launch_card_gib, with_gpu_packing
+from sweeper.cost import sweep_rate
+from sweeper.cost import modelled_timing
 from sweeper.errors import UserError
 from sweeper.plan.forecast import Forecast, forecast_lines, forecast_summary, forecast_sweep
 from sweeper.plan.inputs import SweepInputs
@@ -107,7 +107,7 @@ def plan_sweep(spec: SweepSpec, file: Path, *, address: str | None, calibrate: b
             stop_local_cluster()
     print_forecast(forecast, spec, console)
     if spec.resources.use_gpu:
-        from sweeper.cost.memory import forecast_trial_memory
+        from sweeper.cost import forecast_trial_memory
 
         memory = forecast_trial_memory(spec)
         console.print(memory.describe() if memory else "Memory: no forecast (the model's config cannot be read)",

@@ -14,7 +14,7 @@ wall time, accelerator-hours and dollars.
 - Wall time: the trials' seconds shared among the slots (ASHA by promotion starts a
   promoted run as soon as its rung's quota allows, beside the rest), never less than one
   trial's own climb of the ladder.
-- Price: accelerator-seconds x the price per accelerator-hour (`sweeper.cost.prices`).
+- Price: accelerator-seconds x the price per accelerator-hour (`sweeper.cost._prices`).
 - A sweep that runs until a budget cap (no search.num_trials): the most trials whose
   expected case fits every cap, and how many would fit without early stopping.
 - While the sweep runs, `remaining` is the same arithmetic from where the trials stand, at
@@ -25,8 +25,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from sweeper.cost.prices import Rate, sweep_rate
-from sweeper.cost.throughput import TrialTiming
+from sweeper.cost import Rate, sweep_rate
+from sweeper.cost import TrialTiming
 from sweeper.names import ForecastKey
 from sweeper.plan.rungs import evaluations_between, milestone_counts
 from sweeper.plan.sweep_plan import SweepPlan

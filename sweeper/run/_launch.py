@@ -23,8 +23,8 @@ from sweeper.cluster import storage
 from sweeper.cluster.connect import (
     LOCAL_CLUSTER, check_address, job_metadata, start_ray, starts_own_cluster,
 )
-from sweeper.cost.disk import check_room_for
-from sweeper.cost.prices import SweepCost
+from sweeper.cost import check_room_for
+from sweeper.cost import SweepCost
 from sweeper.errors import UserError
 from sweeper.plan.command import start_forecast
 from sweeper.plan.inputs import SweepInputs, prepare_inputs
@@ -246,8 +246,8 @@ def _set_up(spec: SweepSpec, address: str, console: Console, cache_root: Path) -
     joined, object storage probed from every node), `resources.gpus_per_worker: auto` is
     sized on the cluster's GPU (the Setup's spec then holds the number), the plan fits the
     cluster. Nothing is written yet."""
-    from sweeper.cost.memory import check_before_launch, cluster_accelerator_types, launch_card_gib, with_gpu_packing
-    from sweeper.cost.prices import priced_on_cluster
+    from sweeper.cost import check_before_launch, cluster_accelerator_types, launch_card_gib, with_gpu_packing
+    from sweeper.cost import priced_on_cluster
     from sweeper.track.mlflow_store import check_tracking_uri, check_tracking_writable, hardware_description
     from sweeper.track.mlflow_store import resolve_tracking_uri
 

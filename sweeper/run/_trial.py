@@ -40,7 +40,7 @@ from sweeper.cluster import storage
 from sweeper.cluster import ray_adapter
 from sweeper.cluster.placement import free_resources_text, resources_text
 from sweeper.cluster.ray_adapter import ON_THE_HEAD_NODE, tune_stop_event, workers_never_started
-from sweeper.cost.memory import trial_forecast_gib
+from sweeper.cost import trial_forecast_gib
 from trainables.config import TrialConfig
 from trainables.metrics import PREEMPTION_CHECKPOINT, RESTARTS
 from trainables.worker import train_loop_per_worker

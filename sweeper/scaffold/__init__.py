@@ -8,7 +8,7 @@ the sizes come from the data and the card:
 - the batch (16 sequences a step) and `training.max_steps` (one epoch, at least 4 steps an
   evaluation over 27 evaluations, at most `MAX_STEPS`) from the number of examples;
 - with a GPU named, the micro-batch, gradient checkpointing and 4-bit quantization from
-  the memory forecast (`sweeper.cost.memory`) for that card.
+  the memory forecast (`sweeper.cost._memory`) for that card.
 
 The file is validated as the `sweep validate` command would before it is written; the
 model and the data are refused with one keyed line when they cannot be read.

@@ -70,7 +70,7 @@ def scaffold_sweep(
     eval_data: str | None = None, trials: int = 16, name: str | None = None, command: str = "",
 ) -> SweepFile:
     """The commented sweep file for `model` and `data`, validated (not yet written)."""
-    from sweeper.cost.memory import forecast_trial_memory
+    from sweeper.cost import forecast_trial_memory
     from sweeper.plan.checks import check_spec
     from sweeper.spec.load import parse_yaml, validate_spec
     from trainables.sections import BUILTIN_TINY_MODEL

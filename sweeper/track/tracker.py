@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 
 from sweeper.track.book import SweepBook, TrialRecord
-from sweeper.cost.prices import SweepCost, TrialCost, pruning_saving, sweep_cost, sweep_rate
+from sweeper.cost import SweepCost, TrialCost, pruning_saving, sweep_cost, sweep_rate
 from sweeper.errors import UserError
 from sweeper.track.mlflow_store import RUN_STATUS, client_for, default_artifact_location, ensure_experiment
 from sweeper.track.mlflow_store import flat_params, git_commit, package_versions

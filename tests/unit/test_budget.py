@@ -6,10 +6,10 @@ from ray.tune.search import Searcher
 from sweeper.budget._guard import BudgetGuard, BudgetSearcher, BudgetStopper
 from sweeper.spec.sections import BudgetSpec
 from sweeper.errors import UserError
-from sweeper.cost.throughput import TrialTiming
+from sweeper.cost._throughput import TrialTiming
 from sweeper.names import TrialState
 from sweeper.track.book import SweepBook, TrialRecord
-from sweeper.cost.prices import Rate
+from sweeper.cost._prices import Rate
 from sweeper.plan.checks import check_spec
 from sweeper.spec.load import validate_spec
 from tests.conftest import REPO, small_sweep

@@ -113,7 +113,7 @@ def test_the_disk_full_line_names_the_folder_what_is_free_and_the_resume(tmp_pat
 
 def test_a_sweep_that_cannot_fit_its_folders_disk_is_refused_with_a_keyed_line(tmp_path, monkeypatch):
     from sweeper.cluster import storage
-    from sweeper.cost.disk import check_room_for, sweep_disk_need
+    from sweeper.cost._disk import check_room_for, sweep_disk_need
     from sweeper.errors import UserError
     from sweeper.spec.load import load_spec
     from tests.conftest import small_sweep, write_yaml

@@ -6,8 +6,8 @@ from typer.testing import CliRunner
 from sweeper.plan import calibrate as calibration
 from sweeper.plan.calibrate import costliest_overrides, first_workers_data
 from sweeper.cli import app
-from sweeper.cost.architecture import parameter_count
-from sweeper.cost.throughput import PEAK_TFLOPS, UTILISATION, TrialTiming, modelled_timing
+from sweeper.cost._architecture import parameter_count
+from sweeper.cost._throughput import PEAK_TFLOPS, UTILISATION, TrialTiming, modelled_timing
 from sweeper.plan.forecast import forecast_sweep
 from sweeper.plan.rungs import evaluations_between
 from sweeper.plan.sweep_plan import ClusterResources, make_plan

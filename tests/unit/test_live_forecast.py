@@ -4,7 +4,7 @@ budget guard's commitments at those figures."""
 
 import pytest
 
-from sweeper.cost.prices import Rate
+from sweeper.cost._prices import Rate
 from sweeper.names import TrialState
 from sweeper.plan.forecast import TrialAt, forecast_lines, forecast_sweep, remaining
 from sweeper.plan.sweep_plan import make_plan

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sweeper.cost.architecture import architecture_of
-from sweeper.cost.memory import largest_rank
+from sweeper.cost._architecture import architecture_of
+from sweeper.cost._memory import largest_rank
 from sweeper.errors import UserError
 
 # An adapter parameter in a checkpoint: its fp32 weight and AdamW's two fp32 moments.

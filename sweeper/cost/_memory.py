@@ -5,7 +5,7 @@ or FSDP partitions over the trial's workers. A sweep is forecast at the largest 
 micro-batch and `data.max_length` its trials can sample. `sweep validate` and `sweep start` print it; a trial
 that fits no GPU it could run on is refused with one keyed line naming what would fit.
 
-The architecture comes from the model's config only (sweeper/cost/architecture.py, the
+The architecture comes from the model's config only (sweeper/cost/_architecture.py, the
 same reader as the throughput model's). Pure arithmetic after that.
 """
 
@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from sweeper.cost.architecture import Architecture, architecture_of
+from sweeper.cost._architecture import Architecture, architecture_of
 from sweeper.errors import UserError
 
 __all__ = [

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from sweeper.cost.architecture import parameter_count
+from sweeper.cost._architecture import parameter_count
 
 __all__ = ["PEAK_TFLOPS", "UTILISATION", "TrialTiming", "modelled_timing", "RAY_TRIAL_START_SECONDS"]
 
@@ -22,7 +22,7 @@ __all__ = ["PEAK_TFLOPS", "UTILISATION", "TrialTiming", "modelled_timing", "RAY_
 # without TF32). GPUs: the vendors' datasheets (NVIDIA A10, L40S, A100, H100 SXM, H200 SXM,
 # Ada/RTX 4090 whitepaper; sparsity figures halved). CPU: one core with AVX-512, two FMA
 # units at about 3 GHz is 192 GFLOP/s fp32 peak; 0.1 is the figure for a typical cloud
-# vCPU (AVX2, shared core). Keys match the price table (sweeper/cost/prices.py); a100-40gb and
+# vCPU (AVX2, shared core). Keys match the price table (sweeper/cost/_prices.py); a100-40gb and
 # a100-80gb share the A100's figures.
 PEAK_TFLOPS: dict[str, tuple[float, float]] = {
     "cpu": (0.1, 0.1),
