@@ -16,7 +16,7 @@ from sweeper.errors import UserError
 
 if TYPE_CHECKING:
     from reports.build import Report
-    from sweeper.track.store import SweepStore
+    from sweeper.track import SweepStore
 
 __all__ = ["make_report", "WrittenReport", "check_writable"]
 

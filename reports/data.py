@@ -1,5 +1,5 @@
 """What a report is made of: per sweep, its record and polars frames, read once through the
-store (`sweeper.track.store.SweepStore`, the one query layer over MLflow)."""
+store (`sweeper.track._store.SweepStore`, the one query layer over MLflow)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import polars as pl
 
 from sweeper.errors import UserError
 from sweeper.names import LiveForecastKey, TrialState
-from sweeper.track.store import SweepRecord, SweepStore
+from sweeper.track import SweepRecord, SweepStore
 
 __all__ = ["SweepData", "load_sweeps", "LIVE_FORECAST_KEYS"]
 

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from reports.build import Report
     from sweeper.run import SweepRun
     from sweeper.spec.schema import SweepSpec
-    from sweeper.track.store import SweepStore
+    from sweeper.track import SweepStore
 
 __all__ = ["start", "sweeps", "status", "report", "SweepReportFiles"]
 
@@ -64,7 +64,7 @@ def start(
     from sweeper.driver_log import DriverLog
     from sweeper.plan.checks import check_spec
     from sweeper.run import run_sweep
-    from sweeper.track.summary import print_summary
+    from sweeper.track import print_summary
 
     resolved, yaml_folder = _resolve_spec(spec)
     check_spec(resolved)
@@ -106,8 +106,8 @@ def _resolve_spec(spec) -> tuple[SweepSpec, Path]:
 def store(tracking_uri: str | None = None) -> SweepStore:
     """The MLflow store the CLI's read commands use: `tracking_uri`, else
     MLFLOW_TRACKING_URI, else sqlite:///mlflow.db in the working directory."""
-    from sweeper.track.mlflow_store import resolve_tracking_uri
-    from sweeper.track.store import SweepStore
+    from sweeper.track import resolve_tracking_uri
+    from sweeper.track import SweepStore
 
     return SweepStore(resolve_tracking_uri(tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")))
 

@@ -50,7 +50,7 @@ class BudgetGuard:
     """The caps, the book they are measured on, and what they cut."""
 
     budget: BudgetSpec
-    book: object  # sweeper.track.book.SweepBook
+    book: object  # sweeper.track._book.SweepBook
     rate: Rate  # what a trial's second costs (the tracker's trial costs use the same)
     timing: TrialTiming  # the costliest config's, as forecast before launch
     milestones: list[int]  # rungs, then max_steps

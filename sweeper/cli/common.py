@@ -43,8 +43,8 @@ TRACKING_URI_HELP = "MLflow tracking URI (default: MLFLOW_TRACKING_URI, else sql
 
 
 def store_at(tracking_uri: str | None):
-    from sweeper.track.mlflow_store import resolve_tracking_uri
-    from sweeper.track.store import SweepStore
+    from sweeper.track import resolve_tracking_uri
+    from sweeper.track import SweepStore
 
     return SweepStore(resolve_tracking_uri(tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")))
 
@@ -55,7 +55,7 @@ TRIAL_HELP = "Trial number (as in `sweep status`) or Tune trial id; default: the
 def finish_run(run) -> None:
     """Summary, then the exit status: 0 if a trial completed, 128 + the signal if stopped
     (130 for SIGINT and `sweep stop`, 143 for SIGTERM), else 1."""
-    from sweeper.track.summary import print_summary
+    from sweeper.track import print_summary
 
     print_summary(run, console)
     if run.stopped_for:  # a fault stopped it: the line says what to do, then `sweep resume`

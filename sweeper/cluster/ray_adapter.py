@@ -1,5 +1,5 @@
 """The one place where sweeper uses private parts of Ray; MLflow's are in
-sweeper/track/mlflow_adapter.py. Each entry says what it relies on and why no public API
+sweeper/track/_mlflow_adapter.py. Each entry says what it relies on and why no public API
 does it; tests/unit/test_ray_adapter.py and tests/integration/test_ray_adapter.py check
 that behaviour, so a Ray upgrade that changes it fails there, not in a sweep.
 

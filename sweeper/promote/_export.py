@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from sweeper.names import Tag
 from sweeper.spec.load import spec_to_yaml
-from sweeper.track.store import SweepStore
+from sweeper.track import SweepStore
 from trainables.metrics import EVAL_LOSS
 
 __all__ = ["export_trial"]

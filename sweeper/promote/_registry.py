@@ -38,7 +38,7 @@ from sweeper.errors import UserError
 from sweeper.names import RunKind, RunMetric, Tag, TrialState, VersionTag
 from sweeper.spec.schema import SweepSpec
 from sweeper.spec.load import spec_to_yaml
-from sweeper.track.store import SweepStore
+from sweeper.track import SweepStore
 from trainables.metrics import EVAL_LOSS, REPORTED_KEYS
 
 __all__ = ["Candidate", "Promotion", "check_candidate", "promote_trial"]
@@ -56,7 +56,7 @@ class Candidate:
     """A trial that passed every check: what promotion will register."""
 
     sweep: str
-    parent: object  # the sweep's parent run, as SweepStore returns it (sweeper.track.run_reader)
+    parent: object  # the sweep's parent run, as SweepStore returns it (sweeper.track._run_reader)
     trial: dict  # a SweepStore.trials() row
     spec: SweepSpec  # the trial's values as one full run (best_config.yaml)
     adapter_dir: str  # a folder, or s3://... (the sweep's storage.uri)
@@ -175,7 +175,7 @@ def check_registry(client, model_name: str, alias: str) -> None:
     """The model name and alias are valid and the store has a Model Registry (reads only)."""
     from mlflow.exceptions import MlflowException
 
-    from sweeper.track.mlflow_adapter import alias_problem, model_name_problem
+    from sweeper.track import alias_problem, model_name_problem
 
     problems = []
     if (problem := model_name_problem(model_name)) is not None:

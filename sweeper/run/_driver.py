@@ -26,7 +26,7 @@ from typing import Callable, Protocol
 
 from ray.tune import Callback
 
-from sweeper.track.book import SweepBook, TrialRecord
+from sweeper.track import SweepBook, TrialRecord
 from sweeper.search.study import STARTUP_ATTR, WARM_START_ATTR
 from sweeper.names import TrialState
 from sweeper.run._janitor import error_reason, trial_error

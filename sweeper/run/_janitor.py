@@ -1,5 +1,5 @@
 """What the driver does with finished trials besides booking them (`sweeper/run/_driver.py`
-books them in `sweeper.track.book`): the adapter janitor keeps disk use bounded, and
+books them in `sweeper.track._book`): the adapter janitor keeps disk use bounded, and
 `error_reason` says in one line why a failed trial failed."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 from pathlib import Path
 
 from sweeper.cluster import storage
-from sweeper.track.book import SweepBook, TrialRecord
+from sweeper.track import SweepBook, TrialRecord
 from sweeper.names import TrialState
 
 __all__ = ["AdapterJanitor", "error_reason", "trial_error", "training_loop_error", "WORKER_DIED"]

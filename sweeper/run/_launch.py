@@ -40,7 +40,7 @@ from sweeper.run._sweep_dir import (
     refuse_if_running,
 )
 from sweeper.spec.schema import SweepSpec, trials_text
-from sweeper.track.book import SweepBook
+from sweeper.track import SweepBook
 from trainables.models import DEFAULT_CACHE_ROOT
 
 logger = logging.getLogger(__name__)
@@ -81,7 +81,7 @@ class Watch:
     live table, and every Tune callback of the run, the driver first."""
 
     driver: object  # sweeper.run._driver.SweepDriver
-    table: object  # sweeper.track.console.LiveTable
+    table: object  # sweeper.track._console.LiveTable
     callbacks: list
 
 
@@ -248,8 +248,8 @@ def _set_up(spec: SweepSpec, address: str, console: Console, cache_root: Path) -
     cluster. Nothing is written yet."""
     from sweeper.cost import check_before_launch, cluster_accelerator_types, launch_card_gib, with_gpu_packing
     from sweeper.cost import priced_on_cluster
-    from sweeper.track.mlflow_store import check_tracking_uri, check_tracking_writable, hardware_description
-    from sweeper.track.mlflow_store import resolve_tracking_uri
+    from sweeper.track import check_tracking_uri, check_tracking_writable, hardware_description
+    from sweeper.track import resolve_tracking_uri
 
     check_address(address)  # seconds, before the data is tokenized
     tracking_uri = resolve_tracking_uri(spec.tracking.uri)
@@ -294,7 +294,7 @@ def _print_sweep(setup: Setup, console: Console) -> None:
 
 def _open_tracker(setup: Setup):
     """The sweep's MLflow tracker, over a new, empty book."""
-    from sweeper.track.tracker import MlflowTracker
+    from sweeper.track import MlflowTracker
 
     spec = setup.spec
     book = SweepBook(metric=spec.search.metric, goal=spec.search.goal, max_steps=spec.training.max_steps)
@@ -309,7 +309,7 @@ def _watch(setup: Setup, tracker, budget: SweepBudget, console: Console, extra_c
     from sweeper.run._driver import SweepDriver
     from sweeper.run._release import ReleaseFinishedRuns
     from sweeper.run._watchdog import StallWatchdog
-    from sweeper.track.console import LiveTable
+    from sweeper.track import LiveTable
 
     spec, book = setup.spec, tracker.book
     _print_where_to_look(setup, console)

@@ -24,7 +24,7 @@ STALL_GAPS = 3
 
 class StallWatchdog(Callback):
     """Tune callback on the driver. `live_table` shows the last finding (see
-    sweeper/track/console.py); `log_path` is appended to."""
+    sweeper/track/_console.py); `log_path` is appended to."""
 
     def __init__(self, live_table, log_path: Path, floor_s: float = STALL_FLOOR_S, clock=time.monotonic):
         self.live_table, self.log_path, self.floor_s, self.clock = live_table, log_path, floor_s, clock

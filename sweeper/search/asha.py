@@ -206,7 +206,7 @@ class PromotionASHA(FIFOScheduler):
     and stops those left waiting at a closed rung.
 
     `slots` is the plan's concurrency; `num_trials` the most trials (None: until a budget
-    cap ends the search). `book` (sweeper.track.book.SweepBook) holds the
+    cap ends the search). `book` (sweeper.track._book.SweepBook) holds the
     reports of trials a resumed sweep restores; see `for_resume`."""
 
     def __init__(

@@ -17,7 +17,7 @@ import polars as pl
 import pytest
 import yaml
 
-from sweeper.track.store import SweepStore
+from sweeper.track._store import SweepStore
 from tests.conftest import REPO, small_dpo_sweep, small_sweep, write_yaml
 from tests.integration.conftest import run_cli as sweep
 from tests.integration.test_sweep import trained_in_this_process

@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from sweeper.plan.rungs import milestone_counts, steps_trained
-from sweeper.track.store import SweepStore
+from sweeper.track._store import SweepStore
 from tests.integration.conftest import run_cli as sweep
 
 pytestmark = pytest.mark.integration

@@ -8,7 +8,7 @@ from sweeper.spec.sections import BudgetSpec
 from sweeper.errors import UserError
 from sweeper.cost._throughput import TrialTiming
 from sweeper.names import TrialState
-from sweeper.track.book import SweepBook, TrialRecord
+from sweeper.track._book import SweepBook, TrialRecord
 from sweeper.cost._prices import Rate
 from sweeper.plan.checks import check_spec
 from sweeper.spec.load import validate_spec

@@ -4,7 +4,7 @@ the record it updated; driven here as Tune drives it, with stand-ins for Tune's 
 from types import SimpleNamespace
 
 from sweeper.run._driver import SweepDriver
-from sweeper.track.book import SweepBook, TrialRecord
+from sweeper.track._book import SweepBook, TrialRecord
 from sweeper.names import TrialState
 
 
@@ -146,7 +146,7 @@ def test_the_searchers_marks_reach_the_record_before_any_listener_and_the_live_t
     from sweeper.search.space import to_optuna_distributions
     from sweeper.search.warm_start import WarmStart
     from sweeper.spec.load import validate_spec
-    from sweeper.track.console import trial_table
+    from sweeper.track._console import trial_table
     from tests.conftest import REPO, small_sweep
 
     searcher = StepAwareOptunaSearch(
@@ -181,7 +181,7 @@ def cells(line: str) -> list[str]:
 def test_the_live_table_has_no_startup_column_when_no_trial_is_one():
     from rich.console import Console
 
-    from sweeper.track.console import trial_table
+    from sweeper.track._console import trial_table
 
     book = SweepBook(metric="eval_loss", goal="minimize", max_steps=30)
     driver = SweepDriver(book, [])

@@ -13,7 +13,7 @@ import typer
 from sweeper.cli.common import finish_run
 from sweeper.names import TrialState
 from sweeper.run._driver import sigterm_stops_like_sigint
-from sweeper.track.book import SweepBook, TrialRecord
+from sweeper.track._book import SweepBook, TrialRecord
 
 
 def test_sigterm_calls_the_sigint_handler_while_the_tuner_runs_and_is_put_back_after():
@@ -215,7 +215,7 @@ class _Server:
 
 
 def test_writes_while_the_server_is_away_are_kept_then_logged_in_order_with_the_runs_real_ids(tmp_path, monkeypatch):
-    from sweeper.track import backlog
+    from sweeper.track import _backlog as backlog
 
     monkeypatch.setattr(backlog, "PROBE_EVERY_S", 0.0)
     server = _Server()
@@ -241,7 +241,7 @@ def test_writes_while_the_server_is_away_are_kept_then_logged_in_order_with_the_
 
 
 def test_a_backlog_left_by_a_stopped_driver_is_logged_by_the_next(tmp_path, monkeypatch):
-    from sweeper.track import backlog
+    from sweeper.track import _backlog as backlog
 
     server = _Server()
     client = backlog.DeferringClient(server, tmp_path / backlog.BACKLOG_FILE)
@@ -258,7 +258,7 @@ def test_a_backlog_left_by_a_stopped_driver_is_logged_by_the_next(tmp_path, monk
 def test_other_mlflow_errors_are_not_an_outage(tmp_path):
     from mlflow.exceptions import MlflowException
 
-    from sweeper.track import backlog
+    from sweeper.track import _backlog as backlog
 
     class Refusing:
         def log_batch(self, *args, **kwargs):

@@ -11,7 +11,7 @@ from sweeper.plan.sweep_plan import make_plan
 from sweeper.budget._guard import BudgetGuard, BudgetSearcher
 from sweeper.budget._live_forecast import LiveForecast, Measured, duration, estimate, live_timing
 from sweeper.spec.sections import BudgetSpec
-from sweeper.track.book import SweepBook, TrialRecord
+from sweeper.track._book import SweepBook, TrialRecord
 from tests.unit.test_budget import Counting
 from tests.unit.test_forecast import CPU_BOX, TIMING, quickstart_like
 
@@ -276,7 +276,7 @@ def test_the_live_table_shows_the_eta_under_the_table_and_prints_it_to_a_pipe():
 
     from rich.console import Console
 
-    from sweeper.track.console import LiveTable
+    from sweeper.track._console import LiveTable
 
     out = io.StringIO()
     book = SweepBook(metric="eval_loss", goal="minimize", max_steps=90)

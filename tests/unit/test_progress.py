@@ -1,4 +1,4 @@
-from sweeper.track.book import SweepBook, TrialRecord
+from sweeper.track._book import SweepBook, TrialRecord
 from sweeper.names import TrialState
 from sweeper.run._janitor import AdapterJanitor, error_reason
 

@@ -263,7 +263,7 @@ def test_noisy_scores_and_slow_pauses_always_finish_within_the_budget(num_trials
 
 
 def test_for_resume_pauses_restored_trials_until_a_slot_is_free():
-    from sweeper.track.book import SweepBook, TrialRecord
+    from sweeper.track._book import SweepBook, TrialRecord
 
     book = SweepBook(metric="eval_loss", goal="minimize", max_steps=90)
     histories = {
@@ -372,7 +372,7 @@ def test_the_limiters_saved_state_leaves_the_live_scheduler_in_place():
 def test_for_resume_stops_a_trial_the_last_driver_ended_after_tune_saved():
     """A driver killed after pruning a paused trial, before Tune saved its state: Tune
     brings the trial back unfinished, the book (MLflow) has it pruned."""
-    from sweeper.track.book import SweepBook, TrialRecord
+    from sweeper.track._book import SweepBook, TrialRecord
 
     book = SweepBook(metric="eval_loss", goal="minimize", max_steps=90)
     book.trials["pruned"] = TrialRecord("pruned", 1, {}, state="pruned", history=[{"step": 10, "eval_loss": 5.0}])

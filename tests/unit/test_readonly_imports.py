@@ -16,7 +16,7 @@ def imported_after(statement: str) -> list[str]:
 
 
 def test_store_views_promote_and_reports_import_neither_ray_nor_torch():
-    assert imported_after("import sweeper.track.store, sweeper.views, sweeper.promote._registry, sweeper.promote._export, reports") == []
+    assert imported_after("import sweeper.track._store, sweeper.views, sweeper.promote._registry, sweeper.promote._export, reports") == []
 
 
 def test_sweep_dashboard_validate_and_the_python_api_import_neither_ray_nor_torch():
@@ -25,7 +25,7 @@ def test_sweep_dashboard_validate_and_the_python_api_import_neither_ray_nor_torc
 
 
 def test_the_cli_and_a_store_client_import_neither_ray_nor_torch():
-    statement = "import sweeper.cli; from sweeper.track.mlflow_store import client_for; client_for('sqlite:///:memory:')"
+    statement = "import sweeper.cli; from sweeper.track._mlflow_store import client_for; client_for('sqlite:///:memory:')"
     assert imported_after(statement) == []
 
 

@@ -169,7 +169,7 @@ def test_a_trial_optuna_has_finished_is_not_reported_to_or_told_again(tmp_path):
 def test_resume_tells_optuna_what_mlflow_recorded_after_the_last_tell(tmp_path):
     """The last driver died after MLflow recorded a trial's reports or end and before Optuna
     heard of them: reconciled against the book, the study gets its reports and its end."""
-    from sweeper.track.book import SweepBook, TrialRecord
+    from sweeper.track._book import SweepBook, TrialRecord
 
     search = make_search(tmp_path)
     for trial_id in ("a", "b", "c"):

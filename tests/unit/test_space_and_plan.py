@@ -8,7 +8,7 @@ from sweeper.plan.rungs import asha_rungs
 from sweeper.search.reports_so_far import ReportsSoFarSampler
 from sweeper.search.space import make_sampler, to_optuna_distributions
 from sweeper.spec.load import validate_spec
-from sweeper.track.mlflow_store import flat_params
+from sweeper.track._mlflow_store import flat_params
 from tests.conftest import REPO, small_sweep
 
 
@@ -157,7 +157,7 @@ def test_a_sweep_until_a_budget_cap_screens_its_trials_later():
     until_the_cap = plan(None, budget={"max_steps": 3280})
     assert until_the_cap.rungs == [27]
     # What the tracker logs as the sweep's grace period is the rung it ran.
-    from sweeper.track.mlflow_store import flat_params
+    from sweeper.track._mlflow_store import flat_params
 
     assert flat_params(until_the_cap.spec)["early_stopping.grace_period"] == "27"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from sweeper.track.book import best_of
+from sweeper.track._book import best_of
 from sweeper.names import TrialState
 from sweeper.views import usd
 

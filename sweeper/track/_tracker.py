@@ -27,7 +27,7 @@ Run layout (tag and metric names in `sweeper.names`; tags are the query keys of
 - promotion (written by sweeper/promote/_registry.py, not here): nested under a trial's run, tag
   sweeper.kind=promotion; it holds the logged model of a registered version.
 
-Client helpers shared with the read-only commands live in `sweeper.track.mlflow_store`, so
+Client helpers shared with the read-only commands live in `sweeper.track._mlflow_store`, so
 that those import neither Ray nor this module.
 """
 
@@ -39,11 +39,11 @@ import signal
 import time
 from pathlib import Path
 
-from sweeper.track.book import SweepBook, TrialRecord
+from sweeper.track._book import SweepBook, TrialRecord
 from sweeper.cost import SweepCost, TrialCost, pruning_saving, sweep_cost, sweep_rate
 from sweeper.errors import UserError
-from sweeper.track.mlflow_store import RUN_STATUS, client_for, default_artifact_location, ensure_experiment
-from sweeper.track.mlflow_store import flat_params, git_commit, package_versions
+from sweeper.track._mlflow_store import RUN_STATUS, client_for, default_artifact_location, ensure_experiment
+from sweeper.track._mlflow_store import flat_params, git_commit, package_versions
 from sweeper.names import RunKind, RunMetric, SweepStatus, Tag, TrialState
 from sweeper.spec.schema import SweepSpec
 from sweeper.spec.overrides import single_run_spec
@@ -65,8 +65,8 @@ class MlflowTracker:
         self.hardware = hardware
         self.rate = sweep_rate(spec)  # what a trial's second costs
         self.client = client_for(uri)
-        if uri.startswith(("http://", "https://")):  # a server that can be away (sweeper/track/backlog.py)
-            from sweeper.track.backlog import BACKLOG_FILE, SHORT_RETRIES, DeferringClient
+        if uri.startswith(("http://", "https://")):  # a server that can be away (sweeper/track/_backlog.py)
+            from sweeper.track._backlog import BACKLOG_FILE, SHORT_RETRIES, DeferringClient
 
             for key, value in SHORT_RETRIES.items():
                 os.environ.setdefault(key, value)
@@ -156,7 +156,7 @@ class MlflowTracker:
         keeps what the first found."""
         if self.parent_run_id is not None:
             return
-        from sweeper.track.backlog import BACKLOG_FILE, replay_backlog
+        from sweeper.track._backlog import BACKLOG_FILE, replay_backlog
 
         # What an earlier driver could not log (its server away) first: the runs are then whole.
         replay_backlog(getattr(self.client, "client", self.client), self.spec.sweep_dir / BACKLOG_FILE)

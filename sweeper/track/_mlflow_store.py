@@ -3,8 +3,8 @@ default), a check that fails fast, a client, the experiment, and how a trial's s
 to an MLflow run status; and what a sweep's parent run records of its config and its
 machine (the config as flat params, package versions, the git commit, the hardware).
 
-Shared by the writer (`sweeper.track.tracker`, a Tune callback on the driver) and the readers
-(`sweeper.track.store`: `sweep list/status/report/promote`). No Ray here, and MLflow only when a
+Shared by the writer (`sweeper.track._tracker`, a Tune callback on the driver) and the readers
+(`sweeper.track._store`: `sweep list/status/report/promote`). No Ray here, and MLflow only when a
 client is made, so the read-only commands start without Ray's import.
 """
 

@@ -9,7 +9,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from sweeper.track.book import SweepBook, TrialRecord
+from sweeper.track._book import SweepBook, TrialRecord
 from sweeper.names import TrialState
 from sweeper.views import STATE_STYLE
 

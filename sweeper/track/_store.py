@@ -2,7 +2,7 @@
 frames. `sweep list`, `sweep status`, reports and promotion all read through here.
 
 Imports neither Ray nor torch (a unit test holds it to that), and MLflow only when a
-command reads a store: runs are read through `sweeper.track.run_reader` (MLflow's public
+command reads a store: runs are read through `sweeper.track._run_reader` (MLflow's public
 client); a local SQLite store that does not exist yet is read as empty, never created."""
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from urllib.parse import unquote, urlparse
 
 import polars as pl
 
-from sweeper.track.book import best_of
+from sweeper.track._book import best_of
 from sweeper.errors import UserError
-from sweeper.track.mlflow_store import check_tracking_uri, client_for
+from sweeper.track._mlflow_store import check_tracking_uri, client_for
 from sweeper.names import RunKind, RunMetric, Tag, TrialState
-from sweeper.track.run_reader import reader_for
+from sweeper.track._run_reader import reader_for
 from trainables.metrics import EVAL_LOSS, SETUP_SECONDS
 
 __all__ = ["SweepStore", "SweepRecord", "best_trial_row", "matching_trials"]
@@ -61,7 +61,7 @@ class SweepStore:
     def __init__(self, uri: str):
         check_tracking_uri(uri)
         self.uri = uri
-        # Queries go through `runs` (sweeper.track.run_reader); the client is made on the
+        # Queries go through `runs` (sweeper.track._run_reader); the client is made on the
         # first read of a store that exists.
         self.runs = reader_for(uri, lambda: self.client)
 
