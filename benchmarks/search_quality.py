@@ -648,7 +648,7 @@ def run_sweeper(settings: Settings, seed: int, name: str) -> Outcome:
         def make_sampler_with(spec):
             settings = {"n_startup_trials": startup_trials(spec.search.num_trials), **overrides["sampler"]}
             if settings.pop("rung_model", False):
-                from sweeper.plan.rungs import asha_rungs
+                from sweeper.plan import asha_rungs
 
                 stopping, training = spec.early_stopping, spec.training
                 rungs = asha_rungs(
@@ -707,7 +707,7 @@ def successive_halving(
     max_steps unranked (early_stopping.startup_trials). With `warmups` (each trial's
     warmup steps), a trial still in its warmup at a rung goes on unranked. Returns (best
     eval loss seen by the trials as far as they trained, steps trained)."""
-    from sweeper.plan.rungs import rung_quota
+    from sweeper.plan import rung_quota
 
     alive = list(range(startup, len(histories)))
     reached = {i: max_steps for i in range(startup)} | {i: rungs[0] if rungs else max_steps for i in alive}
@@ -753,7 +753,7 @@ def capped_promotion(histories: list[list[tuple[int, float]]], rung: int, max_st
     that is among the best floor(n / eta) of the n ranked there goes on to max_steps, or else
     the next trial trains to the rung, until `cap` training steps. Returns the best eval
     loss seen within the cap."""
-    from sweeper.plan.rungs import rung_quota
+    from sweeper.plan import rung_quota
 
     waiting: list[tuple[float, int]] = []  # (value at the rung, trial) of every trial ranked there
     promoted: set[int] = set()
@@ -822,7 +822,7 @@ def replay_brackets(histories, brackets: list[list[int]], max_steps: int, eta: f
 def replay_placements(settings: Settings) -> dict[str, list[list[int]]]:
     """Rung placements to replay on random search's trials: name -> brackets (rung lists),
     from the evaluation steps of the task."""
-    from sweeper.plan.rungs import asha_rungs
+    from sweeper.plan import asha_rungs
 
     eta, every, top = settings.reduction_factor, settings.eval_every, settings.max_steps
     placements = {}
@@ -842,7 +842,7 @@ def replay_placements(settings: Settings) -> dict[str, list[list[int]]]:
 def resampling_rules(settings: Settings) -> dict:
     """What to replay on resampled draws of random search's trials: name -> a function of
     the drawn histories, in order, returning (best eval loss seen, steps trained)."""
-    from sweeper.plan.rungs import asha_rungs
+    from sweeper.plan import asha_rungs
     from sweeper.spec.sections import default_grace_period
 
     eta, top = settings.reduction_factor, settings.max_steps
@@ -1169,7 +1169,7 @@ def print_table(args, settings: Settings, methods: list[str], outcomes: dict, ra
     from rich.console import Console
     from rich.table import Table
 
-    from sweeper.plan.rungs import asha_rungs
+    from sweeper.plan import asha_rungs
     from sweeper.spec.sections import default_grace_period
 
     histories = [h for _, runs in sorted(random_by_seed.items()) for h in runs]

@@ -62,7 +62,7 @@ def start(
 
     from sweeper.cluster.connect import cluster_address, stop_local_cluster
     from sweeper.driver_log import DriverLog
-    from sweeper.plan.checks import check_spec
+    from sweeper.plan import check_spec
     from sweeper.run import run_sweep
     from sweeper.track import print_summary
 

@@ -35,9 +35,9 @@ from ray.tune.search import Searcher
 from sweeper.cost import Rate, sweep_rate
 from sweeper.cost import TrialTiming
 from sweeper.names import BudgetKey, Tag, TrialState
-from sweeper.plan.caps import CAPS
-from sweeper.plan.forecast import Scenario
-from sweeper.plan.rungs import evaluations_between
+from sweeper.plan import CAPS
+from sweeper.plan import Scenario
+from sweeper.plan import evaluations_between
 from sweeper.spec.sections import BudgetSpec
 from sweeper.spec.schema import most_trials
 from trainables.metrics import STEP

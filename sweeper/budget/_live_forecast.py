@@ -7,7 +7,7 @@ step = evaluations seen) and hands the budget guard its figures
 
 Each figure of the forecast (seconds per step, per evaluation, per start) is replaced by
 the sweep's own mean as soon as the sweep has measured one; what is left is the
-forecast's arithmetic (`sweeper.plan.forecast.remaining`) at those figures, from where the
+forecast's arithmetic (`sweeper.plan._forecast.remaining`) at those figures, from where the
 trials stand. The times are the driver's: a report's interval runs from the trial's
 previous report (or its Train run's start) to this one's arrival, so everything the sweep
 pays for is in them.
@@ -21,8 +21,8 @@ from dataclasses import dataclass, replace
 from sweeper.cost import Rate
 from sweeper.cost import TrialTiming
 from sweeper.names import LiveForecastKey, TrialState
-from sweeper.plan.forecast import Forecast, Scenario, TrialAt, expected_ladder, remaining, within_caps
-from sweeper.plan.sweep_plan import SweepPlan
+from sweeper.plan import Forecast, Scenario, TrialAt, expected_ladder, remaining, within_caps
+from sweeper.plan import SweepPlan
 from sweeper.views import usd
 from trainables.metrics import STEP, TOKENS_PER_SECOND, TRAIN_TOKENS
 

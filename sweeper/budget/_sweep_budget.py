@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import time
 
-from sweeper.plan.forecast import Forecast
-from sweeper.plan.sweep_plan import SweepPlan
+from sweeper.plan import Forecast
+from sweeper.plan import SweepPlan
 
 __all__ = ["SweepBudget"]
 

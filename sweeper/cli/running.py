@@ -31,7 +31,7 @@ VERBOSE_HELP = (
 def validate(file: Path = typer.Argument(..., help="Sweep YAML file.")) -> None:
     """Check a sweep file without starting anything; every problem is listed (exit 2)."""
     from sweeper.cost import forecast_trial_memory
-    from sweeper.plan.checks import load_checked_spec
+    from sweeper.plan import load_checked_spec
     from sweeper.search.warm_start import read_warm_start
     from sweeper.spec.schema import trials_text
 
@@ -58,7 +58,7 @@ def start(
     """Validate FILE, then run the sweep: a live table while it runs, a summary at the end."""
     from sweeper.cluster.connect import cluster_address
     from sweeper.driver_log import DriverLog
-    from sweeper.plan.checks import load_checked_spec
+    from sweeper.plan import load_checked_spec
     from sweeper.run import run_sweep
 
     spec = load_checked_spec(file)
@@ -85,8 +85,8 @@ def plan(
 ) -> None:
     """Validate FILE and forecast the sweep without running it: step budget by rung, step
     time, expected and worst-case wall time, accelerator-hours and USD, budget caps."""
-    from sweeper.plan.checks import load_checked_spec
-    from sweeper.plan.command import plan_sweep
+    from sweeper.plan import load_checked_spec
+    from sweeper.plan import plan_sweep
     from sweeper.search.warm_start import read_warm_start
 
     spec = load_checked_spec(file)

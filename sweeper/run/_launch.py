@@ -26,9 +26,9 @@ from sweeper.cluster.connect import (
 from sweeper.cost import check_room_for
 from sweeper.cost import SweepCost
 from sweeper.errors import UserError
-from sweeper.plan.command import start_forecast
-from sweeper.plan.inputs import SweepInputs, prepare_inputs
-from sweeper.plan.sweep_plan import ClusterResources, SweepPlan, make_plan
+from sweeper.plan import start_forecast
+from sweeper.plan import SweepInputs, prepare_inputs
+from sweeper.plan import ClusterResources, SweepPlan, make_plan
 from sweeper.run._janitor import AdapterJanitor
 from sweeper.run._sweep_dir import (
     DRIVER_LOG,

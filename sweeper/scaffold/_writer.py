@@ -71,7 +71,7 @@ def scaffold_sweep(
 ) -> SweepFile:
     """The commented sweep file for `model` and `data`, validated (not yet written)."""
     from sweeper.cost import forecast_trial_memory
-    from sweeper.plan.checks import check_spec
+    from sweeper.plan import check_spec
     from sweeper.spec.load import parse_yaml, validate_spec
     from trainables.sections import BUILTIN_TINY_MODEL
 

@@ -50,7 +50,7 @@ from ray.tune.experiment import Trial
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 from ray.tune.search import ConcurrencyLimiter, Searcher
 
-from sweeper.plan.rungs import rung_quota
+from sweeper.plan import rung_quota
 from sweeper.cluster.ray_adapter import hold_restored_trial
 
 __all__ = ["RungLadder", "PromotionASHA", "SlotLimiter"]

@@ -13,7 +13,7 @@ from optuna.trial import TrialState
 from ray.tune.search import Searcher
 
 import sweeper.names as names  # its TrialState beside Optuna's
-from sweeper.plan.sweep_plan import SweepPlan
+from sweeper.plan import SweepPlan
 from sweeper.search.asha import PromotionASHA, SlotLimiter
 from sweeper.search.mirrored_storage import MirroredStorage
 from sweeper.search.space import make_sampler, to_optuna_distributions

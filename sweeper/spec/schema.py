@@ -5,7 +5,7 @@ sections a trial trains with are defined in `trainables/sections.py` and
 in `sections.py`; `SweepSpec` composes them and holds the cross-field rules, each a keyed
 problem. No I/O beyond the trial sections' own file checks (under the `check_files`
 context): the checks that read the model's config, the cache or the output folder run
-after the schema, in `sweeper.plan.checks`.
+after the schema, in `sweeper.plan._checks`.
 
 `sweeper.spec.load.load_spec(path)` turns a YAML file into a validated `SweepSpec`; a
 trial gets `SweepSpec.trial_config()` with its sampled values applied.

@@ -342,7 +342,7 @@ class CostSpec(StrictModel):
 
 
 # The `budget` section: caps on what a sweep may spend. What they mean against the forecast
-# and one trial's least cost is sweeper/plan/caps.py; what enforces them while the sweep
+# and one trial's least cost is sweeper/plan/_caps.py; what enforces them while the sweep
 # runs is sweeper/budget/_guard.py.
 class BudgetSpec(StrictModel):
     max_usd: float | None = Field(

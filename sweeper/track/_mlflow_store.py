@@ -122,7 +122,7 @@ def check_tracking_writable(uri: str) -> None:
     """A sweep writes its runs: a SQLite store's file must be writable, or its folder
     take a new one (tried, not asked of os.access, which says yes to root everywhere).
     Raises UserError (key `tracking.uri`)."""
-    from sweeper.plan.checks import write_refused
+    from sweeper.plan import write_refused
 
     database = _sqlite_file(uri)
     if database is None:
@@ -163,7 +163,7 @@ def ensure_experiment(client, name: str, artifact_location: str | None) -> str:
 
 def hardware_description(cluster) -> str:
     """One line for the tag `sweeper.hardware`: the driver's machine and the cluster's
-    totals (`cluster`: a `sweeper.plan.sweep_plan.ClusterResources`)."""
+    totals (`cluster`: a `sweeper.plan._sweep_plan.ClusterResources`)."""
     return (
         f"{platform.machine()} {platform.system()}; cluster {cluster.cpus:g} CPUs, {cluster.gpus:g} GPUs; "
         f"driver python {platform.python_version()}"

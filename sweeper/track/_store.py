@@ -251,7 +251,7 @@ class SweepStore:
 
     def record(self, name: str | None = None, run=None) -> SweepRecord:
         """The parent run of sweep `name` as a SweepRecord."""
-        from sweeper.plan.rungs import asha_rungs
+        from sweeper.plan import asha_rungs
 
         run = run or self.sweep_run(name)
         tags, params = run.data.tags, run.data.params

@@ -52,8 +52,8 @@ def first_rung_usd(tmp_path_factory) -> float:
     $5.83 for a trial pruned there, on the 2-core machine.)"""
     from rich.console import Console
 
-    from sweeper.plan.checks import load_checked_spec
-    from sweeper.plan.command import plan_sweep
+    from sweeper.plan._checks import load_checked_spec
+    from sweeper.plan._command import plan_sweep
 
     folder = tmp_path_factory.mktemp("budget-calibration")
     path = capped_sweep(folder, "calibration", num_trials=2, max_usd=1e9)

@@ -15,8 +15,8 @@ def test_a_gpu_sweeps_calibration_runs_in_ray_workers_with_a_gpu_each_and_the_dr
     import ray
     import torch
 
-    from sweeper.plan.calibrate import calibrate
-    from sweeper.plan.inputs import prepare_inputs
+    from sweeper.plan._calibrate import calibrate
+    from sweeper.plan._inputs import prepare_inputs
     from sweeper.spec.load import validate_spec
     from trainables.models import DEFAULT_CACHE_ROOT
 

@@ -108,8 +108,8 @@ def test_dpo_under_zero2_zero3_and_fsdp_matches_ddp(tmp_path):
 def test_calibration_steps_deepspeed_and_fsdp_in_this_process():
     """Calibration measures in a process (a Ray task) that no launcher made part of a
     process group; DeepSpeed's engine and FSDP step only inside one (a group of one here)."""
-    from sweeper.plan.calibrate import first_workers_data, measure
-    from sweeper.plan.inputs import prepare_inputs
+    from sweeper.plan._calibrate import first_workers_data, measure
+    from sweeper.plan._inputs import prepare_inputs
     from sweeper.spec.load import validate_spec
     from trainables.models import BUILTIN_TINY_MODEL, DEFAULT_CACHE_ROOT, resolve_model_source
 

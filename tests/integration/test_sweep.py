@@ -6,7 +6,7 @@ import polars as pl
 import pytest
 import yaml
 
-from sweeper.plan.rungs import milestone_counts, steps_trained
+from sweeper.plan._rungs import milestone_counts, steps_trained
 from sweeper.track._store import SweepStore
 from tests.integration.conftest import run_cli as sweep
 
@@ -180,8 +180,8 @@ def trained_in_this_process(path) -> tuple[list[dict], float]:
     seconds it took."""
     import time
 
-    from sweeper.plan.calibrate import run_training
-    from sweeper.plan.inputs import prepare_inputs
+    from sweeper.plan._calibrate import run_training
+    from sweeper.plan._inputs import prepare_inputs
     from sweeper.spec.load import load_spec
     from trainables.models import DEFAULT_CACHE_ROOT, resolve_model_source
 

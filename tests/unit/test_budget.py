@@ -10,7 +10,7 @@ from sweeper.cost._throughput import TrialTiming
 from sweeper.names import TrialState
 from sweeper.track._book import SweepBook, TrialRecord
 from sweeper.cost._prices import Rate
-from sweeper.plan.checks import check_spec
+from sweeper.plan._checks import check_spec
 from sweeper.spec.load import validate_spec
 from tests.conftest import REPO, small_sweep
 

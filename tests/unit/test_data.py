@@ -176,7 +176,7 @@ def test_model_config_transformers_cannot_read_is_a_keyed_input_error(tmp_path):
 
 
 def test_preparing_the_inputs_refuses_a_tokenizer_that_cannot_load(tmp_path):
-    from sweeper.plan.inputs import prepare_inputs
+    from sweeper.plan._inputs import prepare_inputs
     from sweeper.spec.load import validate_spec
     from tests.conftest import REPO, small_sweep
 

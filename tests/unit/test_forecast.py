@@ -3,14 +3,14 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from sweeper.plan import calibrate as calibration
-from sweeper.plan.calibrate import costliest_overrides, first_workers_data
+from sweeper.plan import _calibrate as calibrate as calibration
+from sweeper.plan._calibrate import costliest_overrides, first_workers_data
 from sweeper.cli import app
 from sweeper.cost._architecture import parameter_count
 from sweeper.cost._throughput import PEAK_TFLOPS, UTILISATION, TrialTiming, modelled_timing
-from sweeper.plan.forecast import forecast_sweep
-from sweeper.plan.rungs import evaluations_between
-from sweeper.plan.sweep_plan import ClusterResources, make_plan
+from sweeper.plan._forecast import forecast_sweep
+from sweeper.plan._rungs import evaluations_between
+from sweeper.plan._sweep_plan import ClusterResources, make_plan
 from sweeper.spec.load import validate_spec
 from tests.conftest import REPO, small_sweep
 
@@ -275,8 +275,8 @@ def test_report_shows_the_forecast_beside_the_actual_and_the_budget_cut():
 def test_sweep_start_with_cost_calibrate_false_forecasts_from_the_throughput_model(monkeypatch):
     from rich.console import Console
 
-    from sweeper.plan import calibrate as calibrate_module
-    from sweeper.plan.command import start_forecast
+    from sweeper.plan import _calibrate as calibrate as calibrate_module
+    from sweeper.plan._command import start_forecast
 
     def no_calibration(*args, **kwargs):
         raise AssertionError("calibrated although cost.calibrate is false")
@@ -306,7 +306,7 @@ def open_ended_like(**budget):
 def test_a_step_cap_buys_the_most_trials_whose_ladder_fits_it():
     """17 trials: 17 x 10 + 5 x 20 + 1 x 60 = 330 steps; 18 would train 420 (6 to step 30, 2
     to the end), over 400. Without early stopping 400 steps buy 4 trials of 90."""
-    from sweeper.plan.caps import budget_lines
+    from sweeper.plan._caps import budget_lines
 
     spec = open_ended_like(max_steps=400)
     plan = make_plan(spec, CPU_BOX)

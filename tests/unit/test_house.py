@@ -1,7 +1,8 @@
 """The shape of the tree: the stage packages of `sweeper/` import downward only (no cycle,
-function-level imports included), each has at most 10 modules, and no module of
-`sweeper/`, `trainables/` or `reports/` is over 450 lines. Reads the source; imports
-nothing of it."""
+function-level imports included), each has at most 10 modules, other code reaches a
+package's private modules (`_name.py`) only through the package's interface, and no
+module of `sweeper/`, `trainables/` or `reports/` is over 450 lines. Reads the source;
+imports nothing of it."""
 
 from __future__ import annotations
 
@@ -108,3 +109,40 @@ def test_no_module_is_over_450_lines():
         if (lines := len(path.read_text().splitlines())) > MAX_LINES
     }
     assert long == {}
+
+
+def test_other_code_imports_a_package_not_its_private_modules():
+    reaching = []
+    for folder in ("sweeper", "trainables", "reports", "benchmarks", "scripts"):
+        for path in (ROOT / folder).rglob("*.py"):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            own = ".".join(parts[:2])
+            for name in imported(path):
+                dotted = name.split(".")
+                if len(dotted) >= 3 and dotted[0] == "sweeper" and dotted[2].startswith("_") \
+                        and not dotted[2].startswith("__") and ".".join(dotted[:2]) != own:
+                    reaching.append(f"{path.relative_to(ROOT)}: {name}")
+    assert reaching == []
+
+
+def test_every_public_name_of_a_package_is_defined_where_its_interface_says():
+    missing = []
+    for init in SWEEPER.glob("*/__init__.py"):
+        tree = ast.parse(init.read_text())
+        homes = next((ast.literal_eval(node.value) for node in tree.body if isinstance(node, ast.Assign)
+                      and any(getattr(t, "id", None) == "_HOME" for t in node.targets)), None)
+        if homes is None:
+            continue
+        public = next(ast.literal_eval(node.value) for node in tree.body if isinstance(node, ast.Assign)
+                      and any(getattr(t, "id", None) == "__all__" for t in node.targets))
+        assert sorted(public) == sorted(homes), init
+        for name, module in homes.items():
+            source = (init.parent / f"{module}.py").read_text()
+            defined = {n.name for n in ast.walk(ast.parse(source)) if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+            defined |= {t.id for n in ast.walk(ast.parse(source)) if isinstance(n, (ast.Assign, ast.AnnAssign))
+                        for t in (n.targets if isinstance(n, ast.Assign) else [n.target]) if isinstance(t, ast.Name)}
+            defined |= {a.asname or a.name for n in ast.walk(ast.parse(source)) if isinstance(n, ast.ImportFrom)
+                        for a in n.names}
+            if name not in defined:
+                missing.append(f"{init.parent.name}.{name} in {module}")
+    assert missing == []

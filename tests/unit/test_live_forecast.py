@@ -6,8 +6,8 @@ import pytest
 
 from sweeper.cost._prices import Rate
 from sweeper.names import TrialState
-from sweeper.plan.forecast import TrialAt, forecast_lines, forecast_sweep, remaining
-from sweeper.plan.sweep_plan import make_plan
+from sweeper.plan._forecast import TrialAt, forecast_lines, forecast_sweep, remaining
+from sweeper.plan._sweep_plan import make_plan
 from sweeper.budget._guard import BudgetGuard, BudgetSearcher
 from sweeper.budget._live_forecast import LiveForecast, Measured, duration, estimate, live_timing
 from sweeper.spec.sections import BudgetSpec
@@ -352,7 +352,7 @@ def test_the_forecast_before_launch_stops_at_the_cap_as_the_live_estimate_does()
     """A sweep of search.num_trials capped below its expected cost: the forecast printed
     before launch is the live estimate with nothing started (cut at the cap), and the
     budget's line still says the cap cuts the whole sweep."""
-    from sweeper.plan.caps import budget_lines
+    from sweeper.plan._caps import budget_lines
 
     plan, forecast = plan_and_forecast()
     usd_cap = forecast.expected.usd / 2

@@ -256,7 +256,7 @@ def test_auto_where_one_trial_does_not_fit_is_one_keyed_line_naming_the_fix(tmp_
 
 
 def test_auto_is_refused_at_validate_on_the_named_card_and_for_several_workers(tmp_path):
-    from sweeper.plan.checks import check_spec
+    from sweeper.plan._checks import check_spec
 
     fits = validate_spec(packed_sweep(tmp_path, cost={"accelerator": "h100"}), base_dir=REPO)
     check_spec(fits)  # does not raise: sized on the h100 here, on the cluster's GPU at start

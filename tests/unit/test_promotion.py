@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 from ray.tune.schedulers import TrialScheduler
 
-from sweeper.plan.rungs import promotion_steps
+from sweeper.plan._rungs import promotion_steps
 from sweeper.search.asha import PromotionASHA, RungLadder
 
 
@@ -227,7 +227,7 @@ def test_nine_trials_train_exactly_the_rung_arithmetic():
 def test_startup_trials_train_to_the_end_and_the_others_follow_the_ladder_without_them():
     """early_stopping.startup_trials 2 of 11: the first two train to max_steps although
     they are the worst at every rung; the other 9 are promoted as 9 trials are."""
-    from sweeper.plan.rungs import milestone_counts, steps_trained
+    from sweeper.plan._rungs import milestone_counts, steps_trained
 
     sched = scheduler(11, slots=2)
     sched.mark_unranked(["t0", "t1"])
@@ -296,7 +296,7 @@ def test_for_resume_pauses_restored_trials_until_a_slot_is_free():
 
 
 def plan_for(scheduler: str, parameters: bool = True):
-    from sweeper.plan.sweep_plan import ClusterResources, make_plan
+    from sweeper.plan._sweep_plan import ClusterResources, make_plan
     from sweeper.spec.load import validate_spec
     from tests.conftest import REPO, small_sweep
 

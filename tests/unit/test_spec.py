@@ -5,7 +5,7 @@ from typer.testing import CliRunner
 
 from sweeper.cli import app
 from sweeper.errors import UserError
-from sweeper.plan.checks import check_spec, load_checked_spec
+from sweeper.plan._checks import check_spec, load_checked_spec
 from sweeper.spec.load import load_spec, validate_spec
 from sweeper.spec.overrides import with_overrides
 from tests.conftest import REPO, small_sweep, write_yaml

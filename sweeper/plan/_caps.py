@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from sweeper.cost import sweep_rate
 from sweeper.cost import modelled_timing
-from sweeper.plan.forecast import Forecast
-from sweeper.plan.rungs import evaluations_between
+from sweeper.plan._forecast import Forecast
+from sweeper.plan._rungs import evaluations_between
 from sweeper.spec.sections import BudgetSpec
 
 __all__ = ["CAPS", "budget_problems", "budget_lines", "first_trial_cost", "first_trial_steps"]

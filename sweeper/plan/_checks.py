@@ -17,7 +17,7 @@ from pathlib import Path
 
 from sweeper.cluster.storage import is_remote
 from sweeper.errors import UserError
-from sweeper.plan.caps import budget_problems
+from sweeper.plan._caps import budget_problems
 from sweeper.spec.load import load_spec
 from sweeper.spec.schema import SweepSpec
 

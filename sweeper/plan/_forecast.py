@@ -28,8 +28,8 @@ from dataclasses import dataclass, field, replace
 from sweeper.cost import Rate, sweep_rate
 from sweeper.cost import TrialTiming
 from sweeper.names import ForecastKey
-from sweeper.plan.rungs import evaluations_between, milestone_counts
-from sweeper.plan.sweep_plan import SweepPlan
+from sweeper.plan._rungs import evaluations_between, milestone_counts
+from sweeper.plan._sweep_plan import SweepPlan
 from sweeper.spec.sections import MOST_TRIALS
 from sweeper.views import usd
 

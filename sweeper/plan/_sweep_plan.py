@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass, field
 
 from sweeper.errors import UserError
-from sweeper.plan.rungs import asha_rungs, milestone_counts, steps_trained
+from sweeper.plan._rungs import asha_rungs, milestone_counts, steps_trained
 from sweeper.spec.schema import SweepSpec, most_trials
 
 

@@ -53,7 +53,7 @@ def prepare_inputs(spec: SweepSpec, cache_root: Path) -> SweepInputs:
 def check_batch_fits_the_data(spec: SweepSpec, train_examples: int) -> None:
     """A micro-batch larger than the training set holds the same example several times: a
     slip (a zero too many) that would only show as a calibration or trial that never ends."""
-    from sweeper.plan.calibrate import costliest_overrides
+    from sweeper.plan._calibrate import costliest_overrides
 
     key = "training.per_device_batch_size"
     searched = costliest_overrides(spec).get(key)

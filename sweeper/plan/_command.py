@@ -14,9 +14,9 @@ from sweeper.cost import gpu_memory_gib, launch_card_gib, with_gpu_packing
 from sweeper.cost import sweep_rate
 from sweeper.cost import modelled_timing
 from sweeper.errors import UserError
-from sweeper.plan.forecast import Forecast, forecast_lines, forecast_summary, forecast_sweep
-from sweeper.plan.inputs import SweepInputs
-from sweeper.plan.sweep_plan import ClusterResources, SweepPlan, make_plan
+from sweeper.plan._forecast import Forecast, forecast_lines, forecast_summary, forecast_sweep
+from sweeper.plan._inputs import SweepInputs
+from sweeper.plan._sweep_plan import ClusterResources, SweepPlan, make_plan
 from sweeper.spec.schema import SweepSpec, trials_text
 
 __all__ = ["plan_sweep", "sweep_forecast", "start_forecast", "print_forecast"]
@@ -30,7 +30,7 @@ def sweep_forecast(plan: SweepPlan, inputs: SweepInputs | None) -> Forecast:
     nothing is calibrated."""
     spec = plan.spec
     if inputs is not None:
-        from sweeper.plan.calibrate import calibrate
+        from sweeper.plan._calibrate import calibrate
 
         calibration = calibrate(spec, inputs.data, inputs.model_source)
         forecast = forecast_sweep(plan, calibration.first, calibration.costliest)
@@ -60,7 +60,7 @@ def print_forecast(forecast: Forecast, spec: SweepSpec, console: Console, brief:
     """The forecast's lines, then one line per budget cap on what it means against them.
     `brief` (`sweep start`): the forecast in one line on `console`, its lines in the log
     (the sweep's driver.log), the caps' lines on both."""
-    from sweeper.plan.caps import budget_lines
+    from sweeper.plan._caps import budget_lines
 
     unit = "GPU-hours" if spec.resources.use_gpu else "CPU core-hours"
     lines = forecast_lines(forecast, unit)
@@ -79,7 +79,7 @@ def plan_sweep(spec: SweepSpec, file: Path, *, address: str | None, calibrate: b
     `sweep start` starts one), calibrate there unless told not to, print. The cluster is
     left (a local one stopped) before it returns."""
     from sweeper.cluster.connect import LOCAL_CLUSTER, start_ray, stop_local_cluster
-    from sweeper.plan.inputs import prepare_inputs
+    from sweeper.plan._inputs import prepare_inputs
     from trainables.models import DEFAULT_CACHE_ROOT
 
     started = time.time()
