@@ -29,7 +29,7 @@ MARKER = re.compile(r"^<!-- generated: ([a-z-]+) -->$", re.M)
 
 # The stage packages in the order a sweep flows through them (docs/concepts/flow.md);
 # a package added later is listed after them.
-STAGE_ORDER = ["spec", "cost", "plan", "cluster", "search", "run", "track", "promote", "cli"]
+STAGE_ORDER = ["spec", "cost", "plan", "cluster", "search", "budget", "run", "track", "promote", "cli"]
 
 
 # ---------------------------------------------------------------- the generated parts
