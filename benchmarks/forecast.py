@@ -30,7 +30,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from sweeper.spec.load import read_yaml, validate_spec
+from sweeper.spec import read_yaml, validate_spec
 
 REPO = Path(__file__).resolve().parent.parent
 HALF_THE_PLAN = "half of `sweep plan`'s expected dollars"

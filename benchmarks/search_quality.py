@@ -782,7 +782,7 @@ def capped_replay(histories: list, settings: "Settings", draws: int = 400, seed:
     random orders of random search's finished trials of every seed, under each anytime
     share's cap. Random configs, no TPE: the screen's part alone. Returns share -> rule ->
     the mean best eval loss."""
-    from sweeper.spec.sections import default_grace_period
+    from sweeper.spec import default_grace_period
 
     rung = default_grace_period(settings.max_steps, settings.eval_every, until_a_cap=True)
     rng = random.Random(seed)
@@ -843,7 +843,7 @@ def resampling_rules(settings: Settings) -> dict:
     """What to replay on resampled draws of random search's trials: name -> a function of
     the drawn histories, in order, returning (best eval loss seen, steps trained)."""
     from sweeper.plan import asha_rungs
-    from sweeper.spec.sections import default_grace_period
+    from sweeper.spec import default_grace_period
 
     eta, top = settings.reduction_factor, settings.max_steps
     grace = default_grace_period(top, settings.eval_every)
@@ -1170,7 +1170,7 @@ def print_table(args, settings: Settings, methods: list[str], outcomes: dict, ra
     from rich.table import Table
 
     from sweeper.plan import asha_rungs
-    from sweeper.spec.sections import default_grace_period
+    from sweeper.spec import default_grace_period
 
     histories = [h for _, runs in sorted(random_by_seed.items()) for h in runs]
     # The former default's ladder (its first rung: grace_period's default).

@@ -3,7 +3,7 @@ built, so that none of them is a committed copy that can drift.
 
 A page asks for a generated part with a marker line, `<!-- generated: NAME -->`:
 
-- `yaml-reference`: the YAML reference, `sweeper.spec.reference.markdown_reference()`
+- `yaml-reference`: the YAML reference, `sweeper.spec._reference.markdown_reference()`
   (what `sweep reference` prints);
 - `cli-reference`: every `sweep` command, read from the Typer app's click commands;
 - `keyed-errors`: every keyed message the code can refuse with, read from its syntax tree;
@@ -36,7 +36,7 @@ STAGE_ORDER = ["spec", "cost", "plan", "cluster", "search", "budget", "run", "tr
 
 
 def yaml_reference() -> str:
-    from sweeper.spec.reference import markdown_reference
+    from sweeper.spec import markdown_reference
 
     return markdown_reference()
 
@@ -271,8 +271,8 @@ def _key_rank(key: str) -> int:
 
 def _section_prefixes() -> dict[str, str]:
     """Schema class name -> its dotted place in the YAML ('TrainingSpec' -> 'training.')."""
-    from sweeper.spec.paths import section_model
-    from sweeper.spec.schema import SweepSpec
+    from sweeper.spec import section_model
+    from sweeper.spec import SweepSpec
 
     prefixes = {"UniformDist": "search.parameters.<name>.", "LogUniformDist": "search.parameters.<name>.",
                 "IntUniformDist": "search.parameters.<name>.", "CategoricalDist": "search.parameters.<name>."}

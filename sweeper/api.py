@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
     from reports.build import Report
     from sweeper.run import SweepRun
-    from sweeper.spec.schema import SweepSpec
+    from sweeper.spec import SweepSpec
     from sweeper.track import SweepStore
 
 __all__ = ["start", "sweeps", "status", "report", "SweepReportFiles"]
@@ -92,8 +92,8 @@ def start(
 
 def _resolve_spec(spec) -> tuple[SweepSpec, Path]:
     """The validated spec and the folder its relative paths (and git commit) come from."""
-    from sweeper.spec.schema import SweepSpec
-    from sweeper.spec.load import load_spec, validate_spec
+    from sweeper.spec import SweepSpec
+    from sweeper.spec import load_spec, validate_spec
 
     if isinstance(spec, SweepSpec):
         return spec, Path.cwd()

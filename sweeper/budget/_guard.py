@@ -38,8 +38,8 @@ from sweeper.names import BudgetKey, Tag, TrialState
 from sweeper.plan import CAPS
 from sweeper.plan import Scenario
 from sweeper.plan import evaluations_between
-from sweeper.spec.sections import BudgetSpec
-from sweeper.spec.schema import most_trials
+from sweeper.spec import BudgetSpec
+from sweeper.spec import most_trials
 from trainables.metrics import STEP
 
 __all__ = ["BudgetGuard", "BudgetSearcher", "BudgetStopper"]

@@ -31,7 +31,7 @@ JOB_ADDRESS_HELP = "The cluster's dashboard, http://HEAD:8265 (default: RAY_ADDR
 
 
 def sweep_folder_and_spec(name: str, sweep_dir: Optional[Path]):
-    from sweeper.spec.load import load_spec
+    from sweeper.spec import load_spec
 
     folder = (sweep_dir or Path("sweeps") / name).resolve()
     if not (folder / "sweep.yaml").is_file():

@@ -21,7 +21,7 @@ from sweeper.errors import UserError
 
 def reference() -> None:
     """Print the YAML reference (every key, its type, default and meaning) as Markdown."""
-    from sweeper.spec.reference import markdown_reference
+    from sweeper.spec import markdown_reference
 
     typer.echo(markdown_reference(), nl=False)
 

@@ -33,7 +33,7 @@ def validate(file: Path = typer.Argument(..., help="Sweep YAML file.")) -> None:
     from sweeper.cost import forecast_trial_memory
     from sweeper.plan import load_checked_spec
     from sweeper.search.warm_start import read_warm_start
-    from sweeper.spec.schema import trials_text
+    from sweeper.spec import trials_text
 
     spec = load_checked_spec(file)
     for note in read_warm_start(spec).notes:

@@ -150,7 +150,7 @@ def auth_refused(exc: BaseException) -> bool:
 def job_metadata(spec, tracking_uri: str) -> dict[str, str]:
     """The Ray job's metadata: the dashboard's Jobs page shows `job_name` as the job's
     name, the rest on the job's page and in its REST API (/api/jobs/)."""
-    from sweeper.spec.schema import trials_text
+    from sweeper.spec import trials_text
 
     return {
         "job_name": spec.name,

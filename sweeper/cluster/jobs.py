@@ -82,7 +82,7 @@ def submitted_sweep(file: Path) -> tuple[str, str | None, str | None]:
         be lost to `sweep resume` (with object storage, the resume fetches it from there).
     """
     from sweeper.cluster.storage import is_remote
-    from sweeper.spec.load import read_yaml
+    from sweeper.spec import read_yaml
 
     raw = read_yaml(file)
     name, output_dir = raw.get("name"), raw.get("output_dir")

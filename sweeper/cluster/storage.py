@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 from sweeper.errors import UserError
-from sweeper.spec.sections import REMOTE_SCHEMES, is_remote
+from sweeper.spec import REMOTE_SCHEMES, is_remote
 
 # File-system types whose folders other machines can mount too (from /proc/self/mounts).
 SHARED_FILESYSTEMS = frozenset(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sweeper.spec.sections import PRICE_TABLE
+from sweeper.spec import PRICE_TABLE
 
 __all__ = [
     "PRICE_TABLE", "TrialCost", "trial_cost", "pruning_saving", "SweepCost", "sweep_cost", "price_per_hour",

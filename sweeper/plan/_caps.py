@@ -8,7 +8,7 @@ from sweeper.cost import sweep_rate
 from sweeper.cost import modelled_timing
 from sweeper.plan._forecast import Forecast
 from sweeper.plan._rungs import evaluations_between
-from sweeper.spec.sections import BudgetSpec
+from sweeper.spec import BudgetSpec
 
 __all__ = ["CAPS", "budget_problems", "budget_lines", "first_trial_cost", "first_trial_steps"]
 

@@ -1,6 +1,6 @@
 """The one validation pass of `sweep validate`, `sweep plan` and `sweep start` (and the
 Python API's start). The schema comes first (fields and cross-field rules, without
-reading anything but the trial sections' own files: `sweeper.spec.load`); then the
+reading anything but the trial sections' own files: `sweeper.spec._load`); then the
 checks that read the disk: the output folder (and a storage.uri folder) can be made and
 written, each budget cap can pay for one trial, and a GPU trial fits the card
 `cost.accelerator` names (both read the model's config, here or in the Hugging Face cache).
@@ -18,8 +18,8 @@ from pathlib import Path
 from sweeper.cluster.storage import is_remote
 from sweeper.errors import UserError
 from sweeper.plan._caps import budget_problems
-from sweeper.spec.load import load_spec
-from sweeper.spec.schema import SweepSpec
+from sweeper.spec import load_spec
+from sweeper.spec import SweepSpec
 
 __all__ = ["load_checked_spec", "check_spec", "folder_creation_problem", "write_refused"]
 

@@ -17,7 +17,7 @@ from sweeper.errors import UserError
 from sweeper.plan._forecast import Forecast, forecast_lines, forecast_summary, forecast_sweep
 from sweeper.plan._inputs import SweepInputs
 from sweeper.plan._sweep_plan import ClusterResources, SweepPlan, make_plan
-from sweeper.spec.schema import SweepSpec, trials_text
+from sweeper.spec import SweepSpec, trials_text
 
 __all__ = ["plan_sweep", "sweep_forecast", "start_forecast", "print_forecast"]
 

@@ -30,7 +30,7 @@ from sweeper.cost import TrialTiming
 from sweeper.names import ForecastKey
 from sweeper.plan._rungs import evaluations_between, milestone_counts
 from sweeper.plan._sweep_plan import SweepPlan
-from sweeper.spec.sections import MOST_TRIALS
+from sweeper.spec import MOST_TRIALS
 from sweeper.views import usd
 
 __all__ = [

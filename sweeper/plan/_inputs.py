@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from sweeper.spec.schema import SweepSpec
+from sweeper.spec import SweepSpec
 from trainables.errors import InputError
 
 __all__ = ["SweepInputs", "prepare_inputs", "check_batch_fits_the_data"]

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from sweeper.errors import UserError
 from sweeper.plan._rungs import asha_rungs, milestone_counts, steps_trained
-from sweeper.spec.schema import SweepSpec, most_trials
+from sweeper.spec import SweepSpec, most_trials
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ full run (`sweep export NAME [--trial ID] -o train.yaml`, then `sweep start trai
 from __future__ import annotations
 
 from sweeper.names import Tag
-from sweeper.spec.load import spec_to_yaml
+from sweeper.spec import spec_to_yaml
 from sweeper.track import SweepStore
 from trainables.metrics import EVAL_LOSS
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from sweeper.cluster import storage
 from sweeper.errors import UserError
 from sweeper.search.study import STUDY_FILE, study_file
-from sweeper.spec.sections import uri_problem
+from sweeper.spec import uri_problem
 
 __all__ = ["FetchedSweep", "fetch_sweep", "normalized_uri"]
 
@@ -44,7 +44,7 @@ def fetch_sweep(name: str, uri: str, folder: Path) -> FetchedSweep:
         written, holds another sweep, or this one with its driver still running.
     """
     from sweeper.plan import folder_creation_problem
-    from sweeper.spec.load import load_spec, spec_to_yaml
+    from sweeper.spec import load_spec, spec_to_yaml
 
     problem = uri_problem(uri)
     if problem:
@@ -109,7 +109,7 @@ def _refuse_another_sweep(folder: Path, uri: str) -> None:
     """The local folder may hold this sweep from before (its files are replaced by the
     ones in storage), never another sweep, nor this one while its driver runs."""
     from sweeper.run._sweep_dir import running_driver_pid
-    from sweeper.spec.load import load_spec
+    from sweeper.spec import load_spec
 
     if not (folder / "sweep.yaml").is_file():
         return

@@ -39,7 +39,7 @@ from sweeper.run._sweep_dir import (
     refuse_if_read_only,
     refuse_if_running,
 )
-from sweeper.spec.schema import SweepSpec, trials_text
+from sweeper.spec import SweepSpec, trials_text
 from sweeper.track import SweepBook
 from trainables.models import DEFAULT_CACHE_ROOT
 
@@ -144,7 +144,7 @@ def resume_sweep(
     from sweeper.run._sweep_state import restart_unreadable_trials
     from sweeper.run._trial import make_trainable
     from sweeper.search.study import study_url
-    from sweeper.spec.load import load_spec
+    from sweeper.spec import load_spec
 
     spec = load_spec(sweep_dir / "sweep.yaml")
     started, console = time.time(), console or Console()
@@ -202,7 +202,7 @@ def rebuild_sweep(
     from sweeper.run._sweep_state import set_aside_for_rebuild
     from sweeper.run._trial import make_trainable
     from sweeper.search.searcher import make_search
-    from sweeper.spec.load import load_spec
+    from sweeper.spec import load_spec
 
     spec = load_spec(sweep_dir / "sweep.yaml")
     if storage.is_remote(spec.storage_uri):

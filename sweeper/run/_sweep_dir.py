@@ -14,8 +14,8 @@ from pathlib import Path
 from sweeper.cluster import storage
 from sweeper.errors import UserError
 from sweeper.search.study import study_file
-from sweeper.spec.load import spec_to_yaml
-from sweeper.spec.schema import SweepSpec
+from sweeper.spec import spec_to_yaml
+from sweeper.spec import SweepSpec
 
 __all__ = [
     "refuse_existing_sweep", "prepare_sweep_dir", "PUBLISHED_FILES", "publish_sweep_files",

@@ -110,7 +110,7 @@ def fit_on(raw: dict, base_dir: Path, gpu: str | None, batch: int) -> Fit:
     memory forecast fits on the card (no checkpointing with a micro-batch of 4 or more,
     else checkpointing with the largest micro-batch that fits, else nf4 with checkpointing)."""
     from sweeper.cost import forecast_trial_memory, gpu_memory_gib
-    from sweeper.spec.load import validate_spec
+    from sweeper.spec import validate_spec
 
     length = raw["data"]["max_length"]
     if gpu is None:

@@ -72,7 +72,7 @@ def scaffold_sweep(
     """The commented sweep file for `model` and `data`, validated (not yet written)."""
     from sweeper.cost import forecast_trial_memory
     from sweeper.plan import check_spec
-    from sweeper.spec.load import parse_yaml, validate_spec
+    from sweeper.spec import parse_yaml, validate_spec
     from trainables.sections import BUILTIN_TINY_MODEL
 
     task, gpu = check_task(task), check_gpu(gpu)

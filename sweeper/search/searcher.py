@@ -29,7 +29,7 @@ from sweeper.search.study import (
     study_url,
 )
 from sweeper.search.tune_state import SavedASHAScheduler, SavedFIFOScheduler, SavedMedianStoppingRule, SavedPromotionASHA
-from sweeper.spec.schema import SweepSpec, most_trials
+from sweeper.spec import SweepSpec, most_trials
 
 __all__ = ["make_search", "make_searcher", "make_scheduler", "StepAwareOptunaSearch", "optuna_searcher"]
 

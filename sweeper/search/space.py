@@ -6,8 +6,8 @@ from __future__ import annotations
 import optuna
 
 from sweeper.search.reports_so_far import ReportsSoFarSampler
-from sweeper.spec.schema import CategoricalDist, LogUniformDist, SearchSpec, SweepSpec, UniformDist
-from sweeper.spec.sections import IntUniformDist
+from sweeper.spec import CategoricalDist, LogUniformDist, SearchSpec, SweepSpec, UniformDist
+from sweeper.spec import IntUniformDist
 
 __all__ = ["to_optuna_distributions", "parameters_to_optuna", "make_sampler"]
 

@@ -28,8 +28,8 @@ from optuna.trial import FrozenTrial, TrialState
 from sweeper.errors import UserError
 from sweeper.search.space import to_optuna_distributions
 from sweeper.search.study import STUDY_FILE, TUNE_TRIAL_ID_ATTR, WARM_START_ATTR, study_file, study_url
-from sweeper.spec.schema import SweepSpec
-from sweeper.spec.sections import WarmStartSpec
+from sweeper.spec import SweepSpec
+from sweeper.spec import WarmStartSpec
 
 __all__ = ["WarmStart", "read_warm_start"]
 
@@ -102,7 +102,7 @@ def _earlier_trial_config(folder: Path):
     cannot be read (then none of its configs counts as a repeat)."""
     from pydantic import ValidationError
 
-    from sweeper.spec.load import read_yaml
+    from sweeper.spec import read_yaml
 
     try:
         raw = read_yaml(folder / "sweep.yaml")

@@ -113,7 +113,7 @@ class SweepStore:
 
     def sweep_spec(self, run):
         """The sweep's resolved config, from its parent run's sweep.yaml artifact."""
-        from sweeper.spec.load import parse_yaml, revalidate_spec
+        from sweeper.spec import parse_yaml, revalidate_spec
 
         raw = parse_yaml(self._artifact(run, "sweep.yaml"), "sweep.yaml")
         return revalidate_spec(raw, f"the sweep.yaml stored with MLflow run {run.info.run_id}")
@@ -132,7 +132,7 @@ class SweepStore:
     def trial_spec(self, run, trial: dict):
         """A trial's values as one full run (`trial`: a `trials()` row): what best_config.yaml
         holds for the best trial, for any trial."""
-        from sweeper.spec.overrides import single_run_spec
+        from sweeper.spec import single_run_spec
 
         spec = self.sweep_spec(run)
         return single_run_spec(spec, json.loads(trial["params"]), name=f"{spec.name}-trial-{trial['trial_number']}")

@@ -26,7 +26,7 @@ def test_a_cpu_trial_on_a_node_with_a_visible_gpu_sees_none(tmp_path, monkeypatc
 
     from sweeper.cluster.connect import LOCAL_CLUSTER, start_ray
     from sweeper.run._trial import TRIAL_ACTOR_RESOURCES, run_trial
-    from sweeper.spec.load import validate_spec
+    from sweeper.spec._load import validate_spec
     from tests.conftest import small_sweep
 
     # Every process of the cluster (raylet, workers) inherits it, as on a GPU node.

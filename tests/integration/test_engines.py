@@ -174,7 +174,7 @@ def test_a_function_that_never_reports_fails_its_trial_and_the_sweep_goes_on(tmp
 def trl_trial(tmp_path, method: str, **sections):
     """A one-trial trl sweep's spec and its prepared inputs (eval cut to 16 rows)."""
     from sweeper.plan._inputs import prepare_inputs
-    from sweeper.spec.load import validate_spec
+    from sweeper.spec._load import validate_spec
     from trainables.models import DEFAULT_CACHE_ROOT
 
     if method == "sft":
@@ -256,7 +256,7 @@ def test_the_hf_trainer_example_reports_each_evaluation_through_the_reporters_ca
     import time
 
     from sweeper.plan._inputs import prepare_inputs
-    from sweeper.spec.load import load_spec
+    from sweeper.spec._load import load_spec
     from trainables import function_engine
     from trainables.models import DEFAULT_CACHE_ROOT
 

@@ -33,7 +33,7 @@ def _train_in_two_processes(rank: int, task: str, runs: list[dict], out: str, po
     dist.init_process_group("gloo", rank=rank, world_size=2)
     import importlib
 
-    from sweeper.spec.load import validate_spec
+    from sweeper.spec._load import validate_spec
     from trainables.data import tokenize_split
     from trainables.models import BUILTIN_TINY_MODEL, load_tokenizer, resolve_model_source
 
@@ -110,7 +110,7 @@ def test_calibration_steps_deepspeed_and_fsdp_in_this_process():
     process group; DeepSpeed's engine and FSDP step only inside one (a group of one here)."""
     from sweeper.plan._calibrate import first_workers_data, measure
     from sweeper.plan._inputs import prepare_inputs
-    from sweeper.spec.load import validate_spec
+    from sweeper.spec._load import validate_spec
     from trainables.models import BUILTIN_TINY_MODEL, DEFAULT_CACHE_ROOT, resolve_model_source
 
     source = resolve_model_source(BUILTIN_TINY_MODEL)

@@ -182,7 +182,7 @@ def trained_in_this_process(path) -> tuple[list[dict], float]:
 
     from sweeper.plan._calibrate import run_training
     from sweeper.plan._inputs import prepare_inputs
-    from sweeper.spec.load import load_spec
+    from sweeper.spec._load import load_spec
     from trainables.models import DEFAULT_CACHE_ROOT, resolve_model_source
 
     spec = load_spec(path)

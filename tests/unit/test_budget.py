@@ -4,14 +4,14 @@ import pytest
 from ray.tune.search import Searcher
 
 from sweeper.budget._guard import BudgetGuard, BudgetSearcher, BudgetStopper
-from sweeper.spec.sections import BudgetSpec
+from sweeper.spec._sections import BudgetSpec
 from sweeper.errors import UserError
 from sweeper.cost._throughput import TrialTiming
 from sweeper.names import TrialState
 from sweeper.track._book import SweepBook, TrialRecord
 from sweeper.cost._prices import Rate
 from sweeper.plan._checks import check_spec
-from sweeper.spec.load import validate_spec
+from sweeper.spec._load import validate_spec
 from tests.conftest import REPO, small_sweep
 
 # 1 core-hour costs $3.6, so one core-second costs $0.001.
@@ -265,7 +265,7 @@ def test_nothing_to_search_runs_once_not_until_the_cap():
 
 
 def test_a_grid_until_a_cap_runs_at_most_the_grid():
-    from sweeper.spec.schema import most_trials, trials_text
+    from sweeper.spec._schema import most_trials, trials_text
 
     grid = {"training.learning_rate": {"distribution": "categorical", "values": [1e-3, 1e-2, 3e-2]}}
     spec = validate_spec(open_ended(search={"method": "grid", "parameters": grid}, budget={"max_steps": 200}), base_dir=REPO)

@@ -41,7 +41,7 @@ def test_sweep_totals():
 def test_a_gpu_sweep_is_priced_by_the_card_the_cluster_reports():
     """The Qwen sweeps name an A10G; run on H100s, they are priced as H100s, and say so."""
     from sweeper.cost._prices import priced_on_cluster, sweep_rate
-    from sweeper.spec.load import load_spec
+    from sweeper.spec._load import load_spec
 
     spec = load_spec(REPO / "search_spaces" / "qwen2.5-0.5b-lora-sft.yaml")
     assert sweep_rate(spec).usd_per_hour == PRICE_TABLE["a10g"]

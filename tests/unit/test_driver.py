@@ -145,7 +145,7 @@ def test_the_searchers_marks_reach_the_record_before_any_listener_and_the_live_t
     from sweeper.search.searcher import StepAwareOptunaSearch
     from sweeper.search.space import to_optuna_distributions
     from sweeper.search.warm_start import WarmStart
-    from sweeper.spec.load import validate_spec
+    from sweeper.spec._load import validate_spec
     from sweeper.track._console import trial_table
     from tests.conftest import REPO, small_sweep
 

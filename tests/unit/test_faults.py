@@ -115,7 +115,7 @@ def test_a_sweep_that_cannot_fit_its_folders_disk_is_refused_with_a_keyed_line(t
     from sweeper.cluster import storage
     from sweeper.cost._disk import check_room_for, sweep_disk_need
     from sweeper.errors import UserError
-    from sweeper.spec.load import load_spec
+    from sweeper.spec._load import load_spec
     from tests.conftest import small_sweep, write_yaml
 
     spec = load_spec(write_yaml(tmp_path / "d.yaml", small_sweep("d", output_dir=str(tmp_path / "sweeps" / "d"))))

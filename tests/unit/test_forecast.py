@@ -11,7 +11,7 @@ from sweeper.cost._throughput import PEAK_TFLOPS, UTILISATION, TrialTiming, mode
 from sweeper.plan._forecast import forecast_sweep
 from sweeper.plan._rungs import evaluations_between
 from sweeper.plan._sweep_plan import ClusterResources, make_plan
-from sweeper.spec.load import validate_spec
+from sweeper.spec._load import validate_spec
 from tests.conftest import REPO, small_sweep
 
 CPU_BOX = ClusterResources(cpus=2, gpus=0, max_node_cpus=2, max_node_gpus=0)

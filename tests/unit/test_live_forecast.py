@@ -10,7 +10,7 @@ from sweeper.plan._forecast import TrialAt, forecast_lines, forecast_sweep, rema
 from sweeper.plan._sweep_plan import make_plan
 from sweeper.budget._guard import BudgetGuard, BudgetSearcher
 from sweeper.budget._live_forecast import LiveForecast, Measured, duration, estimate, live_timing
-from sweeper.spec.sections import BudgetSpec
+from sweeper.spec._sections import BudgetSpec
 from sweeper.track._book import SweepBook, TrialRecord
 from tests.unit.test_budget import Counting
 from tests.unit.test_forecast import CPU_BOX, TIMING, quickstart_like

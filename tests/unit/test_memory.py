@@ -13,7 +13,7 @@ import yaml
 from sweeper.cost._architecture import KNOWN_CONFIGS, Architecture, architecture_of
 from sweeper.cost._memory import forecast, forecast_trial_memory, gpu_memory_gib, refuse_if_unfit
 from sweeper.errors import UserError
-from sweeper.spec.load import load_spec, validate_spec
+from sweeper.spec._load import load_spec, validate_spec
 from tests.conftest import REPO, small_sweep
 
 GPU_SWEEPS = sorted(
@@ -266,6 +266,6 @@ def test_auto_is_refused_at_validate_on_the_named_card_and_for_several_workers(t
     assert [line.split(":")[0] for line in error.value.lines] == ["resources.gpus_per_worker"]
     with pytest.raises(UserError, match=r"resources.gpus_per_worker: auto packs one-worker trials on a GPU, but "
                                         r"workers_per_trial is 2; set gpus_per_worker: 1, or workers_per_trial: 1"):
-        from sweeper.spec.load import validate_spec as validate
+        from sweeper.spec._load import validate_spec as validate
 
         validate(packed_sweep(tmp_path, resources={"workers_per_trial": 2}), base_dir=REPO)

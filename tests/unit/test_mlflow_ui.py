@@ -5,7 +5,7 @@ import pytest
 
 from sweeper.track._book import SweepBook
 from sweeper.track._mlflow_store import client_for
-from sweeper.spec.load import validate_spec
+from sweeper.spec._load import validate_spec
 from sweeper.track._tracker import MlflowTracker
 from tests.conftest import REPO, small_sweep
 

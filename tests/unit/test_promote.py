@@ -12,8 +12,8 @@ from sweeper.errors import UserError
 from sweeper.promote._export import export_trial
 from sweeper.track._book import SweepBook, TrialRecord
 from sweeper.promote._registry import check_registry, pinned_requirements, promote_trial, state_refusal
-from sweeper.spec.overrides import single_run_spec, with_overrides
-from sweeper.spec.load import validate_spec
+from sweeper.spec._overrides import single_run_spec, with_overrides
+from sweeper.spec._load import validate_spec
 from sweeper.track._store import SweepStore
 from sweeper.track._tracker import MlflowTracker
 from tests.conftest import REPO, small_sweep

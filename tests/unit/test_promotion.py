@@ -297,7 +297,7 @@ def test_for_resume_pauses_restored_trials_until_a_slot_is_free():
 
 def plan_for(scheduler: str, parameters: bool = True):
     from sweeper.plan._sweep_plan import ClusterResources, make_plan
-    from sweeper.spec.load import validate_spec
+    from sweeper.spec._load import validate_spec
     from tests.conftest import REPO, small_sweep
 
     search = {"num_trials": 9} if parameters else {"num_trials": 1, "parameters": {}}

@@ -10,7 +10,7 @@ import pytest
 from sweeper.track._book import SweepBook, TrialRecord
 from sweeper.names import RunKind, Tag
 from sweeper.track._run_reader import ClientRunReader, NoStoreYet, reader_for
-from sweeper.spec.load import validate_spec
+from sweeper.spec._load import validate_spec
 from sweeper.track._store import SweepStore
 from sweeper.track._tracker import MlflowTracker
 from tests.conftest import REPO, small_sweep

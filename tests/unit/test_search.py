@@ -11,7 +11,7 @@ from sweeper.search.searcher import StepAwareOptunaSearch, optuna_searcher
 from sweeper.search.space import to_optuna_distributions
 from sweeper.search.study import REPEAT_ATTR, STARTUP_ATTR, TUNE_TRIAL_ID_ATTR, WARM_START_ATTR, study_url
 from sweeper.search.warm_start import WarmStart
-from sweeper.spec.load import validate_spec
+from sweeper.spec._load import validate_spec
 from tests.conftest import REPO, small_sweep
 
 

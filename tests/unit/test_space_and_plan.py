@@ -7,7 +7,7 @@ from sweeper.plan._sweep_plan import ClusterResources, TrialResources, concurren
 from sweeper.plan._rungs import asha_rungs
 from sweeper.search.reports_so_far import ReportsSoFarSampler
 from sweeper.search.space import make_sampler, to_optuna_distributions
-from sweeper.spec.load import validate_spec
+from sweeper.spec._load import validate_spec
 from sweeper.track._mlflow_store import flat_params
 from tests.conftest import REPO, small_sweep
 

@@ -6,8 +6,8 @@ from typer.testing import CliRunner
 from sweeper.cli import app
 from sweeper.errors import UserError
 from sweeper.plan._checks import check_spec, load_checked_spec
-from sweeper.spec.load import load_spec, validate_spec
-from sweeper.spec.overrides import with_overrides
+from sweeper.spec._load import load_spec, validate_spec
+from sweeper.spec._overrides import with_overrides
 from tests.conftest import REPO, small_sweep, write_yaml
 
 SHIPPED = sorted((REPO / "search_spaces").glob("*.yaml"))

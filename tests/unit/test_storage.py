@@ -7,8 +7,8 @@ import pytest
 
 from sweeper.cluster import storage
 from sweeper.errors import UserError
-from sweeper.spec.load import validate_spec
-from sweeper.spec.sections import uri_problem
+from sweeper.spec._load import validate_spec
+from sweeper.spec._sections import uri_problem
 from tests.conftest import small_sweep
 
 

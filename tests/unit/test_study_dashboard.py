@@ -19,7 +19,7 @@ import pytest
 from sweeper.search.searcher import StepAwareOptunaSearch
 from sweeper.search.space import to_optuna_distributions
 from sweeper.search.study import study_url
-from sweeper.spec.load import validate_spec
+from sweeper.spec._load import validate_spec
 from tests.conftest import REPO, small_sweep
 
 

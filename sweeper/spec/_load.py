@@ -16,9 +16,9 @@ import yaml
 from pydantic import ValidationError
 
 from sweeper.errors import UserError
-from sweeper.spec.paths import error_text, section_model
-from sweeper.spec.schema import SweepSpec
-from sweeper.spec.sections import SearchSpec
+from sweeper.spec._paths import error_text, section_model
+from sweeper.spec._schema import SweepSpec
+from sweeper.spec._sections import SearchSpec
 from trainables.errors import FieldProblems
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from sweeper.spec.load import revalidate_spec
-from sweeper.spec.paths import set_path
-from sweeper.spec.schema import SweepSpec
+from sweeper.spec._load import revalidate_spec
+from sweeper.spec._paths import set_path
+from sweeper.spec._schema import SweepSpec
 
 
 def with_overrides(spec: SweepSpec, overrides: dict[str, Any], built: str = "a run built from the sweep's YAML") -> SweepSpec:

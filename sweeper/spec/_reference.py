@@ -8,8 +8,8 @@ import typing
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
-from sweeper.spec.schema import SweepSpec
-from sweeper.spec.paths import section_model
+from sweeper.spec._schema import SweepSpec
+from sweeper.spec._paths import section_model
 
 
 def _type_name(annotation) -> str:

@@ -7,7 +7,7 @@ problem. No I/O beyond the trial sections' own file checks (under the `check_fil
 context): the checks that read the model's config, the cache or the output folder run
 after the schema, in `sweeper.plan._checks`.
 
-`sweeper.spec.load.load_spec(path)` turns a YAML file into a validated `SweepSpec`; a
+`sweeper.spec._load.load_spec(path)` turns a YAML file into a validated `SweepSpec`; a
 trial gets `SweepSpec.trial_config()` with its sampled values applied.
 """
 
@@ -19,9 +19,9 @@ from typing import Any
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from sweeper.spec.sections import BudgetSpec
-from sweeper.spec.paths import SEARCHABLE_SECTIONS, is_int_field, override_error, path_exists, suggest_path
-from sweeper.spec.sections import (
+from sweeper.spec._sections import BudgetSpec
+from sweeper.spec._paths import SEARCHABLE_SECTIONS, is_int_field, override_error, path_exists, suggest_path
+from sweeper.spec._sections import (
     PRICE_TABLE,
     CategoricalDist,
     CostSpec,
