@@ -60,7 +60,7 @@ def start(
     """
     from rich.console import Console
 
-    from sweeper.cluster.connect import cluster_address, stop_local_cluster
+    from sweeper.cluster import cluster_address, stop_local_cluster
     from sweeper.driver_log import DriverLog
     from sweeper.plan import check_spec
     from sweeper.run import run_sweep

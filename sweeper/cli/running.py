@@ -56,7 +56,7 @@ def start(
     verbose: bool = typer.Option(False, "--verbose", help=VERBOSE_HELP),
 ) -> None:
     """Validate FILE, then run the sweep: a live table while it runs, a summary at the end."""
-    from sweeper.cluster.connect import cluster_address
+    from sweeper.cluster import cluster_address
     from sweeper.driver_log import DriverLog
     from sweeper.plan import load_checked_spec
     from sweeper.run import run_sweep
@@ -110,7 +110,7 @@ def resume(
 ) -> None:
     """Continue a sweep after its driver died or was stopped: finished trials are kept,
     unfinished ones continue from their latest checkpoint, the search keeps its history."""
-    from sweeper.cluster.connect import cluster_address
+    from sweeper.cluster import cluster_address
     from sweeper.driver_log import DriverLog
     from sweeper.run import resume_sweep
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sweeper.errors import UserError
-from sweeper.cluster.connect import auth_problem, auth_refused, set_auth_mode_before_ray_loads
+from sweeper.cluster._connect import auth_problem, auth_refused, set_auth_mode_before_ray_loads
 
 SWEEP_METADATA = "sweeper_sweep"
 SWEEP_DIR_METADATA = "sweeper_sweep_dir"

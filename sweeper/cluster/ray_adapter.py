@@ -8,7 +8,7 @@ against (`TESTED_RAY`, 2.60.x) and unless `SWEEPER_RAY_PUBLIC_ONLY=1`; otherwise
 entry takes its public fallback, named in its entry (`uses_private_ray()`).
 tests/unit/test_ray_adapter.py runs the fallbacks; tests/integration/test_ray_adapter.py
 runs Tune trials on the public trainer. A sweep's driver hands the setting to its trials
-(the job's environment, sweeper/cluster/connect.py).
+(the job's environment, sweeper/cluster/_connect.py).
 
 Nothing is imported at module level: Ray is loaded only by the entries that use it.
 
@@ -66,12 +66,12 @@ Ray Tune (a large sweep's driver, sweeper/run/_driver.py):
   averages, and keeps them after the trial has ended: about 30 KB a trial in the driver,
   and more in the JSON of every experiment checkpoint. An ended trial reports no more;
   Tune has no option for fewer averages.
-Ray core (a sweep's worker processes, TRIAL_SETTINGS in sweeper/cluster/connect.py):
+Ray core (a sweep's worker processes, TRIAL_SETTINGS in sweeper/cluster/_connect.py):
 - `NO_WORKER_EVENT_FILES`: Ray's core setting `event_log_reporter_enabled`, read from each
   process's environment; in the job's runtime env it stops the sweep's workers' own (empty)
   event files, about 3 a trial, which Ray's dashboard agent re-reads every 2 s, while the
   raylet's and GCS's events still reach the dashboard. No public option for it.
-Ray client (joining a cluster, sweeper/cluster/connect.py):
+Ray client (joining a cluster, sweeper/cluster/_connect.py):
 - `ray_address_file`: where `ray start` writes the address that `--address auto` joins,
   probed before joining so that a dead head is refused in seconds; Ray has no public
   accessor for it. Fallback: `<RAY_TMPDIR or the system temp folder>/ray/ray_current_cluster`.

@@ -78,7 +78,7 @@ def plan_sweep(spec: SweepSpec, file: Path, *, address: str | None, calibrate: b
     plan against the cluster (`address`, else a local cluster started for the plan as
     `sweep start` starts one), calibrate there unless told not to, print. The cluster is
     left (a local one stopped) before it returns."""
-    from sweeper.cluster.connect import LOCAL_CLUSTER, start_ray, stop_local_cluster
+    from sweeper.cluster import LOCAL_CLUSTER, start_ray, stop_local_cluster
     from sweeper.plan._inputs import prepare_inputs
     from trainables.models import DEFAULT_CACHE_ROOT
 

@@ -20,7 +20,7 @@ from rich.console import Console
 from sweeper import driver_log
 from sweeper.budget import SweepBudget
 from sweeper.cluster import storage
-from sweeper.cluster.connect import (
+from sweeper.cluster import (
     LOCAL_CLUSTER, check_address, job_metadata, start_ray, starts_own_cluster,
 )
 from sweeper.cost import check_room_for

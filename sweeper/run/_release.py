@@ -21,7 +21,7 @@ import logging
 
 from ray.tune import Callback
 
-from sweeper.cluster.placement import release_placement_group
+from sweeper.cluster import release_placement_group
 from trainables.metrics import PLACEMENT_GROUP
 
 __all__ = ["ReleaseFinishedRuns"]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ray.tune import Callback
 
-from sweeper.cluster.placement import waiting_lines
+from sweeper.cluster import waiting_lines
 
 __all__ = ["StallWatchdog", "STALL_FLOOR_S"]
 

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from sweeper.cluster import connect
+from sweeper.cluster import _connect as connect
 from sweeper.run import _sweep_dir as sweep_dir
 from sweeper.errors import UserError
 

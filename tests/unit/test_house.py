@@ -135,7 +135,8 @@ def test_every_public_name_of_a_package_is_defined_where_its_interface_says():
             continue
         public = next(ast.literal_eval(node.value) for node in tree.body if isinstance(node, ast.Assign)
                       and any(getattr(t, "id", None) == "__all__" for t in node.targets))
-        assert sorted(public) == sorted(homes), init
+        modules = [name for name in public if (init.parent / f"{name}.py").exists()]  # read qualified
+        assert sorted(set(public) - set(modules)) == sorted(homes), init
         for name, module in homes.items():
             source = (init.parent / f"{module}.py").read_text()
             defined = {n.name for n in ast.walk(ast.parse(source)) if isinstance(n, (ast.FunctionDef, ast.ClassDef))}

@@ -3,7 +3,7 @@ processes get are environment strings. How the trial's TorchTrainer runs and sto
 tested in tests/unit/test_ray_adapter.py and tests/integration/test_ray_adapter.py."""
 
 import sweeper.run._trial
-from sweeper.cluster.connect import TRIAL_SETTINGS
+from sweeper.cluster._connect import TRIAL_SETTINGS
 from sweeper.run._trial import ReportToTune
 
 
