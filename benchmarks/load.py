@@ -90,7 +90,7 @@ def states_agree(uri: str, sweep_dir: Path) -> dict:
     import optuna
     from mlflow.tracking import MlflowClient
 
-    from sweeper.search.study import TUNE_TRIAL_ID_ATTR, study_url
+    from sweeper.search import TUNE_TRIAL_ID_ATTR, study_url
 
     client = MlflowClient(uri)
     experiment = client.get_experiment_by_name("sweeper")

@@ -445,7 +445,7 @@ def random_configs(settings: Settings, seed: int) -> list[dict]:
     reads their warmups beside the histories that run_random saved)."""
     import optuna
 
-    from sweeper.search.space import parameters_to_optuna
+    from sweeper.search import parameters_to_optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # a line per study otherwise
     space = parameters_to_optuna(settings.space)
@@ -597,7 +597,7 @@ def closing_trials_limiter(num_trials: int, closing: int):
     startup trials do), as the Optuna loop trains its TPE's suggestions near its best
     completed trials to the end. The hold is in the slot limiter, which sees the
     scheduler's slots."""
-    from sweeper.search.asha import SlotLimiter
+    from sweeper.search import SlotLimiter
 
     class ClosingTrialsLimiter(SlotLimiter):
         def __init__(self, *args, **kwargs):
@@ -621,7 +621,7 @@ def closing_trials_limiter(num_trials: int, closing: int):
 
 def run_sweeper(settings: Settings, seed: int, name: str) -> Outcome:
     """One sweep through `run_sweep`, with the method's settings over the defaults."""
-    import sweeper.search.searcher
+    import sweeper.search._searcher
 
     overrides = METHODS[name]
     sections = settings.sections(seed)
@@ -637,13 +637,13 @@ def run_sweeper(settings: Settings, seed: int, name: str) -> Outcome:
         grace = -(-int(warmup) // settings.eval_every) * settings.eval_every
         sections["early_stopping"]["grace_period"] = max(settings.eval_every, grace)
     spec = bench_spec(f"bench-sq-{name}-{seed}", **sections)
-    make_sampler, slot_limiter = sweeper.search.searcher.make_sampler, sweeper.search.searcher.SlotLimiter
+    make_sampler, slot_limiter = sweeper.search._searcher.make_sampler, sweeper.search._searcher.SlotLimiter
     if "closing_trials" in overrides:
-        sweeper.search.searcher.SlotLimiter = closing_trials_limiter(spec.search.num_trials, overrides["closing_trials"])
+        sweeper.search._searcher.SlotLimiter = closing_trials_limiter(spec.search.num_trials, overrides["closing_trials"])
     if "sampler" in overrides:
         import optuna
 
-        from sweeper.search.space import startup_trials
+        from sweeper.search import startup_trials
 
         def make_sampler_with(spec):
             settings = {"n_startup_trials": startup_trials(spec.search.num_trials), **overrides["sampler"]}
@@ -661,12 +661,12 @@ def run_sweeper(settings: Settings, seed: int, name: str) -> Outcome:
                 )
             return optuna.samplers.TPESampler(seed=spec.search.seed, **settings)
 
-        sweeper.search.searcher.make_sampler = make_sampler_with
+        sweeper.search._searcher.make_sampler = make_sampler_with
     outcome = Outcome(name, seed)
     try:
         run = run_bench_sweep(spec, extra_callbacks=[EvaluationClock(outcome)])
     finally:
-        sweeper.search.searcher.make_sampler, sweeper.search.searcher.SlotLimiter = make_sampler, slot_limiter
+        sweeper.search._searcher.make_sampler, sweeper.search._searcher.SlotLimiter = make_sampler, slot_limiter
     outcome.wall_s = run.wall_seconds
     outcome.notes = [note for note in run.notes if note.startswith("Budget")]
     return outcome

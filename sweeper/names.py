@@ -1,7 +1,7 @@
 """One spelling for the words the sweep's parts share: trial states and the `sweeper.*`
 MLflow tags that `sweep list/status`, reports and promotion query by. Metric keys live in
 `trainables/metrics.py` (the trials report them; trainables imports nothing from here); the
-Optuna study's file, URL and attribute keys in `sweeper/search/study.py`.
+Optuna study's file, URL and attribute keys in `sweeper/search/_study.py`.
 
 Pure Python: the read-only commands import it without Ray, torch or MLflow.
 """

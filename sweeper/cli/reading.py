@@ -34,7 +34,7 @@ def dashboard(
 ) -> None:
     """Serve optuna-dashboard on the sweep's Optuna study (every trial, pruned and paused
     ones with their evaluations by training step) until Ctrl-C; prints its URL."""
-    from sweeper.search.dashboard import serve, study_dashboard
+    from sweeper.search import serve, study_dashboard
 
     folder = (sweep_dir or Path("sweeps") / name).resolve()
     board = study_dashboard(name, folder, host=host, port=port)

@@ -32,7 +32,7 @@ def validate(file: Path = typer.Argument(..., help="Sweep YAML file.")) -> None:
     """Check a sweep file without starting anything; every problem is listed (exit 2)."""
     from sweeper.cost import forecast_trial_memory
     from sweeper.plan import load_checked_spec
-    from sweeper.search.warm_start import read_warm_start
+    from sweeper.search import read_warm_start
     from sweeper.spec import trials_text
 
     spec = load_checked_spec(file)
@@ -87,7 +87,7 @@ def plan(
     time, expected and worst-case wall time, accelerator-hours and USD, budget caps."""
     from sweeper.plan import load_checked_spec
     from sweeper.plan import plan_sweep
-    from sweeper.search.warm_start import read_warm_start
+    from sweeper.search import read_warm_start
 
     spec = load_checked_spec(file)
     read_warm_start(spec)  # as `sweep start` reads it: an earlier sweep it cannot read is the same keyed line

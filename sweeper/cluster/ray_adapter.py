@@ -45,7 +45,7 @@ Ray Train (a trial's TorchTrainer, sweeper/run/_trial.py):
   live table, MLflow and `sweep status`.
 - `tune_stop_event` is the event Tune sets when it stops a function trial; Tune offers
   no public handle to it. Fallback: an event nobody sets (`PublicTorchTrainer` ignores it).
-Ray Tune (`sweep resume`, sweeper/run/_launch.py and sweeper/search/asha.py):
+Ray Tune (`sweep resume`, sweeper/run/_launch.py and sweeper/search/_asha.py):
 - `restore_tuner`: `Tuner.restore` takes no callbacks and does not hand out the
   scheduler, searcher and stopper it restores; it brings back the first driver's
   callbacks, pickled at the start, which this driver's live ones replace, and the
@@ -55,7 +55,7 @@ Ray Tune (`sweep resume`, sweeper/run/_launch.py and sweeper/search/asha.py):
 - `save_tune_state`: Tune saves its experiment state every 10 s or more, so a driver
   killed soon after a trial started left an MLflow run that `sweep resume` could not
   continue. A scheduler may only read the controller it is handed, and Tune has no
-  option to save when a trial is added; sweeper/search/tune_state.py saves it then.
+  option to save when a trial is added; sweeper/search/_tune_state.py saves it then.
   Fallback: nothing (Tune's own period).
 - `hold_restored_trial`: Tune starts every PENDING trial and a restored unfinished trial
   comes back PENDING; `pause_trial` ignores a trial with no actor, so a scheduler that

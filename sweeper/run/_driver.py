@@ -27,7 +27,7 @@ from typing import Callable, Protocol
 from ray.tune import Callback
 
 from sweeper.track import SweepBook, TrialRecord
-from sweeper.search.study import STARTUP_ATTR, WARM_START_ATTR
+from sweeper.search import STARTUP_ATTR, WARM_START_ATTR
 from sweeper.names import TrialState
 from sweeper.run._janitor import error_reason, trial_error
 from sweeper.cluster.ray_adapter import forget_running_averages, tune_trial_number
@@ -78,7 +78,7 @@ class SweepDriver(Callback):
         """Unfinished trials of an earlier driver that Tune's saved state does not hold: that
         driver died after starting them but before Tune saved its state, so `sweep resume`
         cannot continue them (the search asks for other trials in their place). Tune's
-        state is saved before each new trial starts (sweeper/search/tune_state.py); a sweep
+        state is saved before each new trial starts (sweeper/search/_tune_state.py); a sweep
         begun by an older sweeper, whose scheduler Tune restores as it was, does not."""
         if not self.known_to_tune:
             return []
@@ -173,8 +173,8 @@ def rebuild_for_resume(tracker, scheduler, searcher, study_url: str) -> None:
     trials the study marks unranked, then the study cross-checked against the book (a
     trial the last driver ended in MLflow but not in Optuna is told now). `scheduler`
     and `searcher` are the restored tuner's (None where the sweep has none)."""
-    from sweeper.search.asha import PromotionASHA
-    from sweeper.search.searcher import optuna_searcher
+    from sweeper.search import PromotionASHA
+    from sweeper.search import optuna_searcher
 
     tracker.reattach()
     searcher = optuna_searcher(searcher)

@@ -2,7 +2,7 @@
 machine, another folder, a Ray Job's fresh working_dir) from what its storage.uri holds:
 the sweep.yaml published when it started (sweeper/run/_sweep_dir.py), Tune's state and every
 checkpoint, and the copy of the Optuna study that each of Tune's experiment checkpoints
-uploads beside Tune's own state (`tune/optuna.db`, sweeper/search/searcher.py). They are fetched
+uploads beside Tune's own state (`tune/optuna.db`, sweeper/search/_searcher.py). They are fetched
 into a local sweep folder, which `sweep resume` then continues like any other.
 
 Ray is not loaded here: the resume that follows sets Ray's authentication mode in the
@@ -16,7 +16,7 @@ from pathlib import Path
 
 from sweeper.cluster import storage
 from sweeper.errors import UserError
-from sweeper.search.study import STUDY_FILE, study_file
+from sweeper.search import STUDY_FILE, study_file
 from sweeper.spec import uri_problem
 
 __all__ = ["FetchedSweep", "fetch_sweep", "normalized_uri"]

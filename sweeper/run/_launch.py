@@ -101,8 +101,8 @@ def run_sweep(
     MLflow run is written. `extra_callbacks` are more Tune callbacks for the driver (the
     benchmarks time results with one)."""
     from sweeper.run._trial import make_trainable
-    from sweeper.search.searcher import make_search
-    from sweeper.search.warm_start import read_warm_start
+    from sweeper.search import make_search
+    from sweeper.search import read_warm_start
 
     started, console = time.time(), console or Console()
     refuse_existing_sweep(spec, overwrite)
@@ -143,7 +143,7 @@ def resume_sweep(
     from sweeper.run._driver import DISK_FULL, rebuild_for_resume
     from sweeper.run._sweep_state import restart_unreadable_trials
     from sweeper.run._trial import make_trainable
-    from sweeper.search.study import study_url
+    from sweeper.search import study_url
     from sweeper.spec import load_spec
 
     spec = load_spec(sweep_dir / "sweep.yaml")
@@ -160,7 +160,7 @@ def resume_sweep(
     unreadable = []
     if not storage.is_remote(spec.storage_uri):  # before anything starts: every file resume reads
         from sweeper.run._sweep_state import check_study, check_tune_state, unreadable_checkpoints
-        from sweeper.search.study import study_file
+        from sweeper.search import study_file
 
         check_tune_state(Path(experiment), spec.name)
         check_study(study_file(spec.sweep_dir), Path(experiment), spec.name)
@@ -201,7 +201,7 @@ def rebuild_sweep(
     search going on from the study's history."""
     from sweeper.run._sweep_state import set_aside_for_rebuild
     from sweeper.run._trial import make_trainable
-    from sweeper.search.searcher import make_search
+    from sweeper.search import make_search
     from sweeper.spec import load_spec
 
     spec = load_spec(sweep_dir / "sweep.yaml")
@@ -341,7 +341,7 @@ def _forget_unfinished(search_alg, book: SweepBook, unfinished: list) -> None:
     unfinished trials, started again as new trials, end here as failed."""
     import optuna
 
-    from sweeper.search.searcher import optuna_searcher
+    from sweeper.search import optuna_searcher
 
     searcher = optuna_searcher(search_alg)
     if searcher is None:
@@ -357,7 +357,7 @@ def _hand_the_driver_its_marks(search_alg, driver) -> None:
     """The driver reads what the searcher marked each trial with (a startup trial, a warm
     start's source) from the sweep's searcher inside `search_alg`'s wrappers, in memory;
     nothing where nothing is searched."""
-    from sweeper.search.searcher import optuna_searcher
+    from sweeper.search import optuna_searcher
 
     searcher = optuna_searcher(search_alg)
     if searcher is not None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from sweeper.cluster import storage
 from sweeper.errors import UserError
-from sweeper.search.study import study_file
+from sweeper.search import study_file
 from sweeper.spec import spec_to_yaml
 from sweeper.spec import SweepSpec
 

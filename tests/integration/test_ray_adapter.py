@@ -286,14 +286,14 @@ def in_saved_state(config):
 
 @pytest.mark.parametrize("saved_first", [True, False])
 def test_a_trial_is_in_tunes_saved_state_when_it_starts(saved_first, ray_cluster, tmp_path, monkeypatch):
-    """What sweeper/search/tune_state.py relies on (save_tune_state): a scheduler handed
+    """What sweeper/search/_tune_state.py relies on (save_tune_state): a scheduler handed
     Tune's controller saves the state with the trials just added, before they start. With
     Tune's own period alone (one hour here, 10 s or more by default) the trials started
     after its first save are not in it."""
     from ray import tune
     from ray.tune.schedulers import FIFOScheduler
 
-    from sweeper.search.tune_state import SavedFIFOScheduler
+    from sweeper.search._tune_state import SavedFIFOScheduler
 
     monkeypatch.setenv("TUNE_GLOBAL_CHECKPOINT_S", "3600")
     tuner = tune.Tuner(

@@ -56,7 +56,7 @@ def test_a_startup_trial_trains_to_the_end_whatever_its_rank(finished_sweep):
     gave out trains to max_steps unranked (the other 4: test_more_trials_than_slots...)."""
     import optuna
 
-    from sweeper.search.study import STARTUP_ATTR, TUNE_TRIAL_ID_ATTR, study_url
+    from sweeper.search._study import STARTUP_ATTR, TUNE_TRIAL_ID_ATTR, study_url
 
     result, workdir = finished_sweep.result, finished_sweep.workdir
     assert result.returncode == 0, result.stdout + result.stderr

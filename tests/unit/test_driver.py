@@ -142,9 +142,9 @@ def test_the_searchers_marks_reach_the_record_before_any_listener_and_the_live_t
     import optuna
     from rich.console import Console
 
-    from sweeper.search.searcher import StepAwareOptunaSearch
-    from sweeper.search.space import to_optuna_distributions
-    from sweeper.search.warm_start import WarmStart
+    from sweeper.search._searcher import StepAwareOptunaSearch
+    from sweeper.search._space import to_optuna_distributions
+    from sweeper.search._warm_start import WarmStart
     from sweeper.spec._load import validate_spec
     from sweeper.track._console import trial_table
     from tests.conftest import REPO, small_sweep

@@ -10,7 +10,7 @@ import pytest
 
 from sweeper.errors import UserError
 from sweeper.run._from_storage import fetch_sweep
-from sweeper.search.study import study_url
+from sweeper.search._study import study_url
 from sweeper.spec._load import load_spec, spec_to_yaml, validate_spec
 from tests.conftest import small_sweep
 

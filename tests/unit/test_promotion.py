@@ -12,7 +12,7 @@ import pytest
 from ray.tune.schedulers import TrialScheduler
 
 from sweeper.plan._rungs import promotion_steps
-from sweeper.search.asha import PromotionASHA, RungLadder
+from sweeper.search._asha import PromotionASHA, RungLadder
 
 
 def test_a_rung_promotes_one_in_eta_and_the_best_waiting_first():
@@ -307,8 +307,8 @@ def plan_for(scheduler: str, parameters: bool = True):
 
 
 def test_asha_is_by_promotion_with_the_plans_rungs_and_slots(tmp_path):
-    from sweeper.search.asha import SlotLimiter
-    from sweeper.search.searcher import make_search
+    from sweeper.search._asha import SlotLimiter
+    from sweeper.search._searcher import make_search
 
     search_alg, sched, max_concurrent = make_search(plan_for("asha"), tmp_path)
     assert isinstance(sched, PromotionASHA) and isinstance(search_alg, SlotLimiter)
@@ -320,7 +320,7 @@ def test_asha_is_by_promotion_with_the_plans_rungs_and_slots(tmp_path):
 def test_asha_stopping_and_a_fixed_config_get_rays_asha(tmp_path):
     from ray.tune.schedulers import ASHAScheduler
 
-    from sweeper.search.searcher import make_search
+    from sweeper.search._searcher import make_search
 
     _, sched, max_concurrent = make_search(plan_for("asha_stopping"), tmp_path / "a")
     assert isinstance(sched, ASHAScheduler) and max_concurrent == 2
@@ -331,7 +331,7 @@ def test_asha_stopping_and_a_fixed_config_get_rays_asha(tmp_path):
 def test_the_limiter_asks_the_scheduler_for_a_slot():
     from ray.tune.search import Searcher
 
-    from sweeper.search.asha import SlotLimiter
+    from sweeper.search._asha import SlotLimiter
 
     class OneConfig(Searcher):
         def suggest(self, trial_id):
@@ -354,7 +354,7 @@ def test_the_limiters_saved_state_leaves_the_live_scheduler_in_place():
     scheduler in the limiter stalled a resumed sweep (the limiter asked the stale copy)."""
     from ray.tune.search import Searcher
 
-    from sweeper.search.asha import SlotLimiter
+    from sweeper.search._asha import SlotLimiter
 
     class OneConfig(Searcher):
         def suggest(self, trial_id):
@@ -474,8 +474,8 @@ def test_every_scheduler_saves_tunes_state_before_new_trials_start(kind, tmp_pat
     reported adds no save."""
     from ray.tune.experiment import Trial
 
-    from sweeper.search.searcher import make_search
-    from sweeper.search.tune_state import NewTrialsSavedFirst
+    from sweeper.search._searcher import make_search
+    from sweeper.search._tune_state import NewTrialsSavedFirst
 
     _, sched, _ = make_search(plan_for(kind), tmp_path)
     assert isinstance(sched, NewTrialsSavedFirst)
@@ -499,8 +499,8 @@ def test_saves_stop_while_they_would_take_more_than_their_share_of_the_time(tmp_
     time, new trials wait for a later save, which holds all of them."""
     from ray.tune.experiment import Trial
 
-    from sweeper.search.searcher import make_search
-    from sweeper.search.tune_state import NewTrialsSavedFirst
+    from sweeper.search._searcher import make_search
+    from sweeper.search._tune_state import NewTrialsSavedFirst
 
     monkeypatch.setattr(NewTrialsSavedFirst, "SAVE_SHARE", 0.0)
     _, sched, _ = make_search(plan_for("asha"), tmp_path)

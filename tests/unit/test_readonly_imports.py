@@ -21,7 +21,7 @@ def test_store_views_promote_and_reports_import_neither_ray_nor_torch():
 
 def test_sweep_dashboard_validate_and_the_python_api_import_neither_ray_nor_torch():
     """`sweep dashboard`, the warm-start check of `sweep validate`, and `import sweeper`."""
-    assert imported_after("import sweeper, sweeper.api, sweeper.search.dashboard, sweeper.search.warm_start") == []
+    assert imported_after("import sweeper, sweeper.api, sweeper.search._dashboard, sweeper.search._warm_start") == []
 
 
 def test_the_cli_and_a_store_client_import_neither_ray_nor_torch():

@@ -7,10 +7,10 @@ import shutil
 import optuna
 from optuna.trial import TrialState
 
-from sweeper.search.searcher import StepAwareOptunaSearch, optuna_searcher
-from sweeper.search.space import to_optuna_distributions
-from sweeper.search.study import REPEAT_ATTR, STARTUP_ATTR, TUNE_TRIAL_ID_ATTR, WARM_START_ATTR, study_url
-from sweeper.search.warm_start import WarmStart
+from sweeper.search._searcher import StepAwareOptunaSearch, optuna_searcher
+from sweeper.search._space import to_optuna_distributions
+from sweeper.search._study import REPEAT_ATTR, STARTUP_ATTR, TUNE_TRIAL_ID_ATTR, WARM_START_ATTR, study_url
+from sweeper.search._warm_start import WarmStart
 from sweeper.spec._load import validate_spec
 from tests.conftest import REPO, small_sweep
 
@@ -128,7 +128,7 @@ def test_the_sweeps_searcher_is_found_inside_its_wrappers(tmp_path):
     from types import SimpleNamespace
 
     from sweeper.budget._guard import BudgetSearcher
-    from sweeper.search.asha import SlotLimiter
+    from sweeper.search._asha import SlotLimiter
 
     search = make_search(tmp_path)
     assert optuna_searcher(BudgetSearcher(SlotLimiter(search, SimpleNamespace(slots=2)), guard=None)) is search

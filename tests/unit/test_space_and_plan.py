@@ -5,8 +5,8 @@ import pytest
 from sweeper.errors import UserError
 from sweeper.plan._sweep_plan import ClusterResources, TrialResources, concurrency_limit, make_plan
 from sweeper.plan._rungs import asha_rungs
-from sweeper.search.reports_so_far import ReportsSoFarSampler
-from sweeper.search.space import make_sampler, to_optuna_distributions
+from sweeper.search._reports_so_far import ReportsSoFarSampler
+from sweeper.search._space import make_sampler, to_optuna_distributions
 from sweeper.spec._load import validate_spec
 from sweeper.track._mlflow_store import flat_params
 from tests.conftest import REPO, small_sweep

@@ -6,12 +6,12 @@ added to the new study as history, so that the sampler models them from its firs
 the best `top_k` configs of each are enqueued to run first. A first config that trains
 the very run that completed in the earlier sweep (every searched value given, the rest of
 the trial's config the same) is a repeat: under ASHA by promotion it goes on from every
-rung without taking a place there (sweeper/search/asha.py), so the new sweep keeps the
+rung without taking a place there (sweeper/search/_asha.py), so the new sweep keeps the
 earlier best instead of pruning it on an early evaluation. Only what fits the new search
 space goes in: a parameter the new space does not search, or a value outside its range,
 is left out of the trial it belongs to, with one note per sweep and parameter. The
 seeding itself (Optuna's `add_trials` and `enqueue_trial`) is the searcher's, once, when
-its study is new (sweeper/search/searcher.py).
+its study is new (sweeper/search/_searcher.py).
 
 Imports neither Ray nor torch (`sweep validate` reads the earlier studies too).
 """
@@ -26,8 +26,8 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, IntD
 from optuna.trial import FrozenTrial, TrialState
 
 from sweeper.errors import UserError
-from sweeper.search.space import to_optuna_distributions
-from sweeper.search.study import STUDY_FILE, TUNE_TRIAL_ID_ATTR, WARM_START_ATTR, study_file, study_url
+from sweeper.search._space import to_optuna_distributions
+from sweeper.search._study import STUDY_FILE, TUNE_TRIAL_ID_ATTR, WARM_START_ATTR, study_file, study_url
 from sweeper.spec import SweepSpec
 from sweeper.spec import WarmStartSpec
 

@@ -1,9 +1,9 @@
 """The sweep's Optuna study: its file and storage URL, a consistent copy of it, and every
 key the search writes into it or reads out of it.
 
-The searcher (sweeper/search/searcher.py) marks each Optuna trial with user attributes:
+The searcher (sweeper/search/_searcher.py) marks each Optuna trial with user attributes:
 the Tune trial it was asked for, a startup trial, and for a seeded trial where its config
-came from and whether it repeats an earlier run (sweeper/search/warm_start.py). The
+came from and whether it repeats an earlier run (sweeper/search/_warm_start.py). The
 searcher keeps those marks in memory for the driver; the study is their durable copy, from
 which a resumed sweep rebuilds them.
 
@@ -39,7 +39,7 @@ TIME_ATTR = STEP
 # became.
 TUNE_TRIAL_ID_ATTR = "tune_trial_id"
 # The user attribute of one of the sweep's first `early_stopping.startup_trials` trials,
-# which train to max_steps unranked (sweeper/search/asha.py).
+# which train to max_steps unranked (sweeper/search/_asha.py).
 STARTUP_ATTR = "startup_trial"
 # The user attribute of a seeded trial (added as history or enqueued): where it came
 # from, "<earlier sweep>/<its Tune trial id>".

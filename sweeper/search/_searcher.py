@@ -14,10 +14,10 @@ from ray.tune.search import Searcher
 
 import sweeper.names as names  # its TrialState beside Optuna's
 from sweeper.plan import SweepPlan
-from sweeper.search.asha import PromotionASHA, SlotLimiter
-from sweeper.search.mirrored_storage import MirroredStorage
-from sweeper.search.space import make_sampler, to_optuna_distributions
-from sweeper.search.study import (
+from sweeper.search._asha import PromotionASHA, SlotLimiter
+from sweeper.search._mirrored_storage import MirroredStorage
+from sweeper.search._space import make_sampler, to_optuna_distributions
+from sweeper.search._study import (
     REPEAT_ATTR,
     STARTUP_ATTR,
     STUDY_FILE,
@@ -28,7 +28,7 @@ from sweeper.search.study import (
     file_of_study_url,
     study_url,
 )
-from sweeper.search.tune_state import SavedASHAScheduler, SavedFIFOScheduler, SavedMedianStoppingRule, SavedPromotionASHA
+from sweeper.search._tune_state import SavedASHAScheduler, SavedFIFOScheduler, SavedMedianStoppingRule, SavedPromotionASHA
 from sweeper.spec import SweepSpec, most_trials
 
 __all__ = ["make_search", "make_searcher", "make_scheduler", "StepAwareOptunaSearch", "optuna_searcher"]
@@ -47,7 +47,7 @@ class StepAwareOptunaSearch(Searcher):
 
     The study is the state: this searcher keeps only the Tune-to-Optuna trial mapping
     and each trial's marks (the user attributes it gave the trial's Optuna trial, see
-    sweeper/search/study.py), which the driver reads through `marks`. It writes both to
+    sweeper/search/_study.py), which the driver reads through `marks`. It writes both to
     the study as it goes and rebuilds them from there when restored, so a trial Optuna
     has already finished (a driver killed after telling it and before Tune saved its
     state) is neither reported to nor told again, and a restored trial keeps its marks.
@@ -74,13 +74,13 @@ class StepAwareOptunaSearch(Searcher):
         self.space, self.sampler, self.max_steps = space, sampler, max_steps
         self.startup_trials = startup_trials
         self.study_name, self.storage_url = study_name, storage_url
-        # A sweeper.search.warm_start.WarmStart: seeds the study once, while it is new.
+        # A sweeper.search._warm_start.WarmStart: seeds the study once, while it is new.
         self.warm_start = warm_start
         self._open_study()
 
     def _open_study(self) -> None:
         # Read from memory, written through to the file: a SQLite study re-read every
-        # paused trial at each ask (sweeper/search/mirrored_storage.py).
+        # paused trial at each ask (sweeper/search/_mirrored_storage.py).
         self.storage = MirroredStorage(self.storage_url) if self.storage_url else optuna.storages.InMemoryStorage()
         self.study = optuna.create_study(
             study_name=self.study_name,
@@ -114,7 +114,7 @@ class StepAwareOptunaSearch(Searcher):
 
     def marks(self, trial_id: str) -> dict:
         """What the searcher marked Tune trial `trial_id` with when it suggested it: the
-        user attributes of its Optuna trial (sweeper/search/study.py: TUNE_TRIAL_ID_ATTR,
+        user attributes of its Optuna trial (sweeper/search/_study.py: TUNE_TRIAL_ID_ATTR,
         STARTUP_ATTR, WARM_START_ATTR, REPEAT_ATTR); empty for a trial it never suggested."""
         return dict(self._marks.get(trial_id, {}))
 
@@ -247,7 +247,7 @@ def make_searcher(spec: SweepSpec, sweep_dir: Path, warm_start=None) -> StepAwar
     """Seeded Optuna search over the spec's dotted paths, with its study kept beside the
     sweep (optuna-dashboard, resume, warm starts). None when nothing is searched (a
     single run of a fixed config, such as a best_config.yaml). `warm_start` (a
-    sweeper.search.warm_start.WarmStart) seeds a new study."""
+    sweeper.search._warm_start.WarmStart) seeds a new study."""
     if not spec.search.parameters:
         return None
     Path(sweep_dir).mkdir(parents=True, exist_ok=True)

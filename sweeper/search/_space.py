@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import optuna
 
-from sweeper.search.reports_so_far import ReportsSoFarSampler
+from sweeper.search._reports_so_far import ReportsSoFarSampler
 from sweeper.spec import CategoricalDist, LogUniformDist, SearchSpec, SweepSpec, UniformDist
 from sweeper.spec import IntUniformDist
 
@@ -53,7 +53,7 @@ def make_sampler(spec: SweepSpec) -> optuna.samplers.BaseSampler:
         n_startup = startup_trials(search.num_trials)
         if search.num_trials is None:
             # Until a budget cap no rung closes and no trial is stopped as hopeless: TPE
-            # learns from the trials waiting at a rung (sweeper/search/reports_so_far.py).
+            # learns from the trials waiting at a rung (sweeper/search/_reports_so_far.py).
             # With a count they reach it pruned soon enough, and reading trials at their
             # first report would rank early values beside full-length ones.
             return ReportsSoFarSampler(seed=search.seed, n_startup_trials=n_startup)
@@ -69,7 +69,7 @@ class AskTellGridSampler(optuna.samplers.GridSampler):
     """GridSampler for ask-and-tell use. Its after_trial calls study.stop() when the grid
     is exhausted, which raises outside study.optimize(); here Tune stops the sweep after
     search.num_trials, which validation keeps within the grid size (a grid that runs until a
-    budget cap: its size, see sweeper/search/searcher.py)."""
+    budget cap: its size, see sweeper/search/_searcher.py)."""
 
     def after_trial(self, study, trial, state, values) -> None:
         return None

@@ -27,7 +27,7 @@ import time
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule
 
 from sweeper.cluster.ray_adapter import save_tune_state
-from sweeper.search.asha import PromotionASHA
+from sweeper.search._asha import PromotionASHA
 
 __all__ = ["NewTrialsSavedFirst", "SavedPromotionASHA", "SavedASHAScheduler", "SavedMedianStoppingRule", "SavedFIFOScheduler"]
 

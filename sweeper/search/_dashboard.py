@@ -1,6 +1,6 @@
 """`sweep dashboard NAME`: optuna-dashboard on the sweep's Optuna study (`optuna.db` in
 the sweep's folder). Every evaluation of every trial is in the study at its training step
-(sweeper/search/searcher.py), so pruned trials, and trials paused at a rung, show their
+(sweeper/search/_searcher.py), so pruned trials, and trials paused at a rung, show their
 intermediate values beside the completed ones.
 
 Imports neither Ray nor torch."""
@@ -11,7 +11,7 @@ import socket
 from pathlib import Path
 
 from sweeper.errors import UserError
-from sweeper.search.study import study_file, study_url
+from sweeper.search._study import study_file, study_url
 
 __all__ = ["StudyDashboard", "study_dashboard", "serve"]
 

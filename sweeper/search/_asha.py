@@ -28,7 +28,7 @@ Massively Parallel Hyperparameter Tuning", MLSys 2020, Algorithm 2):
   room for one more of those waiting there.
 - An unranked trial goes on from every rung without being ranked there, to max_steps:
   a repeat (a warm start's config that trains the very run an earlier sweep completed,
-  sweeper/search/warm_start.py: its full-length result is known, and ranking it on an early
+  sweeper/search/_warm_start.py: its full-length result is known, and ranking it on an early
   evaluation pruned the earlier best, a rival that led at step 30 ended worse), and the
   sweep's first `early_stopping.startup_trials` trials (full-length results for the
   search to learn from before early ranks decide, as Optuna's MedianPruner lets its
