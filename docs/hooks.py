@@ -46,7 +46,7 @@ def cli_reference() -> str:
     the commands Typer builds (its own click: names, defaults and help of each parameter)."""
     import typer
 
-    from sweeper.cli.app import app
+    from sweeper.cli import app
 
     group = typer.main.get_command(app)
     context = _context(group, "sweep", None)

@@ -65,7 +65,7 @@ def test_site_builds_strictly_with_every_page(site):
 
 
 def test_generated_pages_hold_what_the_code_says(site):
-    from sweeper.cli.app import app
+    from sweeper.cli._app import app
     from sweeper.spec._reference import _rows
 
     yaml_page = _text(site, "reference/yaml")

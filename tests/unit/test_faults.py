@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 import typer
 
-from sweeper.cli.common import finish_run
+from sweeper.cli._common import finish_run
 from sweeper.names import TrialState
 from sweeper.run._driver import sigterm_stops_like_sigint
 from sweeper.track._book import SweepBook, TrialRecord

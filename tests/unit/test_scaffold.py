@@ -12,7 +12,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from sweeper.cli.app import app
+from sweeper.cli._app import app
 from sweeper.errors import UserError
 from sweeper.scaffold._arguments import Profile
 from sweeper.scaffold._sizing import EVALUATIONS, MAX_STEPS, max_lengths, schedule

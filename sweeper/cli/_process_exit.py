@@ -9,7 +9,7 @@ logging's flushes, `weakref.finalize` callbacks).
 So `exit_process` leaves by Python's normal exit (`sys.exit`): non-daemon threads joined,
 the `atexit` callbacks run, last registered first. This module registers one callback
 itself, when it is imported, before the command imports the libraries that register
-theirs (sweeper/cli/app.py imports it first): it runs after all of theirs, flushes the
+theirs (sweeper/cli/_app.py imports it first): it runs after all of theirs, flushes the
 logs and standard streams, and ends the process with the status through `os._exit`,
 skipping only the teardown. Only the public `atexit` and `os._exit` are used; a process
 that ends by any other way than `exit_process` (an uncaught exception) gets Python's

@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from sweeper.cli.common import TRACKING_URI_HELP, TRIAL_HELP, console, store_at
+from sweeper.cli._common import TRACKING_URI_HELP, TRIAL_HELP, console, store_at
 from sweeper.errors import UserError
 
 

@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from sweeper.cli.common import (
+from sweeper.cli._common import (
     SWEEP_DIR_HELP,
     TRACKING_URI_HELP,
     console,

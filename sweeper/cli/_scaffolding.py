@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
-from sweeper.cli.common import console
+from sweeper.cli._common import console
 
 
 def init(

@@ -11,7 +11,7 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
-from sweeper.cli.common import (
+from sweeper.cli._common import (
     JOB_ADDRESS_HELP,
     SWEEP_DIR_HELP,
     console,

@@ -6,7 +6,7 @@ keyed one-line messages and an exit status, once for all subcommands (tracebacks
 from __future__ import annotations
 
 # First: its exit callback is registered before any library's, so that it runs after them.
-from sweeper.cli.process_exit import exit_process, exit_status  # isort: skip
+from sweeper.cli._process_exit import exit_process, exit_status  # isort: skip
 
 import os
 from typing import NoReturn
@@ -16,12 +16,12 @@ import typer
 from rich.markup import escape
 from typer.core import TyperGroup
 
-import sweeper.cli.environment as environment
-import sweeper.cli.promoting as promoting
-import sweeper.cli.reading as reading
-import sweeper.cli.running as running
-import sweeper.cli.scaffolding as scaffolding
-from sweeper.cli.common import errors
+import sweeper.cli._environment as environment
+import sweeper.cli._promoting as promoting
+import sweeper.cli._reading as reading
+import sweeper.cli._running as running
+import sweeper.cli._scaffolding as scaffolding
+from sweeper.cli._common import errors
 from sweeper.errors import SweepFailed
 from trainables.errors import InputError
 
@@ -79,7 +79,7 @@ for command, name in COMMANDS:
 
 def run() -> NoReturn:
     """The console script and `python -m sweeper.cli`: the command, then the process's end
-    without the interpreter's teardown (sweeper/cli/process_exit.py)."""
+    without the interpreter's teardown (sweeper/cli/_process_exit.py)."""
     try:
         app()
         status = 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from sweeper.cli.common import console
+from sweeper.cli._common import console
 
 
 def doctor() -> None:
