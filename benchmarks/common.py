@@ -17,8 +17,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from sweeper.spec import SweepSpec
-from sweeper.spec import read_yaml, validate_spec
+from sweeper.spec import SweepSpec, read_yaml, validate_spec
 
 REPO = Path(__file__).resolve().parent.parent
 QUICKSTART = REPO / "search_spaces" / "quickstart.yaml"

@@ -22,8 +22,7 @@ from benchmarks.common import bench_spec, machine, save_json, tokens_per_second
 
 
 def run_engine(trainer: str, seed: int, steps: int, eval_every: int, learning_rate: float):
-    from sweeper.plan import run_training
-    from sweeper.plan import prepare_inputs
+    from sweeper.plan import run_training, prepare_inputs
     from trainables.models import DEFAULT_CACHE_ROOT
 
     sections = {"trl": {"method": "sft"}} if trainer == "trl" else {}

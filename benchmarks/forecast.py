@@ -101,8 +101,7 @@ def plan_forecast(raw: dict, yaml_folder: Path):
     """The forecast `sweep plan` makes for the sweep `raw`, calibrated on a local cluster."""
     import yaml
 
-    from sweeper.plan import load_checked_spec
-    from sweeper.plan import plan_sweep
+    from sweeper.plan import load_checked_spec, plan_sweep
 
     # Written outside the sweep's folder (a YAML there reads as an existing sweep), so the
     # data files' relative paths are made absolute.

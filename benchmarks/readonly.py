@@ -61,8 +61,7 @@ def write_sweep(folder: Path, trials: int, seed: int = 0) -> str:
     returns the tracking URI."""
     from sweeper.track import SweepBook, TrialRecord
     from sweeper.plan import ClusterResources, make_plan
-    from sweeper.track import client_for, ensure_experiment
-    from sweeper.track import MlflowTracker
+    from sweeper.track import client_for, ensure_experiment, MlflowTracker
 
     spec = bench_spec(NAME, output_dir=folder, search={"num_trials": trials})
     plan = make_plan(spec, ClusterResources(cpus=2, gpus=0, max_node_cpus=2, max_node_gpus=0))

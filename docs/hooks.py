@@ -271,8 +271,7 @@ def _key_rank(key: str) -> int:
 
 def _section_prefixes() -> dict[str, str]:
     """Schema class name -> its dotted place in the YAML ('TrainingSpec' -> 'training.')."""
-    from sweeper.spec import section_model
-    from sweeper.spec import SweepSpec
+    from sweeper.spec import section_model, SweepSpec
 
     prefixes = {"UniformDist": "search.parameters.<name>.", "LogUniformDist": "search.parameters.<name>.",
                 "IntUniformDist": "search.parameters.<name>.", "CategoricalDist": "search.parameters.<name>."}

@@ -92,8 +92,7 @@ def start(
 
 def _resolve_spec(spec) -> tuple[SweepSpec, Path]:
     """The validated spec and the folder its relative paths (and git commit) come from."""
-    from sweeper.spec import SweepSpec
-    from sweeper.spec import load_spec, validate_spec
+    from sweeper.spec import SweepSpec, load_spec, validate_spec
 
     if isinstance(spec, SweepSpec):
         return spec, Path.cwd()
@@ -106,8 +105,7 @@ def _resolve_spec(spec) -> tuple[SweepSpec, Path]:
 def store(tracking_uri: str | None = None) -> SweepStore:
     """The MLflow store the CLI's read commands use: `tracking_uri`, else
     MLFLOW_TRACKING_URI, else sqlite:///mlflow.db in the working directory."""
-    from sweeper.track import resolve_tracking_uri
-    from sweeper.track import SweepStore
+    from sweeper.track import resolve_tracking_uri, SweepStore
 
     return SweepStore(resolve_tracking_uri(tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")))
 

@@ -32,14 +32,10 @@ from dataclasses import dataclass, field
 from ray.tune import Stopper
 from ray.tune.search import Searcher
 
-from sweeper.cost import Rate, sweep_rate
-from sweeper.cost import TrialTiming
+from sweeper.cost import Rate, sweep_rate, TrialTiming
 from sweeper.names import BudgetKey, Tag, TrialState
-from sweeper.plan import CAPS
-from sweeper.plan import Scenario
-from sweeper.plan import evaluations_between
-from sweeper.spec import BudgetSpec
-from sweeper.spec import most_trials
+from sweeper.plan import CAPS, Scenario, evaluations_between
+from sweeper.spec import BudgetSpec, most_trials
 from trainables.metrics import STEP
 
 __all__ = ["BudgetGuard", "BudgetSearcher", "BudgetStopper"]

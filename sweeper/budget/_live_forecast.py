@@ -18,11 +18,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, replace
 
-from sweeper.cost import Rate
-from sweeper.cost import TrialTiming
+from sweeper.cost import Rate, TrialTiming
 from sweeper.names import LiveForecastKey, TrialState
-from sweeper.plan import Forecast, Scenario, TrialAt, expected_ladder, remaining, within_caps
-from sweeper.plan import SweepPlan
+from sweeper.plan import Forecast, Scenario, TrialAt, expected_ladder, remaining, within_caps, SweepPlan
 from sweeper.views import usd
 from trainables.metrics import STEP, TOKENS_PER_SECOND, TRAIN_TOKENS
 

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import time
 
-from sweeper.plan import Forecast
-from sweeper.plan import SweepPlan
+from sweeper.plan import Forecast, SweepPlan
 
 __all__ = ["SweepBudget"]
 

@@ -43,8 +43,7 @@ TRACKING_URI_HELP = "MLflow tracking URI (default: MLFLOW_TRACKING_URI, else sql
 
 
 def store_at(tracking_uri: str | None):
-    from sweeper.track import resolve_tracking_uri
-    from sweeper.track import SweepStore
+    from sweeper.track import resolve_tracking_uri, SweepStore
 
     return SweepStore(resolve_tracking_uri(tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")))
 

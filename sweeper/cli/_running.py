@@ -85,8 +85,7 @@ def plan(
 ) -> None:
     """Validate FILE and forecast the sweep without running it: step budget by rung, step
     time, expected and worst-case wall time, accelerator-hours and USD, budget caps."""
-    from sweeper.plan import load_checked_spec
-    from sweeper.plan import plan_sweep
+    from sweeper.plan import load_checked_spec, plan_sweep
     from sweeper.search import read_warm_start
 
     spec = load_checked_spec(file)

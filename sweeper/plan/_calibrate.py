@@ -25,9 +25,7 @@ import time
 from dataclasses import dataclass, replace
 
 from sweeper.cost import RAY_TRIAL_START_SECONDS, TrialTiming
-from sweeper.spec import calibration_spec, with_overrides
-from sweeper.spec import CategoricalDist, SweepSpec
-from sweeper.spec import IntUniformDist
+from sweeper.spec import calibration_spec, with_overrides, CategoricalDist, SweepSpec, IntUniformDist
 from trainables.engines import train_module
 
 # Without a logging handler set up, Python prints bitsandbytes' import-time note about an

@@ -4,8 +4,7 @@ that cannot pay for a single trial is refused by the checks) and against the for
 
 from __future__ import annotations
 
-from sweeper.cost import sweep_rate
-from sweeper.cost import modelled_timing
+from sweeper.cost import sweep_rate, modelled_timing
 from sweeper.plan._forecast import Forecast
 from sweeper.plan._rungs import evaluations_between
 from sweeper.spec import BudgetSpec

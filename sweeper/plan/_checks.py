@@ -18,8 +18,7 @@ from pathlib import Path
 from sweeper.cluster.storage import is_remote
 from sweeper.errors import UserError
 from sweeper.plan._caps import budget_problems
-from sweeper.spec import load_spec
-from sweeper.spec import SweepSpec
+from sweeper.spec import load_spec, SweepSpec
 
 __all__ = ["load_checked_spec", "check_spec", "folder_creation_problem", "write_refused"]
 

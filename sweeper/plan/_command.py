@@ -10,9 +10,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from sweeper.cost import gpu_memory_gib, launch_card_gib, with_gpu_packing
-from sweeper.cost import sweep_rate
-from sweeper.cost import modelled_timing
+from sweeper.cost import gpu_memory_gib, launch_card_gib, with_gpu_packing, sweep_rate, modelled_timing
 from sweeper.errors import UserError
 from sweeper.plan._forecast import Forecast, forecast_lines, forecast_summary, forecast_sweep
 from sweeper.plan._inputs import SweepInputs

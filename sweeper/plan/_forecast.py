@@ -25,8 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from sweeper.cost import Rate, sweep_rate
-from sweeper.cost import TrialTiming
+from sweeper.cost import Rate, sweep_rate, TrialTiming
 from sweeper.names import ForecastKey
 from sweeper.plan._rungs import evaluations_between, milestone_counts
 from sweeper.plan._sweep_plan import SweepPlan

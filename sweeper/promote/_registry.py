@@ -36,8 +36,7 @@ import trainables
 from sweeper.cluster import storage
 from sweeper.errors import UserError
 from sweeper.names import RunKind, RunMetric, Tag, TrialState, VersionTag
-from sweeper.spec import SweepSpec
-from sweeper.spec import spec_to_yaml
+from sweeper.spec import SweepSpec, spec_to_yaml
 from sweeper.track import SweepStore
 from trainables.metrics import EVAL_LOSS, REPORTED_KEYS
 

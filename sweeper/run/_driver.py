@@ -173,8 +173,7 @@ def rebuild_for_resume(tracker, scheduler, searcher, study_url: str) -> None:
     trials the study marks unranked, then the study cross-checked against the book (a
     trial the last driver ended in MLflow but not in Optuna is told now). `scheduler`
     and `searcher` are the restored tuner's (None where the sweep has none)."""
-    from sweeper.search import PromotionASHA
-    from sweeper.search import optuna_searcher
+    from sweeper.search import PromotionASHA, optuna_searcher
 
     tracker.reattach()
     searcher = optuna_searcher(searcher)

@@ -23,12 +23,9 @@ from sweeper.cluster import storage
 from sweeper.cluster import (
     LOCAL_CLUSTER, check_address, job_metadata, start_ray, starts_own_cluster,
 )
-from sweeper.cost import check_room_for
-from sweeper.cost import SweepCost
+from sweeper.cost import check_room_for, SweepCost
 from sweeper.errors import UserError
-from sweeper.plan import start_forecast
-from sweeper.plan import SweepInputs, prepare_inputs
-from sweeper.plan import ClusterResources, SweepPlan, make_plan
+from sweeper.plan import start_forecast, SweepInputs, prepare_inputs, ClusterResources, SweepPlan, make_plan
 from sweeper.run._janitor import AdapterJanitor
 from sweeper.run._sweep_dir import (
     DRIVER_LOG,
@@ -101,8 +98,7 @@ def run_sweep(
     MLflow run is written. `extra_callbacks` are more Tune callbacks for the driver (the
     benchmarks time results with one)."""
     from sweeper.run._trial import make_trainable
-    from sweeper.search import make_search
-    from sweeper.search import read_warm_start
+    from sweeper.search import make_search, read_warm_start
 
     started, console = time.time(), console or Console()
     refuse_existing_sweep(spec, overwrite)
@@ -248,8 +244,7 @@ def _set_up(spec: SweepSpec, address: str, console: Console, cache_root: Path) -
     cluster. Nothing is written yet."""
     from sweeper.cost import check_before_launch, cluster_accelerator_types, launch_card_gib, with_gpu_packing
     from sweeper.cost import priced_on_cluster
-    from sweeper.track import check_tracking_uri, check_tracking_writable, hardware_description
-    from sweeper.track import resolve_tracking_uri
+    from sweeper.track import check_tracking_uri, check_tracking_writable, hardware_description, resolve_tracking_uri
 
     check_address(address)  # seconds, before the data is tokenized
     tracking_uri = resolve_tracking_uri(spec.tracking.uri)

@@ -14,8 +14,7 @@ from pathlib import Path
 from sweeper.cluster import storage
 from sweeper.errors import UserError
 from sweeper.search import study_file
-from sweeper.spec import spec_to_yaml
-from sweeper.spec import SweepSpec
+from sweeper.spec import spec_to_yaml, SweepSpec
 
 __all__ = [
     "refuse_existing_sweep", "prepare_sweep_dir", "PUBLISHED_FILES", "publish_sweep_files",

@@ -36,9 +36,7 @@ from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 from ray.train.v2.api.callback import UserCallback
 from ray.tune.integration.ray_train import TuneReportCallback
 
-from sweeper.cluster import storage
-from sweeper.cluster import ray_adapter
-from sweeper.cluster import free_resources_text, resources_text
+from sweeper.cluster import storage, ray_adapter, free_resources_text, resources_text
 from sweeper.cluster.ray_adapter import ON_THE_HEAD_NODE, tune_stop_event, workers_never_started
 from sweeper.cost import trial_forecast_gib
 from trainables.config import TrialConfig

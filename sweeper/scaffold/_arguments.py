@@ -25,8 +25,7 @@ SAMPLE = 4000
 
 def _gpu_types() -> dict[str, float]:
     """The cards `--gpu` takes: priced in the built-in table and with a known memory size."""
-    from sweeper.cost import GPU_MEMORY_GIB
-    from sweeper.cost import PRICE_TABLE
+    from sweeper.cost import GPU_MEMORY_GIB, PRICE_TABLE
 
     return {name: GPU_MEMORY_GIB[name] for name in PRICE_TABLE if name in GPU_MEMORY_GIB}
 

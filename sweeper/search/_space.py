@@ -6,8 +6,7 @@ from __future__ import annotations
 import optuna
 
 from sweeper.search._reports_so_far import ReportsSoFarSampler
-from sweeper.spec import CategoricalDist, LogUniformDist, SearchSpec, SweepSpec, UniformDist
-from sweeper.spec import IntUniformDist
+from sweeper.spec import CategoricalDist, LogUniformDist, SearchSpec, SweepSpec, UniformDist, IntUniformDist
 
 __all__ = ["to_optuna_distributions", "parameters_to_optuna", "make_sampler"]
 

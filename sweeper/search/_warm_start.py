@@ -28,8 +28,7 @@ from optuna.trial import FrozenTrial, TrialState
 from sweeper.errors import UserError
 from sweeper.search._space import to_optuna_distributions
 from sweeper.search._study import STUDY_FILE, TUNE_TRIAL_ID_ATTR, WARM_START_ATTR, study_file, study_url
-from sweeper.spec import SweepSpec
-from sweeper.spec import WarmStartSpec
+from sweeper.spec import SweepSpec, WarmStartSpec
 
 __all__ = ["WarmStart", "read_warm_start"]
 

@@ -45,9 +45,7 @@ from sweeper.errors import UserError
 from sweeper.track._mlflow_store import RUN_STATUS, client_for, default_artifact_location, ensure_experiment
 from sweeper.track._mlflow_store import flat_params, git_commit, package_versions
 from sweeper.names import RunKind, RunMetric, SweepStatus, Tag, TrialState
-from sweeper.spec import SweepSpec
-from sweeper.spec import single_run_spec
-from sweeper.spec import spec_hash, spec_to_yaml
+from sweeper.spec import SweepSpec, single_run_spec, spec_hash, spec_to_yaml
 from trainables.metrics import OUT_OF_MEMORY_AT_MICRO_BATCH, REPORTED_KEYS, SETUP_SECONDS, STEP
 
 # The experiment tag MLflow 3's UI reads to pick an experiment's landing page: without it
