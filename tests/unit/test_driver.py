@@ -213,7 +213,7 @@ def test_a_restored_trial_pruned_without_running_again_is_not_charged_for_the_wa
 def test_a_trial_that_fails_before_it_starts_is_recorded_as_started_and_failed(monkeypatch):
     """Tune calls back on_trial_error without on_trial_start when a trial's actor never
     ran (the driver once ended in a KeyError there)."""
-    from sweeper.run import _driver as driver as driver_module
+    from sweeper.run import _driver as driver_module
 
     monkeypatch.setattr(driver_module, "trial_error", lambda trial: RuntimeError("The actor never ran"))
     book = SweepBook(metric="eval_loss", goal="minimize", max_steps=30)
@@ -230,7 +230,7 @@ def test_a_trial_whose_checkpoint_found_the_disk_full_is_stopped_not_failed_and_
     import errno
     import signal
 
-    from sweeper.run import _driver as driver as driver_module
+    from sweeper.run import _driver as driver_module
 
     monkeypatch.setattr(driver_module, "trial_error", lambda trial: OSError(errno.ENOSPC, "No space left on device"))
     signals = []

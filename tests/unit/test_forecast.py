@@ -3,7 +3,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from sweeper.plan import _calibrate as calibrate as calibration
+from sweeper.plan import _calibrate as calibration
 from sweeper.plan._calibrate import costliest_overrides, first_workers_data
 from sweeper.cli import _app as app
 from sweeper.cost._architecture import parameter_count
@@ -275,7 +275,7 @@ def test_report_shows_the_forecast_beside_the_actual_and_the_budget_cut():
 def test_sweep_start_with_cost_calibrate_false_forecasts_from_the_throughput_model(monkeypatch):
     from rich.console import Console
 
-    from sweeper.plan import _calibrate as calibrate as calibrate_module
+    from sweeper.plan import _calibrate as calibrate_module
     from sweeper.plan._command import start_forecast
 
     def no_calibration(*args, **kwargs):
