@@ -223,7 +223,7 @@ def open_ended(**sections) -> dict:
 def test_without_num_trials_or_a_cap_sweep_validate_says_so_in_one_keyed_line(tmp_path):
     from typer.testing import CliRunner
 
-    from sweeper.cli import _app as app
+    from sweeper.cli import app
     from tests.conftest import write_yaml
 
     for budget in (None, {}):  # no section, or one without a cap

@@ -5,7 +5,7 @@ from typer.testing import CliRunner
 
 from sweeper.plan import _calibrate as calibration
 from sweeper.plan._calibrate import costliest_overrides, first_workers_data
-from sweeper.cli import _app as app
+from sweeper.cli import app
 from sweeper.cost._architecture import parameter_count
 from sweeper.cost._throughput import PEAK_TFLOPS, UTILISATION, TrialTiming, modelled_timing
 from sweeper.plan._forecast import forecast_sweep

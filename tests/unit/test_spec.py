@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from sweeper.cli import _app as app
+from sweeper.cli import app
 from sweeper.errors import UserError
 from sweeper.plan._checks import check_spec, load_checked_spec
 from sweeper.spec._load import load_spec, validate_spec

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 import sweeper.run._launch as launch
-from sweeper.cli import _app as app
+from sweeper.cli import app
 from tests.conftest import SFT_TRAIN, small_sweep, write_yaml
 
 runner = CliRunner()
