@@ -1,5 +1,5 @@
 """What a trial costs: accelerator prices and the one accelerators x hours x price rule
-(`trial_cost`, `sweep_cost`, `sweep_rate`), the model's architecture read once (for
+(`sweep_rate`, `sweep_cost`), the model's architecture read once (for
 parameters, FLOPs and bytes), the throughput model (`modelled_timing`), the GPU memory
 forecast and the sweep folder's disk need. Pure Python: no Ray or torch.
 

@@ -1,7 +1,7 @@
 """The sweep file: its typed schema (`SweepSpec`, the single source of defaults, help text
-and the reference), how a YAML file is read into it (`load_spec`, `validate_spec`), dotted
--path overrides (`with_overrides`, `single_run_spec`), and the reference generated from
-it (`markdown_reference`). Pure pydantic and YAML: no file checks beyond reading the
+and the reference), how a YAML file is read into it (`load_spec`, `validate_spec`),
+dotted-path overrides (`with_overrides`, `single_run_spec`), and the reference generated
+from it (`markdown_reference`). Pure pydantic and YAML: no file checks beyond reading the
 YAML, no Ray, torch or MLflow.
 
 The private modules: `_schema` (`SweepSpec` and its cross-field rules), `_sections` (the
