@@ -13,7 +13,8 @@ the sizes come from the data and the card:
 The file is validated as the `sweep validate` command would before it is written; the
 model and the data are refused with one keyed line when they cannot be read.
 
-Its interface is `scaffold_sweep` and `write_sweep_file`; the private modules: `_arguments` (the arguments checked, the model and data read, the data's profile),
+Its interface is `scaffold_sweep` and `write_sweep_file`; the private modules:
+`_arguments` (the arguments checked, the model and data read, the data's profile),
 `_sizing` (max_length, the schedule and the fit on the GPU named) and `_writer` (the
 commented file, checked before it is written).
 """
