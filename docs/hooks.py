@@ -100,12 +100,17 @@ def stage_packages() -> str:
     parts = []
     for name in ordered:
         init = ROOT / "sweeper" / name / "__init__.py"
-        docstring = ast.get_docstring(ast.parse(init.read_text())) or "(no docstring)"
+        tree = ast.parse(init.read_text())
+        docstring = ast.get_docstring(tree) or "(no docstring)"
+        interface = next((ast.literal_eval(node.value) for node in tree.body if isinstance(node, ast.Assign)
+                          and any(getattr(target, "id", None) == "__all__" for target in node.targets)), [])
         modules = sorted(p.stem for p in init.parent.glob("*.py") if p.stem not in ("__init__", "__main__"))
         parts += [
             f"### `sweeper/{name}/`",
             "",
             docstring,
+            "",
+            f"Interface (`__all__`): {', '.join(f'`{n}`' for n in interface)}." if interface else "",
             "",
             f"Modules: {', '.join(f'`{m}`' for m in modules)}." if modules else "",
             "",
