@@ -17,8 +17,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from sweeper.spec.schema import SweepSpec
-from sweeper.spec.load import read_yaml, validate_spec
+from sweeper.spec import SweepSpec, read_yaml, validate_spec
 
 REPO = Path(__file__).resolve().parent.parent
 QUICKSTART = REPO / "search_spaces" / "quickstart.yaml"
@@ -44,7 +43,7 @@ def bench_spec(name: str, output_dir: Path | None = None, **sections) -> SweepSp
 def run_bench_sweep(spec: SweepSpec, extra_callbacks: list | None = None, address: str | None = None):
     """The sweep as `sweep start` runs it, without its terminal output; on its own local
     cluster, or joining `address`."""
-    from sweeper.run.launch import run_sweep
+    from sweeper.run import run_sweep
 
     return run_sweep(
         spec, yaml_folder=QUICKSTART.parent, console=Console(quiet=True), extra_callbacks=extra_callbacks, address=address
@@ -88,7 +87,7 @@ def plain_run(spec: SweepSpec, cache_root: Path | None = None, start_together=No
         "eval": tokenize_sft(spec.data.eval, tokenizer, spec.data.max_length, "data.eval"),
     }
     if with_generation:
-        from sweeper.plan.generation import generation_sample
+        from sweeper.plan._generation import generation_sample
 
         data["generation"] = generation_sample(spec, tokenizer)
     threads = torch.get_num_threads()

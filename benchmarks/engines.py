@@ -1,6 +1,6 @@
 """The built-in loop and trl's SFTTrainer side by side on the same SFT config: the
 quickstart's model, data, batch and LoRA, one learning rate, the same seeds, one trial each
-trained in this process as a trial's worker trains it (`sweeper.plan.calibrate.
+trained in this process as a trial's worker trains it (`sweeper.plan._calibrate.
 run_training`: the engine `trainer` picks, the data as the sweep's driver prepares it).
 Prints, per engine, the final eval loss of each seed and its spread, the steps trained,
 training tokens/s and the setup seconds (trial start to the end of the first step).
@@ -22,8 +22,7 @@ from benchmarks.common import bench_spec, machine, save_json, tokens_per_second
 
 
 def run_engine(trainer: str, seed: int, steps: int, eval_every: int, learning_rate: float):
-    from sweeper.plan.calibrate import run_training
-    from sweeper.plan.inputs import prepare_inputs
+    from sweeper.plan import run_training, prepare_inputs
     from trainables.models import DEFAULT_CACHE_ROOT
 
     sections = {"trl": {"method": "sft"}} if trainer == "trl" else {}

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from sweeper.spec.load import read_yaml, validate_spec
+from sweeper.spec import read_yaml, validate_spec
 
 REPO = Path(__file__).resolve().parent.parent
 HALF_THE_PLAN = "half of `sweep plan`'s expected dollars"
@@ -55,7 +55,7 @@ def one_run(sweep: str) -> dict:
     """Run the sweep once here; forecast and actual from its parent run."""
     import mlflow
 
-    from sweeper.run.launch import run_sweep
+    from sweeper.run import run_sweep
 
     path, sections = SWEEPS[sweep]
     raw = read_yaml(path)
@@ -101,14 +101,14 @@ def plan_forecast(raw: dict, yaml_folder: Path):
     """The forecast `sweep plan` makes for the sweep `raw`, calibrated on a local cluster."""
     import yaml
 
-    from sweeper.plan.command import plan_sweep
+    from sweeper.plan import load_checked_spec, plan_sweep
 
     # Written outside the sweep's folder (a YAML there reads as an existing sweep), so the
     # data files' relative paths are made absolute.
     files = {key: str((yaml_folder / raw["data"][key]).resolve()) for key in ("train", "eval") if key in raw["data"]}
     path = Path(tempfile.mkdtemp(prefix="sweeper-forecast-plan-")) / "plan.yaml"
     path.write_text(yaml.safe_dump({**raw, "data": {**raw["data"], **files}}))
-    return plan_sweep(path, address=None, calibrate=True, console=Console(quiet=True))
+    return plan_sweep(load_checked_spec(path), path, address=None, calibrate=True, console=Console(quiet=True))
 
 
 def live_estimates(client, run_id: str, actual_wall: float, actual_usd: float) -> list[dict]:

@@ -20,7 +20,7 @@ built from its config with random weights on the GPU (no download is possible th
 Only the model's setup differs from a trial's: built from its config on the device instead
 of read from a folder (QLoRA's base is written to a folder and read back through
 `load_base_model`, as a trial reads it, to be quantized). Forecasts: the memory forecast of
-`sweep plan` (sweeper/cost/memory.py) and the dense bf16 peaks of sweeper/cost/throughput.py,
+`sweep plan` (sweeper/cost/_memory.py) and the dense bf16 peaks of sweeper/cost/_throughput.py,
 both fixed before the run.
 """
 
@@ -42,9 +42,9 @@ if str(REPO) not in sys.path:  # run as a script from anywhere: the repo's packa
 
 import torch  # noqa: E402
 
-from sweeper.cost.architecture import KNOWN_CONFIGS, Architecture  # noqa: E402
-from sweeper.cost.memory import forecast_trial_memory  # noqa: E402
-from sweeper.cost.throughput import PEAK_TFLOPS  # noqa: E402
+from sweeper.cost import KNOWN_CONFIGS, Architecture  # noqa: E402
+from sweeper.cost import forecast_trial_memory  # noqa: E402
+from sweeper.cost import PEAK_TFLOPS  # noqa: E402
 from benchmarks.packing import chat_lengths  # noqa: E402
 from trainables import dpo, sft  # noqa: E402
 from trainables.common import Workers, endless_batches, packing_layout, report_with_checkpoint  # noqa: E402
@@ -789,7 +789,7 @@ def write_table(lines: list[Line], out: Path, args: argparse.Namespace, seconds:
     header = [
         f"# GPU check on {name}{' (--cpu: tiny shape for every line)' if args.cpu else ''}",
         "",
-        f"bf16 dense peak {peak:g} TFLOP/s (sweeper/cost/throughput.py)" if peak else "bf16 peak: not in the table",
+        f"bf16 dense peak {peak:g} TFLOP/s (sweeper/cost/_throughput.py)" if peak else "bf16 peak: not in the table",
         "; ".join(f"{k} {v}" for k, v in versions.items()) + f"; {seconds:.0f} s",
         "",
         "| line | what | figure | forecast | against target |",

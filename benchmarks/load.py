@@ -1,5 +1,5 @@
 """Benchmark 8, load: a sweep of 2,000 short trials on the built-in model, run through
-`sweeper.run.launch.run_sweep` as `sweep start` runs it (TPE with ASHA, the defaults),
+`sweeper.run._launch.run_sweep` as `sweep start` runs it (TPE with ASHA, the defaults),
 and what its driver and store look like at the end.
 
 Figures (issue 35's targets):
@@ -90,7 +90,7 @@ def states_agree(uri: str, sweep_dir: Path) -> dict:
     import optuna
     from mlflow.tracking import MlflowClient
 
-    from sweeper.search.study import TUNE_TRIAL_ID_ATTR, study_url
+    from sweeper.search import TUNE_TRIAL_ID_ATTR, study_url
 
     client = MlflowClient(uri)
     experiment = client.get_experiment_by_name("sweeper")

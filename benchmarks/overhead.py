@@ -1,5 +1,5 @@
 """Benchmark 1, per-trial overhead: a sweep of N trials of K steps on the built-in model
-(no early stopping, so every trial trains K steps), run through `sweeper.run.launch.run_sweep`.
+(no early stopping, so every trial trains K steps), run through `sweeper.run._launch.run_sweep`.
 
 Figures: per-trial setup (trial start to first optimizer step, as each trial reports it:
 median and p90) and the sweep's wall time against its minimum, where the minimum is

@@ -1,6 +1,6 @@
 """Benchmark 3, pruning accounting: an ASHA sweep of N trials through
-`sweeper.run.launch.run_sweep`; steps trained in total against the rung arithmetic for the
-same N, grace period, reduction factor and max steps (`sweeper.plan.sweep_plan.promotion_steps`:
+`sweeper.run._launch.run_sweep`; steps trained in total against the rung arithmetic for the
+same N, grace period, reduction factor and max steps (`sweeper.plan._sweep_plan.promotion_steps`:
 floor(n / eta), at least 1, of the n trials at a rung go on).
 
 A trial that is paused at a rung or stopped trains on until its Train workers are gone;
@@ -25,7 +25,7 @@ from ray.tune import Callback
 
 from benchmarks.common import bench_spec, print_figures, run_bench_sweep, save_json
 from sweeper.names import TrialState
-from sweeper.plan.rungs import asha_rungs, promotion_steps
+from sweeper.plan import asha_rungs, promotion_steps
 from trainables.metrics import STEP
 
 
@@ -145,7 +145,7 @@ def main() -> None:
         # what the sweep found: fewer steps must not mean a worse search
         "best_metric": best.last(spec.search.metric) if best else None,
         "best_trial": best.number if best else None,
-        # CPU core-seconds of all trials, setups of resumed runs included (sweeper.cost.prices)
+        # CPU core-seconds of all trials, setups of resumed runs included (sweeper.cost._prices)
         "trial_core_seconds": run.cost.accelerator_hours * 3600,
     }
     rungs = asha_rungs(args.grace_period, args.max_steps, args.reduction_factor)

@@ -43,7 +43,7 @@ def trial_outcomes(
     """(state, last step) per trial as ASHA by promotion leaves them: everyone to the first
     rung, the rung quota of them on to each next milestone; `failed` trials fail before
     their first evaluation."""
-    from sweeper.plan.rungs import milestone_counts
+    from sweeper.plan import milestone_counts
 
     counts = milestone_counts(trials, rungs, max_steps, reduction_factor)
     outcomes = []
@@ -59,10 +59,9 @@ def trial_outcomes(
 def write_sweep(folder: Path, trials: int, seed: int = 0) -> str:
     """A finished sweep of `trials` trials in `folder/mlflow.db`, written by MlflowTracker;
     returns the tracking URI."""
-    from sweeper.track.book import SweepBook, TrialRecord
-    from sweeper.plan.sweep_plan import ClusterResources, make_plan
-    from sweeper.track.mlflow_store import client_for, ensure_experiment
-    from sweeper.track.tracker import MlflowTracker
+    from sweeper.track import SweepBook, TrialRecord
+    from sweeper.plan import ClusterResources, make_plan
+    from sweeper.track import client_for, ensure_experiment, MlflowTracker
 
     spec = bench_spec(NAME, output_dir=folder, search={"num_trials": trials})
     plan = make_plan(spec, ClusterResources(cpus=2, gpus=0, max_node_cpus=2, max_node_gpus=0))

@@ -22,7 +22,7 @@ Methods, on the same space and seeds:
   Optuna TPE (seeded) + MedianPruner(n_warmup_steps=27) (`--loop-warmup`), `trial.report`
   at every evaluation; at least `--trials` trials and until it has trained half random
   search's steps (`--loop-share`);
-- the sweeper's schedulers through `sweeper.run.launch.run_sweep` (as `sweep start` runs
+- the sweeper's schedulers through `sweeper.run._launch.run_sweep` (as `sweep start` runs
   them): `asha` is the sweeper's default (one rung at step 9 keeping a quarter),
   `asha_ladder` the default before it (rungs 9, 27, 81 keeping 1/eta, 4 startup trials),
   `asha_budget10`, `asha_budget25` and `asha_budget50` the default with no trial count
@@ -445,7 +445,7 @@ def random_configs(settings: Settings, seed: int) -> list[dict]:
     reads their warmups beside the histories that run_random saved)."""
     import optuna
 
-    from sweeper.search.space import parameters_to_optuna
+    from sweeper.search import parameters_to_optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # a line per study otherwise
     space = parameters_to_optuna(settings.space)
@@ -597,7 +597,7 @@ def closing_trials_limiter(num_trials: int, closing: int):
     startup trials do), as the Optuna loop trains its TPE's suggestions near its best
     completed trials to the end. The hold is in the slot limiter, which sees the
     scheduler's slots."""
-    from sweeper.search.asha import SlotLimiter
+    from sweeper.search import SlotLimiter
 
     class ClosingTrialsLimiter(SlotLimiter):
         def __init__(self, *args, **kwargs):
@@ -621,7 +621,7 @@ def closing_trials_limiter(num_trials: int, closing: int):
 
 def run_sweeper(settings: Settings, seed: int, name: str) -> Outcome:
     """One sweep through `run_sweep`, with the method's settings over the defaults."""
-    import sweeper.search.searcher
+    import sweeper.search._searcher
 
     overrides = METHODS[name]
     sections = settings.sections(seed)
@@ -637,18 +637,18 @@ def run_sweeper(settings: Settings, seed: int, name: str) -> Outcome:
         grace = -(-int(warmup) // settings.eval_every) * settings.eval_every
         sections["early_stopping"]["grace_period"] = max(settings.eval_every, grace)
     spec = bench_spec(f"bench-sq-{name}-{seed}", **sections)
-    make_sampler, slot_limiter = sweeper.search.searcher.make_sampler, sweeper.search.searcher.SlotLimiter
+    make_sampler, slot_limiter = sweeper.search._searcher.make_sampler, sweeper.search._searcher.SlotLimiter
     if "closing_trials" in overrides:
-        sweeper.search.searcher.SlotLimiter = closing_trials_limiter(spec.search.num_trials, overrides["closing_trials"])
+        sweeper.search._searcher.SlotLimiter = closing_trials_limiter(spec.search.num_trials, overrides["closing_trials"])
     if "sampler" in overrides:
         import optuna
 
-        from sweeper.search.space import startup_trials
+        from sweeper.search import startup_trials
 
         def make_sampler_with(spec):
             settings = {"n_startup_trials": startup_trials(spec.search.num_trials), **overrides["sampler"]}
             if settings.pop("rung_model", False):
-                from sweeper.plan.rungs import asha_rungs
+                from sweeper.plan import asha_rungs
 
                 stopping, training = spec.early_stopping, spec.training
                 rungs = asha_rungs(
@@ -661,12 +661,12 @@ def run_sweeper(settings: Settings, seed: int, name: str) -> Outcome:
                 )
             return optuna.samplers.TPESampler(seed=spec.search.seed, **settings)
 
-        sweeper.search.searcher.make_sampler = make_sampler_with
+        sweeper.search._searcher.make_sampler = make_sampler_with
     outcome = Outcome(name, seed)
     try:
         run = run_bench_sweep(spec, extra_callbacks=[EvaluationClock(outcome)])
     finally:
-        sweeper.search.searcher.make_sampler, sweeper.search.searcher.SlotLimiter = make_sampler, slot_limiter
+        sweeper.search._searcher.make_sampler, sweeper.search._searcher.SlotLimiter = make_sampler, slot_limiter
     outcome.wall_s = run.wall_seconds
     outcome.notes = [note for note in run.notes if note.startswith("Budget")]
     return outcome
@@ -707,7 +707,7 @@ def successive_halving(
     max_steps unranked (early_stopping.startup_trials). With `warmups` (each trial's
     warmup steps), a trial still in its warmup at a rung goes on unranked. Returns (best
     eval loss seen by the trials as far as they trained, steps trained)."""
-    from sweeper.plan.rungs import rung_quota
+    from sweeper.plan import rung_quota
 
     alive = list(range(startup, len(histories)))
     reached = {i: max_steps for i in range(startup)} | {i: rungs[0] if rungs else max_steps for i in alive}
@@ -753,7 +753,7 @@ def capped_promotion(histories: list[list[tuple[int, float]]], rung: int, max_st
     that is among the best floor(n / eta) of the n ranked there goes on to max_steps, or else
     the next trial trains to the rung, until `cap` training steps. Returns the best eval
     loss seen within the cap."""
-    from sweeper.plan.rungs import rung_quota
+    from sweeper.plan import rung_quota
 
     waiting: list[tuple[float, int]] = []  # (value at the rung, trial) of every trial ranked there
     promoted: set[int] = set()
@@ -782,7 +782,7 @@ def capped_replay(histories: list, settings: "Settings", draws: int = 400, seed:
     random orders of random search's finished trials of every seed, under each anytime
     share's cap. Random configs, no TPE: the screen's part alone. Returns share -> rule ->
     the mean best eval loss."""
-    from sweeper.spec.sections import default_grace_period
+    from sweeper.spec import default_grace_period
 
     rung = default_grace_period(settings.max_steps, settings.eval_every, until_a_cap=True)
     rng = random.Random(seed)
@@ -822,7 +822,7 @@ def replay_brackets(histories, brackets: list[list[int]], max_steps: int, eta: f
 def replay_placements(settings: Settings) -> dict[str, list[list[int]]]:
     """Rung placements to replay on random search's trials: name -> brackets (rung lists),
     from the evaluation steps of the task."""
-    from sweeper.plan.rungs import asha_rungs
+    from sweeper.plan import asha_rungs
 
     eta, every, top = settings.reduction_factor, settings.eval_every, settings.max_steps
     placements = {}
@@ -842,8 +842,8 @@ def replay_placements(settings: Settings) -> dict[str, list[list[int]]]:
 def resampling_rules(settings: Settings) -> dict:
     """What to replay on resampled draws of random search's trials: name -> a function of
     the drawn histories, in order, returning (best eval loss seen, steps trained)."""
-    from sweeper.plan.rungs import asha_rungs
-    from sweeper.spec.sections import default_grace_period
+    from sweeper.plan import asha_rungs
+    from sweeper.spec import default_grace_period
 
     eta, top = settings.reduction_factor, settings.max_steps
     grace = default_grace_period(top, settings.eval_every)
@@ -1169,8 +1169,8 @@ def print_table(args, settings: Settings, methods: list[str], outcomes: dict, ra
     from rich.console import Console
     from rich.table import Table
 
-    from sweeper.plan.rungs import asha_rungs
-    from sweeper.spec.sections import default_grace_period
+    from sweeper.plan import asha_rungs
+    from sweeper.spec import default_grace_period
 
     histories = [h for _, runs in sorted(random_by_seed.items()) for h in runs]
     # The former default's ladder (its first rung: grace_period's default).

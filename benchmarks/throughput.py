@@ -34,7 +34,7 @@ def one_round(steps: int, eval_every: int) -> dict:
     loop on the hyperparameters the trial drew."""
     import ray
 
-    from sweeper.spec.overrides import with_overrides
+    from sweeper.spec import with_overrides
 
     spec = bench_spec(
         "bench-throughput",

@@ -27,8 +27,8 @@ from pathlib import Path
 from ray.tune import Callback
 
 from benchmarks.common import REPO, machine, print_figures, run_bench_sweep, save_json
-from sweeper.cluster.placement import reserving_groups
-from sweeper.spec.load import read_yaml, validate_spec
+from sweeper.cluster import reserving_groups
+from sweeper.spec import read_yaml, validate_spec
 
 SWEEPS = {
     "dpo-quickstart, 3 trials": ("dpo-quickstart.yaml", {"search": {"num_trials": 3}}),

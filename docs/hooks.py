@@ -3,7 +3,7 @@ built, so that none of them is a committed copy that can drift.
 
 A page asks for a generated part with a marker line, `<!-- generated: NAME -->`:
 
-- `yaml-reference`: the YAML reference, `sweeper.spec.reference.markdown_reference()`
+- `yaml-reference`: the YAML reference, `sweeper.spec._reference.markdown_reference()`
   (what `sweep reference` prints);
 - `cli-reference`: every `sweep` command, read from the Typer app's click commands;
 - `keyed-errors`: every keyed message the code can refuse with, read from its syntax tree;
@@ -29,14 +29,14 @@ MARKER = re.compile(r"^<!-- generated: ([a-z-]+) -->$", re.M)
 
 # The stage packages in the order a sweep flows through them (docs/concepts/flow.md);
 # a package added later is listed after them.
-STAGE_ORDER = ["spec", "cost", "plan", "cluster", "search", "run", "track", "promote", "cli"]
+STAGE_ORDER = ["spec", "cost", "plan", "cluster", "search", "budget", "run", "track", "promote", "cli"]
 
 
 # ---------------------------------------------------------------- the generated parts
 
 
 def yaml_reference() -> str:
-    from sweeper.spec.reference import markdown_reference
+    from sweeper.spec import markdown_reference
 
     return markdown_reference()
 
@@ -46,7 +46,7 @@ def cli_reference() -> str:
     the commands Typer builds (its own click: names, defaults and help of each parameter)."""
     import typer
 
-    from sweeper.cli.app import app
+    from sweeper.cli import app
 
     group = typer.main.get_command(app)
     context = _context(group, "sweep", None)
@@ -100,12 +100,17 @@ def stage_packages() -> str:
     parts = []
     for name in ordered:
         init = ROOT / "sweeper" / name / "__init__.py"
-        docstring = ast.get_docstring(ast.parse(init.read_text())) or "(no docstring)"
+        tree = ast.parse(init.read_text())
+        docstring = ast.get_docstring(tree) or "(no docstring)"
+        interface = next((ast.literal_eval(node.value) for node in tree.body if isinstance(node, ast.Assign)
+                          and any(getattr(target, "id", None) == "__all__" for target in node.targets)), [])
         modules = sorted(p.stem for p in init.parent.glob("*.py") if p.stem not in ("__init__", "__main__"))
         parts += [
             f"### `sweeper/{name}/`",
             "",
             docstring,
+            "",
+            f"Interface (`__all__`): {', '.join(f'`{n}`' for n in interface)}." if interface else "",
             "",
             f"Modules: {', '.join(f'`{m}`' for m in modules)}." if modules else "",
             "",
@@ -185,7 +190,7 @@ class KeyedMessage:
 
     key: str
     text: str
-    module: str  # sweeper/run/launch.py
+    module: str  # sweeper/run/_launch.py
     line: int  # the line of the raise (or of the rule's tuple)
 
 
@@ -271,8 +276,7 @@ def _key_rank(key: str) -> int:
 
 def _section_prefixes() -> dict[str, str]:
     """Schema class name -> its dotted place in the YAML ('TrainingSpec' -> 'training.')."""
-    from sweeper.spec.paths import section_model
-    from sweeper.spec.schema import SweepSpec
+    from sweeper.spec import section_model, SweepSpec
 
     prefixes = {"UniformDist": "search.parameters.<name>.", "LogUniformDist": "search.parameters.<name>.",
                 "IntUniformDist": "search.parameters.<name>.", "CategoricalDist": "search.parameters.<name>."}

@@ -16,7 +16,7 @@ from sweeper.errors import UserError
 
 if TYPE_CHECKING:
     from reports.build import Report
-    from sweeper.track.store import SweepStore
+    from sweeper.track import SweepStore
 
 __all__ = ["make_report", "WrittenReport", "check_writable"]
 
@@ -35,7 +35,7 @@ def check_writable(folder: Path) -> None:
     """Refuse, before anything is read, a `folder` that cannot be created and written:
     a clear UserError. Tried with a probe that leaves nothing behind; the folder itself
     is made once the report is built."""
-    from sweeper.plan.checks import folder_creation_problem
+    from sweeper.plan import folder_creation_problem
 
     problem = folder_creation_problem(folder)
     if problem:

@@ -170,7 +170,7 @@ def _present(candidates: dict[str, go.Figure | None]) -> dict[str, go.Figure]:
 
 
 def forecast_rows(totals: dict) -> list[tuple[str, str]]:
-    """The forecast `sweep start` logged (sweeper/plan/command.py) beside the actual, and what
+    """The forecast `sweep start` logged (sweeper/plan/_command.py) beside the actual, and what
     a budget cap cut; none for a sweep without them."""
     rows = []
     if "forecast_expected_usd" in totals:

@@ -1,5 +1,5 @@
 """What a report is made of: per sweep, its record and polars frames, read once through the
-store (`sweeper.track.store.SweepStore`, the one query layer over MLflow)."""
+store (`sweeper.track._store.SweepStore`, the one query layer over MLflow)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import polars as pl
 
 from sweeper.errors import UserError
 from sweeper.names import LiveForecastKey, Tag, TrialState
-from sweeper.search.front import Front, study_front
-from sweeper.track.store import SweepRecord, SweepStore
+from sweeper.search import Front, study_front
+from sweeper.track import SweepRecord, SweepStore
 
 __all__ = ["SweepData", "load_sweeps", "LIVE_FORECAST_KEYS"]
 
@@ -29,7 +29,7 @@ class SweepData:
     best_config_yaml: str | None = None  # the parent's best_config.yaml artifact
     # The live forecast on the parent run (`LiveForecastKey`): step, then a column per key.
     forecast: pl.DataFrame | None = None
-    # search.objectives: the Pareto front from the sweep's Optuna study (sweeper.search.front).
+    # search.objectives: the Pareto front from the sweep's Optuna study (sweeper.search.study_front).
     front: Front | None = None
 
     @property

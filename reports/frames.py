@@ -9,7 +9,7 @@ import polars as pl
 
 from reports.data import SweepData
 from sweeper.names import TrialState
-from sweeper.track.store import best_trial_row
+from sweeper.track import best_trial_row
 from sweeper.views import usd
 
 __all__ = [

@@ -16,7 +16,7 @@ import optuna
 import polars as pl
 
 from sweeper.names import TrialState
-from sweeper.search.space import parameters_to_optuna
+from sweeper.search import parameters_to_optuna
 
 __all__ = ["Importance", "param_importance", "MIN_COMPLETED_TRIALS"]
 

@@ -25,9 +25,9 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from reports.build import Report
-    from sweeper.run.launch import SweepRun
-    from sweeper.spec.schema import SweepSpec
-    from sweeper.track.store import SweepStore
+    from sweeper.run import SweepRun
+    from sweeper.spec import SweepSpec
+    from sweeper.track import SweepStore
 
 __all__ = ["start", "sweeps", "status", "report", "SweepReportFiles"]
 
@@ -60,11 +60,11 @@ def start(
     """
     from rich.console import Console
 
-    from sweeper.cluster.connect import cluster_address, stop_local_cluster
+    from sweeper.cluster import cluster_address, stop_local_cluster
     from sweeper.driver_log import DriverLog
-    from sweeper.plan.checks import check_spec
-    from sweeper.run.launch import run_sweep
-    from sweeper.track.summary import print_summary
+    from sweeper.plan import check_spec
+    from sweeper.run import run_sweep
+    from sweeper.track import print_summary
 
     resolved, yaml_folder = _resolve_spec(spec)
     check_spec(resolved)
@@ -92,8 +92,7 @@ def start(
 
 def _resolve_spec(spec) -> tuple[SweepSpec, Path]:
     """The validated spec and the folder its relative paths (and git commit) come from."""
-    from sweeper.spec.schema import SweepSpec
-    from sweeper.spec.load import load_spec, validate_spec
+    from sweeper.spec import SweepSpec, load_spec, validate_spec
 
     if isinstance(spec, SweepSpec):
         return spec, Path.cwd()
@@ -106,8 +105,7 @@ def _resolve_spec(spec) -> tuple[SweepSpec, Path]:
 def store(tracking_uri: str | None = None) -> SweepStore:
     """The MLflow store the CLI's read commands use: `tracking_uri`, else
     MLFLOW_TRACKING_URI, else sqlite:///mlflow.db in the working directory."""
-    from sweeper.track.mlflow_store import resolve_tracking_uri
-    from sweeper.track.store import SweepStore
+    from sweeper.track import resolve_tracking_uri, SweepStore
 
     return SweepStore(resolve_tracking_uri(tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")))
 

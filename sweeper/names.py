@@ -1,7 +1,7 @@
 """One spelling for the words the sweep's parts share: trial states and the `sweeper.*`
 MLflow tags that `sweep list/status`, reports and promotion query by. Metric keys live in
 `trainables/metrics.py` (the trials report them; trainables imports nothing from here); the
-Optuna study's file, URL and attribute keys in `sweeper/search/study.py`.
+Optuna study's file, URL and attribute keys in `sweeper/search/_study.py`.
 
 Pure Python: the read-only commands import it without Ray, torch or MLflow.
 """
@@ -96,7 +96,7 @@ class Tag:
     # The budget cap that cut the sweep (or "none"), and what it cut in words (parent run).
     BUDGET_STOP = "sweeper.budget_stop"
     BUDGET_CUT = "sweeper.budget_cut"
-    # A promotion run (sweeper/promote/registry.py) and the registered model version it creates.
+    # A promotion run (sweeper/promote/_registry.py) and the registered model version it creates.
     SOURCE_SWEEP = "sweeper.source_sweep"
     SOURCE_PARENT_RUN_ID = "sweeper.source_parent_run_id"
     SOURCE_TRIAL_RUN_ID = "sweeper.source_trial_run_id"
@@ -106,7 +106,7 @@ class Tag:
 
 
 class VersionTag:
-    """Tags of a registered model version (sweeper/promote/registry.py), beside Tag.TRIAL_NUMBER,
+    """Tags of a registered model version (sweeper/promote/_registry.py), beside Tag.TRIAL_NUMBER,
     Tag.TRIAL_ID, Tag.METRIC and Tag.GOAL, which it shares with the runs."""
 
     SWEEP = "sweeper.sweep"
@@ -180,7 +180,7 @@ class ForecastKey:
 
 class LiveForecastKey:
     """The live forecast on the parent run while the sweep runs: metrics logged at every
-    evaluation, at step = evaluations seen so far (sweeper/run/live_forecast.py); their
+    evaluation, at step = evaluations seen so far (sweeper/budget/_live_forecast.py); their
     timestamps say when. `forecast_total_*` against the actual `cost_usd_total` and
     `wall_seconds` is how far the estimate was off at that point."""
 

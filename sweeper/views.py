@@ -117,16 +117,10 @@ def _short(value: str | None) -> str:
         return value
 
 
-def front_table(run, trials: pl.DataFrame) -> Table | None:
-    """The Pareto front of a sweep of several objectives (search.objectives) from its
-    Optuna study in the sweep folder: one row per trial on the front, its values of every
-    objective; None for a sweep of one objective or a folder not on this machine."""
-    from sweeper.search.front import study_front
-
-    sweep_dir = run.data.tags.get(Tag.SWEEP_DIR)
-    front = study_front(sweep_dir, run.data.tags.get(Tag.SWEEP_NAME)) if sweep_dir else None
-    if front is None:
-        return None
+def front_table(front, trials: pl.DataFrame) -> Table:
+    """The Pareto front of a sweep of several objectives (search.objectives; `front`, a
+    sweeper.search.Front read from its Optuna study): one row per trial on the front, its
+    values of every objective."""
     numbers = dict(zip(trials["trial_id"], trials["trial_number"]))
     objectives = ", ".join(f"{m} ({g})" for m, g in zip(front.metrics, front.goals))
     table = Table(title=f"Pareto front: {len(front.front)} of {len(front.points)} completed trials; {objectives}",

@@ -50,7 +50,7 @@ def this_device() -> torch.device:
     (`ray.train.torch.get_device()`: its own GPU, which several trials with a fractional
     `gpus_per_worker` may share, or the CPU). Elsewhere (benchmarks, tests): the current
     CUDA device. The CPU wherever no GPU is visible, as in the workers of a trial with
-    `resources.use_gpu: false` (sweeper/run/trial.py hides the node's GPUs from them)."""
+    `resources.use_gpu: false` (sweeper/run/_trial.py hides the node's GPUs from them)."""
     if not torch.cuda.is_available():
         return torch.device("cpu")
     try:
@@ -368,8 +368,7 @@ def save_random_state(checkpoint_dir: str, workers: Workers) -> None:
 
 
 def restore_random_state(checkpoint_dir: str, workers: Workers) -> None:
-    """Put back what save_random_state wrote for this rank. A checkpoint without it (written
-    by an older sweeper, or by a run of another world size) keeps the seeded streams."""
+    """Put back what save_random_state wrote for this rank; without it, the seeded streams stay."""
     path = os.path.join(checkpoint_dir, RANDOM_STATE_FOLDER, f"rank-{workers.rank}.pt")
     if not os.path.isfile(path):
         return

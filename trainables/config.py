@@ -3,7 +3,7 @@ task and the sections a trial's training loop reads (model, data, training, lora
 chaos: `trainables/sections.py`; resources: `trainables/resources.py`), the engine that
 trains it (`trainer`, with its trl or function section: `trainables/engines.py`), and
 `trial_problems` checks the settings of different sections that cannot go together. The
-sweep's schema (`sweeper.spec.schema.SweepSpec`) is built from these same sections and
+sweep's schema (`sweeper.spec._schema.SweepSpec`) is built from these same sections and
 runs the same cross-section checks.
 
 The driver validates the whole sweep once, builds its `TrialConfig`

@@ -11,6 +11,6 @@ __all__ = ["CACHE_ROOT", "PREEMPTION_WATCHER_ENV"]
 CACHE_ROOT = Path.home() / ".cache" / "sweeper"
 
 # Ray Train's switch for its watcher of node drains (on in Ray, off for a sweep on its own
-# machine: sweeper/cluster/connect.py); the workers ask for a preemption notice only where
+# machine: sweeper/cluster/_connect.py); the workers ask for a preemption notice only where
 # it is on (trainables/preemption.py).
 PREEMPTION_WATCHER_ENV = "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER"

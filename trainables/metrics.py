@@ -30,7 +30,7 @@ SETUP_SECONDS = "setup_seconds"
 SETUP_PHASES = "setup_phases"  # first report only: where the setup time went
 # Times Ray Train restarted the trial's workers from its latest checkpoint after a worker
 # failed (a lost node, an out-of-memory kill; search.max_failures): added to the reports
-# after the first restart by the trial's Train controller (sweeper/run/trial.py), not the loops.
+# after the first restart by the trial's Train controller (sweeper/run/_trial.py), not the loops.
 RESTARTS = "restarts"
 # A trial moved off a node that was being taken away (trainables/preemption.py): how
 # often, and the optimizer step of its latest move; reported from the first evaluation
@@ -41,7 +41,7 @@ PREEMPTED_AT_STEP = "preempted_at_step"
 PREEMPTION_CHECKPOINT = "preemption_checkpoint"
 # The first report of each Train worker group: the hex id of the placement group holding
 # its workers, for the driver to remove the moment Tune is done with the trial
-# (sweeper/run/release.py). Not a metric: the book and MLflow leave it out.
+# (sweeper/run/_release.py). Not a metric: the book and MLflow leave it out.
 PLACEMENT_GROUP = "placement_group"
 # Set once a step ran out of accelerator memory and the trial went on at half the
 # micro-batch (trainables/out_of_memory.py): the micro-batch that did not fit, and the one

@@ -12,10 +12,10 @@ another node (`FailureConfig.max_preemption_failures`, which does not use up
 `search.max_failures`). So a preempted trial loses at most the step in flight, however far
 its next evaluation was, and the time left until the deadline. Asking is a collective
 call to Train's synchronization actor (milliseconds), so it is asked only where Train
-watches for drains: a sweep that joined a cluster (sweeper/cluster/connect.py), not a sweep's own local one.
+watches for drains: a sweep that joined a cluster (sweeper/cluster/_connect.py), not a sweep's own local one.
 
 The checkpoint is Train's own: its report carries PREEMPTION_CHECKPOINT, and the trial's
-Train callback keeps it from Tune (it is not an evaluation; sweeper/run/trial.py). The
+Train callback keeps it from Tune (it is not an evaluation; sweeper/run/_trial.py). The
 restarted trial's reports carry PREEMPTIONS (how often it moved) and PREEMPTED_AT_STEP
 (the step it moved at), which its MLflow run records.
 """

@@ -1,7 +1,7 @@
 """The sections of a trial's config, one class per YAML section: model, data, training,
 lora, dpo and chaos (resources and its deepspeed settings are in `trainables/resources.py`),
 with the checks of each section's own fields and files. `trainables/config.py` puts them
-together as a trial's `TrialConfig`; the sweep's schema (`sweeper.spec.schema.SweepSpec`)
+together as a trial's `TrialConfig`; the sweep's schema (`sweeper.spec._schema.SweepSpec`)
 is built from these same sections, so each key, default and help text is written once.
 
 Pure pydantic: importable without torch, Ray or anything from `sweeper`.

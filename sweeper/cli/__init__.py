@@ -2,6 +2,6 @@
 Typer group it runs; each subcommand parses its arguments and calls one module of the
 stages."""
 
-from sweeper.cli.app import app, run
+from sweeper.cli._app import app, run
 
 __all__ = ["app", "run"]

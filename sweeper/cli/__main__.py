@@ -1,5 +1,5 @@
 """`python -m sweeper.cli`: how a Ray Job runs the sweep's driver on the cluster."""
 
-from sweeper.cli.app import run
+from sweeper.cli._app import run
 
 run()

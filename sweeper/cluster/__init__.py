@@ -1,10 +1,35 @@
-"""The Ray cluster and the storage a sweep runs on: connecting (address, auth), Ray Jobs,
-checkpoint storage (local or S3), and every private Ray name we use, in one adapter.
+"""The Ray cluster and the storage a sweep runs on: which cluster, its auth and
+`start_ray` (`cluster_address`, `check_address`, `start_ray`, `stop_local_cluster`, ...);
+what a placement group holds and waits on (`resources_text`, `waiting_lines`, ...); and
+three modules read by their qualified names, whose functions say their job only so
+(`storage.join`, `jobs.stop`): `storage` (checkpoint and Tune-state storage, a folder or
+an S3 URI), `jobs` (`sweep submit`, `sweep logs`, a stop or resume as a Ray Job) and
+`ray_adapter` (every private Ray name we use, in one adapter).
 
-- `connect`: which cluster, its auth, `start_ray`, the trial processes' Ray settings;
-- `jobs`: `sweep submit`, `sweep logs`, a stop or resume as a Ray Job;
-- `storage`: checkpoint and Tune-state storage (a folder or an S3 URI);
-- `ray_adapter`: the private Ray names, and only those.
+The private modules: `_connect` (the trial processes' Ray settings too) and `_placement`.
 """
 
-__all__ = ["connect", "jobs", "storage", "ray_adapter"]
+from importlib import import_module
+
+__all__ = [
+    "storage", "jobs", "ray_adapter",  # the modules read by their qualified names
+    "LOCAL_CLUSTER", "check_address", "cluster_address", "job_metadata", "start_ray", "starts_own_cluster",
+    "stop_local_cluster", "free_resources_text", "release_placement_group", "reserving_groups",
+    "resources_text", "waiting_lines",
+]
+
+# Each public name's private module, imported on first use (PEP 562): importing the package
+# loads none of them, so a light command pays only for what it uses.
+_HOME = {
+    "LOCAL_CLUSTER": "_connect", "check_address": "_connect", "cluster_address": "_connect",
+    "job_metadata": "_connect", "start_ray": "_connect", "starts_own_cluster": "_connect",
+    "stop_local_cluster": "_connect",
+    "free_resources_text": "_placement", "release_placement_group": "_placement",
+    "reserving_groups": "_placement", "resources_text": "_placement", "waiting_lines": "_placement",
+}
+
+
+def __getattr__(name: str):
+    if name in _HOME:
+        return getattr(import_module(f"{__name__}.{_HOME[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

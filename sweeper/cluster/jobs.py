@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sweeper.errors import UserError
-from sweeper.cluster.connect import auth_problem, auth_refused, set_auth_mode_before_ray_loads
+from sweeper.cluster._connect import auth_problem, auth_refused, set_auth_mode_before_ray_loads
 
 SWEEP_METADATA = "sweeper_sweep"
 SWEEP_DIR_METADATA = "sweeper_sweep_dir"
@@ -19,7 +19,7 @@ SWEEP_STORAGE_METADATA = "sweeper_storage_uri"
 # What never travels in a job's working_dir: environments, results, stores.
 WORKING_DIR_EXCLUDES = [".git", ".venv", "sweeps", "sweep-reports", "mlruns", "mlartifacts", "mlflow.db", "*.pyc", "__pycache__"]
 # A stopped job's driver gets SIGTERM, which stops the sweep as SIGINT does (trials stopped
-# and saved, runs marked: sweeper/run/launch.py); Ray's job supervisor kills it after
+# and saved, runs marked: sweeper/run/_launch.py); Ray's job supervisor kills it after
 # RAY_JOB_STOP_WAIT_TIME_S (3 s by default), too soon for that: it waits as long as
 # `sweep stop` does.
 JOB_ENV = {"RAY_JOB_STOP_WAIT_TIME_S": "300"}
@@ -82,7 +82,7 @@ def submitted_sweep(file: Path) -> tuple[str, str | None, str | None]:
         be lost to `sweep resume` (with object storage, the resume fetches it from there).
     """
     from sweeper.cluster.storage import is_remote
-    from sweeper.spec.load import read_yaml
+    from sweeper.spec import read_yaml
 
     raw = read_yaml(file)
     name, output_dir = raw.get("name"), raw.get("output_dir")

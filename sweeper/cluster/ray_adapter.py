@@ -1,5 +1,5 @@
 """The one place where sweeper uses private parts of Ray; MLflow's are in
-sweeper/track/mlflow_adapter.py. Each entry says what it relies on and why no public API
+sweeper/track/_mlflow_adapter.py. Each entry says what it relies on and why no public API
 does it; tests/unit/test_ray_adapter.py and tests/integration/test_ray_adapter.py check
 that behaviour, so a Ray upgrade that changes it fails there, not in a sweep.
 
@@ -8,11 +8,11 @@ against (`TESTED_RAY`, 2.60.x) and unless `SWEEPER_RAY_PUBLIC_ONLY=1`; otherwise
 entry takes its public fallback, named in its entry (`uses_private_ray()`).
 tests/unit/test_ray_adapter.py runs the fallbacks; tests/integration/test_ray_adapter.py
 runs Tune trials on the public trainer. A sweep's driver hands the setting to its trials
-(the job's environment, sweeper/cluster/connect.py).
+(the job's environment, sweeper/cluster/_connect.py).
 
 Nothing is imported at module level: Ray is loaded only by the entries that use it.
 
-Ray Train (a trial's TorchTrainer, sweeper/run/trial.py):
+Ray Train (a trial's TorchTrainer, sweeper/run/_trial.py):
 - `TrialTrainer`: `StoppableTorchTrainer` on the tested Ray, else `PublicTorchTrainer`
   (Train's own `fit()`, its controller an actor of its own; `fit_until` ignores `stop`:
   Tune ends such a trial by ending its actor, so `reuse_trial_actors()` is False there,
@@ -33,7 +33,7 @@ Ray Train (a trial's TorchTrainer, sweeper/run/trial.py):
 - `workers_never_started(error)`: whether a run failed because its worker group could
   not be placed and started in time (Train's `WorkerGroupStartupTimeoutError`, wrapped in
   its public `ControllerError`); Train does not export the first. The trial turns it into
-  a reason that names the resources (sweeper/run/trial.py). Fallback: False (the trial
+  a reason that names the resources (sweeper/run/_trial.py). Fallback: False (the trial
   fails with Train's own message).
 - `controller_callback_class`: Train's `ControllerCallback`, the only interface through
   which a run's controller tells its abort hook and state changes (the public
@@ -45,7 +45,7 @@ Ray Train (a trial's TorchTrainer, sweeper/run/trial.py):
   live table, MLflow and `sweep status`.
 - `tune_stop_event` is the event Tune sets when it stops a function trial; Tune offers
   no public handle to it. Fallback: an event nobody sets (`PublicTorchTrainer` ignores it).
-Ray Tune (`sweep resume`, sweeper/run/launch.py and sweeper/search/asha.py):
+Ray Tune (`sweep resume`, sweeper/run/_launch.py and sweeper/search/_asha.py):
 - `restore_tuner`: `Tuner.restore` takes no callbacks and does not hand out the
   scheduler, searcher and stopper it restores; it brings back the first driver's
   callbacks, pickled at the start, which this driver's live ones replace, and the
@@ -55,23 +55,23 @@ Ray Tune (`sweep resume`, sweeper/run/launch.py and sweeper/search/asha.py):
 - `save_tune_state`: Tune saves its experiment state every 10 s or more, so a driver
   killed soon after a trial started left an MLflow run that `sweep resume` could not
   continue. A scheduler may only read the controller it is handed, and Tune has no
-  option to save when a trial is added; sweeper/search/tune_state.py saves it then.
+  option to save when a trial is added; sweeper/search/_tune_state.py saves it then.
   Fallback: nothing (Tune's own period).
 - `hold_restored_trial`: Tune starts every PENDING trial and a restored unfinished trial
   comes back PENDING; `pause_trial` ignores a trial with no actor, so a scheduler that
   keeps restored trials waiting at their rungs sets their status itself.
-Ray Tune (a large sweep's driver, sweeper/run/driver.py):
+Ray Tune (a large sweep's driver, sweeper/run/_driver.py):
 - `forget_running_averages`: Tune keeps, for each trial, the last 5 and 10 values of every
   number it reported (deques in `run_metadata.metric_n_steps`) to update running
   averages, and keeps them after the trial has ended: about 30 KB a trial in the driver,
   and more in the JSON of every experiment checkpoint. An ended trial reports no more;
   Tune has no option for fewer averages.
-Ray core (a sweep's worker processes, TRIAL_SETTINGS in sweeper/cluster/connect.py):
+Ray core (a sweep's worker processes, TRIAL_SETTINGS in sweeper/cluster/_connect.py):
 - `NO_WORKER_EVENT_FILES`: Ray's core setting `event_log_reporter_enabled`, read from each
   process's environment; in the job's runtime env it stops the sweep's workers' own (empty)
   event files, about 3 a trial, which Ray's dashboard agent re-reads every 2 s, while the
   raylet's and GCS's events still reach the dashboard. No public option for it.
-Ray client (joining a cluster, sweeper/cluster/connect.py):
+Ray client (joining a cluster, sweeper/cluster/_connect.py):
 - `ray_address_file`: where `ray start` writes the address that `--address auto` joins,
   probed before joining so that a dead head is refused in seconds; Ray has no public
   accessor for it. Fallback: `<RAY_TMPDIR or the system temp folder>/ray/ray_current_cluster`.

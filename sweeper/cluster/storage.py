@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 from sweeper.errors import UserError
+from sweeper.spec import REMOTE_SCHEMES, is_remote
 
 # File-system types whose folders other machines can mount too (from /proc/self/mounts).
 SHARED_FILESYSTEMS = frozenset(
@@ -69,25 +70,6 @@ def read_mounts() -> str:
 # Tune's experiment state and Train's checkpoints go through pyarrow file systems, as Ray
 # itself writes them: a local or shared folder, or a bucket (s3://bucket/prefix, with the
 # endpoint and credentials of the usual AWS variables, read by pyarrow on each node).
-
-REMOTE_SCHEMES = ("s3", "gs", "gcs", "hdfs")
-
-
-def is_remote(uri: str) -> bool:
-    """Whether `uri` names object storage (s3://...) rather than a folder."""
-    scheme, sep, _ = str(uri).partition("://")
-    return bool(sep) and scheme in REMOTE_SCHEMES
-
-
-def uri_problem(uri: str) -> str | None:
-    """Why `uri` cannot be a sweep's storage (an unknown scheme), or None."""
-    scheme, sep, rest = str(uri).partition("://")
-    if sep and scheme not in REMOTE_SCHEMES:
-        return f"unsupported scheme {scheme}://, expected a folder or one of " + ", ".join(f"{s}://" for s in REMOTE_SCHEMES)
-    if sep and not rest.strip("/"):
-        return f"{uri} names no bucket; expected {scheme}://bucket/prefix"
-    return None
-
 
 def filesystem(uri: str):
     """The pyarrow file system and the path within it that `uri` names (Ray's
@@ -274,6 +256,25 @@ def check_from_every_node(uri: str, timeout_s: float = NODE_CHECK_TIMEOUT_S) -> 
         failed = ray.get(ref)
         if failed:
             raise UserError(node_problem(uri, pending[ref]["NodeManagerAddress"], failed, len(nodes)))
+
+
+def check_every_node_reaches(uri: str, travelling: dict[str, str]) -> str | None:
+    """On a cluster joined: refuse storage some node cannot reach (a folder on this
+    machine's own disk with other nodes; object storage a node's probe cannot write), and
+    say what was probed and which `travelling` settings went with the job (None: none).
+
+    Raises:
+        UserError: keyed `storage.uri`.
+    """
+    import ray
+
+    nodes = sum(1 for node in ray.nodes() if node.get("Alive"))
+    check_reachable_by_every_node(uri, nodes, read_mounts())
+    check_from_every_node(uri)
+    if not travelling:
+        return None
+    return (f"Storage {uri}: written from every node (probed); sent with the job: "
+            + ", ".join(f"{name}={value}" for name, value in sorted(travelling.items())))
 
 
 def node_problem(uri: str, node_address: str, failed: dict, node_count: int) -> str:

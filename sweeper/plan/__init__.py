@@ -1,15 +1,45 @@
-"""Before a sweep runs: the checks that read files, the model and the cache; the plan
-(trials at once, resources per trial); the rung arithmetic; the forecast of time and
-cost; what the budget caps mean; the `sweep plan` command.
+"""Before a sweep runs: the checks that read files, the model and the cache
+(`load_checked_spec`, `check_spec`); the sweep's inputs prepared once (`prepare_inputs`);
+the plan against the cluster (`make_plan`, `SweepPlan`); the rung arithmetic; the
+forecast of time and cost (`Forecast`); what the budget caps mean (`CAPS`); the `sweep
+plan` command (`plan_sweep`) and the forecast `sweep start` prints (`start_forecast`).
 
-- `checks`: the one validation pass of `sweep validate`, `plan` and `start`;
-- `inputs`: the model source, tokenizer and tokenized data, prepared once per sweep;
-- `sweep_plan`: `SweepPlan` against the cluster's resources;
-- `rungs`: ASHA rung placement and how many trials each rung keeps;
-- `forecast`: expected and worst-case wall time, accelerator-hours and USD, and its lines;
-- `calibrate`: a trial's step and evaluation measured in Ray tasks with a worker's resources;
-- `budget`: the caps against the forecast and against one trial's least cost;
-- `command`: `sweep plan`, and the forecast printed by `sweep start`.
+The private modules: `_checks` (the one validation pass of `sweep validate`, `plan` and
+`start`), `_inputs` (the model source, tokenizer and tokenized data), `_sweep_plan`,
+`_rungs` (ASHA rung placement and how many trials each rung keeps), `_forecast`
+(expected and worst-case wall time, accelerator-hours and USD, and its lines),
+`_calibrate` (a trial's step and evaluation measured in Ray tasks with a worker's
+resources), `_caps` (the caps against the forecast and one trial's least cost),
+`_command`.
 """
 
-__all__ = ["checks", "inputs", "sweep_plan", "rungs", "forecast", "calibrate", "budget", "command"]
+from importlib import import_module
+
+__all__ = [
+    "load_checked_spec", "check_spec", "folder_creation_problem", "write_refused", "SweepInputs",
+    "prepare_inputs", "SweepPlan", "ClusterResources", "make_plan", "asha_rungs", "evaluations_between",
+    "milestone_counts", "promotion_steps", "rung_quota", "Forecast", "Scenario", "TrialAt", "expected_ladder",
+    "remaining", "within_caps", "run_training", "CAPS", "plan_sweep", "start_forecast",
+]
+
+# Each public name's private module, imported on first use (PEP 562): importing the package
+# loads none of them, so a light command pays only for what it uses.
+_HOME = {
+    "load_checked_spec": "_checks", "check_spec": "_checks", "folder_creation_problem": "_checks",
+    "write_refused": "_checks",
+    "SweepInputs": "_inputs", "prepare_inputs": "_inputs",
+    "SweepPlan": "_sweep_plan", "ClusterResources": "_sweep_plan", "make_plan": "_sweep_plan",
+    "asha_rungs": "_rungs", "evaluations_between": "_rungs", "milestone_counts": "_rungs",
+    "promotion_steps": "_rungs", "rung_quota": "_rungs",
+    "Forecast": "_forecast", "Scenario": "_forecast", "TrialAt": "_forecast", "expected_ladder": "_forecast",
+    "remaining": "_forecast", "within_caps": "_forecast",
+    "run_training": "_calibrate",
+    "CAPS": "_caps",
+    "plan_sweep": "_command", "start_forecast": "_command",
+}
+
+
+def __getattr__(name: str):
+    if name in _HOME:
+        return getattr(import_module(f"{__name__}.{_HOME[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

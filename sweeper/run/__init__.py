@@ -1,14 +1,33 @@
-"""Running a sweep: the launch (cluster, data, plan, tracker, search, fit, finish), the
-function each Tune trial runs (a Ray Train `TorchTrainer`), the driver (the one Tune
-callback), the checkpoint janitor, the budget caps while running, and a sweep's files.
+"""Running a sweep: `run_sweep`, `resume_sweep` and `rebuild_sweep` (the launch, top to
+bottom, returning a `SweepRun`), `stop_sweep` from another terminal, and `fetch_sweep` (a
+sweep fetched from `storage.uri` alone, for `resume --storage`). The budget while it runs
+is `sweeper.budget`'s.
 
-- `launch`: `run_sweep` and `resume_sweep`, top to bottom;
-- `sweep_dir`: the sweep folder, its published files and its driver's pid;
-- `trial`: `run_trial`, inside each trial's process;
-- `driver`: `SweepDriver`, Tune's events -> the book and its listeners;
-- `janitor`: removes the adapters of trials that can no longer be the best;
-- `budget` and `budget_guard`: the forecast logged and the caps enforced;
-- `from_storage`: a sweep fetched from `storage.uri` alone, for `resume --storage`.
+The private modules: `_launch` (the recipes and their steps), `_trial` (`run_trial`, inside
+each trial's process: a Ray Train `TorchTrainer`), `_driver` (`SweepDriver`, the one Tune
+callback: Tune's events -> the book and its listeners), `_janitor` (removes the adapters of
+trials that can no longer be the best), `_release` (gives back what a finished trial's
+Train run held), `_watchdog` (says what a silent sweep waits on), `_sweep_dir` (the sweep
+folder, its published files and its driver's pid), `_sweep_state` (what `sweep resume`
+reads, checked first), `_from_storage`.
 """
 
-__all__ = ["launch", "sweep_dir", "trial", "driver", "janitor", "budget", "budget_guard", "from_storage"]
+from importlib import import_module
+
+__all__ = [
+    "SweepRun", "run_sweep", "resume_sweep", "rebuild_sweep", "stop_sweep", "fetch_sweep",
+]
+
+# Each public name's private module, imported on first use (PEP 562): importing the package
+# loads none of them, so a light command pays only for what it uses.
+_HOME = {
+    "SweepRun": "_launch", "run_sweep": "_launch", "resume_sweep": "_launch", "rebuild_sweep": "_launch",
+    "stop_sweep": "_sweep_dir",
+    "fetch_sweep": "_from_storage",
+}
+
+
+def __getattr__(name: str):
+    if name in _HOME:
+        return getattr(import_module(f"{__name__}.{_HOME[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

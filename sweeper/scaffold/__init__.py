@@ -8,14 +8,31 @@ the sizes come from the data and the card:
 - the batch (16 sequences a step) and `training.max_steps` (one epoch, at least 4 steps an
   evaluation over 27 evaluations, at most `MAX_STEPS`) from the number of examples;
 - with a GPU named, the micro-batch, gradient checkpointing and 4-bit quantization from
-  the memory forecast (`sweeper.cost.memory`) for that card.
+  the memory forecast (`sweeper.cost._memory`) for that card.
 
 The file is validated as the `sweep validate` command would before it is written; the
 model and the data are refused with one keyed line when they cannot be read.
 
-The pieces: `inputs` (the arguments, the model and data read, the data's profile),
-`sizing` (max_length, the schedule and the fit on the GPU named) and `writer` (the
+Its interface is `scaffold_sweep` and `write_sweep_file`; the private modules:
+`_arguments` (the arguments checked, the model and data read, the data's profile),
+`_sizing` (max_length, the schedule and the fit on the GPU named) and `_writer` (the
 commented file, checked before it is written).
 """
 
-__all__ = ["inputs", "sizing", "writer"]
+from importlib import import_module
+
+__all__ = [
+    "scaffold_sweep", "write_sweep_file",
+]
+
+# Each public name's private module, imported on first use (PEP 562): importing the package
+# loads none of them, so a light command pays only for what it uses.
+_HOME = {
+    "scaffold_sweep": "_writer", "write_sweep_file": "_writer",
+}
+
+
+def __getattr__(name: str):
+    if name in _HOME:
+        return getattr(import_module(f"{__name__}.{_HOME[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

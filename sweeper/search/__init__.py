@@ -1,17 +1,43 @@
-"""The search: the space translated for Optuna, its sampler, the Tune searcher over an Optuna study,
-ASHA by promotion (the default scheduler), warm starts from earlier sweeps, the study's
-URL and attribute keys, and optuna-dashboard on it.
+"""The search: the space translated for Optuna (`parameters_to_optuna`), the Tune searcher
+over an Optuna study and the scheduler (`make_search`), ASHA by promotion (the default
+scheduler, `PromotionASHA`), warm starts from earlier sweeps (`read_warm_start`), the
+study's file, URL and attribute keys (`study_url`, ...), optuna-dashboard on it
+(`study_dashboard`, `serve`), and a multi-objective sweep's Pareto front (`study_front`).
 
-- `space`: our distributions -> Optuna's, and the sampler;
-- `reports_so_far`: TPE reading a view of the study where the trials waiting at a rung
-  count as pruned at their last report;
-- `searcher`: `StepAwareOptunaSearch` and `make_search` (searcher, scheduler, concurrency);
-- `study`: the study's file and URL, the attribute keys the searcher marks trials with;
-- `asha`: `PromotionASHA` and its slot limiter;
-- `tune_state`: the schedulers as the sweep uses them, which have Tune save its state
-  before a new trial starts;
-- `warm_start`: the search's `warm_start` (earlier sweeps' trials);
-- `dashboard`: `sweep dashboard` (optuna-dashboard on the study).
+The private modules: `_space` (our distributions -> Optuna's, and the sampler),
+`_reports_so_far` (TPE reading a view of the study where the trials waiting at a rung
+count as pruned at their last report), `_searcher` (`StepAwareOptunaSearch`), `_study` (with the dashboard),
+`_asha` (`PromotionASHA` and its slot limiter), `_tune_state` (the schedulers as the sweep
+uses them, which have Tune save its state before a new trial starts), `_warm_start`,
+`_mirrored_storage` (the study read from memory, written through to its SQLite file),
+`_objectives` (several objectives: the values told to the study, the cost objectives, the front).
 """
 
-__all__ = ["space", "reports_so_far", "searcher", "study", "asha", "tune_state", "warm_start", "dashboard"]
+from importlib import import_module
+
+__all__ = [
+    "parameters_to_optuna", "startup_trials", "make_search", "optuna_searcher", "PromotionASHA",
+    "SlotLimiter", "read_warm_start", "STARTUP_ATTR", "STUDY_FILE", "TUNE_TRIAL_ID_ATTR", "WARM_START_ATTR",
+    "study_file", "study_url", "study_dashboard", "serve",
+    "Front", "study_front",
+]
+
+# Each public name's private module, imported on first use (PEP 562): importing the package
+# loads none of them, so a light command pays only for what it uses.
+_HOME = {
+    "parameters_to_optuna": "_space", "startup_trials": "_space",
+    "make_search": "_searcher", "optuna_searcher": "_searcher",
+    "PromotionASHA": "_asha", "SlotLimiter": "_asha",
+    "read_warm_start": "_warm_start",
+    "STARTUP_ATTR": "_study", "STUDY_FILE": "_study", "TUNE_TRIAL_ID_ATTR": "_study",
+    "WARM_START_ATTR": "_study", "study_file": "_study", "study_url": "_study",
+    "study_dashboard": "_study", "serve": "_study",
+    "Front": "_objectives",
+    "study_front": "_objectives",
+}
+
+
+def __getattr__(name: str):
+    if name in _HOME:
+        return getattr(import_module(f"{__name__}.{_HOME[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,12 +1,50 @@
-"""The sweep file: its typed schema (the single source of defaults, help text and the
-reference), how a YAML file is read into it, and dotted-path overrides. Pure pydantic and
-YAML: no file checks beyond reading the YAML, no Ray, torch or MLflow.
+"""The sweep file: its typed schema (`SweepSpec`, the single source of defaults, help text
+and the reference), how a YAML file is read into it (`load_spec`, `validate_spec`),
+dotted-path overrides (`with_overrides`, `single_run_spec`), and the reference generated
+from it (`markdown_reference`). Pure pydantic and YAML: no file checks beyond reading the
+YAML, no Ray, torch or MLflow.
 
-- `schema`: `SweepSpec` and its sections, with the cross-field rules;
-- `budget`: the `budget` section;
-- `load`: YAML file -> `SweepSpec`, every problem as one keyed line;
-- `overrides`: dotted paths (`lora.r`) set on a spec, as the search and `sweep export` do;
-- `reference`: the YAML reference generated from the schema (`sweep reference`).
+The private modules: `_schema` (`SweepSpec` and its cross-field rules), `_sections` (the
+driver's own sections: search, early_stopping, tracking, storage, cost, budget), `_paths`
+(dotted paths into the file), `_load` (YAML file -> `SweepSpec`, every problem as one
+keyed line), `_overrides`, `_reference`.
 """
 
-__all__ = ["schema", "budget", "load", "overrides", "reference"]
+from importlib import import_module
+
+__all__ = [
+    "SweepSpec", "most_trials", "trials_text", "SearchSpec", "UniformDist", "LogUniformDist",
+    "IntUniformDist", "CategoricalDist", "WarmStartSpec", "BudgetSpec", "MOST_TRIALS", "PRICE_TABLE",
+    "REMOTE_SCHEMES", "default_grace_period", "is_remote", "uri_problem", "load_spec", "parse_yaml",
+    "read_yaml", "revalidate_spec", "spec_hash", "spec_to_yaml", "validate_spec", "calibration_spec",
+    "single_run_spec", "with_overrides", "section_model", "markdown_reference",
+    "COST_METRICS", "picked_by", "prune_metric", "reported_every_evaluation", "conditional_value", "searched_paths",
+]
+
+# Each public name's private module, imported on first use (PEP 562): importing the package
+# loads none of them, so a light command pays only for what it uses.
+_HOME = {
+    "SweepSpec": "_schema", "most_trials": "_schema", "trials_text": "_schema",
+    "SearchSpec": "_sections", "UniformDist": "_sections", "LogUniformDist": "_sections",
+    "IntUniformDist": "_sections", "CategoricalDist": "_sections", "WarmStartSpec": "_sections",
+    "BudgetSpec": "_sections", "MOST_TRIALS": "_sections", "PRICE_TABLE": "_sections",
+    "REMOTE_SCHEMES": "_sections", "default_grace_period": "_sections", "is_remote": "_sections",
+    "uri_problem": "_sections",
+    "load_spec": "_load", "parse_yaml": "_load", "read_yaml": "_load", "revalidate_spec": "_load",
+    "spec_hash": "_load", "spec_to_yaml": "_load", "validate_spec": "_load",
+    "calibration_spec": "_overrides", "single_run_spec": "_overrides", "with_overrides": "_overrides",
+    "section_model": "_paths",
+    "markdown_reference": "_reference",
+    "COST_METRICS": "_objectives",
+    "picked_by": "_objectives",
+    "prune_metric": "_objectives",
+    "reported_every_evaluation": "_objectives",
+    "conditional_value": "_schema",
+    "searched_paths": "_schema",
+}
+
+
+def __getattr__(name: str):
+    if name in _HOME:
+        return getattr(import_module(f"{__name__}.{_HOME[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

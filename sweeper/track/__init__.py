@@ -1,14 +1,40 @@
-"""What a sweep records and how it is read back: the in-memory book of trials, the one
-MLflow writer (`tracker`), the MLflow connection, the read side (`store`, over the two
-run readers), the live terminal table and the closing summary. The read side loads
-neither Ray nor torch: `sweep list`, `status` and `report` use only it.
+"""What a sweep records and how it is read back: the in-memory book of trials
+(`SweepBook`, `TrialRecord`), the one MLflow writer (`MlflowTracker`), the MLflow
+connection (`resolve_tracking_uri`, `client_for`, ...), the read side (`SweepStore`), the
+live terminal table (`LiveTable`) and the closing summary (`print_summary`). The read side
+loads neither Ray nor torch: `sweep list`, `status` and `report` use only it.
 
-- `book`: `SweepBook` and `TrialRecord`, filled by the driver;
-- `tracker`: `MlflowTracker`, every MLflow write of a sweep;
-- `mlflow_store`: tracking URI, client and experiment;
-- `mlflow_adapter`: the private MLflow names, and only those;
-- `store` and `run_reader`: sweeps and trials read back as polars frames;
-- `console` and `summary`: the live table and the summary printed at the end.
+The private modules: `_book`; `_tracker` (every MLflow write of a sweep) and `_backlog`
+(its writes held while the tracking server is away); `_mlflow_store` (tracking URI, client,
+experiment, what a parent run records of its config and machine); `_mlflow_adapter` (the
+private MLflow names, and only those); `_store` and `_run_reader` (sweeps and trials read
+back as polars frames); `_console` and `_summary`.
 """
 
-__all__ = ["book", "tracker", "mlflow_store", "mlflow_adapter", "store", "run_reader", "console", "summary"]
+from importlib import import_module
+
+__all__ = [
+    "SweepBook", "TrialRecord", "MlflowTracker", "LiveTable", "print_summary", "SweepStore", "SweepRecord",
+    "best_trial_row", "check_tracking_uri", "check_tracking_writable", "client_for", "ensure_experiment",
+    "hardware_description", "resolve_tracking_uri", "alias_problem", "model_name_problem",
+]
+
+# Each public name's private module, imported on first use (PEP 562): importing the package
+# loads none of them, so a light command pays only for what it uses.
+_HOME = {
+    "SweepBook": "_book", "TrialRecord": "_book",
+    "MlflowTracker": "_tracker",
+    "LiveTable": "_console",
+    "print_summary": "_summary",
+    "SweepStore": "_store", "SweepRecord": "_store", "best_trial_row": "_store",
+    "check_tracking_uri": "_mlflow_store", "check_tracking_writable": "_mlflow_store",
+    "client_for": "_mlflow_store", "ensure_experiment": "_mlflow_store",
+    "hardware_description": "_mlflow_store", "resolve_tracking_uri": "_mlflow_store",
+    "alias_problem": "_mlflow_adapter", "model_name_problem": "_mlflow_adapter",
+}
+
+
+def __getattr__(name: str):
+    if name in _HOME:
+        return getattr(import_module(f"{__name__}.{_HOME[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

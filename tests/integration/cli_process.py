@@ -8,7 +8,7 @@ the commands import, then serves: for each command a client sends its arguments,
 environment, working directory and standard streams over a Unix socket, and the zygote
 forks a child that runs `python -m sweeper.cli ARGS` as that command's own process: its own
 pid and session (as `start_new_session=True`), which a test signals, kill -9s or walks the
-children of; the exit status Python would give it (sweeper/cli/process_exit.py's exit).
+children of; the exit status Python would give it (sweeper/cli/_process_exit.py's exit).
 A user's `sweep` is always a new interpreter, and tests/integration/test_examples.py runs
 the scripts users run that way.
 
@@ -40,29 +40,28 @@ from pathlib import Path
 # import between them (`python -X importtime -m sweeper.cli start`), so that none imports
 # anything heavy after the fork.
 PREIMPORTS = (
-    "sweeper.cli.app",
-    "sweeper.cli.running",
-    "sweeper.cli.reading",
-    "sweeper.cli.promoting",
-    "sweeper.cli.jobs",
-    "sweeper.run.launch",
-    "sweeper.run.driver",
-    "sweeper.run.trial",
-    "sweeper.run.release",
-    "sweeper.run.watchdog",
-    "sweeper.run.from_storage",
-    "sweeper.plan.checks",
-    "sweeper.plan.command",
-    "sweeper.search.searcher",
-    "sweeper.search.warm_start",
-    "sweeper.track.tracker",
-    "sweeper.track.console",
-    "sweeper.track.summary",
-    "sweeper.track.store",
+    "sweeper.cli._app",
+    "sweeper.cli._running",
+    "sweeper.cli._reading",
+    "sweeper.cli._promoting",
+    "sweeper.run._launch",
+    "sweeper.run._driver",
+    "sweeper.run._trial",
+    "sweeper.run._release",
+    "sweeper.run._watchdog",
+    "sweeper.run._from_storage",
+    "sweeper.plan._checks",
+    "sweeper.plan._command",
+    "sweeper.search._searcher",
+    "sweeper.search._warm_start",
+    "sweeper.track._tracker",
+    "sweeper.track._console",
+    "sweeper.track._summary",
+    "sweeper.track._store",
     "sweeper.views",
     "sweeper.cluster.jobs",
-    "sweeper.promote.registry",
-    "sweeper.promote.export",
+    "sweeper.promote._registry",
+    "sweeper.promote._export",
     "trainables.models",
     "trainables.data",
     "transformers.models.llama.modeling_llama",
@@ -80,7 +79,7 @@ PREIMPORTS = (
 #   (deepspeed's import; torch reads it at each `torch.cuda.is_available()`); and
 #   CRC32C_SW_MODE (tensorboardX's import; read by crc32c's, which the zygote does not
 #   do, so a command imports it with its own environment, as a new interpreter would).
-# Not COLUMNS: sweeper/cli/common.py's consoles take their width when imported, so the
+# Not COLUMNS: sweeper/cli/_common.py's consoles take their width when imported, so the
 # zygote runs with the tests' COLUMNS (`Zygote`). Not HOME: huggingface_hub and others
 # derive their cache folders from it at import. Not RAY_AUTH_TOKEN_PATH: tried, a forked
 # driver joining a token cluster with it was refused ("RAY_AUTH_MODE is currently
@@ -160,7 +159,7 @@ def _run_command(request: dict, fds: list[int]) -> None:
     import runpy
     import traceback
 
-    from sweeper.cli.process_exit import exit_process
+    from sweeper.cli._process_exit import exit_process
 
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
@@ -172,7 +171,7 @@ def _run_command(request: dict, fds: list[int]) -> None:
     try:
         # As `python -m sweeper.cli`: __main__ is sweeper.cli.__main__ while it runs, which a
         # child that multiprocessing spawns (the calibration's copies) does not run again.
-        # Its `run()` ends the process itself (sweeper/cli/process_exit.py), status included.
+        # Its `run()` ends the process itself (sweeper/cli/_process_exit.py), status included.
         runpy.run_module("sweeper.cli", run_name="__main__", alter_sys=True)
     except SystemExit:  # `run()`'s own end: Python's exit, which ends the child with its status
         raise

@@ -64,7 +64,7 @@ def test_readonly_benchmark_times_the_commands_on_a_written_sweep(tmp_path):
     assert set(figures) >= {"list", "status", "report"}
     assert all(len(figures[name]["runs_s"]) == 1 for name in ("list", "status", "report"))
     # The sweep is as ASHA by promotion leaves 12 trials (the default: one rung at 10 of 90, 3 go on).
-    from sweeper.track.store import SweepStore
+    from sweeper.track._store import SweepStore
 
     trials = SweepStore(f"sqlite:///{tmp_path / 'sweep' / 'mlflow.db'}").trials("readonly")
     assert trials.height == 12

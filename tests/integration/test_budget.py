@@ -52,11 +52,12 @@ def first_rung_usd(tmp_path_factory) -> float:
     $5.83 for a trial pruned there, on the 2-core machine.)"""
     from rich.console import Console
 
-    from sweeper.plan.command import plan_sweep
+    from sweeper.plan._checks import load_checked_spec
+    from sweeper.plan._command import plan_sweep
 
     folder = tmp_path_factory.mktemp("budget-calibration")
     path = capped_sweep(folder, "calibration", num_trials=2, max_usd=1e9)
-    forecast = plan_sweep(path, address=None, calibrate=True, console=Console(quiet=True))
+    forecast = plan_sweep(load_checked_spec(path), path, address=None, calibrate=True, console=Console(quiet=True))
     timing = forecast.costliest or forecast.timing
     return (timing.setup_seconds + EVAL_EVERY * timing.step_seconds + timing.eval_seconds) * USD_PER_HOUR / 3600
 

@@ -15,9 +15,9 @@ def test_a_gpu_sweeps_calibration_runs_in_ray_workers_with_a_gpu_each_and_the_dr
     import ray
     import torch
 
-    from sweeper.plan.calibrate import calibrate
-    from sweeper.plan.inputs import prepare_inputs
-    from sweeper.spec.load import validate_spec
+    from sweeper.plan._calibrate import calibrate
+    from sweeper.plan._inputs import prepare_inputs
+    from sweeper.spec._load import validate_spec
     from trainables.models import DEFAULT_CACHE_ROOT
 
     search = {"num_trials": 2, "parameters": {"lora.r": {"distribution": "categorical", "values": [4, 8]}}}

@@ -30,7 +30,7 @@ JOIN = textwrap.dedent(
     """
     import sys
     from sweeper.errors import UserError
-    from sweeper.run.launch import start_ray
+    from sweeper.run._launch import start_ray
     try:
         start_ray(sys.argv[1])  # before Ray is loaded, as in `sweep start`
     except UserError as exc:

@@ -24,9 +24,9 @@ def test_a_cpu_trial_on_a_node_with_a_visible_gpu_sees_none(tmp_path, monkeypatc
     import ray
     from ray import tune
 
-    from sweeper.cluster.connect import LOCAL_CLUSTER, start_ray
-    from sweeper.run.trial import TRIAL_ACTOR_RESOURCES, run_trial
-    from sweeper.spec.load import validate_spec
+    from sweeper.cluster._connect import LOCAL_CLUSTER, start_ray
+    from sweeper.run._trial import TRIAL_ACTOR_RESOURCES, run_trial
+    from sweeper.spec._load import validate_spec
     from tests.conftest import small_sweep
 
     # Every process of the cluster (raylet, workers) inherits it, as on a GPU node.

@@ -10,7 +10,7 @@ import time
 import pytest
 import torch
 
-from sweeper.spec.load import validate_spec
+from sweeper.spec._load import validate_spec
 from tests.conftest import REPO, small_dpo_sweep, small_sweep, write_yaml
 from tests.integration.conftest import run_cli
 from trainables import dpo, sft

@@ -21,7 +21,7 @@ import polars as pl
 import pytest
 import yaml
 
-from sweeper.track.store import SweepStore
+from sweeper.track._store import SweepStore
 from tests.conftest import REPO, small_dpo_sweep, small_sweep, write_yaml
 from tests.integration.conftest import run_cli as sweep
 from tests.integration.test_sweep import trained_in_this_process
@@ -220,8 +220,8 @@ def test_a_function_that_never_reports_fails_its_trial_and_the_sweep_goes_on(tmp
 
 def trl_trial(tmp_path, method: str, **sections):
     """A one-trial trl sweep's spec and its prepared inputs (eval cut to 16 rows)."""
-    from sweeper.plan.inputs import prepare_inputs
-    from sweeper.spec.load import validate_spec
+    from sweeper.plan._inputs import prepare_inputs
+    from sweeper.spec._load import validate_spec
     from trainables.models import DEFAULT_CACHE_ROOT
 
     if method == "sft":
@@ -302,8 +302,8 @@ def test_the_hf_trainer_example_reports_each_evaluation_through_the_reporters_ca
     import os
     import time
 
-    from sweeper.plan.inputs import prepare_inputs
-    from sweeper.spec.load import load_spec
+    from sweeper.plan._inputs import prepare_inputs
+    from sweeper.spec._load import load_spec
     from trainables import function_engine
     from trainables.models import DEFAULT_CACHE_ROOT
 
@@ -349,7 +349,7 @@ def test_a_trl_sweep_whose_driver_is_killed_is_resumed_without_retraining_a_fini
     import optuna
     import psutil
 
-    from sweeper.search.study import TUNE_TRIAL_ID_ATTR, study_url
+    from sweeper.search._study import TUNE_TRIAL_ID_ATTR, study_url
     from tests.conftest import wait_for
     from tests.integration import cli_process
     from tests.integration.conftest import CLI_ENV, sweep_runs
@@ -406,9 +406,9 @@ def test_a_trl_sweep_whose_driver_is_killed_is_resumed_without_retraining_a_fini
 
 @pytest.mark.parametrize("method", ["orpo", "dpo"])
 def test_the_calibration_times_a_trl_trial_also_where_its_trainer_counts_no_tokens(tmp_path, method):
-    """sweeper.plan.calibrate.measure on trl's ORPOTrainer (no token count) and DPOTrainer,
+    """sweeper.plan._calibrate.measure on trl's ORPOTrainer (no token count) and DPOTrainer,
     in one process: a step and an evaluation time from the train_seconds each report carries."""
-    from sweeper.plan.calibrate import measure
+    from sweeper.plan._calibrate import measure
 
     spec, inputs = trl_trial(tmp_path, method, training={"max_steps": 4, "eval_every": 2})
     timing = measure(spec, inputs.data, inputs.model_source, steps=2)

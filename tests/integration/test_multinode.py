@@ -340,7 +340,7 @@ def test_a_driver_killed_with_minus_9_is_resumed_without_retraining_a_completed_
     # The search went on with its history: the study fetched from S3 holds every trial.
     import optuna
 
-    from sweeper.search.study import TUNE_TRIAL_ID_ATTR, study_url
+    from sweeper.search._study import TUNE_TRIAL_ID_ATTR, study_url
 
     study = optuna.load_study(study_name="killed", storage=study_url(elsewhere / "sweeps" / "killed"))
     told = {t.user_attrs.get(TUNE_TRIAL_ID_ATTR): t.state.name for t in study.get_trials()}

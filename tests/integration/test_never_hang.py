@@ -42,7 +42,7 @@ SLOTS = 2  # the head's CPUs; each trial's one worker takes one
 WATCHER = textwrap.dedent(
     """
     import json, sys, time, ray
-    from sweeper.cluster.placement import reserving_groups
+    from sweeper.cluster._placement import reserving_groups
     ray.init(address=sys.argv[1], log_to_driver=False, logging_level="ERROR")
     print("WATCHING", flush=True)
     while True:
@@ -66,11 +66,11 @@ HOLDER = textwrap.dedent(
 )
 
 
-# Joined to the cluster: the watchdog's lines (sweeper/run/watchdog.py), one per line.
+# Joined to the cluster: the watchdog's lines (sweeper/run/_watchdog.py), one per line.
 WAITING = textwrap.dedent(
     """
     import sys, ray
-    from sweeper.cluster.placement import waiting_lines
+    from sweeper.cluster._placement import waiting_lines
     ray.init(address=sys.argv[1], log_to_driver=False, logging_level="ERROR")
     print("\\n".join(waiting_lines()))
     """

@@ -10,9 +10,9 @@ import json
 import optuna
 import pytest
 
-from sweeper.search.objectives import dominates
-from sweeper.search.study import TUNE_TRIAL_ID_ATTR, study_url
-from sweeper.track.store import SweepStore
+from sweeper.search._objectives import dominates
+from sweeper.search._study import TUNE_TRIAL_ID_ATTR, study_url
+from sweeper.track._store import SweepStore
 from tests.integration.conftest import run_cli as sweep
 from tests.integration.test_reports import markdown_table
 

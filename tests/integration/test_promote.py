@@ -11,8 +11,8 @@ import yaml
 from mlflow.tracking import MlflowClient
 from peft import PeftModel
 
-from sweeper.promote.registry import ADAPTER_FILES
-from sweeper.spec.load import validate_spec
+from sweeper.promote._registry import ADAPTER_FILES
+from sweeper.spec._load import validate_spec
 from tests.conftest import SFT_EVAL
 from tests.integration.conftest import run_cli
 from trainables.common import Workers

@@ -29,7 +29,7 @@ def stoppable_trial(config):
     from ray.train import RunConfig, ScalingConfig
 
     from sweeper.cluster.ray_adapter import StoppableTorchTrainer, tune_stop_event
-    from sweeper.run.trial import ReportToTune
+    from sweeper.run._trial import ReportToTune
 
     trainer = StoppableTorchTrainer(
         train_loop_per_worker=endless_loop,
@@ -46,7 +46,7 @@ def public_trial(config):
     from ray.train import RunConfig, ScalingConfig
 
     from sweeper.cluster.ray_adapter import PublicTorchTrainer, tune_stop_event
-    from sweeper.run.trial import ReportToTuneThroughQueue
+    from sweeper.run._trial import ReportToTuneThroughQueue
 
     trainer = PublicTorchTrainer(
         train_loop_per_worker=endless_loop,
@@ -286,14 +286,14 @@ def in_saved_state(config):
 
 @pytest.mark.parametrize("saved_first", [True, False])
 def test_a_trial_is_in_tunes_saved_state_when_it_starts(saved_first, ray_cluster, tmp_path, monkeypatch):
-    """What sweeper/search/tune_state.py relies on (save_tune_state): a scheduler handed
+    """What sweeper/search/_tune_state.py relies on (save_tune_state): a scheduler handed
     Tune's controller saves the state with the trials just added, before they start. With
     Tune's own period alone (one hour here, 10 s or more by default) the trials started
     after its first save are not in it."""
     from ray import tune
     from ray.tune.schedulers import FIFOScheduler
 
-    from sweeper.search.tune_state import SavedFIFOScheduler
+    from sweeper.search._tune_state import SavedFIFOScheduler
 
     monkeypatch.setenv("TUNE_GLOBAL_CHECKPOINT_S", "3600")
     tuner = tune.Tuner(

@@ -217,9 +217,9 @@ def test_bad_input_is_one_clear_line_and_exit_2(finished_sweep, tmp_path):
 
 def test_sweep_without_a_completed_trial_is_reported_and_exits_2(tmp_path, monkeypatch):
     """A sweep whose trials were all pruned or failed, written by the real MLflow writer."""
-    from sweeper.track.book import SweepBook, TrialRecord
-    from sweeper.spec.load import validate_spec
-    from sweeper.track.tracker import MlflowTracker
+    from sweeper.track._book import SweepBook, TrialRecord
+    from sweeper.spec._load import validate_spec
+    from sweeper.track._tracker import MlflowTracker
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     spec = validate_spec(small_sweep("stalled", output_dir=str(tmp_path / "sweeps")), base_dir=tmp_path)

@@ -147,7 +147,7 @@ def test_stop_kill_and_resume_keep_every_finished_trial(tmp_path):
         assert set(evaluations_before.get(trial_id, [])) <= set(history), (trial_id, evaluations_before[trial_id], history)
     import optuna
 
-    from sweeper.search.study import TUNE_TRIAL_ID_ATTR, study_url
+    from sweeper.search._study import TUNE_TRIAL_ID_ATTR, study_url
 
     study = optuna.load_study(study_name="resumable", storage=study_url(tmp_path / "sweeps" / "resumable"))
     told = {t.user_attrs.get(TUNE_TRIAL_ID_ATTR): t for t in study.get_trials()}

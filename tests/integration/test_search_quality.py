@@ -8,7 +8,7 @@ import optuna
 import pytest
 from mlflow.tracking import MlflowClient
 
-from sweeper.search.study import TUNE_TRIAL_ID_ATTR, study_url
+from sweeper.search._study import TUNE_TRIAL_ID_ATTR, study_url
 from tests.conftest import small_sweep, write_yaml
 from tests.integration.conftest import run_cli
 from tests.integration.test_tracking import runs_of

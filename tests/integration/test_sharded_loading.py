@@ -53,7 +53,7 @@ def _load_in_two_processes(rank: int, strategy: str, source: str, out: str, port
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank))
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=2)
-    from sweeper.spec.load import validate_spec
+    from sweeper.spec._load import validate_spec
     from trainables.common import current_workers
     from trainables.strategies import prepare
 

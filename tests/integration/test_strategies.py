@@ -33,7 +33,7 @@ def _train_in_two_processes(rank: int, task: str, runs: list[dict], out: str, po
     dist.init_process_group("gloo", rank=rank, world_size=2)
     import importlib
 
-    from sweeper.spec.load import validate_spec
+    from sweeper.spec._load import validate_spec
     from trainables.data import tokenize_split
     from trainables.models import BUILTIN_TINY_MODEL, load_tokenizer, resolve_model_source
 
@@ -108,9 +108,9 @@ def test_dpo_under_zero2_zero3_and_fsdp_matches_ddp(tmp_path):
 def test_calibration_steps_deepspeed_and_fsdp_in_this_process():
     """Calibration measures in a process (a Ray task) that no launcher made part of a
     process group; DeepSpeed's engine and FSDP step only inside one (a group of one here)."""
-    from sweeper.plan.calibrate import first_workers_data, measure
-    from sweeper.plan.inputs import prepare_inputs
-    from sweeper.spec.load import validate_spec
+    from sweeper.plan._calibrate import first_workers_data, measure
+    from sweeper.plan._inputs import prepare_inputs
+    from sweeper.spec._load import validate_spec
     from trainables.models import BUILTIN_TINY_MODEL, DEFAULT_CACHE_ROOT, resolve_model_source
 
     source = resolve_model_source(BUILTIN_TINY_MODEL)

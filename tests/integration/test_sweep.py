@@ -6,8 +6,8 @@ import polars as pl
 import pytest
 import yaml
 
-from sweeper.plan.rungs import milestone_counts, steps_trained
-from sweeper.track.store import SweepStore
+from sweeper.plan._rungs import milestone_counts, steps_trained
+from sweeper.track._store import SweepStore
 from tests.integration.conftest import run_cli as sweep
 
 pytestmark = pytest.mark.integration
@@ -56,7 +56,7 @@ def test_a_startup_trial_trains_to_the_end_whatever_its_rank(finished_sweep):
     gave out trains to max_steps unranked (the other 4: test_more_trials_than_slots...)."""
     import optuna
 
-    from sweeper.search.study import STARTUP_ATTR, TUNE_TRIAL_ID_ATTR, study_url
+    from sweeper.search._study import STARTUP_ATTR, TUNE_TRIAL_ID_ATTR, study_url
 
     result, workdir = finished_sweep.result, finished_sweep.workdir
     assert result.returncode == 0, result.stdout + result.stderr
@@ -180,9 +180,9 @@ def trained_in_this_process(path) -> tuple[list[dict], float]:
     seconds it took."""
     import time
 
-    from sweeper.plan.calibrate import run_training
-    from sweeper.plan.inputs import prepare_inputs
-    from sweeper.spec.load import load_spec
+    from sweeper.plan._calibrate import run_training
+    from sweeper.plan._inputs import prepare_inputs
+    from sweeper.spec._load import load_spec
     from trainables.models import DEFAULT_CACHE_ROOT, resolve_model_source
 
     spec = load_spec(path)

@@ -9,8 +9,8 @@ import mlflow
 import optuna
 import pytest
 
-from sweeper.search.study import TUNE_TRIAL_ID_ATTR, study_url
-from sweeper.track.store import SweepStore
+from sweeper.search._study import TUNE_TRIAL_ID_ATTR, study_url
+from sweeper.track._store import SweepStore
 from tests.integration.conftest import run_cli as sweep
 
 pytestmark = pytest.mark.integration

@@ -10,8 +10,8 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from sweeper.spec.load import validate_spec
-from sweeper.spec.overrides import with_overrides
+from sweeper.spec._load import validate_spec
+from sweeper.spec._overrides import with_overrides
 from tests.conftest import small_sweep, write_yaml
 from tests.integration.conftest import run_cli
 

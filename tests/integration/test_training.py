@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from sweeper.spec.load import validate_spec
+from sweeper.spec._load import validate_spec
 from trainables import sft
 from trainables.common import current_workers
 from trainables.data import tokenize_sft

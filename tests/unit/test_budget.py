@@ -3,15 +3,15 @@ import time
 import pytest
 from ray.tune.search import Searcher
 
-from sweeper.run.budget_guard import BudgetGuard, BudgetSearcher, BudgetStopper
-from sweeper.spec.budget import BudgetSpec
+from sweeper.budget._guard import BudgetGuard, BudgetSearcher, BudgetStopper
+from sweeper.spec._sections import BudgetSpec
 from sweeper.errors import UserError
-from sweeper.cost.throughput import TrialTiming
+from sweeper.cost._throughput import TrialTiming
 from sweeper.names import TrialState
-from sweeper.track.book import SweepBook, TrialRecord
-from sweeper.cost.prices import Rate
-from sweeper.plan.checks import check_spec
-from sweeper.spec.load import validate_spec
+from sweeper.track._book import SweepBook, TrialRecord
+from sweeper.cost._prices import Rate
+from sweeper.plan._checks import check_spec
+from sweeper.spec._load import validate_spec
 from tests.conftest import REPO, small_sweep
 
 # 1 core-hour costs $3.6, so one core-second costs $0.001.
@@ -170,32 +170,32 @@ def test_a_restored_guard_without_its_book_cuts_nothing():
 
 def test_a_resumed_sweep_measures_its_restored_guard_on_the_new_book():
     """`sweep resume`: Tune restores the searcher and the stopper pickled at the start (their
-    guard without a book); SweepBudget.reattach gives them the resumed book, so the caps
+    guard without a book); SweepBudget.guarded gives them the resumed book, so the caps
     count what the first driver's trials spent."""
     import pickle
 
-    from sweeper.run.budget import SweepBudget
+    from sweeper.budget._sweep_budget import SweepBudget
 
     inner = Counting()
     guard = guard_with(book_with(), max_usd=0.05)
     searcher, stopper = pickle.loads(pickle.dumps((BudgetSearcher(inner, guard), BudgetStopper(guard))))
     resumed_book = book_with(running_trial(1, 30, 20), running_trial(2, 25, 10))  # $0.055 spent
-    budget = SweepBudget(spec=None, plan=None, forecast=None, guard=None)
+    budget = SweepBudget()
 
-    unwrapped = budget.reattach(searcher, stopper, resumed_book)
+    guarded, kept = budget.guarded(searcher, stopper, resumed_book)
 
-    assert isinstance(unwrapped, Counting)  # the sweep's own searcher, for rebuild_for_resume
+    assert guarded is searcher and kept is stopper and isinstance(guarded.searcher, Counting)  # as Tune restored them
     assert budget.guard is stopper.guard is searcher.guard and budget.guard.book is resumed_book
     assert stopper.stop_all() and budget.cut()
     assert searcher.suggest("c") == Searcher.FINISHED  # a cap reached
 
 
 def test_a_resumed_sweep_without_a_budget_keeps_its_searcher():
-    from sweeper.run.budget import SweepBudget
+    from sweeper.budget._sweep_budget import SweepBudget
 
     inner = Counting()
-    budget = SweepBudget(spec=None, plan=None, forecast=None, guard=None)
-    assert budget.reattach(inner, None, book_with()) is inner and budget.guard is None and not budget.cut()
+    budget = SweepBudget()
+    assert budget.guarded(inner, None, book_with()) == (inner, None) and budget.guard is None and not budget.cut()
 
 
 def test_trials_suggested_in_one_loop_step_count_before_they_start():
@@ -265,7 +265,7 @@ def test_nothing_to_search_runs_once_not_until_the_cap():
 
 
 def test_a_grid_until_a_cap_runs_at_most_the_grid():
-    from sweeper.spec.schema import most_trials, trials_text
+    from sweeper.spec._schema import most_trials, trials_text
 
     grid = {"training.learning_rate": {"distribution": "categorical", "values": [1e-3, 1e-2, 3e-2]}}
     spec = validate_spec(open_ended(search={"method": "grid", "parameters": grid}, budget={"max_steps": 200}), base_dir=REPO)

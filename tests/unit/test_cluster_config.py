@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from sweeper.cluster import connect
-from sweeper.run import sweep_dir
+from sweeper.cluster import _connect as connect
+from sweeper.run import _sweep_dir as sweep_dir
 from sweeper.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 
 from sweeper.errors import UserError
-from sweeper.search.searcher import make_searcher
-from sweeper.spec.load import validate_spec
+from sweeper.search._searcher import make_searcher
+from sweeper.spec._load import validate_spec
 from tests.conftest import small_dpo_sweep
 
 DPO_BETA = {"distribution": "log_uniform", "low": 0.05, "high": 0.5}
@@ -75,8 +75,8 @@ def test_tpe_draws_conditional_parameters_after_its_startup_trials(tmp_path):
 
 
 def test_a_spec_read_back_from_json_keeps_its_conditional_space(tmp_path):
-    from sweeper.search.space import conditional_distributions
-    from sweeper.spec.schema import SweepSpec
+    from sweeper.search._space import conditional_distributions
+    from sweeper.spec._schema import SweepSpec
 
     spec = validate_spec(method_sweep(), base_dir=tmp_path)
     again = SweepSpec.model_validate(spec.model_dump(mode="json"), context={"check_files": False})
@@ -122,7 +122,7 @@ def test_grid_search_refuses_conditional_parameters(tmp_path):
 
 
 def test_the_best_trials_config_is_one_run_of_its_method_with_its_parameters(tmp_path):
-    from sweeper.spec.overrides import single_run_spec
+    from sweeper.spec._overrides import single_run_spec
 
     spec = validate_spec(method_sweep(), base_dir=tmp_path)
     # As MLflow keeps a trial's values (sweep export): text, typed by the config dataclass's fields.

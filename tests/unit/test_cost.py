@@ -1,6 +1,6 @@
 import pytest
 
-from sweeper.cost.prices import PRICE_TABLE, price_per_hour, pruning_saving, sweep_cost, trial_cost
+from sweeper.cost._prices import PRICE_TABLE, price_per_hour, pruning_saving, sweep_cost, trial_cost
 from tests.conftest import REPO
 
 
@@ -40,8 +40,8 @@ def test_sweep_totals():
 
 def test_a_gpu_sweep_is_priced_by_the_card_the_cluster_reports():
     """The Qwen sweeps name an A10G; run on H100s, they are priced as H100s, and say so."""
-    from sweeper.cost.prices import priced_on_cluster, sweep_rate
-    from sweeper.spec.load import load_spec
+    from sweeper.cost._prices import priced_on_cluster, sweep_rate
+    from sweeper.spec._load import load_spec
 
     spec = load_spec(REPO / "search_spaces" / "qwen2.5-0.5b-lora-sft.yaml")
     assert sweep_rate(spec).usd_per_hour == PRICE_TABLE["a10g"]
@@ -62,7 +62,7 @@ def test_a_gpu_sweep_is_priced_by_the_card_the_cluster_reports():
 def test_the_clusters_cards_are_read_from_its_live_nodes(monkeypatch):
     import ray
 
-    from sweeper.cost.memory import cluster_accelerator_types
+    from sweeper.cost._memory import cluster_accelerator_types
 
     nodes = [
         {"Alive": True, "Resources": {"CPU": 8.0, "GPU": 1.0, "accelerator_type:H100": 1.0}},

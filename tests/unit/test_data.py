@@ -61,7 +61,7 @@ def test_empty_file_and_wrong_fields(tmp_path, tokenizer):
 
 # ---------------------------------------------------------------- preference pairs (task dpo)
 
-from sweeper.spec.load import validate_spec
+from sweeper.spec._load import validate_spec
 from trainables.data import PreferenceSplit, TokenizedSplit, preference_example, tokenize_split  # noqa: E402
 from tests.conftest import REPO, small_dpo_sweep, small_sweep  # noqa: E402
 
@@ -176,8 +176,8 @@ def test_model_config_transformers_cannot_read_is_a_keyed_input_error(tmp_path):
 
 
 def test_preparing_the_inputs_refuses_a_tokenizer_that_cannot_load(tmp_path):
-    from sweeper.plan.inputs import prepare_inputs
-    from sweeper.spec.load import validate_spec
+    from sweeper.plan._inputs import prepare_inputs
+    from sweeper.spec._load import validate_spec
     from tests.conftest import REPO, small_sweep
 
     folder = tmp_path / "model"

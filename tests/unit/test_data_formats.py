@@ -5,7 +5,7 @@ folder that is not one split is a keyed error."""
 import datasets
 import pytest
 
-from sweeper.spec.load import validate_spec
+from sweeper.spec._load import validate_spec
 from tests.conftest import REPO, SFT_EVAL, small_sweep
 from trainables.data import read_jsonl, tokenize_split
 from trainables.errors import InputError

@@ -65,11 +65,11 @@ def test_site_builds_strictly_with_every_page(site):
 
 
 def test_generated_pages_hold_what_the_code_says(site):
-    from sweeper.cli.app import app
-    from sweeper.spec.reference import _rows
+    from sweeper.cli._app import app
+    from sweeper.spec._reference import _rows
 
     yaml_page = _text(site, "reference/yaml")
-    for key, *_ in _rows(__import__("sweeper.spec.schema", fromlist=["SweepSpec"]).SweepSpec):
+    for key, *_ in _rows(__import__("sweeper.spec._schema", fromlist=["SweepSpec"]).SweepSpec):
         assert f"<code>{key}</code>" in yaml_page, key
     cli_page = _text(site, "reference/cli")
     for command in app.registered_commands:

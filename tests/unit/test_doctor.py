@@ -8,7 +8,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from sweeper.cli.app import app
+from sweeper.cli._app import app
 from sweeper.doctor import CUDA12_INDEX, Gpu, checks, driver_advice, nvidia_gpus, setup_lines
 
 H100 = [Gpu("NVIDIA H100 80GB HBM3", "550.54.15", 81559)]

@@ -3,8 +3,8 @@
 import pytest
 
 from sweeper.errors import UserError
-from sweeper.spec.load import validate_spec
-from sweeper.spec.overrides import with_overrides
+from sweeper.spec._load import validate_spec
+from sweeper.spec._overrides import with_overrides
 from trainables.metrics import TASK_METRICS
 from tests.conftest import REPO, small_dpo_sweep, small_sweep
 

@@ -3,8 +3,8 @@ the record it updated; driven here as Tune drives it, with stand-ins for Tune's 
 
 from types import SimpleNamespace
 
-from sweeper.run.driver import SweepDriver
-from sweeper.track.book import SweepBook, TrialRecord
+from sweeper.run._driver import SweepDriver
+from sweeper.track._book import SweepBook, TrialRecord
 from sweeper.names import TrialState
 
 
@@ -142,11 +142,11 @@ def test_the_searchers_marks_reach_the_record_before_any_listener_and_the_live_t
     import optuna
     from rich.console import Console
 
-    from sweeper.search.searcher import StepAwareOptunaSearch
-    from sweeper.search.space import to_optuna_distributions
-    from sweeper.search.warm_start import WarmStart
-    from sweeper.spec.load import validate_spec
-    from sweeper.track.console import trial_table
+    from sweeper.search._searcher import StepAwareOptunaSearch
+    from sweeper.search._space import to_optuna_distributions
+    from sweeper.search._warm_start import WarmStart
+    from sweeper.spec._load import validate_spec
+    from sweeper.track._console import trial_table
     from tests.conftest import REPO, small_sweep
 
     searcher = StepAwareOptunaSearch(
@@ -181,7 +181,7 @@ def cells(line: str) -> list[str]:
 def test_the_live_table_has_no_startup_column_when_no_trial_is_one():
     from rich.console import Console
 
-    from sweeper.track.console import trial_table
+    from sweeper.track._console import trial_table
 
     book = SweepBook(metric="eval_loss", goal="minimize", max_steps=30)
     driver = SweepDriver(book, [])
@@ -213,7 +213,7 @@ def test_a_restored_trial_pruned_without_running_again_is_not_charged_for_the_wa
 def test_a_trial_that_fails_before_it_starts_is_recorded_as_started_and_failed(monkeypatch):
     """Tune calls back on_trial_error without on_trial_start when a trial's actor never
     ran (the driver once ended in a KeyError there)."""
-    from sweeper.run import driver as driver_module
+    from sweeper.run import _driver as driver_module
 
     monkeypatch.setattr(driver_module, "trial_error", lambda trial: RuntimeError("The actor never ran"))
     book = SweepBook(metric="eval_loss", goal="minimize", max_steps=30)
@@ -230,7 +230,7 @@ def test_a_trial_whose_checkpoint_found_the_disk_full_is_stopped_not_failed_and_
     import errno
     import signal
 
-    from sweeper.run import driver as driver_module
+    from sweeper.run import _driver as driver_module
 
     monkeypatch.setattr(driver_module, "trial_error", lambda trial: OSError(errno.ENOSPC, "No space left on device"))
     signals = []

@@ -49,15 +49,15 @@ def test_a_failure_before_the_folder_exists_shows_what_was_held(capsys):
 def test_sweep_start_prints_the_forecast_in_one_line_and_logs_its_detail(tmp_path, caplog):
     from rich.console import Console
 
-    from sweeper.plan.command import print_forecast
-    from sweeper.plan.forecast import forecast_sweep
-    from sweeper.plan.sweep_plan import make_plan
+    from sweeper.plan._command import print_forecast
+    from sweeper.plan._forecast import forecast_sweep
+    from sweeper.plan._sweep_plan import make_plan
     from tests.unit.test_forecast import CPU_BOX, TIMING, quickstart_like
 
     plan = make_plan(quickstart_like(), CPU_BOX)
     forecast = forecast_sweep(plan, TIMING)
     console = Console(file=(out := tmp_path / "out.txt").open("w"), width=300)
-    with caplog.at_level(logging.INFO, logger="sweeper.plan.command"):
+    with caplog.at_level(logging.INFO, logger="sweeper.plan._command"):
         print_forecast(forecast, plan.spec, console, brief=True)
     console.file.close()
     (line,) = out.read_text().splitlines()

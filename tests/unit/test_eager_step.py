@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from sweeper.spec.load import validate_spec
+from sweeper.spec._load import validate_spec
 from tests.conftest import REPO, small_sweep
 from trainables import sft
 from trainables.common import (

@@ -10,11 +10,11 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from sweeper.search.study import REPEAT_ATTR, WARM_START_ATTR, study_url
-from sweeper.search.warm_start import read_warm_start
+from sweeper.search._study import REPEAT_ATTR, WARM_START_ATTR, study_url
+from sweeper.search._warm_start import read_warm_start
 from sweeper.errors import UserError
-from sweeper.search.searcher import make_searcher
-from sweeper.spec.load import spec_to_yaml, validate_spec
+from sweeper.search._searcher import make_searcher
+from sweeper.spec._load import spec_to_yaml, validate_spec
 from tests.conftest import small_sweep, write_yaml
 
 EARLIER_SPACE = {

@@ -10,7 +10,7 @@ import textwrap
 import pytest
 
 from sweeper.errors import UserError
-from sweeper.spec.load import validate_spec
+from sweeper.spec._load import validate_spec
 from tests.conftest import REPO, small_dpo_sweep, small_sweep
 from trainables.engines import field_choices, trl_config_fields
 
@@ -162,7 +162,7 @@ def test_an_entry_point_that_cannot_be_called_is_one_keyed_line(tmp_path, body, 
 
 
 def test_the_shipped_engine_examples_validate():
-    from sweeper.spec.load import load_spec
+    from sweeper.spec._load import load_spec
 
     for name in ("function-torch.yaml", "function-hf.yaml"):
         spec = load_spec(REPO / "examples" / "engines" / name)
@@ -170,7 +170,7 @@ def test_the_shipped_engine_examples_validate():
 
 
 def test_the_calibration_is_refused_for_a_function_and_times_every_trl_method(tmp_path):
-    from sweeper.plan.calibrate import costliest_overrides
+    from sweeper.plan._calibrate import costliest_overrides
 
     entry = write_function(tmp_path, "def train(config, reporter):\n    pass\n")
     raw = small_sweep("f", trainer="function", function={"entry_point": entry}, cost={"calibrate": True})

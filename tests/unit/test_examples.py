@@ -9,7 +9,7 @@ from pathlib import Path
 
 import nbformat
 
-from sweeper.spec.load import load_spec, validate_spec
+from sweeper.spec._load import load_spec, validate_spec
 from tests.conftest import REPO
 
 EXAMPLES = REPO / "examples"

@@ -10,10 +10,10 @@ from types import SimpleNamespace
 import pytest
 import typer
 
-from sweeper.cli.common import finish_run
+from sweeper.cli._common import finish_run
 from sweeper.names import TrialState
-from sweeper.run.launch import _sigterm_stops_like_sigint
-from sweeper.track.book import SweepBook, TrialRecord
+from sweeper.run._driver import sigterm_stops_like_sigint
+from sweeper.track._book import SweepBook, TrialRecord
 
 
 def test_sigterm_calls_the_sigint_handler_while_the_tuner_runs_and_is_put_back_after():
@@ -22,7 +22,7 @@ def test_sigterm_calls_the_sigint_handler_while_the_tuner_runs_and_is_put_back_a
     before_sigterm = signal.getsignal(signal.SIGTERM)
     received: list[int] = []
     try:
-        with _sigterm_stops_like_sigint(received):
+        with sigterm_stops_like_sigint(received):
             os.kill(os.getpid(), signal.SIGTERM)
         assert calls == [signal.SIGINT]  # Tune's handler, as for Ctrl-C
         assert received == [signal.SIGTERM]
@@ -34,7 +34,7 @@ def test_sigterm_calls_the_sigint_handler_while_the_tuner_runs_and_is_put_back_a
 def test_a_second_sigterm_after_tunes_handler_is_gone_interrupts_as_a_second_ctrl_c():
     before = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        with pytest.raises(KeyboardInterrupt), _sigterm_stops_like_sigint([]):
+        with pytest.raises(KeyboardInterrupt), sigterm_stops_like_sigint([]):
             os.kill(os.getpid(), signal.SIGTERM)
     finally:
         signal.signal(signal.SIGINT, before)
@@ -113,9 +113,9 @@ def test_the_disk_full_line_names_the_folder_what_is_free_and_the_resume(tmp_pat
 
 def test_a_sweep_that_cannot_fit_its_folders_disk_is_refused_with_a_keyed_line(tmp_path, monkeypatch):
     from sweeper.cluster import storage
-    from sweeper.cost.disk import check_room_for, sweep_disk_need
+    from sweeper.cost._disk import check_room_for, sweep_disk_need
     from sweeper.errors import UserError
-    from sweeper.spec.load import load_spec
+    from sweeper.spec._load import load_spec
     from tests.conftest import small_sweep, write_yaml
 
     spec = load_spec(write_yaml(tmp_path / "d.yaml", small_sweep("d", output_dir=str(tmp_path / "sweeps" / "d"))))
@@ -147,7 +147,7 @@ def test_an_unreadable_tune_state_is_one_line_naming_the_file_and_what_to_do(tmp
     import pickle
 
     from sweeper.errors import UserError
-    from sweeper.run.sweep_state import check_tune_state
+    from sweeper.run._sweep_state import check_tune_state
 
     tune = tmp_path / "tune"
     tune.mkdir()
@@ -165,7 +165,7 @@ def test_an_unreadable_tune_state_is_one_line_naming_the_file_and_what_to_do(tmp
 
 @pytest.mark.parametrize("broken", ["empty adapter", "cut adapter", "empty json", "empty training state"])
 def test_a_trial_whose_checkpoint_does_not_read_is_found_and_set_aside_to_start_from_step_0(tmp_path, broken):
-    from sweeper.run.sweep_state import set_aside, unreadable_checkpoints
+    from sweeper.run._sweep_state import set_aside, unreadable_checkpoints
 
     trials = tmp_path / "trials"
     _checkpoint(trials / "good" / "checkpoint_1")
@@ -215,7 +215,7 @@ class _Server:
 
 
 def test_writes_while_the_server_is_away_are_kept_then_logged_in_order_with_the_runs_real_ids(tmp_path, monkeypatch):
-    from sweeper.track import backlog
+    from sweeper.track import _backlog as backlog
 
     monkeypatch.setattr(backlog, "PROBE_EVERY_S", 0.0)
     server = _Server()
@@ -241,7 +241,7 @@ def test_writes_while_the_server_is_away_are_kept_then_logged_in_order_with_the_
 
 
 def test_a_backlog_left_by_a_stopped_driver_is_logged_by_the_next(tmp_path, monkeypatch):
-    from sweeper.track import backlog
+    from sweeper.track import _backlog as backlog
 
     server = _Server()
     client = backlog.DeferringClient(server, tmp_path / backlog.BACKLOG_FILE)
@@ -258,7 +258,7 @@ def test_a_backlog_left_by_a_stopped_driver_is_logged_by_the_next(tmp_path, monk
 def test_other_mlflow_errors_are_not_an_outage(tmp_path):
     from mlflow.exceptions import MlflowException
 
-    from sweeper.track import backlog
+    from sweeper.track import _backlog as backlog
 
     class Refusing:
         def log_batch(self, *args, **kwargs):
@@ -274,10 +274,10 @@ def test_tunes_traceback_of_a_full_disk_is_dropped_and_other_errors_keep_theirs(
     import errno
     import logging
 
-    from sweeper.run.launch import _disk_full_said_once
+    from sweeper.run._driver import disk_full_said_once
 
     logger = logging.getLogger("ray.tune.execution.tune_controller")
-    with caplog.at_level(logging.ERROR), _disk_full_said_once():
+    with caplog.at_level(logging.ERROR), disk_full_said_once():
         for error in (OSError(errno.ENOSPC, "No space left on device"), ValueError("loss is nan at step 15")):
             try:
                 raise error
@@ -310,7 +310,7 @@ def test_an_unreadable_study_is_one_line_pointing_at_tunes_copy(tmp_path):
     import sqlite3
 
     from sweeper.errors import UserError
-    from sweeper.run.sweep_state import check_study
+    from sweeper.run._sweep_state import check_study
 
     study, tune = tmp_path / "optuna.db", tmp_path / "tune"
     tune.mkdir()

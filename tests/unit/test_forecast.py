@@ -3,15 +3,15 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from sweeper.plan import calibrate as calibration
-from sweeper.plan.calibrate import costliest_overrides, first_workers_data
+from sweeper.plan import _calibrate as calibration
+from sweeper.plan._calibrate import costliest_overrides, first_workers_data
 from sweeper.cli import app
-from sweeper.cost.architecture import parameter_count
-from sweeper.cost.throughput import PEAK_TFLOPS, UTILISATION, TrialTiming, modelled_timing
-from sweeper.plan.forecast import forecast_sweep
-from sweeper.plan.rungs import evaluations_between
-from sweeper.plan.sweep_plan import ClusterResources, make_plan
-from sweeper.spec.load import validate_spec
+from sweeper.cost._architecture import parameter_count
+from sweeper.cost._throughput import PEAK_TFLOPS, UTILISATION, TrialTiming, modelled_timing
+from sweeper.plan._forecast import forecast_sweep
+from sweeper.plan._rungs import evaluations_between
+from sweeper.plan._sweep_plan import ClusterResources, make_plan
+from sweeper.spec._load import validate_spec
 from tests.conftest import REPO, small_sweep
 
 CPU_BOX = ClusterResources(cpus=2, gpus=0, max_node_cpus=2, max_node_gpus=0)
@@ -275,8 +275,8 @@ def test_report_shows_the_forecast_beside_the_actual_and_the_budget_cut():
 def test_sweep_start_with_cost_calibrate_false_forecasts_from_the_throughput_model(monkeypatch):
     from rich.console import Console
 
-    from sweeper.plan import calibrate as calibrate_module
-    from sweeper.run.budget import SweepBudget
+    from sweeper.plan import _calibrate as calibrate_module
+    from sweeper.plan._command import start_forecast
 
     def no_calibration(*args, **kwargs):
         raise AssertionError("calibrated although cost.calibrate is false")
@@ -284,8 +284,8 @@ def test_sweep_start_with_cost_calibrate_false_forecasts_from_the_throughput_mod
     monkeypatch.setattr(calibrate_module, "calibrate", no_calibration)
     spec = validate_spec(small_sweep("m", cost={"calibrate": False}), base_dir=REPO)
     console = Console(record=True, width=200)
-    budget = SweepBudget.forecast_sweep(make_plan(spec, CPU_BOX), object(), console)
-    assert "throughput model" in budget.forecast.timing.source
+    forecast = start_forecast(make_plan(spec, CPU_BOX), object(), console)
+    assert "throughput model" in forecast.timing.source
     assert "throughput model" in console.export_text()
     default = small_sweep("d")
     del default["cost"]  # the tests' small sweeps skip calibration
@@ -306,7 +306,7 @@ def open_ended_like(**budget):
 def test_a_step_cap_buys_the_most_trials_whose_ladder_fits_it():
     """17 trials: 17 x 10 + 5 x 20 + 1 x 60 = 330 steps; 18 would train 420 (6 to step 30, 2
     to the end), over 400. Without early stopping 400 steps buy 4 trials of 90."""
-    from sweeper.plan.budget import budget_lines
+    from sweeper.plan._caps import budget_lines
 
     spec = open_ended_like(max_steps=400)
     plan = make_plan(spec, CPU_BOX)

@@ -9,9 +9,9 @@ import optuna
 import pytest
 
 from sweeper.errors import UserError
-from sweeper.run.from_storage import fetch_sweep
-from sweeper.search.study import study_url
-from sweeper.spec.load import load_spec, spec_to_yaml, validate_spec
+from sweeper.run._from_storage import fetch_sweep
+from sweeper.search._study import study_url
+from sweeper.spec._load import load_spec, spec_to_yaml, validate_spec
 from tests.conftest import small_sweep
 
 
@@ -63,10 +63,10 @@ def test_what_cannot_be_resumed_from_storage_is_a_keyed_line(tmp_path):
 def test_a_sweep_resumed_in_another_folder_reuses_the_mlflow_runs_of_its_storage(tmp_path, monkeypatch):
     """The resumed tracker finds the sweep's parent run by its storage, not its old folder,
     and records the folder it continues in; a same-named sweep of other storage is not it."""
-    from sweeper.track.book import SweepBook, TrialRecord
-    from sweeper.track.mlflow_store import client_for
+    from sweeper.track._book import SweepBook, TrialRecord
+    from sweeper.track._mlflow_store import client_for
     from sweeper.names import Tag
-    from sweeper.track.tracker import MlflowTracker
+    from sweeper.track._tracker import MlflowTracker
 
     monkeypatch.chdir(tmp_path)  # the tracker puts a SQLite store's artifacts in ./mlartifacts
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -95,9 +95,9 @@ def test_a_trial_tagged_finished_by_a_driver_killed_before_it_ended_the_run_is_e
     between the two left the run RUNNING, which no later driver ended (seen in the
     kill -9 tests as 'a run left RUNNING')."""
     from sweeper.names import Tag, TrialState
-    from sweeper.track.book import SweepBook, TrialRecord
-    from sweeper.track.mlflow_store import client_for
-    from sweeper.track.tracker import MlflowTracker
+    from sweeper.track._book import SweepBook, TrialRecord
+    from sweeper.track._mlflow_store import client_for
+    from sweeper.track._tracker import MlflowTracker
 
     monkeypatch.chdir(tmp_path)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"

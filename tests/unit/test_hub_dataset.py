@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from sweeper.spec.load import spec_to_yaml, validate_spec
+from sweeper.spec._load import spec_to_yaml, validate_spec
 from tests.conftest import REPO, SFT_EVAL, SFT_TRAIN, small_sweep
 from trainables.sections import HubSplit
 
@@ -21,7 +21,7 @@ HUB_ID = "sweeper-test/chat"
 COMMIT = "89abcdef0123456789abcdef0123456789abcdef"
 TOKENIZE = """
 import json, sys
-from sweeper.spec.load import validate_spec
+from sweeper.spec._load import validate_spec
 from tests.conftest import REPO, small_sweep
 from trainables.data import file_sha256, tokenize_split
 from trainables.errors import InputError

@@ -1,17 +1,17 @@
-"""The live forecast (sweeper/run/live_forecast.py): the forecast's figures replaced by
+"""The live forecast (sweeper/budget/_live_forecast.py): the forecast's figures replaced by
 the sweep's own as trials report, what is left from where the trials stand, and the
 budget guard's commitments at those figures."""
 
 import pytest
 
-from sweeper.cost.prices import Rate
+from sweeper.cost._prices import Rate
 from sweeper.names import TrialState
-from sweeper.plan.forecast import TrialAt, forecast_lines, forecast_sweep, remaining
-from sweeper.plan.sweep_plan import make_plan
-from sweeper.run.budget_guard import BudgetGuard, BudgetSearcher
-from sweeper.run.live_forecast import LiveForecast, Measured, duration, estimate, live_timing
-from sweeper.spec.budget import BudgetSpec
-from sweeper.track.book import SweepBook, TrialRecord
+from sweeper.plan._forecast import TrialAt, forecast_lines, forecast_sweep, remaining
+from sweeper.plan._sweep_plan import make_plan
+from sweeper.budget._guard import BudgetGuard, BudgetSearcher
+from sweeper.budget._live_forecast import LiveForecast, Measured, duration, estimate, live_timing
+from sweeper.spec._sections import BudgetSpec
+from sweeper.track._book import SweepBook, TrialRecord
 from tests.unit.test_budget import Counting
 from tests.unit.test_forecast import CPU_BOX, TIMING, quickstart_like
 
@@ -276,7 +276,7 @@ def test_the_live_table_shows_the_eta_under_the_table_and_prints_it_to_a_pipe():
 
     from rich.console import Console
 
-    from sweeper.track.console import LiveTable
+    from sweeper.track._console import LiveTable
 
     out = io.StringIO()
     book = SweepBook(metric="eval_loss", goal="minimize", max_steps=90)
@@ -352,7 +352,7 @@ def test_the_forecast_before_launch_stops_at_the_cap_as_the_live_estimate_does()
     """A sweep of search.num_trials capped below its expected cost: the forecast printed
     before launch is the live estimate with nothing started (cut at the cap), and the
     budget's line still says the cap cuts the whole sweep."""
-    from sweeper.plan.budget import budget_lines
+    from sweeper.plan._caps import budget_lines
 
     plan, forecast = plan_and_forecast()
     usd_cap = forecast.expected.usd / 2

@@ -1,4 +1,4 @@
-"""The memory forecast (sweeper/cost/memory.py): the arithmetic behaves as the memory of a
+"""The memory forecast (sweeper/cost/_memory.py): the arithmetic behaves as the memory of a
 fine-tune does, the shipped GPU sweeps fit the cards they name, and a trial that fits no
 GPU is refused with one keyed line that names what would fit."""
 
@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sweeper.cost.architecture import KNOWN_CONFIGS, Architecture, architecture_of
-from sweeper.cost.memory import forecast, forecast_trial_memory, gpu_memory_gib, refuse_if_unfit
+from sweeper.cost._architecture import KNOWN_CONFIGS, Architecture, architecture_of
+from sweeper.cost._memory import forecast, forecast_trial_memory, gpu_memory_gib, refuse_if_unfit
 from sweeper.errors import UserError
-from sweeper.spec.load import load_spec, validate_spec
+from sweeper.spec._load import load_spec, validate_spec
 from tests.conftest import REPO, small_sweep
 
 GPU_SWEEPS = sorted(
@@ -210,7 +210,7 @@ def packed_sweep(tmp_path, **sections) -> dict:
 
 
 def test_auto_packs_the_most_trials_that_leave_a_sixth_of_the_gpu_free(tmp_path):
-    from sweeper.cost.memory import PACKING_MARGIN, gpu_packing, with_gpu_packing
+    from sweeper.cost._memory import PACKING_MARGIN, gpu_packing, with_gpu_packing
 
     spec = validate_spec(packed_sweep(tmp_path), base_dir=REPO)
     needs = forecast_trial_memory(spec).needs_gib()
@@ -230,7 +230,7 @@ def test_auto_packs_the_most_trials_that_leave_a_sixth_of_the_gpu_free(tmp_path)
 
 
 def test_auto_packs_a_small_model_many_times_but_at_most_sixteen(tmp_path):
-    from sweeper.cost.memory import MOST_TRIALS_PER_GPU, forecast, gpu_packing
+    from sweeper.cost._memory import MOST_TRIALS_PER_GPU, forecast, gpu_packing
 
     spec = validate_spec(packed_sweep(tmp_path, model={"name_or_path": "Qwen/Qwen2.5-0.5B-Instruct"},
                                       training={"per_device_batch_size": 1}, data={"max_length": 512}), base_dir=REPO)
@@ -240,7 +240,7 @@ def test_auto_packs_a_small_model_many_times_but_at_most_sixteen(tmp_path):
 
 
 def test_auto_where_one_trial_does_not_fit_is_one_keyed_line_naming_the_fix(tmp_path):
-    from sweeper.cost.memory import gpu_packing
+    from sweeper.cost._memory import gpu_packing
 
     spec = validate_spec(packed_sweep(tmp_path, training={"gradient_checkpointing": False}), base_dir=REPO)
     with pytest.raises(UserError) as error:
@@ -256,7 +256,7 @@ def test_auto_where_one_trial_does_not_fit_is_one_keyed_line_naming_the_fix(tmp_
 
 
 def test_auto_is_refused_at_validate_on_the_named_card_and_for_several_workers(tmp_path):
-    from sweeper.plan.checks import check_spec
+    from sweeper.plan._checks import check_spec
 
     fits = validate_spec(packed_sweep(tmp_path, cost={"accelerator": "h100"}), base_dir=REPO)
     check_spec(fits)  # does not raise: sized on the h100 here, on the cluster's GPU at start
@@ -266,6 +266,6 @@ def test_auto_is_refused_at_validate_on_the_named_card_and_for_several_workers(t
     assert [line.split(":")[0] for line in error.value.lines] == ["resources.gpus_per_worker"]
     with pytest.raises(UserError, match=r"resources.gpus_per_worker: auto packs one-worker trials on a GPU, but "
                                         r"workers_per_trial is 2; set gpus_per_worker: 1, or workers_per_trial: 1"):
-        from sweeper.spec.load import validate_spec as validate
+        from sweeper.spec._load import validate_spec as validate
 
         validate(packed_sweep(tmp_path, resources={"workers_per_trial": 2}), base_dir=REPO)

@@ -1,4 +1,4 @@
-"""The study read from memory and written through to SQLite (sweeper/search/mirrored_storage.py):
+"""The study read from memory and written through to SQLite (sweeper/search/_mirrored_storage.py):
 the file holds exactly what a plain SQLite study would, TPE samples the same, and a
 mirror opened on the file again continues it."""
 
@@ -8,7 +8,7 @@ import optuna
 from optuna.distributions import FloatDistribution, IntDistribution
 from optuna.trial import TrialState
 
-from sweeper.search.mirrored_storage import MirroredStorage
+from sweeper.search._mirrored_storage import MirroredStorage
 
 SPACE = {"lr": FloatDistribution(1e-5, 1e-2, log=True), "r": IntDistribution(2, 16)}
 

@@ -1,9 +1,9 @@
-"""What sweeper/track/mlflow_adapter.py relies on in MLflow (its checks of registered-model
+"""What sweeper/track/_mlflow_adapter.py relies on in MLflow (its checks of registered-model
 names and aliases), and the SQLite store MLflow creates for `client_for`."""
 
 import pytest
 
-from sweeper.track import mlflow_adapter
+from sweeper.track import _mlflow_adapter as mlflow_adapter
 
 
 @pytest.mark.parametrize("name", ["", " ", "a/b", "a:b", "../x"])
@@ -22,7 +22,7 @@ def test_good_names_pass():
 
 
 def test_a_new_sqlite_store_is_created_by_mlflow_and_an_existing_one_opened_as_it_is(tmp_path):
-    from sweeper.track import mlflow_store
+    from sweeper.track import _mlflow_store as mlflow_store
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = mlflow_store.client_for(uri)
@@ -36,7 +36,7 @@ def test_a_new_sqlite_store_is_created_by_mlflow_and_an_existing_one_opened_as_i
 
 
 def test_an_in_memory_store_leaves_no_file_behind(tmp_path, monkeypatch):
-    from sweeper.track import mlflow_store
+    from sweeper.track import _mlflow_store as mlflow_store
 
     monkeypatch.chdir(tmp_path)
     mlflow_store.client_for("sqlite:///:memory:")

@@ -3,10 +3,10 @@ training runs (MLflow 3 opens such an experiment on its runs, not on the GenAI t
 
 import pytest
 
-from sweeper.track.book import SweepBook
-from sweeper.track.mlflow_store import client_for
-from sweeper.spec.load import validate_spec
-from sweeper.track.tracker import MlflowTracker
+from sweeper.track._book import SweepBook
+from sweeper.track._mlflow_store import client_for
+from sweeper.spec._load import validate_spec
+from sweeper.track._tracker import MlflowTracker
 from tests.conftest import REPO, small_sweep
 
 

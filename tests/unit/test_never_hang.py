@@ -6,9 +6,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from sweeper.cluster.placement import resources_text
-from sweeper.run import release, watchdog
-from sweeper.run.trial import WORKER_START_FLOOR_S, worker_start_timeout
+from sweeper.cluster._placement import resources_text
+from sweeper.run import _release as release, _watchdog as watchdog
+from sweeper.run._trial import WORKER_START_FLOOR_S, worker_start_timeout
 from trainables.metrics import PLACEMENT_GROUP
 
 

@@ -11,10 +11,10 @@ import pytest
 from optuna.trial import TrialState
 
 from sweeper.errors import UserError
-from sweeper.search.objectives import Objectives, dominates, objectives_of, pareto_front
-from sweeper.search.searcher import make_searcher
-from sweeper.search.study import TUNE_TRIAL_ID_ATTR, study_url
-from sweeper.spec.load import validate_spec
+from sweeper.search._objectives import Objectives, dominates, objectives_of, pareto_front
+from sweeper.search._searcher import make_searcher
+from sweeper.search._study import TUNE_TRIAL_ID_ATTR, study_url
+from sweeper.spec._load import validate_spec
 from tests.conftest import REPO, small_sweep
 
 TWO = [{"metric": "eval_loss", "goal": "minimize"}, {"metric": "adapter_parameters", "goal": "minimize"}]

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from sweeper.errors import UserError
-from sweeper.spec.load import validate_spec
-from sweeper.spec.objectives import prune_metric, reported_every_evaluation
+from sweeper.spec._load import validate_spec
+from sweeper.spec._objectives import prune_metric, reported_every_evaluation
 from tests.conftest import REPO, small_sweep
 
 
@@ -58,7 +58,7 @@ def test_a_metric_no_trial_reports_is_one_keyed_line(sections, line):
 
 
 def test_a_user_scorer_metric_that_the_scorer_does_not_return_is_a_keyed_line(tmp_path):
-    from sweeper.plan.generation import generation_sample
+    from sweeper.plan._generation import generation_sample
     from trainables.models import BUILTIN_TINY_MODEL, load_tokenizer, resolve_model_source
 
     (tmp_path / "score.py").write_text("def score(predictions, references, rows):\n    return {'overlap': 1.0}\n")

@@ -11,7 +11,7 @@ import time
 import pytest
 import torch
 
-from sweeper.spec.load import validate_spec
+from sweeper.spec._load import validate_spec
 from tests.conftest import REPO, small_dpo_sweep, small_sweep
 from trainables import dpo, sft
 from trainables.common import ONE_ROW, PACKED_ROWS, Workers, make_batch

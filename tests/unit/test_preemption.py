@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from sweeper.spec.load import validate_spec
+from sweeper.spec._load import validate_spec
 from tests.conftest import REPO, small_sweep
 from trainables import preemption, sft
 from trainables.data import tokenize_sft

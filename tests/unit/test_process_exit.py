@@ -1,4 +1,4 @@
-"""The `sweep` process ends without Python's teardown (sweeper/cli/process_exit.py): what
+"""The `sweep` process ends without Python's teardown (sweeper/cli/_process_exit.py): what
 the normal exit does must still happen, in the same order, with the same status."""
 
 from __future__ import annotations
@@ -9,13 +9,13 @@ import textwrap
 
 import pytest
 
-from sweeper.cli.process_exit import exit_status
+from sweeper.cli._process_exit import exit_status
 
 SCRIPT = textwrap.dedent(
     """
     import atexit, sys, threading, time
     from pathlib import Path
-    from sweeper.cli.process_exit import exit_process
+    from sweeper.cli._process_exit import exit_process
 
     events = Path(sys.argv[1])
 
@@ -55,7 +55,7 @@ def test_exit_status_is_the_one_python_gives_system_exit(code, status, capsys):
 
 
 def test_a_process_not_ended_through_exit_process_gets_pythons_whole_exit(tmp_path):
-    script = "import sweeper.cli.process_exit\nraise RuntimeError('a bug')\n"
+    script = "import sweeper.cli._process_exit\nraise RuntimeError('a bug')\n"
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
 
     assert done.returncode == 1

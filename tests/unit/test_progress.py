@@ -1,6 +1,6 @@
-from sweeper.track.book import SweepBook, TrialRecord
+from sweeper.track._book import SweepBook, TrialRecord
 from sweeper.names import TrialState
-from sweeper.run.janitor import AdapterJanitor, error_reason
+from sweeper.run._janitor import AdapterJanitor, error_reason
 
 
 def record(tmp_path, number, state, loss, step=30):
@@ -30,7 +30,7 @@ def test_janitor_keeps_the_best_k_finished_adapters(tmp_path):
 def test_the_janitor_deletes_each_adapter_once_as_trials_finish(tmp_path, monkeypatch):
     """A sweep of many trials: each finish deletes only what newly fell out of the best
     (it once deleted every earlier one again: thousands of storage calls per finish)."""
-    import sweeper.run.janitor as janitor_module
+    import sweeper.run._janitor as janitor_module
 
     deleted = []
     monkeypatch.setattr(janitor_module.storage, "delete", deleted.append)

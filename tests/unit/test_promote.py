@@ -9,13 +9,13 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from sweeper.errors import UserError
-from sweeper.promote.export import export_trial
-from sweeper.track.book import SweepBook, TrialRecord
-from sweeper.promote.registry import check_registry, pinned_requirements, promote_trial, state_refusal
-from sweeper.spec.overrides import single_run_spec, with_overrides
-from sweeper.spec.load import validate_spec
-from sweeper.track.store import SweepStore
-from sweeper.track.tracker import MlflowTracker
+from sweeper.promote._export import export_trial
+from sweeper.track._book import SweepBook, TrialRecord
+from sweeper.promote._registry import check_registry, pinned_requirements, promote_trial, state_refusal
+from sweeper.spec._overrides import single_run_spec, with_overrides
+from sweeper.spec._load import validate_spec
+from sweeper.track._store import SweepStore
+from sweeper.track._tracker import MlflowTracker
 from tests.conftest import REPO, small_sweep
 
 
@@ -125,7 +125,7 @@ def test_a_trial_id_of_digits_is_an_id_not_a_number():
     is looked up by its id (a shared test sweep drew 83639739 and promote failed)."""
     import polars as pl
 
-    from sweeper.track.store import matching_trials
+    from sweeper.track._store import matching_trials
 
     trials = pl.DataFrame({"trial_number": [1, 2], "trial_id": ["a1b2c3d4", "83639739"]})
     assert matching_trials(trials, "83639739")[0]["trial_number"] == 2
@@ -167,6 +167,6 @@ def test_the_adapter_files_are_peft_s_own_names():
     peft's save_pretrained writes and from_pretrained reads."""
     from peft.utils import CONFIG_NAME, SAFETENSORS_WEIGHTS_NAME
 
-    from sweeper.promote.registry import ADAPTER_FILES
+    from sweeper.promote._registry import ADAPTER_FILES
 
     assert ADAPTER_FILES == (CONFIG_NAME, SAFETENSORS_WEIGHTS_NAME)

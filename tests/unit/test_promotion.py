@@ -11,8 +11,8 @@ from types import SimpleNamespace
 import pytest
 from ray.tune.schedulers import TrialScheduler
 
-from sweeper.plan.rungs import promotion_steps
-from sweeper.search.asha import PromotionASHA, RungLadder
+from sweeper.plan._rungs import promotion_steps
+from sweeper.search._asha import PromotionASHA, RungLadder
 
 
 def test_a_rung_promotes_one_in_eta_and_the_best_waiting_first():
@@ -227,7 +227,7 @@ def test_nine_trials_train_exactly_the_rung_arithmetic():
 def test_startup_trials_train_to_the_end_and_the_others_follow_the_ladder_without_them():
     """early_stopping.startup_trials 2 of 11: the first two train to max_steps although
     they are the worst at every rung; the other 9 are promoted as 9 trials are."""
-    from sweeper.plan.rungs import milestone_counts, steps_trained
+    from sweeper.plan._rungs import milestone_counts, steps_trained
 
     sched = scheduler(11, slots=2)
     sched.mark_unranked(["t0", "t1"])
@@ -263,7 +263,7 @@ def test_noisy_scores_and_slow_pauses_always_finish_within_the_budget(num_trials
 
 
 def test_for_resume_pauses_restored_trials_until_a_slot_is_free():
-    from sweeper.track.book import SweepBook, TrialRecord
+    from sweeper.track._book import SweepBook, TrialRecord
 
     book = SweepBook(metric="eval_loss", goal="minimize", max_steps=90)
     histories = {
@@ -296,8 +296,8 @@ def test_for_resume_pauses_restored_trials_until_a_slot_is_free():
 
 
 def plan_for(scheduler: str, parameters: bool = True):
-    from sweeper.plan.sweep_plan import ClusterResources, make_plan
-    from sweeper.spec.load import validate_spec
+    from sweeper.plan._sweep_plan import ClusterResources, make_plan
+    from sweeper.spec._load import validate_spec
     from tests.conftest import REPO, small_sweep
 
     search = {"num_trials": 9} if parameters else {"num_trials": 1, "parameters": {}}
@@ -307,8 +307,8 @@ def plan_for(scheduler: str, parameters: bool = True):
 
 
 def test_asha_is_by_promotion_with_the_plans_rungs_and_slots(tmp_path):
-    from sweeper.search.asha import SlotLimiter
-    from sweeper.search.searcher import make_search
+    from sweeper.search._asha import SlotLimiter
+    from sweeper.search._searcher import make_search
 
     search_alg, sched, max_concurrent = make_search(plan_for("asha"), tmp_path)
     assert isinstance(sched, PromotionASHA) and isinstance(search_alg, SlotLimiter)
@@ -320,7 +320,7 @@ def test_asha_is_by_promotion_with_the_plans_rungs_and_slots(tmp_path):
 def test_asha_stopping_and_a_fixed_config_get_rays_asha(tmp_path):
     from ray.tune.schedulers import ASHAScheduler
 
-    from sweeper.search.searcher import make_search
+    from sweeper.search._searcher import make_search
 
     _, sched, max_concurrent = make_search(plan_for("asha_stopping"), tmp_path / "a")
     assert isinstance(sched, ASHAScheduler) and max_concurrent == 2
@@ -331,7 +331,7 @@ def test_asha_stopping_and_a_fixed_config_get_rays_asha(tmp_path):
 def test_the_limiter_asks_the_scheduler_for_a_slot():
     from ray.tune.search import Searcher
 
-    from sweeper.search.asha import SlotLimiter
+    from sweeper.search._asha import SlotLimiter
 
     class OneConfig(Searcher):
         def suggest(self, trial_id):
@@ -354,7 +354,7 @@ def test_the_limiters_saved_state_leaves_the_live_scheduler_in_place():
     scheduler in the limiter stalled a resumed sweep (the limiter asked the stale copy)."""
     from ray.tune.search import Searcher
 
-    from sweeper.search.asha import SlotLimiter
+    from sweeper.search._asha import SlotLimiter
 
     class OneConfig(Searcher):
         def suggest(self, trial_id):
@@ -372,7 +372,7 @@ def test_the_limiters_saved_state_leaves_the_live_scheduler_in_place():
 def test_for_resume_stops_a_trial_the_last_driver_ended_after_tune_saved():
     """A driver killed after pruning a paused trial, before Tune saved its state: Tune
     brings the trial back unfinished, the book (MLflow) has it pruned."""
-    from sweeper.track.book import SweepBook, TrialRecord
+    from sweeper.track._book import SweepBook, TrialRecord
 
     book = SweepBook(metric="eval_loss", goal="minimize", max_steps=90)
     book.trials["pruned"] = TrialRecord("pruned", 1, {}, state="pruned", history=[{"step": 10, "eval_loss": 5.0}])
@@ -474,8 +474,8 @@ def test_every_scheduler_saves_tunes_state_before_new_trials_start(kind, tmp_pat
     reported adds no save."""
     from ray.tune.experiment import Trial
 
-    from sweeper.search.searcher import make_search
-    from sweeper.search.tune_state import NewTrialsSavedFirst
+    from sweeper.search._searcher import make_search
+    from sweeper.search._tune_state import NewTrialsSavedFirst
 
     _, sched, _ = make_search(plan_for(kind), tmp_path)
     assert isinstance(sched, NewTrialsSavedFirst)
@@ -499,8 +499,8 @@ def test_saves_stop_while_they_would_take_more_than_their_share_of_the_time(tmp_
     time, new trials wait for a later save, which holds all of them."""
     from ray.tune.experiment import Trial
 
-    from sweeper.search.searcher import make_search
-    from sweeper.search.tune_state import NewTrialsSavedFirst
+    from sweeper.search._searcher import make_search
+    from sweeper.search._tune_state import NewTrialsSavedFirst
 
     monkeypatch.setattr(NewTrialsSavedFirst, "SAVE_SHARE", 0.0)
     _, sched, _ = make_search(plan_for("asha"), tmp_path)

@@ -20,7 +20,7 @@ from reports.importance import param_importance
 from reports.markdown import render_markdown
 from reports.static import write_pngs
 from sweeper.errors import UserError
-from sweeper.track.store import SweepRecord
+from sweeper.track._store import SweepRecord
 
 SPACE = {
     "training.learning_rate": {"distribution": "log_uniform", "low": 1e-4, "high": 1e-1},

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from sweeper.errors import UserError
-from sweeper.run.launch import resume_sweep
-from sweeper.spec.load import spec_to_yaml, validate_spec
+from sweeper.run._launch import resume_sweep
+from sweeper.spec._load import spec_to_yaml, validate_spec
 from tests.conftest import REPO, small_sweep
 
 

@@ -7,12 +7,12 @@ import math
 
 import pytest
 
-from sweeper.track.book import SweepBook, TrialRecord
+from sweeper.track._book import SweepBook, TrialRecord
 from sweeper.names import RunKind, Tag
-from sweeper.track.run_reader import ClientRunReader, NoStoreYet, reader_for
-from sweeper.spec.load import validate_spec
-from sweeper.track.store import SweepStore
-from sweeper.track.tracker import MlflowTracker
+from sweeper.track._run_reader import ClientRunReader, NoStoreYet, reader_for
+from sweeper.spec._load import validate_spec
+from sweeper.track._store import SweepStore
+from sweeper.track._tracker import MlflowTracker
 from tests.conftest import REPO, small_sweep
 def write_sweep(folder, name, results, discard=(), **sections):
     uri = f"sqlite:///{folder / 'mlflow.db'}"

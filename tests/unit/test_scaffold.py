@@ -12,11 +12,11 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from sweeper.cli.app import app
+from sweeper.cli._app import app
 from sweeper.errors import UserError
-from sweeper.scaffold.inputs import Profile
-from sweeper.scaffold.sizing import EVALUATIONS, MAX_STEPS, max_lengths, schedule
-from sweeper.scaffold.writer import scaffold_sweep
+from sweeper.scaffold._arguments import Profile
+from sweeper.scaffold._sizing import EVALUATIONS, MAX_STEPS, max_lengths, schedule
+from sweeper.scaffold._writer import scaffold_sweep
 from tests.conftest import REPO
 
 runner = CliRunner()

@@ -7,11 +7,11 @@ import shutil
 import optuna
 from optuna.trial import TrialState
 
-from sweeper.search.searcher import StepAwareOptunaSearch, optuna_searcher
-from sweeper.search.space import to_optuna_distributions
-from sweeper.search.study import REPEAT_ATTR, STARTUP_ATTR, TUNE_TRIAL_ID_ATTR, WARM_START_ATTR, study_url
-from sweeper.search.warm_start import WarmStart
-from sweeper.spec.load import validate_spec
+from sweeper.search._searcher import StepAwareOptunaSearch, optuna_searcher
+from sweeper.search._space import to_optuna_distributions
+from sweeper.search._study import REPEAT_ATTR, STARTUP_ATTR, TUNE_TRIAL_ID_ATTR, WARM_START_ATTR, study_url
+from sweeper.search._warm_start import WarmStart
+from sweeper.spec._load import validate_spec
 from tests.conftest import REPO, small_sweep
 
 
@@ -127,8 +127,8 @@ def test_the_sweeps_searcher_is_found_inside_its_wrappers(tmp_path):
     budget's searcher wrap."""
     from types import SimpleNamespace
 
-    from sweeper.run.budget_guard import BudgetSearcher
-    from sweeper.search.asha import SlotLimiter
+    from sweeper.budget._guard import BudgetSearcher
+    from sweeper.search._asha import SlotLimiter
 
     search = make_search(tmp_path)
     assert optuna_searcher(BudgetSearcher(SlotLimiter(search, SimpleNamespace(slots=2)), guard=None)) is search
@@ -169,7 +169,7 @@ def test_a_trial_optuna_has_finished_is_not_reported_to_or_told_again(tmp_path):
 def test_resume_tells_optuna_what_mlflow_recorded_after_the_last_tell(tmp_path):
     """The last driver died after MLflow recorded a trial's reports or end and before Optuna
     heard of them: reconciled against the book, the study gets its reports and its end."""
-    from sweeper.track.book import SweepBook, TrialRecord
+    from sweeper.track._book import SweepBook, TrialRecord
 
     search = make_search(tmp_path)
     for trial_id in ("a", "b", "c"):

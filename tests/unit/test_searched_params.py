@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 
 from reports.frames import config_diff
-from sweeper.spec.load import read_yaml, validate_spec
-from sweeper.track.tracker import SEARCHED_PREFIX, flat_params
+from sweeper.spec._load import read_yaml, validate_spec
+from sweeper.track._mlflow_store import SEARCHED_PREFIX, flat_params
 from tests.unit.test_reports import make_sweep
 from benchmarks.common import QUICKSTART
 

@@ -3,12 +3,12 @@ import optuna
 import pytest
 
 from sweeper.errors import UserError
-from sweeper.plan.sweep_plan import ClusterResources, TrialResources, concurrency_limit, make_plan
-from sweeper.plan.rungs import asha_rungs
-from sweeper.search.reports_so_far import ReportsSoFarSampler
-from sweeper.search.space import make_sampler, to_optuna_distributions
-from sweeper.spec.load import validate_spec
-from sweeper.track.tracker import flat_params
+from sweeper.plan._sweep_plan import ClusterResources, TrialResources, concurrency_limit, make_plan
+from sweeper.plan._rungs import asha_rungs
+from sweeper.search._reports_so_far import ReportsSoFarSampler
+from sweeper.search._space import make_sampler, to_optuna_distributions
+from sweeper.spec._load import validate_spec
+from sweeper.track._mlflow_store import flat_params
 from tests.conftest import REPO, small_sweep
 
 
@@ -157,13 +157,13 @@ def test_a_sweep_until_a_budget_cap_screens_its_trials_later():
     until_the_cap = plan(None, budget={"max_steps": 3280})
     assert until_the_cap.rungs == [27]
     # What the tracker logs as the sweep's grace period is the rung it ran.
-    from sweeper.track.tracker import flat_params
+    from sweeper.track._mlflow_store import flat_params
 
     assert flat_params(until_the_cap.spec)["early_stopping.grace_period"] == "27"
 
 
 def test_the_rung_arithmetic_counts_whole_trials_and_lets_one_through_a_closed_rung():
-    from sweeper.plan.rungs import milestone_counts, promotion_steps, steps_trained
+    from sweeper.plan._rungs import milestone_counts, promotion_steps, steps_trained
 
     # 10 trials: floor(10/3) = 3 go on from step 10, max(1, floor(3/3)) = 1 from step 30.
     assert milestone_counts(10, [10, 30], 90, 3) == [(10, 10), (30, 3), (90, 1)]

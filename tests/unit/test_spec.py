@@ -5,9 +5,9 @@ from typer.testing import CliRunner
 
 from sweeper.cli import app
 from sweeper.errors import UserError
-from sweeper.plan.checks import check_spec, load_checked_spec
-from sweeper.spec.load import load_spec, validate_spec
-from sweeper.spec.overrides import with_overrides
+from sweeper.plan._checks import check_spec, load_checked_spec
+from sweeper.spec._load import load_spec, validate_spec
+from sweeper.spec._overrides import with_overrides
 from tests.conftest import REPO, small_sweep, write_yaml
 
 SHIPPED = sorted((REPO / "search_spaces").glob("*.yaml"))
@@ -136,7 +136,7 @@ def test_a_sweep_keeps_the_first_rung_it_started_with_when_a_later_default_diffe
     """`sweep resume` reads the sweep.yaml `sweep start` wrote: the first rung is written
     there as the sweep ran it, so a later version's default cannot move a resumed sweep's
     rungs (as session 37 moved a sweep-until-a-cap's from step 9 of 243 to 27)."""
-    from sweeper.run.sweep_dir import prepare_sweep_dir
+    from sweeper.run._sweep_dir import prepare_sweep_dir
 
     raw = small_sweep("kept", training={"max_steps": 243, "eval_every": 9}, output_dir=str(tmp_path))
     raw["early_stopping"].pop("grace_period")

@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 
 from sweeper.errors import UserError
-from sweeper.search.warm_start import _earlier_trial_config
-from sweeper.spec.load import parse_yaml, revalidate_spec, spec_to_yaml, validate_spec
-from sweeper.spec.overrides import calibration_spec, single_run_spec, with_overrides
+from sweeper.search._warm_start import _earlier_trial_config
+from sweeper.spec._load import parse_yaml, revalidate_spec, spec_to_yaml, validate_spec
+from sweeper.spec._overrides import calibration_spec, single_run_spec, with_overrides
 from tests.conftest import REPO, small_sweep
 
 CAPS = {

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import sweeper.run.launch as launch
+import sweeper.run._launch as launch
 from sweeper.cli import app
 from tests.conftest import SFT_TRAIN, small_sweep, write_yaml
 

@@ -7,16 +7,17 @@ import pytest
 
 from sweeper.cluster import storage
 from sweeper.errors import UserError
-from sweeper.spec.load import validate_spec
+from sweeper.spec._load import validate_spec
+from sweeper.spec._sections import uri_problem
 from tests.conftest import small_sweep
 
 
 def test_object_storage_and_folders_are_told_apart():
     assert storage.is_remote("s3://bucket/prefix") and storage.is_remote("gs://b/p")
     assert not storage.is_remote("/mnt/shared/sweeps") and not storage.is_remote("sweeps/x")
-    assert storage.uri_problem("ftp://host/x").startswith("unsupported scheme ftp://")
-    assert storage.uri_problem("s3://") == "s3:// names no bucket; expected s3://bucket/prefix"
-    assert storage.uri_problem("s3://bucket/p") is None and storage.uri_problem("/x") is None
+    assert uri_problem("ftp://host/x").startswith("unsupported scheme ftp://")
+    assert uri_problem("s3://") == "s3:// names no bucket; expected s3://bucket/prefix"
+    assert uri_problem("s3://bucket/p") is None and uri_problem("/x") is None
 
 
 def test_storage_uri_is_checked_and_a_relative_folder_is_relative_to_the_yaml(tmp_path):

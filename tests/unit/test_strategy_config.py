@@ -7,8 +7,8 @@ import json
 import pytest
 
 from sweeper.errors import UserError
-from sweeper.spec.reference import markdown_reference
-from sweeper.spec.load import validate_spec
+from sweeper.spec._reference import markdown_reference
+from sweeper.spec._load import validate_spec
 from tests.conftest import REPO, small_sweep
 from trainables.strategies import deepspeed_config
 

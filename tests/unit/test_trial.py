@@ -2,9 +2,9 @@
 processes get are environment strings. How the trial's TorchTrainer runs and stops is
 tested in tests/unit/test_ray_adapter.py and tests/integration/test_ray_adapter.py."""
 
-import sweeper.run.trial
-from sweeper.cluster.connect import TRIAL_SETTINGS
-from sweeper.run.trial import ReportToTune
+import sweeper.run._trial
+from sweeper.cluster._connect import TRIAL_SETTINGS
+from sweeper.run._trial import ReportToTune
 
 
 def test_reports_reach_tune_with_the_checkpoint_path(monkeypatch):
@@ -12,7 +12,7 @@ def test_reports_reach_tune_with_the_checkpoint_path(monkeypatch):
     from ray.train import Checkpoint
 
     reported = []
-    monkeypatch.setattr(sweeper.run.trial.tune, "report", reported.append)
+    monkeypatch.setattr(sweeper.run._trial.tune, "report", reported.append)
     local = Checkpoint("/sweeps/x/trials/t1/checkpoint_000001", filesystem=pyarrow.fs.LocalFileSystem())
     ReportToTune().after_report(None, [{"step": 10, "eval_loss": 4.2}, {"step": 10}], local)
     ReportToTune().after_report(None, [{"step": 20, "eval_loss": 4.0}], None)
@@ -27,7 +27,7 @@ def test_a_checkpoint_in_object_storage_reaches_tune_as_its_uri(monkeypatch):
     from ray.train import Checkpoint
 
     reported = []
-    monkeypatch.setattr(sweeper.run.trial.tune, "report", reported.append)
+    monkeypatch.setattr(sweeper.run._trial.tune, "report", reported.append)
     s3 = pyarrow.fs.S3FileSystem(region="us-east-1", endpoint_override="http://127.0.0.1:9", anonymous=True)
     ReportToTune().after_report(None, [{"step": 10}], Checkpoint("team/x/trials/t1/checkpoint_000001", filesystem=s3))
     assert reported == [{"step": 10, "checkpoint_path": "s3://team/x/trials/t1/checkpoint_000001"}]
@@ -35,7 +35,7 @@ def test_a_checkpoint_in_object_storage_reaches_tune_as_its_uri(monkeypatch):
 
 def test_reports_after_a_worker_failure_count_the_restarts(monkeypatch):
     reported = []
-    monkeypatch.setattr(sweeper.run.trial.tune, "report", reported.append)
+    monkeypatch.setattr(sweeper.run._trial.tune, "report", reported.append)
     callback = ReportToTune()
     callback.after_report(None, [{"step": 10}], None)
     callback.after_exception(None, {0: RuntimeError("node lost")})
@@ -52,7 +52,7 @@ def test_trial_settings_are_strings_for_the_environment():
 
 def test_a_preemption_checkpoint_is_kept_from_tune(monkeypatch):
     reported = []
-    monkeypatch.setattr(sweeper.run.trial.tune, "report", reported.append)
+    monkeypatch.setattr(sweeper.run._trial.tune, "report", reported.append)
     callback = ReportToTune()
     callback.after_report(None, [{"step": 7, "preemption_checkpoint": 1, "preemptions": 1}], None)
     callback.after_report(None, [{"step": 10, "eval_loss": 4.0, "preemptions": 1, "preempted_at_step": 7}], None)
@@ -62,7 +62,7 @@ def test_a_preemption_checkpoint_is_kept_from_tune(monkeypatch):
 def test_a_cpu_trials_workers_see_no_gpu_and_a_gpu_trials_keep_rays():
     """Ray sets CUDA_VISIBLE_DEVICES only for workers holding GPUs; a CPU trial's workers
     get it empty from their runtime environment, set before their process starts."""
-    from sweeper.run.trial import worker_runtime_env
+    from sweeper.run._trial import worker_runtime_env
     from trainables.resources import ResourcesSpec
 
     assert worker_runtime_env(ResourcesSpec(use_gpu=False)) == {"env_vars": {"CUDA_VISIBLE_DEVICES": ""}}

@@ -7,7 +7,7 @@ import torch
 from pydantic import ValidationError
 
 from sweeper.errors import UserError
-from sweeper.spec.load import validate_spec
+from sweeper.spec._load import validate_spec
 from tests.conftest import REPO, small_sweep
 from trainables.common import make_optimizer
 from trainables.config import TrialConfig

@@ -12,7 +12,7 @@ import types
 import pytest
 
 import trainables.worker as worker
-from sweeper.spec.load import validate_spec
+from sweeper.spec._load import validate_spec
 from tests.conftest import REPO, small_sweep
 from trainables.common import REPORT_FILE
 

@@ -1,0 +1,348 @@
+"""Enforcing `budget.*` while a sweep runs, through Ray Tune's public interfaces:
+
+- `BudgetSearcher` wraps the sweep's searcher and holds new trials back while starting
+  one more would commit work past a cap: what is spent, plus what each running trial
+  spends to its next rung, plus the new trial's start and first rung. That work is costed
+  at the costliest config's forecast figures until the sweep has measured steps, then at
+  those figures corrected by the live estimate (sweeper/budget/_live_forecast.py: each figure
+  times live / forecast for the mean config). It waits while
+  trials run (a pruned one frees its commitment), and says `Searcher.FINISHED` (no more
+  trials) once none runs or a cap is reached.
+- `BudgetStopper` is the `tune.RunConfig(stop=...)` stopper. Tune asks it at each
+  result before the scheduler: a trial reporting at a rung is stopped there when going on
+  to its next rung would commit work past a cap (what is spent, its own work to the next
+  rung, the other running trials' to theirs). Its `stop_all()` becomes true when a cap is
+  reached all the same (trials ran slower than the estimate); Tune asks it at every step
+  of its loop and then stops the running trials, each within about one evaluation
+  interval of the cap.
+
+What is spent is measured from the book as the sweep goes (each trial's wall time x its
+accelerators x the price: `cost.prices.Rate`, as the tracker's trial costs; training steps,
+each trial's last reported step); the sweep's wall hours count from the book's start.
+
+A sweep without search.num_trials runs until a cap: the searcher's FINISHED is then what
+ends its search (and closes ASHA's rungs), and the cap is what ended the sweep.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from ray.tune import Stopper
+from ray.tune.search import Searcher
+
+from sweeper.cost import Rate, sweep_rate, TrialTiming
+from sweeper.names import BudgetKey, Tag, TrialState
+from sweeper.plan import CAPS, Scenario, evaluations_between
+from sweeper.spec import BudgetSpec, most_trials
+from trainables.metrics import STEP
+
+__all__ = ["BudgetGuard", "BudgetSearcher", "BudgetStopper"]
+
+
+@dataclass
+class BudgetGuard:
+    """The caps, the book they are measured on, and what they cut."""
+
+    budget: BudgetSpec
+    book: object  # sweeper.track._book.SweepBook
+    rate: Rate  # what a trial's second costs (the tracker's trial costs use the same)
+    timing: TrialTiming  # the costliest config's, as forecast before launch
+    milestones: list[int]  # rungs, then max_steps
+    eval_every: int
+    num_trials: int | None  # None: trials keep coming until a cap
+    # What happened: the cap that stopped the sweep, and the trials it cut.
+    reached_cap: str | None = None
+    held_back_by: str | None = None
+    ended_search: str | None = None  # the cap for which the searcher said FINISHED
+    stopped_trials: list[int] = field(default_factory=list)
+    spent_at_stop: Scenario | None = None
+    suggested: set[str] = field(default_factory=set)  # trial ids let through, until they start
+    # Trials stopped at a rung because going on to the next one would cross a cap, and
+    # the first cap that did it.
+    held_at_rung: tuple[int, ...] = ()
+    held_at_rung_by: str | None = None
+    # The live forecast (sweeper/budget/_live_forecast.py): once the sweep has measured steps,
+    # commitments are judged at the costliest config's figures corrected by them.
+    live: object = None
+    # Those figures as they stood when Tune last saved the guard: a resumed sweep, which
+    # has no live forecast, judges at them.
+    saved_commit_timing: TrialTiming | None = None
+
+    def __getstate__(self) -> dict:
+        # Tune saves its search algorithm and stopper with the experiment; the book and the
+        # live forecast are the live driver's, and a resumed sweep's guard gets its own book (attach).
+        return {**self.__dict__, "book": None, "live": None, "saved_commit_timing": self.commit_timing()}
+
+    def commit_timing(self) -> TrialTiming:
+        """What a trial's work to its next rung is judged at: the costliest config's
+        forecast figures, corrected by the live estimate once the sweep measured steps
+        (in a resumed sweep, by what its earlier driver had measured)."""
+        if self.live is not None and self.live.measured.steps:
+            return self.live.costliest_timing()
+        return self.saved_commit_timing or self.timing
+
+    def spent(self) -> Scenario:
+        trials = self.book.trials.values()
+        seconds = sum(t.wall_seconds for t in trials)
+        cost = self.rate.trial_cost(seconds)
+        return Scenario(sum(t.step for t in trials), seconds, time.time() - self.book.started_at, cost.accelerator_hours, cost.usd)
+
+    def caps(self) -> dict[str, float]:
+        return self.budget.caps()
+
+    def reached(self) -> str | None:
+        """The first cap that what is spent has reached, or None."""
+        if self.book is None:
+            return None
+        spent = self.spent()
+        for cap, limit in self.caps().items():
+            if spent.value(cap) >= limit:
+                if self.reached_cap is None:
+                    self.reached_cap, self.spent_at_stop = cap, spent
+                    self.stopped_trials = [t.number for t in self.book.trials.values() if t.state == TrialState.RUNNING]
+                return cap
+        return None
+
+    def steps_to_next_rung(self, step: int) -> int:
+        """A running trial's remaining steps to its next milestone from `step`."""
+        following = next((m for m in self.milestones if m > step), self.milestones[-1])
+        return max(0, following - step)
+
+    def seconds_to_next_rung(self, step: int) -> float:
+        """A running trial's remaining seconds to its next milestone from `step`."""
+        following = step + self.steps_to_next_rung(step)
+        evaluations = evaluations_between(step, following, self.eval_every, self.milestones[-1])
+        timing = self.commit_timing()
+        return max(0, following - step) * timing.step_seconds + evaluations * timing.eval_seconds
+
+    def first_rung_seconds(self) -> float:
+        first = self.milestones[0]
+        evaluations = evaluations_between(0, first, self.eval_every, self.milestones[-1])
+        timing = self.commit_timing()
+        return timing.setup_seconds + first * timing.step_seconds + evaluations * timing.eval_seconds
+
+    def running(self) -> list:
+        """The trials running now (paused ones wait at a rung and spend nothing)."""
+        if self.book is None:
+            return []
+        return [t for t in self.book.trials.values() if t.state == TrialState.RUNNING]
+
+    def starting(self) -> list[str]:
+        """Trials suggested but not in the book yet: Tune may ask for several in one loop
+        step, before the first has started."""
+        if self.book is None:
+            return []
+        self.suggested = {trial_id for trial_id in self.suggested if trial_id not in self.book.trials}
+        return sorted(self.suggested)
+
+    def new_trial_would_cross(self) -> str | None:
+        """The cap that one more trial would cross, counting the running trials' work to
+        their next rung and the first rung of those starting; None when it fits."""
+        if self.book is None:
+            return None
+        running = self.running()
+        starting = len(self.starting())
+        cap = self._first_cap_crossed(
+            trial_seconds=sum(self.seconds_to_next_rung(t.step) for t in running) + (starting + 1) * self.first_rung_seconds(),
+            steps=sum(self.steps_to_next_rung(t.step) for t in running) + (starting + 1) * self.milestones[0],
+            # The new trial runs beside the others: it ends its first rung this late.
+            wall_seconds=self.first_rung_seconds(),
+        )
+        if cap:
+            self.held_back_by = self.held_back_by or cap
+        return cap
+
+    def going_on_would_cross(self, trial_id: str, step: int) -> str | None:
+        """The cap that trial `trial_id`, reporting at `step`, would cross by going on to
+        its next rung, counting the other running trials' work to their next rungs; None
+        when it fits, or when `step` is no rung (the work to a rung was judged when the
+        trial started or went on from the rung before)."""
+        if self.book is None or step not in self.milestones[:-1]:
+            return None
+        others = [t for t in self.running() if t.trial_id != trial_id]
+        # The book has this trial's report before this one (Tune asks its stopper first).
+        reported = self.book.trials[trial_id].step if trial_id in self.book.trials else 0
+        cap = self._first_cap_crossed(
+            trial_seconds=self.seconds_to_next_rung(step) + sum(self.seconds_to_next_rung(t.step) for t in others),
+            steps=max(0, step - reported) + self.steps_to_next_rung(step) + sum(self.steps_to_next_rung(t.step) for t in others),
+            wall_seconds=self.seconds_to_next_rung(step),
+        )
+        if cap:
+            self.held_at_rung_by = self.held_at_rung_by or cap
+            if trial_id in self.book.trials:
+                self.held_at_rung = (*self.held_at_rung, self.book.trials[trial_id].number)
+        return cap
+
+    def _first_cap_crossed(self, trial_seconds: float, steps: int, wall_seconds: float) -> str | None:
+        """The first cap that what is spent plus work still to come would cross: trials'
+        seconds and steps, and the sweep's wall time running `wall_seconds` longer."""
+        spent = self.spent()
+        cost = self.rate.trial_cost(trial_seconds)
+        committed = Scenario(
+            spent.steps + steps, spent.trial_seconds + trial_seconds, spent.wall_seconds + wall_seconds,
+            spent.accelerator_hours + cost.accelerator_hours, spent.usd + cost.usd,
+        )
+        return next((cap for cap, limit in self.caps().items() if committed.value(cap) > limit), None)
+
+    def not_started(self) -> int:
+        """Trials of search.num_trials never started (none for a sweep that runs until a cap)."""
+        if self.book is None or self.num_trials is None:
+            return 0
+        return max(0, self.num_trials - len(self.book.trials))
+
+    def cut(self) -> bool:
+        """Whether a cap ended the sweep: reached, or trials held back for good; a sweep
+        that runs until a cap ends by one when its searcher said no more trials."""
+        if self.held_at_rung:
+            return True
+        if self.num_trials is None:
+            return self.reached_cap is not None or self.ended_search is not None
+        return self.reached_cap is not None or (self.held_back_by is not None and self.not_started() > 0)
+
+    def ending_cap(self) -> str | None:
+        """The cap that ended the sweep, or None."""
+        if not self.cut():
+            return None
+        return self.reached_cap or self.ended_search or self.held_back_by or self.held_at_rung_by
+
+    def summary(self) -> str | None:
+        """One line on how the caps ended the sweep (which cap, the trials run, the steps
+        trained), or None when they cut nothing."""
+        if not self.cut():
+            return None
+        parts = []
+        if self.reached_cap:
+            at_stop = self.spent_at_stop
+            stopped = ", ".join(str(n) for n in self.stopped_trials) or "none"
+            parts.append(
+                f"budget.{self.reached_cap} ({self.caps()[self.reached_cap]:g} {CAPS[self.reached_cap]}) reached at "
+                f"{at_stop.value(self.reached_cap):.4g}: stopped the running trials ({stopped})"
+            )
+        elif self.num_trials is None:
+            parts.append(
+                f"budget.{self.ending_cap()} ({self.caps()[self.ending_cap()]:g} {CAPS[self.ending_cap()]}): no more "
+                "trials started (one more trial's first rung would have crossed the cap)"
+            )
+        if self.held_back_by and self.not_started():
+            parts.append(
+                f"budget.{self.held_back_by}: {self.not_started()} of {self.num_trials} trials not started "
+                "(their first rung would have crossed the cap)"
+            )
+        if self.held_at_rung:
+            parts.append(
+                f"budget.{self.held_at_rung_by}: trials {', '.join(str(n) for n in self.held_at_rung)} stopped at a rung "
+                "(going on to the next would have crossed the cap)"
+            )
+        if self.book is not None:
+            parts.append(f"the sweep ran {len(self.book.trials)} trials, {self.spent().steps} training steps")
+        return "; ".join(parts)
+
+    def as_tags_and_metrics(self) -> tuple[dict[str, str], dict[str, float]]:
+        """For the parent run: `sweeper.budget_stop` (the cap that cut the sweep, or none) and
+        what it cut."""
+        cap = self.ending_cap()
+        tags = {Tag.BUDGET_STOP: cap or "none"}
+        if self.summary():
+            tags[Tag.BUDGET_CUT] = self.summary()[:5000]
+        metrics = {BudgetKey.cap(key): value for key, value in self.caps().items()}
+        metrics[BudgetKey.TRIALS_STOPPED] = float(len(self.stopped_trials))
+        metrics[BudgetKey.TRIALS_NOT_STARTED] = float(self.not_started() if self.cut() else 0)
+        return tags, metrics
+
+
+class BudgetSearcher(Searcher):
+    """A searcher that stops suggesting (`Searcher.FINISHED`) once one more trial would
+    commit work past a cap; otherwise its wrapped searcher answers. `searcher` is public,
+    as on Ray's ConcurrencyLimiter, so that Tune finds a limiter wrapped inside."""
+
+    def __init__(self, searcher: Searcher, guard: BudgetGuard):
+        self.searcher, self.guard = searcher, guard
+        super().__init__(metric=searcher.metric, mode=searcher.mode)
+
+    def set_search_properties(self, metric, mode, config, **spec) -> bool:
+        return self.searcher.set_search_properties(metric, mode, config, **spec)
+
+    def set_max_concurrency(self, max_concurrent: int) -> bool:
+        return self.searcher.set_max_concurrency(max_concurrent)
+
+    def suggest(self, trial_id: str):
+        if self.guard.reached():
+            return Searcher.FINISHED
+        crossing = self.guard.new_trial_would_cross()
+        if crossing:
+            # Tune never asks a searcher again once it said FINISHED, and saves that with
+            # the experiment. While trials run, one may yet be pruned (its work to the next
+            # rung no longer counts) and make room: wait (None). With none running, what
+            # is committed can only grow: no more trials.
+            if self.guard.running() or self.guard.starting():
+                return None
+            self.guard.ended_search = self.guard.ended_search or crossing
+            return Searcher.FINISHED
+        suggestion = self.searcher.suggest(trial_id)
+        if suggestion not in (None, Searcher.FINISHED):
+            self.guard.suggested.add(trial_id)
+        return suggestion
+
+    def on_trial_result(self, trial_id: str, result: dict) -> None:
+        self.searcher.on_trial_result(trial_id, result)
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        self.searcher.on_trial_complete(trial_id, result=result, error=error)
+
+    def on_pause(self, trial_id: str) -> None:
+        self.searcher.on_pause(trial_id)
+
+    def on_unpause(self, trial_id: str) -> None:
+        self.searcher.on_unpause(trial_id)
+
+    def add_evaluated_point(self, *args, **kwargs):
+        return self.searcher.add_evaluated_point(*args, **kwargs)
+
+    def get_state(self) -> dict:
+        return self.searcher.get_state()
+
+    def set_state(self, state: dict) -> None:
+        self.searcher.set_state(state)
+
+    def save(self, checkpoint_path: str) -> None:
+        self.searcher.save(checkpoint_path)
+
+    def restore(self, checkpoint_path: str) -> None:
+        self.searcher.restore(checkpoint_path)
+
+
+class BudgetStopper(Stopper):
+    """Stops a trial at a rung when going on to its next rung would cross a cap (Tune asks
+    it at each result, before the scheduler), and the whole sweep (`stop_all`) once a
+    cap is reached."""
+
+    def __init__(self, guard: BudgetGuard):
+        self.guard = guard
+
+    def __call__(self, trial_id: str, result: dict) -> bool:
+        step = result.get(STEP)
+        return step is not None and self.guard.going_on_would_cross(trial_id, int(step)) is not None
+
+    def stop_all(self) -> bool:
+        return self.guard.reached() is not None
+
+
+def make_guard(spec, plan, book, forecast, live=None) -> BudgetGuard | None:
+    """The sweep's guard, or None without a `budget` section; `live` the sweep's live
+    forecast, whose measured figures it commits trials at once there are some."""
+    if spec.budget is None:
+        return None
+    # The costliest config's timing: commitments are judged on the safe side.
+    timing = forecast.costliest
+    return BudgetGuard(
+        budget=spec.budget,
+        book=book,
+        rate=sweep_rate(spec),
+        timing=timing,
+        milestones=[*plan.rungs, spec.training.max_steps],
+        eval_every=spec.training.eval_every,
+        num_trials=most_trials(spec),
+        live=live,
+    )

@@ -1,0 +1,88 @@
+"""The forecast and the budget while `sweep start` runs: the forecast calibrated, printed
+and logged to the parent run; the caps enforced through a searcher wrapper and a stopper
+(sweeper/budget/_guard.py); at the end, forecast against actual and what the caps
+cut, on the parent run and in the summary. Every MLflow write goes through the tracker."""
+
+from __future__ import annotations
+
+import time
+
+from sweeper.plan import Forecast, SweepPlan
+
+__all__ = ["SweepBudget"]
+
+
+class SweepBudget:
+    """A running sweep's budget: its forecast, the live forecast measured on the book, and
+    the guard that enforces the caps (each None where there is none: a resumed sweep has
+    no forecast of its own, the first driver logged it, and its guard comes back with
+    Tune's restored searcher and stopper)."""
+
+    def __init__(self, forecast: Forecast | None = None, live=None, guard=None):
+        self.forecast, self.live, self.guard = forecast, live, guard
+
+    @classmethod
+    def start(cls, plan: SweepPlan, forecast: Forecast, tracker) -> "SweepBudget":
+        """A new sweep's budget: the forecast logged to the parent run (`forecast_*`
+        params); the live forecast measured on the tracker's book and logged by it; the
+        caps measured on the book and judged at the live figures."""
+        from sweeper.budget._guard import make_guard
+        from sweeper.budget._live_forecast import LiveForecast
+        from sweeper.cost import sweep_rate
+
+        tracker.log_sweep_params(forecast.as_params())
+        live = LiveForecast(plan, forecast, tracker.book, sweep_rate(plan.spec), tracker)
+        return cls(forecast, live, make_guard(plan.spec, plan, tracker.book, forecast, live))
+
+    def listeners(self, table) -> list:
+        """The driver's listeners for the live forecast (none for a resumed sweep, which has
+        no forecast of its own), showing it on `table`; before the table among them."""
+        if self.live is None:
+            return []
+        self.live.table = table
+        return [self.live]
+
+    def guarded(self, search_alg, stopper, book):
+        """The searcher and stopper Tune runs with, inside the caps, measured on `book`:
+        a new sweep's searcher wrapped so that no trial starts past a cap, and a stopper
+        that ends the sweep at one; a resumed sweep's, as Tune restored them (pickled
+        without a book), now measuring on the resumed book, with one guard for both, as
+        when the sweep started. Without a budget, as given."""
+        from sweeper.budget._guard import BudgetSearcher, BudgetStopper
+
+        if isinstance(stopper, BudgetStopper):
+            self.guard = stopper.guard
+        if isinstance(search_alg, BudgetSearcher):
+            self.guard = self.guard or search_alg.guard
+            search_alg.guard = self.guard
+        elif self.guard is not None and search_alg is not None:
+            search_alg = BudgetSearcher(search_alg, self.guard)
+        if self.guard is not None:
+            self.guard.book = book
+            stopper = stopper or BudgetStopper(self.guard)
+        return search_alg, stopper
+
+    def cut(self) -> bool:
+        """True when a cap ended the sweep early (it is not an interrupted sweep)."""
+        return self.guard is not None and self.guard.cut()
+
+    def finish(self, tracker, run) -> None:
+        """Forecast against actual (a resumed sweep has no forecast of its own: the first
+        driver logged it), and what the caps cut, on the parent run and in the summary."""
+        actual_wall = time.time() - run.book.started_at  # the trials' phase
+        metrics, tags = {}, {}
+        if self.forecast is not None:
+            metrics = self.forecast.ending_metrics()
+        if self.guard is not None:
+            tags, budget_metrics = self.guard.as_tags_and_metrics()
+            metrics.update(budget_metrics)
+        if metrics or tags:
+            tracker.log_sweep_figures(metrics, tags)
+        if self.forecast is not None:
+            expected = self.forecast.expected
+            run.notes.append(
+                f"Forecast: {expected.wall_seconds:.0f} s, ${expected.usd:.6f} expected; actual: {actual_wall:.0f} s "
+                f"(trials' phase), ${run.cost.usd:.6f}"
+            )
+        if self.guard is not None and self.guard.summary():
+            run.notes.append(f"Budget: {self.guard.summary()}")

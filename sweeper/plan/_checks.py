@@ -1,0 +1,109 @@
+"""The one validation pass of `sweep validate`, `sweep plan` and `sweep start` (and the
+Python API's start). The schema comes first (fields and cross-field rules, without
+reading anything but the trial sections' own files: `sweeper.spec._load`); then the
+checks that read the disk: the output folder (and a storage.uri folder) can be made and
+written, each budget cap can pay for one trial, and a GPU trial fits the card
+`cost.accelerator` names (both read the model's config, here or in the Hugging Face cache).
+Every problem is one keyed line; all of them are raised together. The checks that need
+the cluster (its GPUs' memory, its nodes' view of storage) run when Ray is up, in the
+launch."""
+
+from __future__ import annotations
+
+import errno
+import os
+import tempfile
+from pathlib import Path
+
+from sweeper.cluster.storage import is_remote
+from sweeper.errors import UserError
+from sweeper.plan._caps import budget_problems
+from sweeper.spec import load_spec, SweepSpec
+
+__all__ = ["load_checked_spec", "check_spec", "folder_creation_problem", "write_refused"]
+
+
+def load_checked_spec(path: str | Path) -> SweepSpec:
+    """A sweep file read, validated and checked against the disk, for a new sweep."""
+    spec = load_spec(path)
+    check_spec(spec)
+    return spec
+
+
+def check_spec(spec: SweepSpec) -> None:
+    """Raise UserError with every problem the disk shows of a valid spec, one keyed line each."""
+    from sweeper.cost import gpu_memory_gib, unfit_problems
+
+    card_gib = gpu_memory_gib(spec.cost.accelerator)
+    spec, packing_lines = _packed_for_checks(spec, card_gib)
+    unfit = [] if packing_lines else unfit_problems(spec, card_gib)  # the packing's line says it already
+    problems = [*_output_dir_problems(spec), *budget_problems(spec), *unfit]
+    if problems or packing_lines:
+        raise UserError(*packing_lines, *(f"{key}: {message}" for key, message in problems))
+
+
+def _packed_for_checks(spec: SweepSpec, card_gib: float | None) -> tuple[SweepSpec, list[str]]:
+    """`resources.gpus_per_worker: auto` sized on cost.accelerator's card, and its problem;
+    one GPU per trial where no card is named (the cluster's GPU decides at start) or it
+    is refused, so that the other checks count with a number."""
+    from sweeper.cost import with_gpu_packing
+
+    if spec.resources.gpus_per_worker != "auto":
+        return spec, []
+    one_gpu = spec.model_copy(update={"resources": spec.resources.model_copy(update={"gpus_per_worker": 1.0})})
+    if card_gib is None:
+        return one_gpu, []
+    try:
+        return with_gpu_packing(spec, card_gib)[0], []
+    except UserError as refused:
+        return one_gpu, refused.lines
+
+
+def _output_dir_problems(spec: SweepSpec) -> list[tuple[str, str]]:
+    """The sweep folder, and a folder named by storage.uri, must be creatable and
+    writable (tried: as root, os.access says yes even under /proc). An existing sweep
+    folder is a start with --overwrite: it is written into too."""
+    problems = []
+    problem = folder_creation_problem(spec.sweep_dir)
+    if problem:
+        problems.append(("output_dir", f"{problem}; give a folder you can write to"))
+    uri = spec.storage.uri
+    if uri and not is_remote(uri) and Path(uri) != spec.sweep_dir:
+        problem = folder_creation_problem(Path(uri))
+        if problem:
+            problems.append(("storage.uri", f"{problem}; give a folder you can write to, or s3://bucket/prefix"))
+    return problems
+
+
+def folder_creation_problem(folder: Path) -> str | None:
+    """Why `folder` (absent, or present) cannot be created and written, or None. Tried
+    by creating and removing a probe folder in it, or in its nearest existing parent:
+    nothing is left behind, and the answer is the file system's (`os.access` answers
+    yes to root on a folder such as /proc that takes no new files)."""
+    if folder.exists():
+        if not folder.is_dir():
+            return f"{folder} is a file, not a folder"
+        refused = write_refused(folder)
+        return f"cannot write in {folder}: it {refused}" if refused else None
+    ancestor = folder.parent
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        return f"cannot create {folder}: {ancestor} is a file"
+    refused = write_refused(ancestor)
+    return f"cannot create {folder}: {ancestor} {refused}" if refused else None
+
+
+def write_refused(folder: Path) -> str | None:
+    """How the existing folder `folder` refuses new files ("is read-only", "refuses new
+    files (No such file or directory)"), or None when a probe folder can be made and
+    removed in it."""
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return "is read-only"
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".sweeper-write-check-", dir=folder))
+    except OSError as exc:
+        if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            return "is read-only"
+        return f"refuses new files ({exc.strerror or exc})"
+    return None
