@@ -776,6 +776,65 @@ def capped_promotion(histories: list[list[tuple[int, float]]], rung: int, max_st
     return best
 
 
+def adaptive_promotion(
+    histories: list[list[tuple[int, float]]], rungs: list[int], max_steps: int, eta: float, cap: float,
+    on_low: str = "later", threshold: float = 0.5, min_pairs: int = 4,
+) -> float:
+    """A candidate rule (adaptive ASHA), replayed as `capped_promotion` is: one rung, at
+    rungs[0] first. Each time a promoted trial reaches max_steps, the rule measures the
+    Spearman rank correlation between the promoted trials' eval loss at the rung and at
+    max_steps; where `min_pairs` trials give it and it is below `threshold`, the rung is
+    judged misleading, and with `on_low` "later" the rung moves to the next of `rungs` (the
+    trials waiting at the old one train on to it before new trials start; the promoted
+    ones are ranked there by the values they reported), with "keep more" eta is halved
+    (once, to at least 2). Returns the best eval loss seen within `cap` training steps."""
+    from sweeper.plan.rungs import rung_quota
+
+    if on_low not in ("later", "keep more"):
+        raise ValueError(f"on_low: 'later' or 'keep more', got {on_low!r}")
+    level, adapted = 0, len(rungs) == 1 and on_low == "later"
+    reached: dict[int, int] = {}  # trial -> the step it has trained to
+    promoted: set[int] = set()
+    finished: list[int] = []  # promoted trials at max_steps, in order
+    steps, best, arriving = 0, math.inf, iter(range(len(histories)))
+
+    def train(trial: int, end: int) -> None:
+        nonlocal steps, best
+        start = reached.get(trial, 0)
+        for step, value in histories[trial]:
+            if start < step <= end and steps + step - start <= cap:
+                best = min(best, value)
+        steps += end - start
+        reached[trial] = end
+
+    while steps < cap:
+        rung = rungs[level]
+        ranked = [i for i, at in reached.items() if at >= rung]
+        waiting = sorted((dict(histories[i])[rung], i) for i in ranked if i not in promoted)
+        behind = [i for i, at in reached.items() if at < rung]  # waiting at an earlier rung
+        if sum(i in promoted for i in ranked) < rung_quota(len(ranked), eta) and waiting:
+            trial = waiting[0][1]
+            promoted.add(trial)
+            train(trial, max_steps)
+            finished.append(trial)
+            if len(finished) >= min_pairs and not adapted:
+                found = spearman([dict(histories[i])[rung] for i in finished], [histories[i][-1][1] for i in finished])
+                if found < threshold:  # NaN (ties everywhere) compares False: the rule keeps the rung
+                    if on_low == "later":
+                        level += 1
+                        adapted = level + 1 == len(rungs)
+                    else:
+                        eta, adapted = max(2.0, eta / 2), True
+        elif behind:
+            train(behind[0], rung)
+        else:
+            trial = next(arriving, None)
+            if trial is None:
+                break
+            train(trial, rung)
+    return best
+
+
 def capped_replay(histories: list, settings: "Settings", draws: int = 400, seed: int = 0) -> dict[float, dict[str, float]]:
     """What share of the trials to keep past the rung under a cap (issue 38): the default's
     first rung under a cap, keeping 1/2 to 1/6 there, and the loop's pruning, each on `draws`
@@ -1007,20 +1066,25 @@ def main() -> None:
         help="eta of the former default's ladder (asha_ladder, the candidates measured on it, the replay); "
         "the sweeper's default (asha) keeps its own",
     )
-    parser.add_argument("--base-steps", type=int, default=BASE_STEPS, help="pretraining steps of the task's base model")
     parser.add_argument(
-        "--train-examples", type=int, default=TRAIN_EXAMPLES,
+        "--task", choices=TASKS, default="small",
+        help="the task: its base's shape and pretraining, its fine-tuning data and space (TASKS); "
+        "--base-shape, --base-steps, --train-examples, --sft and --space given here override its values",
+    )
+    parser.add_argument("--base-steps", type=int, help="pretraining steps of the task's base model")
+    parser.add_argument(
+        "--train-examples", type=int,
         help="fine-tuning examples of the task; 100 makes a task that overfits within max_steps, where the rank "
         "at step 9 says little of the end (rank correlation with the final eval loss below 0)",
     )
     parser.add_argument(
-        "--base-shape", default=BASE_SHAPE,
+        "--base-shape",
         help="the base's hidden size and layers, HIDDENxLAYERS; 256x4 (3.3M parameters) makes a task whose first "
         "rung misleads (a trial costs about 4x the default shape's)",
     )
-    parser.add_argument("--space", choices=SPACES, default="issue", help="the searched space (see SPACES)")
+    parser.add_argument("--space", choices=SPACES, help="the searched space (see SPACES)")
     parser.add_argument(
-        "--sft", choices=SFT_EXAMPLES, default="same",
+        "--sft", choices=SFT_EXAMPLES,
         help="what the task fine-tunes on: new examples of the base's own families, or three families it never saw "
         "(a task with headroom: good and bad configs end far apart)",
     )
@@ -1041,6 +1105,9 @@ def main() -> None:
     )
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args()
+    for option, value in TASKS[args.task].items():
+        if getattr(args, option) is None:
+            setattr(args, option, value)
 
     seeds = [int(s) for s in args.seeds.split(",")]
     methods = args.methods.split(",")
@@ -1178,13 +1245,13 @@ def print_table(args, settings: Settings, methods: list[str], outcomes: dict, ra
 
     random_steps = statistics.median(o.steps for o in outcomes["random"])
     target = statistics.median(o.best for o in outcomes["random"])
-    steps = [s for s in (args.eval_every, 3 * args.eval_every, 5 * args.eval_every) if s < args.max_steps]
-    correlations = rank_correlations(histories, steps)
-    among_best = rank_correlations(histories, steps, 1 / args.reduction_factor)
-    to_final = rank_correlations(histories, steps, final=True)
-    rows, figures = [], {"methods": {}, "rank_correlation": correlations, "rank_correlation_best_third": among_best,
-                         "rank_correlation_final": to_final,
-                         "target_loss": target, "seeds": args.seeds}
+    by_rung = rank_correlations(histories, rungs, final=True)
+    by_rung_per_seed = {seed: rank_correlations(h, rungs, final=True) for seed, h in sorted(random_by_seed.items()) if len(h) >= 3}
+    to_best = rank_correlations(histories, rungs)
+    among_best = rank_correlations(histories, rungs, 1 / args.reduction_factor)
+    rows, figures = [], {"methods": {}, "rank_correlation_by_rung": by_rung, "rank_correlation_by_rung_per_seed": by_rung_per_seed,
+                         "rank_correlation_best": to_best, "rank_correlation_best_third": among_best,
+                         "target_loss": target, "seeds": args.seeds, "task": args.task}
     for method in methods:
         runs = outcomes[method]
         bests = [o.best for o in runs]
@@ -1239,11 +1306,16 @@ def print_table(args, settings: Settings, methods: list[str], outcomes: dict, ra
         )
         console.print(f"anytime plot: {args.plot}" + (f" and {png}" if png else " (no PNG: kaleido found no browser)"))
     console.print(
-        "rank correlation (Spearman, eval loss at a step vs the trial's best, random search's trials): "
-        + ", ".join(f"step {s}: {c:.2f}" for s, c in correlations.items())
-        + f"; among the best 1/eta of them ({len(histories) // int(args.reduction_factor)}): "
+        f"task {args.task}: rank correlation by rung (Spearman, a trial's eval loss at the rung vs at max_steps, "
+        f"random search's {len(histories)} trials of all seeds): " + ", ".join(f"step {s}: {c:.2f}" for s, c in by_rung.items())
+        + "; per seed: " + "; ".join(
+            f"seed {seed}: " + ", ".join(f"{c:.2f}" for c in found.values()) for seed, found in by_rung_per_seed.items()
+        )
+    )
+    console.print(
+        "rank correlation by rung against the trial's best eval loss: " + ", ".join(f"step {s}: {c:.2f}" for s, c in to_best.items())
+        + f"; among the best 1/eta of the trials ({len(histories) // int(args.reduction_factor)}): "
         + ", ".join(f"step {s}: {c:.2f}" for s, c in among_best.items())
-        + "; against the trial's final eval loss: " + ", ".join(f"step {s}: {c:.2f}" for s, c in to_final.items())
     )
     console.print(f"random search's median best (the target): {target:.4f}")
     places = {seed: best_trial_ranks(h, rungs) for seed, h in sorted(random_by_seed.items())}
