@@ -84,13 +84,13 @@ SPACE = {
     "lora.alpha_per_rank": {"distribution": "categorical", "values": [0.5, 1, 2, 4]},
     "training.warmup_ratio": {"distribution": "uniform", "low": 0.0, "high": 0.2},
 }
-# `--space`: the issue's space, and the same with the learning rate over the two decades
-# where this task's LoRA learns in 243 steps without diverging: a second task, with fewer
-# hopeless trials. (The rank correlation between the first rung and the end stayed above
-# 0.6 on it too: 0.71 over the issue's space, 0.75 over this one; benchmarks/README.md.)
+# `--space`: the issue's space; the same with the learning rate over the two decades where
+# the small task's LoRA learns in 243 steps without diverging (fewer hopeless trials); the
+# same with warmups up to a third of max_steps (the misleading task's).
 SPACES = {
     "issue": SPACE,
     "lora": {**SPACE, "training.learning_rate": {"distribution": "log_uniform", "low": 1.0e-4, "high": 1.0e-2}},
+    "late_warmup": {**SPACE, "training.warmup_ratio": {"distribution": "uniform", "low": 0.0, "high": 0.33}},
 }
 METRIC = "eval_loss"
 # The issue's compute target: a quarter of random search's total steps. The table gives
@@ -195,30 +195,31 @@ DEFAULT_METHODS = ["random", "optuna", "asha", "asha_ladder", "asha_stopping", "
 # --- the task ---------------------------------------------------------------------------
 
 # The Optuna loop's MedianPruner waits this many steps (`n_warmup_steps`), as the loops users
-# write do (issue 38's loop: 27, the third evaluation at 243 steps; the sweeper's first rung is
-# at 9). Before issue 38 the loop used MedianPruner() with its defaults, which can prune at the
-# first evaluation.
+# write do: the third evaluation at 243 steps (the sweeper's first rung is at 9).
 LOOP_WARMUP = 27
 
-# Pretraining steps of the benchmark's base (batch 32, learning rate 3e-3): enough for the
-# chat format and the answers' easy part, little enough that the fine-tuning still
-# improves it. With 243 fine-tuning steps, random search's seed 0 gave a rank correlation
-# at step 9 of 0.81 with a base of 40 steps, 0.69 with 80 and 0.68 with 160
-# (`--base-steps`); over seeds 0-2 this base gives 0.69 (per seed 0.69, 0.53, 0.87):
-# the trials whose learning rate is too low to move rank last at step 9 and at the end
-# alike, which keeps the figure up over all trials (benchmarks/README.md).
+# The base's pretraining steps (batch 32, learning rate 3e-3; `--base-steps`), fine-tuning
+# examples (`--train-examples`) and the base's hidden size and layers (`--base-shape`): the
+# small task's. 64x2 is the built-in tiny model's shape (0.13M parameters); 256x4 is 3.3M.
 BASE_STEPS = 80
-# Fine-tuning examples (`--train-examples`). With 100, 243 steps of batch 8 are about 20
-# epochs: the trials overfit and the fast learners reach their best early and end worst,
-# so the rank at step 9 says little of the end: Spearman -0.15 against the final eval loss,
-# 0.61 against each trial's best (random search, seeds 0-2; with 2000 examples 0.68 and
-# 0.75; benchmarks/README.md).
 TRAIN_EXAMPLES = 2000
-# The base's hidden size and layers (`--base-shape`): the built-in tiny model's, 0.13M
-# parameters. 256x4 is 3.3M, about the issue's 2.75M: with `--base-steps 160` the rank at
-# step 9 against the final eval loss is 0.45 (0.87 at step 27; random search, seeds 0-4),
-# and a trial costs about 4x the small task's (benchmarks/README.md).
 BASE_SHAPE = "64x2"
+
+# The benchmark's tasks (`--task`), each a base, fine-tuning data and a space; an option
+# given on the command line overrides its task's value. benchmarks/README.md gives each
+# task's rank correlation by rung.
+# - small: the base's own four families, fine-tuned on new examples: what is left to learn
+#   is small, and a learning rate that is too high makes the loss worse than the base's;
+# - headroom: three families the base never saw (new_family_example), on a base pretrained
+#   longer: good and bad configs end far apart;
+# - misleading: the headroom task over a space whose warmup runs to a third of max_steps
+#   (SPACES["late_warmup"]): at the first rung a trial's rank says as much about its warmup
+#   as about its config, past the last warmup (step 81 of 243) its rank holds to the end.
+TASKS = {
+    "small": {"base_shape": BASE_SHAPE, "base_steps": BASE_STEPS, "train_examples": TRAIN_EXAMPLES, "sft": "same", "space": "issue"},
+    "headroom": {"base_shape": BASE_SHAPE, "base_steps": 1000, "train_examples": TRAIN_EXAMPLES, "sft": "new", "space": "issue"},
+    "misleading": {"base_shape": BASE_SHAPE, "base_steps": 1000, "train_examples": TRAIN_EXAMPLES, "sft": "new", "space": "late_warmup"},
+}
 
 
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
