@@ -670,9 +670,28 @@ def run_sweeper(settings: Settings, seed: int, name: str) -> Outcome:
 # --- figures ------------------------------------------------------------------------------
 
 def spearman(xs: list[float], ys: list[float]) -> float:
-    import polars as pl
+    """Spearman's rank correlation: Pearson's over the ranks (ties take their mean rank);
+    NaN where either side has fewer than two distinct values. In plain Python: the replays
+    call it thousands of times on a few tens of values."""
 
-    return float(pl.DataFrame({"x": xs, "y": ys}).select(pl.corr("x", "y", method="spearman")).item())
+    def ranks(values: list[float]) -> list[float]:
+        order = sorted(range(len(values)), key=values.__getitem__)
+        found = [0.0] * len(values)
+        start = 0
+        while start < len(order):
+            end = start
+            while end + 1 < len(order) and values[order[end + 1]] == values[order[start]]:
+                end += 1
+            for i in order[start : end + 1]:
+                found[i] = (start + end) / 2
+            start = end + 1
+        return found
+
+    a, b = ranks(xs), ranks(ys)
+    mean_a, mean_b = statistics.fmean(a) if a else 0.0, statistics.fmean(b) if b else 0.0
+    cov = sum((x - mean_a) * (y - mean_b) for x, y in zip(a, b, strict=True))
+    spread = math.sqrt(sum((x - mean_a) ** 2 for x in a) * sum((y - mean_b) ** 2 for y in b))
+    return cov / spread if spread else math.nan
 
 
 def rank_correlations(
@@ -773,6 +792,7 @@ def adaptive_promotion(
     promoted: set[int] = set()
     finished: list[int] = []  # promoted trials at max_steps, in order
     steps, best, arriving = 0, math.inf, iter(range(len(histories)))
+    at = [dict(h) for h in histories]
 
     def train(trial: int, end: int) -> None:
         nonlocal steps, best
@@ -786,7 +806,7 @@ def adaptive_promotion(
     while steps < cap:
         rung = rungs[level]
         ranked = [i for i, at in reached.items() if at >= rung]
-        waiting = sorted((dict(histories[i])[rung], i) for i in ranked if i not in promoted)
+        waiting = sorted((at[i][rung], i) for i in ranked if i not in promoted)
         behind = [i for i, at in reached.items() if at < rung]  # waiting at an earlier rung
         if sum(i in promoted for i in ranked) < rung_quota(len(ranked), eta) and waiting:
             trial = waiting[0][1]
@@ -794,7 +814,7 @@ def adaptive_promotion(
             train(trial, max_steps)
             finished.append(trial)
             if len(finished) >= min_pairs and not adapted:
-                found = spearman([dict(histories[i])[rung] for i in finished], [histories[i][-1][1] for i in finished])
+                found = spearman([at[i][rung] for i in finished], [histories[i][-1][1] for i in finished])
                 if found < threshold:  # NaN (ties everywhere) compares False: the rule keeps the rung
                     if on_low == "later":
                         level += 1

@@ -2,11 +2,13 @@
 decides which placement the README recommends, so their rules are tested on histories
 small enough to work out by hand."""
 
+import math
+
 import pytest
 
 from benchmarks.search_quality import (
     Outcome, adaptive_promotion, anytime, capped_promotion, headroom, median_pruning, new_family_example, oracle_screen, paired_difference, parse_shape,
-    rank_correlations, resampled_replay, successive_halving,
+    rank_correlations, resampled_replay, spearman, successive_halving,
 )
 
 # Four trials evaluated at steps 1, 2 and 4 (max_steps 4); trial 3 starts slowly and ends best.
@@ -196,3 +198,11 @@ def test_rank_correlation_by_rung_is_against_the_eval_loss_at_max_steps():
     # Ranks at step 1 (1, 2, 3, 4, 5, 5.5) and at the end: only the slow starter moves (4th -> 1st).
     found = rank_correlations(SLOW_STARTER, [1, 2], final=True)
     assert found[2] > found[1] > 0.5
+
+
+def test_spearman_ranks_ties_at_their_mean_and_is_undefined_without_spread():
+    assert spearman([1.0, 2.0, 3.0], [30.0, 20.0, 10.0]) == pytest.approx(-1.0)
+    # Ranks (0.5, 0.5, 2) against (0, 1, 2): Pearson 0.866.
+    assert spearman([5.0, 5.0, 7.0], [1.0, 2.0, 3.0]) == pytest.approx(0.8660254)
+    assert math.isnan(spearman([1.0, 1.0, 1.0], [1.0, 2.0, 3.0]))
+    assert math.isnan(spearman([1.0], [2.0]))
