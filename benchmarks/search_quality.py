@@ -768,13 +768,13 @@ def capped_promotion(histories: list[list[tuple[int, float]]], rung: int, max_st
     there goes on to max_steps (as `RungLadder.settle` decides), or else the next trial
     trains to the rung, until `cap` training steps. Returns the best eval loss seen
     within the cap."""
-    return adaptive_promotion(histories, [rung], max_steps, eta, cap)
+    return adaptive_promotion(histories, [rung], max_steps, eta, cap)[0]
 
 
 def adaptive_promotion(
     histories: list[list[tuple[int, float]]], rungs: list[int], max_steps: int, eta: float, cap: float,
     on_low: str = "later", threshold: float = 0.5, min_pairs: int = 4,
-) -> float:
+) -> tuple[float, int]:
     """A candidate rule (adaptive ASHA), replayed as `capped_promotion` is: one rung, at
     rungs[0] first. Each time a promoted trial reaches max_steps, the rule measures the
     Spearman rank correlation between the promoted trials' eval loss at the rung and at
@@ -782,7 +782,8 @@ def adaptive_promotion(
     judged misleading, and with `on_low` "later" the rung moves to the next of `rungs` (the
     trials waiting at the old one train on to it before new trials start; the promoted
     ones are ranked there by the values they reported), with "keep more" eta is halved
-    (once, to at least 2). Returns the best eval loss seen within `cap` training steps."""
+    (once, to at least 2). With `cap` math.inf, every trial is drawn: a sweep with a trial
+    count. Returns (the best eval loss seen within `cap` training steps, steps trained)."""
     from sweeper.plan.rungs import rung_quota
 
     if on_low not in ("later", "keep more"):
@@ -828,7 +829,7 @@ def adaptive_promotion(
             if trial is None:
                 break
             train(trial, rung)
-    return best
+    return best, min(steps, cap)
 
 
 def capped_replay(histories: list, settings: "Settings", draws: int = 400, seed: int = 0) -> dict[float, dict[str, float]]:
@@ -859,9 +860,9 @@ def capped_replay(histories: list, settings: "Settings", draws: int = 400, seed:
                       for other in ladder if other != rung})
         if len(later) > 1:
             rules[f"adaptive: rung {' -> '.join(map(str, later))} while the promoted trials' rank correlation < 0.5"] = (
-                lambda h: adaptive_promotion(h, later, top, 4, cap, on_low="later"))
+                lambda h: adaptive_promotion(h, later, top, 4, cap, on_low="later")[0])
         rules[f"adaptive: rung {rung}, keep 1/4, then 1/2 when the promoted trials' rank correlation < 0.5"] = (
-            lambda h: adaptive_promotion(h, [rung], top, 4, cap, on_low="keep more"))
+            lambda h: adaptive_promotion(h, [rung], top, 4, cap, on_low="keep more")[0])
         rules[f"the loop's pruning (MedianPruner(n_warmup_steps={settings.loop_warmup}))"] = (
             lambda h: median_pruning(h, top, warmup=settings.loop_warmup, cap=cap)[0])
         found[share] = {name: statistics.fmean(rule(order) for order in orders) for name, rule in rules.items()}
@@ -920,6 +921,7 @@ def resampling_rules(settings: Settings) -> dict:
     startup = settings.ladder()["startup_trials"]
     spaced = asha_rungs(grace, top, 4)
     later = asha_rungs(2 * grace, top, eta)
+    ladder = asha_rungs(grace, top, 3)
     names = lambda r: ", ".join(map(str, r)) or "none"  # noqa: E731
     return {
         "random search (every trial to max_steps)": lambda h: (min(v for t in h for _, v in t), len(h) * top),
@@ -933,6 +935,10 @@ def resampling_rules(settings: Settings) -> dict:
             lambda h: successive_halving(h, spaced, top, eta, startup=startup),
         f"the default (asha): one rung at {grace}, keep 1/4, the rest to max_steps":
             lambda h: successive_halving(h, [grace], top, 4),
+        f"adaptive: one rung at {' -> '.join(map(str, ladder))} while the promoted trials' rank correlation < 0.5, keep 1/4":
+            lambda h: adaptive_promotion(h, ladder, top, 4, math.inf, on_low="later"),
+        f"adaptive: one rung at {grace}, keep 1/4, then 1/2 when the promoted trials' rank correlation < 0.5":
+            lambda h: adaptive_promotion(h, [grace], top, 4, math.inf, on_low="keep more"),
         f"reference: the best 1/{eta:g} known without training, {TARGET_SHARE:g}x random's steps of them to max_steps":
             lambda h: oracle_screen(h, top, TARGET_SHARE, 1 / eta),
     }

@@ -173,23 +173,27 @@ SLOW_STARTER = [
 def test_the_adaptive_rung_moves_later_when_the_promoted_trials_ranks_at_it_disagree_with_their_ends():
     # Never judged misleading (threshold below any correlation): the one rung at step 1, as
     # capped_promotion replays it; keeping half there never promotes the slow starter.
-    assert adaptive_promotion(SLOW_STARTER, [1, 2], 4, 2, cap=100, threshold=-2, min_pairs=2) == 1.8
+    assert adaptive_promotion(SLOW_STARTER, [1, 2], 4, 2, cap=100, threshold=-2, min_pairs=2)[0] == 1.8
     assert capped_promotion(SLOW_STARTER, 1, 4, 2, cap=100) == 1.8
     # Always judged misleading once 2 promoted trials ended (trials 0 and 1, 10 steps): the
     # rung moves to step 2; trials 2 and 3, waiting at step 1, train on to it (steps 11, 12:
     # the slow starter's 1.6), trials 4 and 5 arrive there, and of the 6 ranked at step 2 a
     # third may go on: the slow starter, to 1.5.
-    assert adaptive_promotion(SLOW_STARTER, [1, 2], 4, 2, cap=100, threshold=1.5, min_pairs=2) == 1.5
-    assert adaptive_promotion(SLOW_STARTER, [1, 2], 4, 2, cap=12, threshold=1.5, min_pairs=2) == 1.6
-    assert adaptive_promotion(SLOW_STARTER, [1, 2], 4, 2, cap=11, threshold=1.5, min_pairs=2) == 1.8
+    assert adaptive_promotion(SLOW_STARTER, [1, 2], 4, 2, cap=100, threshold=1.5, min_pairs=2)[0] == 1.5
+    # Without a cap every trial is drawn (a sweep with a trial count): 6 to step 1, trials 0
+    # and 1 to the end (3 + 3), 2 to 5 on to step 2 (4 x 1), the slow starter to the end (2).
+    assert adaptive_promotion(SLOW_STARTER, [1, 2], 4, 2, cap=math.inf, threshold=1.5, min_pairs=2) == (1.5, 6 + 6 + 4 + 2)
+    assert adaptive_promotion(SLOW_STARTER, [1, 2], 4, 2, cap=math.inf, threshold=-2, min_pairs=2) == (1.8, 6 + 9)
+    assert adaptive_promotion(SLOW_STARTER, [1, 2], 4, 2, cap=12, threshold=1.5, min_pairs=2)[0] == 1.6
+    assert adaptive_promotion(SLOW_STARTER, [1, 2], 4, 2, cap=11, threshold=1.5, min_pairs=2)[0] == 1.8
 
 
 def test_the_adaptive_rung_keeps_more_past_it_when_asked_to():
     trials = SLOW_STARTER + [[(1, 2.7), (2, 2.7), (4, 2.7)], [(1, 2.8), (2, 2.8), (4, 2.8)]]
     # Keeping a quarter of 8 at step 1: trials 0 and 1 go on (1.8). Judged misleading after
     # those two, it keeps half: trials 2 and 3 go on too, and the slow starter ends at 1.5.
-    assert adaptive_promotion(trials, [1], 4, 4, cap=100, threshold=-2, min_pairs=2, on_low="keep more") == 1.8
-    assert adaptive_promotion(trials, [1], 4, 4, cap=100, threshold=1.5, min_pairs=2, on_low="keep more") == 1.5
+    assert adaptive_promotion(trials, [1], 4, 4, cap=100, threshold=-2, min_pairs=2, on_low="keep more")[0] == 1.8
+    assert adaptive_promotion(trials, [1], 4, 4, cap=100, threshold=1.5, min_pairs=2, on_low="keep more")[0] == 1.5
     with pytest.raises(ValueError, match="on_low"):
         adaptive_promotion(trials, [1], 4, 4, cap=100, on_low="sooner")
 
