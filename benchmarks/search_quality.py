@@ -8,7 +8,8 @@ three-digit numbers, count a letter), then fine-tuned with LoRA (`--train-exampl
 new examples of the same families (`--sft same`) or on three families the base never saw
 (`--sft new`). The space (`--space`, SPACES) is learning rate log [1e-5, 1e-1], `lora.r`,
 `lora.alpha_per_rank` and `training.warmup_ratio` up to 0.2 (more warmup steps than the
-first rung), or up to a third of max_steps. The benchmark prints each task's rank
+first rung), or the same with the learning rate over [1e-4, 1e-1] (the misleading task:
+no trial too slow to move) or [1e-4, 1e-2]. The benchmark prints each task's rank
 correlation by rung: Spearman, over random search's trials, between a trial's eval loss
 at each rung of the ladder (9, 27, 81) and at max_steps (243).
 
