@@ -210,3 +210,16 @@ def test_spearman_ranks_ties_at_their_mean_and_is_undefined_without_spread():
     assert spearman([5.0, 5.0, 7.0], [1.0, 2.0, 3.0]) == pytest.approx(0.8660254)
     assert math.isnan(spearman([1.0, 1.0, 1.0], [1.0, 2.0, 3.0]))
     assert math.isnan(spearman([1.0], [2.0]))
+
+
+def test_every_task_names_a_space_a_fine_tuning_set_and_a_base_the_benchmark_can_build():
+    from benchmarks.search_quality import SFT_EXAMPLES, SPACES, TASKS
+
+    assert set(TASKS) == {"small", "headroom", "misleading"}
+    for name, task in TASKS.items():
+        assert task["space"] in SPACES and task["sft"] in SFT_EXAMPLES, name
+        parse_shape(task["base_shape"])
+    # The misleading task is the headroom task with no learning rate below 1e-4.
+    differs = {k for k in TASKS["misleading"] if TASKS["misleading"][k] != TASKS["headroom"][k]}
+    assert differs == {"space"}
+    assert SPACES["upper_lr"]["training.learning_rate"]["low"] == 1e-4
