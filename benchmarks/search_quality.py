@@ -1,60 +1,56 @@
-"""Benchmark 5, search quality: the config a method finds for the steps it spends, on a
-task whose early ranks mislead, over several seeds.
+"""Benchmark 5, search quality: the config a method finds for the steps it spends, on
+tasks whose early ranks mislead to different degrees, over several seeds.
 
-The task is built at run time, deterministically: a base of the tiny Llama's shape
-(`trainables.tiny.build`) pretrained briefly (BASE_STEPS, full weights) on chat text of
-four task families (sort letters, reverse words, add three-digit numbers, count a
-letter), then fine-tuned with LoRA on new examples of the same families. The base knows
-the chat format and the easy part of the answers, so what is left to learn is small, a
-learning rate that is too high makes the loss worse than the base's, and the first
-rung's ranks say little about the end among the trials that compete there (the
-benchmark prints the rank correlations). The space is the issue's: learning rate log
-[1e-5, 1e-1], `lora.r`, `lora.alpha_per_rank` and `training.warmup_ratio` up to 0.2
-(more warmup steps than the first rung); `--space lora` narrows the learning rate to
-[1e-4, 1e-2] (SPACES). `--base-shape 256x4` builds the base wider and deeper (3.3M
-parameters against the tiny model's 0.13M), `--base-steps` and `--train-examples`
-pretrain it longer and fine-tune on fewer examples: the other tasks of benchmarks/README.md.
+Each task (`--task`, TASKS) is built at run time, deterministically: a base of the tiny
+Llama's shape (`trainables.tiny.build`, `--base-shape`) pretrained briefly (full weights,
+`--base-steps`) on chat text of four task families (sort letters, reverse words, add
+three-digit numbers, count a letter), then fine-tuned with LoRA (`--train-examples`) on
+new examples of the same families (`--sft same`) or on three families the base never saw
+(`--sft new`). The space (`--space`, SPACES) is learning rate log [1e-5, 1e-1], `lora.r`,
+`lora.alpha_per_rank` and `training.warmup_ratio` up to 0.2 (more warmup steps than the
+first rung), or the same with the learning rate over [1e-4, 1e-1] (the misleading task:
+no trial too slow to move) or [1e-4, 1e-2]. The benchmark prints each task's rank
+correlation by rung: Spearman, over random search's trials, between a trial's eval loss
+at each rung of the ladder (9, 27, 81) and at max_steps (243).
 
 Methods, on the same space and seeds:
 - random: random search, every trial to max_steps (in this process, no Ray); its
-  evaluations give the rank correlation between the first rung and the end;
+  evaluations give the rank correlations and the replays below;
 - optuna: the loop a user writes by hand, in this process, one trial at a time:
   Optuna TPE (seeded) + MedianPruner(n_warmup_steps=27) (`--loop-warmup`), `trial.report`
-  at every evaluation; at least `--trials` trials and until it has trained half random
+  at every evaluation; at least `--trials` trials and until it has trained random
   search's steps (`--loop-share`);
-- the sweeper's schedulers through `sweeper.run._launch.run_sweep` (as `sweep start` runs
-  them): `asha` is the sweeper's default (one rung at step 9 keeping a quarter),
-  `asha_ladder` the default before it (rungs 9, 27, 81 keeping 1/eta, 4 startup trials),
-  `asha_budget10`, `asha_budget25` and `asha_budget50` the default with no trial count
-  until a `budget.max_steps` cap of 0.1x, 0.25x and 0.5x random search's steps, and
-  candidate settings (see METHODS).
+- the sweeper's schedulers through `sweeper.run.run_sweep` (as `sweep start` runs
+  them): `asha` is the sweeper's default (one rung keeping a quarter: step 9 with a trial
+  count), `asha_ladder` the ladder (rungs 9, 27, 81 keeping 1/eta, 4 startup trials),
+  `asha_budget10` ... `asha_budget100` the default with no trial count until a
+  `budget.max_steps` cap of 0.1x, 0.25x, 0.5x and 1x random search's steps (its first
+  rung then at step 27), and candidate settings (see METHODS).
 
-The anytime comparison (issue 38): each method's best-so-far at 0.1x, 0.25x and 0.5x of
-random search's steps, seed by seed; for each method that trained to 0.5x, the best at
-0.5x minus the best at 0.25x (does more compute buy a better config?); each
-budget-capped default minus the loop at the same steps; the task's headroom (random
-search's median trial minus its best); with `--plot`, the curves.
+The anytime comparison: each method's best-so-far at 0.1x, 0.25x, 0.5x and 1x of random
+search's steps, seed by seed; for each method that trained to 1x, the best at 1x minus
+the best at 0.5x (does more compute buy a better config?); each budget-capped default
+minus the loop at the same steps; the task's headroom (random search's median trial minus
+its best); with `--plot`, the curves.
 
-Defaults: 27 trials of at most 243 steps, evaluated every 9 (the grace period: step 9;
-the ladder's rungs 9, 27, 81), eta 3 for the ladder: the issue's own setting, with enough
-steps left after the last rung for the methods to separate (random search's trials end
-2.19-3.2; at 81 steps all methods ended within 0.05).
+Defaults: 27 trials of at most 243 steps, evaluated every 9 (the ladder's rungs 9, 27,
+81, eta 3), enough steps after the last rung for the methods to separate.
 
 Per method: median and spread (min-max) of the best eval loss seen at any evaluation,
 total steps relative to random search, the best found within a quarter of random
-search's steps (every method at the issue's compute, the loop's and random search's
-first quarter included), steps until the best-so-far first reaches random search's
-median best, wall time; then each sweeper method minus the loop seed by seed (the mean,
-a bootstrap 95% interval, better/worse/equal seeds). A second table replays rung placements and
-Hyperband-style brackets (`replay_brackets`) on random search's finished trials: which
-trial successive halving would keep, without running a sweep per placement. The last
-table (`capped_replay`) replays the default under each anytime cap, keeping 1/2 to 1/6 of
-the trials past its rung, beside the loop's pruning: what the screen alone does there.
+search's steps, steps until the best-so-far first reaches random search's median best,
+wall time; then each sweeper method minus the loop seed by seed (the mean, a bootstrap
+95% interval, better/worse/equal seeds). The replays run rules on random search's
+finished trials, without a sweep per rule: rung placements and Hyperband-style brackets
+(`replay_brackets`), the same in expectation over resampled draws (`resampled_replay`),
+and under each anytime cap (`capped_replay`) the default's rung keeping 1/2 to 1/6, other
+rung placements, the adaptive-rung candidates (`adaptive_promotion`) and the loop's
+pruning: what the screen alone does there.
 
-    python -m benchmarks.search_quality                       # the default methods, 3 seeds
-    python -m benchmarks.search_quality --sft new --base-steps 1000 --seeds 0,1,2 \
-        --methods random,optuna,asha,asha_budget10,asha_budget25,asha_budget50 --plot anytime.html   # issue 38
-    python -m benchmarks.search_quality --methods random,asha --seeds 0
+    python -m benchmarks.search_quality                       # the default methods, 3 seeds, the small task
+    python -m benchmarks.search_quality --task misleading --seeds 0,1 --methods random   # rank correlations, replays
+    python -m benchmarks.search_quality --task headroom --seeds 0,1,2 \
+        --methods random,optuna,asha_budget10,asha_budget25,asha_budget50,asha_budget100 --plot anytime.html
 """
 
 from __future__ import annotations
@@ -84,13 +80,13 @@ SPACE = {
     "lora.alpha_per_rank": {"distribution": "categorical", "values": [0.5, 1, 2, 4]},
     "training.warmup_ratio": {"distribution": "uniform", "low": 0.0, "high": 0.2},
 }
-# `--space`: the issue's space, and the same with the learning rate over the two decades
-# where this task's LoRA learns in 243 steps without diverging: a second task, with fewer
-# hopeless trials. (The rank correlation between the first rung and the end stayed above
-# 0.6 on it too: 0.71 over the issue's space, 0.75 over this one; benchmarks/README.md.)
+# `--space`: the issue's space; the same with the learning rate over the two decades where
+# the small task's LoRA learns in 243 steps without diverging (fewer hopeless trials); the
+# same with the learning rate over its upper three decades (the misleading task's).
 SPACES = {
     "issue": SPACE,
     "lora": {**SPACE, "training.learning_rate": {"distribution": "log_uniform", "low": 1.0e-4, "high": 1.0e-2}},
+    "upper_lr": {**SPACE, "training.learning_rate": {"distribution": "log_uniform", "low": 1.0e-4, "high": 1.0e-1}},
 }
 METRIC = "eval_loss"
 # The issue's compute target: a quarter of random search's total steps. The table gives
@@ -128,8 +124,8 @@ METHODS: dict[str, dict | None] = {
     "asha_grace27": {"early_stopping": {"grace_period": 27}},
     "asha_grace3": {"early_stopping": {"grace_period": 3}, "training": {"eval_every": 3}},
     "asha_eta2_no_liar": {"early_stopping": {"reduction_factor": 2, "grace_period": 9}, "sampler": {"constant_liar": False}},
-    "asha_no_liar": {"sampler": {"constant_liar": False}},  # the default since; kept for the "before" runs
-    # the default before early_stopping.startup_trials (its default is 4 of 27 trials since)
+    "asha_no_liar": {"sampler": {"constant_liar": False}},
+    # no startup trials
     "asha_no_startup": {"early_stopping": {"startup_trials": 0}},
     # the first trials to max_steps unranked (early_stopping.startup_trials): full-length
     # results for TPE before the rungs decide, as the Optuna loop's MedianPruner lets its first 5 finish
@@ -165,23 +161,21 @@ METHODS: dict[str, dict | None] = {
     # no earlier trial is training (4 full-length results, 21 values at step 9) and trained
     # to max_steps unranked: what the loop's TPE does (suggest near full-length results and
     # train the suggestion to the end), at the default's steps (25 x 9 + 4 x 234 + 2 x 243).
-    # Measured in session 16: no better than the default (benchmarks/README.md)
     "asha_closing2": {"early_stopping": {"reduction_factor": 6}, "closing_trials": 2},
 }
-# The anytime comparison (issue 38): each method's best-so-far read at these shares of random
-# search's steps, and the default run with no trial count until a budget.max_steps cap of
-# each share (`asha_budget10` ...): trials keep coming until the cap.
-ANYTIME_SHARES = (0.1, 0.25, 0.5)
+# The anytime comparison: each method's best-so-far read at these shares of random search's
+# steps, and the default run with no trial count until a budget.max_steps cap of each share
+# (`asha_budget10` ...): trials keep coming until the cap.
+ANYTIME_SHARES = (0.1, 0.25, 0.5, 1.0)
 # A run "reached" a share when it trained this much of it: a budget cap is met to within
 # a trial's first rung (a few steps short), not to the step.
 REACHED = 0.95
 BUDGET_METHODS = {f"asha_budget{round(share * 100)}": share for share in ANYTIME_SHARES}
 METHODS.update({name: {"budget_share": share} for name, share in BUDGET_METHODS.items()})
-# The same caps with the first rung pinned (`asha_budget50_grace27` ...): at step 27, where
-# the loop's MedianPruner first judges and where the default without a trial count has put
-# it since session 37 (max_steps / 9; on the sixth task a trial's loss at step 27 ranks its
-# best at 0.86, at step 9 at 0.71); at step 9, the default before (max_steps / 27, sessions
-# 28-36). Pinned, their cached runs keep meaning what they measured when the default moves.
+# The same caps with the first rung pinned (`asha_budget50_grace27` ...): at step 27 (the
+# default without a trial count at 243 steps: max_steps / 9, where the loop's MedianPruner
+# first judges) or at step 9 (max_steps / 27, the default with a trial count). Pinned, their
+# cached runs keep meaning what they measured if the default moves.
 PINNED_RUNG_METHODS = {f"{name}_grace{rung}": (share, rung) for name, share in BUDGET_METHODS.items() for rung in (9, 27)}
 METHODS.update({
     name: {"budget_share": share, "early_stopping": {"grace_period": rung}}
@@ -195,30 +189,32 @@ DEFAULT_METHODS = ["random", "optuna", "asha", "asha_ladder", "asha_stopping", "
 # --- the task ---------------------------------------------------------------------------
 
 # The Optuna loop's MedianPruner waits this many steps (`n_warmup_steps`), as the loops users
-# write do (issue 38's loop: 27, the third evaluation at 243 steps; the sweeper's first rung is
-# at 9). Before issue 38 the loop used MedianPruner() with its defaults, which can prune at the
-# first evaluation.
+# write do: the third evaluation at 243 steps (the sweeper's first rung is at 9).
 LOOP_WARMUP = 27
 
-# Pretraining steps of the benchmark's base (batch 32, learning rate 3e-3): enough for the
-# chat format and the answers' easy part, little enough that the fine-tuning still
-# improves it. With 243 fine-tuning steps, random search's seed 0 gave a rank correlation
-# at step 9 of 0.81 with a base of 40 steps, 0.69 with 80 and 0.68 with 160
-# (`--base-steps`); over seeds 0-2 this base gives 0.69 (per seed 0.69, 0.53, 0.87):
-# the trials whose learning rate is too low to move rank last at step 9 and at the end
-# alike, which keeps the figure up over all trials (benchmarks/README.md).
+# The base's pretraining steps (batch 32, learning rate 3e-3; `--base-steps`), fine-tuning
+# examples (`--train-examples`) and the base's hidden size and layers (`--base-shape`): the
+# small task's. 64x2 is the built-in tiny model's shape (0.13M parameters); 256x4 is 3.3M.
 BASE_STEPS = 80
-# Fine-tuning examples (`--train-examples`). With 100, 243 steps of batch 8 are about 20
-# epochs: the trials overfit and the fast learners reach their best early and end worst,
-# so the rank at step 9 says little of the end: Spearman -0.15 against the final eval loss,
-# 0.61 against each trial's best (random search, seeds 0-2; with 2000 examples 0.68 and
-# 0.75; benchmarks/README.md).
 TRAIN_EXAMPLES = 2000
-# The base's hidden size and layers (`--base-shape`): the built-in tiny model's, 0.13M
-# parameters. 256x4 is 3.3M, about the issue's 2.75M: with `--base-steps 160` the rank at
-# step 9 against the final eval loss is 0.45 (0.87 at step 27; random search, seeds 0-4),
-# and a trial costs about 4x the small task's (benchmarks/README.md).
 BASE_SHAPE = "64x2"
+
+# The benchmark's tasks (`--task`), each a base, fine-tuning data and a space; an option
+# given on the command line overrides its task's value. benchmarks/README.md gives each
+# task's rank correlation by rung.
+# - small: the base's own four families, fine-tuned on new examples: what is left to learn
+#   is small, and a learning rate that is too high makes the loss worse than the base's;
+# - headroom: three families the base never saw (new_family_example), on a base pretrained
+#   longer: good and bad configs end far apart;
+# - misleading: the headroom task with the learning rate over [1e-4, 1e-1] (SPACES["upper_lr"]):
+#   no trial whose learning rate is too low to move (those rank last at every step), and
+#   many high enough to lead at the first rung and end behind, while from step 81 a
+#   trial's rank holds to the end.
+TASKS = {
+    "small": {"base_shape": BASE_SHAPE, "base_steps": BASE_STEPS, "train_examples": TRAIN_EXAMPLES, "sft": "same", "space": "issue"},
+    "headroom": {"base_shape": BASE_SHAPE, "base_steps": 1000, "train_examples": TRAIN_EXAMPLES, "sft": "new", "space": "issue"},
+    "misleading": {"base_shape": BASE_SHAPE, "base_steps": 1000, "train_examples": TRAIN_EXAMPLES, "sft": "new", "space": "upper_lr"},
+}
 
 
 LETTERS = "abcdefghijklmnopqrstuvwxyz"
@@ -250,7 +246,7 @@ def new_family_example(rng: random.Random) -> dict:
     letter upper-cased, each letter doubled, each letter shifted one on in the alphabet.
     Letter-by-letter maps that LoRA learns in a few hundred steps at a good learning rate
     and not at all at a poor one: what is left to learn is large, so the space's good and
-    bad configs end far apart (issue 38's headroom)."""
+    bad configs end far apart (the headroom task)."""
     word = _word(rng)
     family = rng.randrange(3)
     if family == 0:
@@ -675,9 +671,28 @@ def run_sweeper(settings: Settings, seed: int, name: str) -> Outcome:
 # --- figures ------------------------------------------------------------------------------
 
 def spearman(xs: list[float], ys: list[float]) -> float:
-    import polars as pl
+    """Spearman's rank correlation: Pearson's over the ranks (ties take their mean rank);
+    NaN where either side has fewer than two distinct values. In plain Python: the replays
+    call it thousands of times on a few tens of values."""
 
-    return float(pl.DataFrame({"x": xs, "y": ys}).select(pl.corr("x", "y", method="spearman")).item())
+    def ranks(values: list[float]) -> list[float]:
+        order = sorted(range(len(values)), key=values.__getitem__)
+        found = [0.0] * len(values)
+        start = 0
+        while start < len(order):
+            end = start
+            while end + 1 < len(order) and values[order[end + 1]] == values[order[start]]:
+                end += 1
+            for i in order[start : end + 1]:
+                found[i] = (start + end) / 2
+            start = end + 1
+        return found
+
+    a, b = ranks(xs), ranks(ys)
+    mean_a, mean_b = statistics.fmean(a) if a else 0.0, statistics.fmean(b) if b else 0.0
+    cov = sum((x - mean_a) * (y - mean_b) for x, y in zip(a, b, strict=True))
+    spread = math.sqrt(sum((x - mean_a) ** 2 for x in a) * sum((y - mean_b) ** 2 for y in b))
+    return cov / spread if spread else math.nan
 
 
 def rank_correlations(
@@ -749,42 +764,91 @@ def median_pruning(
 
 def capped_promotion(histories: list[list[tuple[int, float]]], rung: int, max_steps: int, eta: float, cap: float) -> float:
     """Replay the default under a budget cap (ASHA by promotion, one rung, no trial count) on
-    finished trials' histories, one trial at a time in order: a trial waiting at the rung
-    that is among the best floor(n / eta) of the n ranked there goes on to max_steps, or else
-    the next trial trains to the rung, until `cap` training steps. Returns the best eval
-    loss seen within the cap."""
+    finished trials' histories, one trial at a time in order: while fewer than
+    floor(n / eta) of the n trials ranked at the rung have gone on, the best one waiting
+    there goes on to max_steps (as `RungLadder.settle` decides), or else the next trial
+    trains to the rung, until `cap` training steps. Returns the best eval loss seen
+    within the cap."""
+    return adaptive_promotion(histories, [rung], max_steps, eta, cap)[0]
+
+
+def adaptive_promotion(
+    histories: list[list[tuple[int, float]]], rungs: list[int], max_steps: int, eta: float, cap: float,
+    on_low: str = "later", threshold: float = 0.5, min_pairs: int = 4,
+) -> tuple[float, int]:
+    """A candidate rule (adaptive ASHA), replayed as `capped_promotion` is: one rung, at
+    rungs[0] first. Each time a promoted trial reaches max_steps, the rule measures the
+    Spearman rank correlation between the promoted trials' eval loss at the rung and at
+    max_steps; where `min_pairs` trials give it and it is below `threshold`, the rung is
+    judged misleading, and with `on_low` "later" the rung moves to the next of `rungs` (the
+    trials waiting at the old one train on to it before new trials start; the promoted
+    ones are ranked there by the values they reported), with "keep more" eta is halved
+    (once, to at least 2). With `cap` math.inf, every trial is drawn: a sweep with a trial
+    count. Returns (the best eval loss seen within `cap` training steps, steps trained)."""
     from sweeper.plan import rung_quota
 
-    waiting: list[tuple[float, int]] = []  # (value at the rung, trial) of every trial ranked there
+    if on_low not in ("later", "keep more"):
+        raise ValueError(f"on_low: 'later' or 'keep more', got {on_low!r}")
+    level, adapted = 0, len(rungs) == 1 and on_low == "later"
+    reached: dict[int, int] = {}  # trial -> the step it has trained to
     promoted: set[int] = set()
+    finished: list[int] = []  # promoted trials at max_steps, in order
     steps, best, arriving = 0, math.inf, iter(range(len(histories)))
-    while steps < cap:
-        going_on = [i for _, i in sorted(waiting)[: rung_quota(len(waiting), eta)] if i not in promoted]
-        if going_on:
-            trial, start, end = going_on[0], rung, max_steps
-            promoted.add(trial)
-        else:
-            trial, start, end = next(arriving, None), 0, rung
-            if trial is None:
-                break
+    at = [dict(h) for h in histories]
+
+    def train(trial: int, end: int) -> None:
+        nonlocal steps, best
+        start = reached.get(trial, 0)
         for step, value in histories[trial]:
             if start < step <= end and steps + step - start <= cap:
                 best = min(best, value)
         steps += end - start
-        if end == rung:
-            waiting.append((dict(histories[trial])[rung], trial))
-    return best
+        reached[trial] = end
+
+    while steps < cap:
+        rung = rungs[level]
+        ranked = [i for i, at in reached.items() if at >= rung]
+        waiting = sorted((at[i][rung], i) for i in ranked if i not in promoted)
+        behind = [i for i, at in reached.items() if at < rung]  # waiting at an earlier rung
+        if sum(i in promoted for i in ranked) < rung_quota(len(ranked), eta) and waiting:
+            trial = waiting[0][1]
+            promoted.add(trial)
+            train(trial, max_steps)
+            finished.append(trial)
+            if len(finished) >= min_pairs and not adapted:
+                found = spearman([at[i][rung] for i in finished], [histories[i][-1][1] for i in finished])
+                if found < threshold:  # NaN (ties everywhere) compares False: the rule keeps the rung
+                    if on_low == "later":
+                        level += 1
+                        adapted = level + 1 == len(rungs)
+                    else:
+                        eta, adapted = max(2.0, eta / 2), True
+        elif behind:
+            train(behind[0], rung)
+        else:
+            trial = next(arriving, None)
+            if trial is None:
+                break
+            train(trial, rung)
+    return best, min(steps, cap)
 
 
 def capped_replay(histories: list, settings: "Settings", draws: int = 400, seed: int = 0) -> dict[float, dict[str, float]]:
-    """What share of the trials to keep past the rung under a cap (issue 38): the default's
-    first rung under a cap, keeping 1/2 to 1/6 there, and the loop's pruning, each on `draws`
+    """What to keep past the rung under a cap, and where to put it: the default's first
+    rung under a cap keeping 1/2 to 1/6 there, one rung at each other step of the ladder
+    (eta 3 from the first evaluation) keeping a quarter, the adaptive candidates
+    (`adaptive_promotion`: from the default's rung, later or keeping half when the promoted
+    trials' ranks there disagree with their ends) and the loop's pruning, each on `draws`
     random orders of random search's finished trials of every seed, under each anytime
     share's cap. Random configs, no TPE: the screen's part alone. Returns share -> rule ->
     the mean best eval loss."""
+    from sweeper.plan import asha_rungs
     from sweeper.spec import default_grace_period
 
-    rung = default_grace_period(settings.max_steps, settings.eval_every, until_a_cap=True)
+    top = settings.max_steps
+    rung = default_grace_period(top, settings.eval_every, until_a_cap=True)
+    ladder = asha_rungs(settings.eval_every, top, 3)
+    later = [r for r in ladder if r >= rung] or [rung]
     rng = random.Random(seed)
     finished = [h for h in histories if h]
     orders = [rng.sample(finished, len(finished)) for _ in range(draws)]
@@ -792,9 +856,16 @@ def capped_replay(histories: list, settings: "Settings", draws: int = 400, seed:
     for share in ANYTIME_SHARES:
         cap = share * settings.random_steps
         rules = {f"rung {rung}, keep 1/{keep}" + (" (the default)" if keep == 4 else ""):
-                 (lambda h, keep=keep: capped_promotion(h, rung, settings.max_steps, keep, cap)) for keep in (2, 3, 4, 6)}
+                 (lambda h, keep=keep: capped_promotion(h, rung, top, keep, cap)) for keep in (2, 3, 4, 6)}
+        rules.update({f"rung {other}, keep 1/4": (lambda h, other=other: capped_promotion(h, other, top, 4, cap))
+                      for other in ladder if other != rung})
+        if len(later) > 1:
+            rules[f"adaptive: rung {' -> '.join(map(str, later))} while the promoted trials' rank correlation < 0.5"] = (
+                lambda h: adaptive_promotion(h, later, top, 4, cap, on_low="later")[0])
+        rules[f"adaptive: rung {rung}, keep 1/4, then 1/2 when the promoted trials' rank correlation < 0.5"] = (
+            lambda h: adaptive_promotion(h, [rung], top, 4, cap, on_low="keep more")[0])
         rules[f"the loop's pruning (MedianPruner(n_warmup_steps={settings.loop_warmup}))"] = (
-            lambda h: median_pruning(h, settings.max_steps, warmup=settings.loop_warmup, cap=cap)[0])
+            lambda h: median_pruning(h, top, warmup=settings.loop_warmup, cap=cap)[0])
         found[share] = {name: statistics.fmean(rule(order) for order in orders) for name, rule in rules.items()}
     return found
 
@@ -851,6 +922,7 @@ def resampling_rules(settings: Settings) -> dict:
     startup = settings.ladder()["startup_trials"]
     spaced = asha_rungs(grace, top, 4)
     later = asha_rungs(2 * grace, top, eta)
+    ladder = asha_rungs(grace, top, 3)
     names = lambda r: ", ".join(map(str, r)) or "none"  # noqa: E731
     return {
         "random search (every trial to max_steps)": lambda h: (min(v for t in h for _, v in t), len(h) * top),
@@ -864,6 +936,10 @@ def resampling_rules(settings: Settings) -> dict:
             lambda h: successive_halving(h, spaced, top, eta, startup=startup),
         f"the default (asha): one rung at {grace}, keep 1/4, the rest to max_steps":
             lambda h: successive_halving(h, [grace], top, 4),
+        f"adaptive: one rung at {' -> '.join(map(str, ladder))} while the promoted trials' rank correlation < 0.5, keep 1/4":
+            lambda h: adaptive_promotion(h, ladder, top, 4, math.inf, on_low="later"),
+        f"adaptive: one rung at {grace}, keep 1/4, then 1/2 when the promoted trials' rank correlation < 0.5":
+            lambda h: adaptive_promotion(h, [grace], top, 4, math.inf, on_low="keep more"),
         f"reference: the best 1/{eta:g} known without training, {TARGET_SHARE:g}x random's steps of them to max_steps":
             lambda h: oracle_screen(h, top, TARGET_SHARE, 1 / eta),
     }
@@ -930,8 +1006,7 @@ def anytime(runs: list[Outcome], random_steps: float, shares=ANYTIME_SHARES) -> 
 
 def headroom(random_by_seed: dict[int, list]) -> dict[int, dict[str, float]]:
     """Per seed, random search's best trial against its median trial (each trial's best
-    eval loss): a task leaves a search room to matter only where these differ (issue 38
-    asks 0.3 at least)."""
+    eval loss): a task leaves a search room to matter only where these differ."""
     found = {}
     for seed, histories in sorted(random_by_seed.items()):
         bests = [min(v for _, v in h) for h in histories if h]
@@ -1007,20 +1082,25 @@ def main() -> None:
         help="eta of the former default's ladder (asha_ladder, the candidates measured on it, the replay); "
         "the sweeper's default (asha) keeps its own",
     )
-    parser.add_argument("--base-steps", type=int, default=BASE_STEPS, help="pretraining steps of the task's base model")
     parser.add_argument(
-        "--train-examples", type=int, default=TRAIN_EXAMPLES,
+        "--task", choices=TASKS, default="small",
+        help="the task: its base's shape and pretraining, its fine-tuning data and space (TASKS); "
+        "--base-shape, --base-steps, --train-examples, --sft and --space given here override its values",
+    )
+    parser.add_argument("--base-steps", type=int, help="pretraining steps of the task's base model")
+    parser.add_argument(
+        "--train-examples", type=int,
         help="fine-tuning examples of the task; 100 makes a task that overfits within max_steps, where the rank "
         "at step 9 says little of the end (rank correlation with the final eval loss below 0)",
     )
     parser.add_argument(
-        "--base-shape", default=BASE_SHAPE,
+        "--base-shape",
         help="the base's hidden size and layers, HIDDENxLAYERS; 256x4 (3.3M parameters) makes a task whose first "
         "rung misleads (a trial costs about 4x the default shape's)",
     )
-    parser.add_argument("--space", choices=SPACES, default="issue", help="the searched space (see SPACES)")
+    parser.add_argument("--space", choices=SPACES, help="the searched space (see SPACES)")
     parser.add_argument(
-        "--sft", choices=SFT_EXAMPLES, default="same",
+        "--sft", choices=SFT_EXAMPLES,
         help="what the task fine-tunes on: new examples of the base's own families, or three families it never saw "
         "(a task with headroom: good and bad configs end far apart)",
     )
@@ -1041,6 +1121,9 @@ def main() -> None:
     )
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args()
+    for option, value in TASKS[args.task].items():
+        if getattr(args, option) is None:
+            setattr(args, option, value)
 
     seeds = [int(s) for s in args.seeds.split(",")]
     methods = args.methods.split(",")
@@ -1102,10 +1185,11 @@ def main() -> None:
 
 
 def print_anytime(console, settings: Settings, methods: list[str], outcomes: dict, random_by_seed: dict, figures: dict) -> None:
-    """Issue 38's figures: the task's headroom, each method's best-so-far at each share of
-    random search's steps, whether more steps bought a better config (0.5x against 0.25x,
-    seed by seed), each budget-capped default against the loop at the same steps, and
-    how each budget-capped sweep ended."""
+    """The anytime figures: the task's headroom, each method's best-so-far at each share of
+    random search's steps, whether more steps bought a better config (each share against
+    the one below it, seed by seed, within a run and between the default's capped runs),
+    each budget-capped default against the loop at the same steps, and how each
+    budget-capped sweep ended."""
     from rich.table import Table
 
     room = headroom(random_by_seed)
@@ -1136,18 +1220,26 @@ def print_anytime(console, settings: Settings, methods: list[str], outcomes: dic
     seeds = len(outcomes["random"])
     if seeds < 2:
         return  # the paired intervals need two seeds at least
-    low, high = ANYTIME_SHARES[-2], ANYTIME_SHARES[-1]
     figures["more_steps"], figures["budget_against_the_loop"] = {}, {}
-    for method in methods:
-        runs = outcomes[method]
-        if any(o.steps < REACHED * high * random_steps for o in runs):
-            continue  # did not train to the larger share on every seed
-        paired = paired_difference([o.best_within(high * random_steps) for o in runs], [o.best_within(low * random_steps) for o in runs])
-        figures["more_steps"][method] = paired
-        console.print(
-            f"{method}: best at {high:g}x minus best at {low:g}x of random's steps, seed by seed: mean {paired['mean']:+.4f} "
-            f"(95% interval {paired['low']:+.4f} to {paired['high']:+.4f}); lower on {paired['better']} of {seeds} seeds"
-        )
+    for low, high in zip(ANYTIME_SHARES[1:], ANYTIME_SHARES[2:]):
+        for method in methods:
+            runs = outcomes[method]
+            if any(o.steps < REACHED * high * random_steps for o in runs):
+                continue  # did not train to the larger share on every seed
+            paired = paired_difference([o.best_within(high * random_steps) for o in runs], [o.best_within(low * random_steps) for o in runs])
+            figures["more_steps"][f"{method} {high:g}x - {low:g}x"] = paired
+            console.print(
+                f"{method}: best at {high:g}x minus best at {low:g}x of random's steps, seed by seed: mean {paired['mean']:+.4f} "
+                f"(95% interval {paired['low']:+.4f} to {paired['high']:+.4f}); lower on {paired['better']} of {seeds} seeds"
+            )
+        capped = {share: name for name, share in BUDGET_METHODS.items() if name in methods and name.count("_") == 1}
+        if low in capped and high in capped:  # the default under each cap: separate runs, paired by seed
+            paired = paired_difference([o.best for o in outcomes[capped[high]]], [o.best for o in outcomes[capped[low]]])
+            figures["more_steps"][f"{capped[high]} - {capped[low]}"] = paired
+            console.print(
+                f"{capped[high]} minus {capped[low]}, seed by seed: mean {paired['mean']:+.4f} "
+                f"(95% interval {paired['low']:+.4f} to {paired['high']:+.4f}); lower on {paired['better']} of {seeds} seeds"
+            )
     for method, share in BUDGET_METHODS.items():
         if method not in methods or "optuna" not in methods:
             continue
@@ -1178,13 +1270,13 @@ def print_table(args, settings: Settings, methods: list[str], outcomes: dict, ra
 
     random_steps = statistics.median(o.steps for o in outcomes["random"])
     target = statistics.median(o.best for o in outcomes["random"])
-    steps = [s for s in (args.eval_every, 3 * args.eval_every, 5 * args.eval_every) if s < args.max_steps]
-    correlations = rank_correlations(histories, steps)
-    among_best = rank_correlations(histories, steps, 1 / args.reduction_factor)
-    to_final = rank_correlations(histories, steps, final=True)
-    rows, figures = [], {"methods": {}, "rank_correlation": correlations, "rank_correlation_best_third": among_best,
-                         "rank_correlation_final": to_final,
-                         "target_loss": target, "seeds": args.seeds}
+    by_rung = rank_correlations(histories, rungs, final=True)
+    by_rung_per_seed = {seed: rank_correlations(h, rungs, final=True) for seed, h in sorted(random_by_seed.items()) if len(h) >= 3}
+    to_best = rank_correlations(histories, rungs)
+    among_best = rank_correlations(histories, rungs, 1 / args.reduction_factor)
+    rows, figures = [], {"methods": {}, "rank_correlation_by_rung": by_rung, "rank_correlation_by_rung_per_seed": by_rung_per_seed,
+                         "rank_correlation_best": to_best, "rank_correlation_best_third": among_best,
+                         "target_loss": target, "seeds": args.seeds, "task": args.task}
     for method in methods:
         runs = outcomes[method]
         bests = [o.best for o in runs]
@@ -1239,11 +1331,16 @@ def print_table(args, settings: Settings, methods: list[str], outcomes: dict, ra
         )
         console.print(f"anytime plot: {args.plot}" + (f" and {png}" if png else " (no PNG: kaleido found no browser)"))
     console.print(
-        "rank correlation (Spearman, eval loss at a step vs the trial's best, random search's trials): "
-        + ", ".join(f"step {s}: {c:.2f}" for s, c in correlations.items())
-        + f"; among the best 1/eta of them ({len(histories) // int(args.reduction_factor)}): "
+        f"task {args.task}: rank correlation by rung (Spearman, a trial's eval loss at the rung vs at max_steps, "
+        f"random search's {len(histories)} trials of all seeds): " + ", ".join(f"step {s}: {c:.2f}" for s, c in by_rung.items())
+        + "; per seed: " + "; ".join(
+            f"seed {seed}: " + ", ".join(f"{c:.2f}" for c in found.values()) for seed, found in by_rung_per_seed.items()
+        )
+    )
+    console.print(
+        "rank correlation by rung against the trial's best eval loss: " + ", ".join(f"step {s}: {c:.2f}" for s, c in to_best.items())
+        + f"; among the best 1/eta of the trials ({len(histories) // int(args.reduction_factor)}): "
         + ", ".join(f"step {s}: {c:.2f}" for s, c in among_best.items())
-        + "; against the trial's final eval loss: " + ", ".join(f"step {s}: {c:.2f}" for s, c in to_final.items())
     )
     console.print(f"random search's median best (the target): {target:.4f}")
     places = {seed: best_trial_ranks(h, rungs) for seed, h in sorted(random_by_seed.items())}

@@ -75,7 +75,7 @@ def test_readonly_benchmark_times_the_commands_on_a_written_sweep(tmp_path):
 def test_search_quality_benchmark_compares_methods_on_steps_and_best_loss(tmp_path):
     figures = run_benchmark(
         "search_quality", tmp_path, "--seeds", "0", "--trials", "4", "--max-steps", "18", "--eval-every", "9",
-        "--methods", "random,optuna,asha,asha_budget50", "--results", str(tmp_path / "runs"),
+        "--methods", "random,optuna,asha,asha_budget50", "--loop-share", "0.5", "--results", str(tmp_path / "runs"),
         "--plot", str(tmp_path / "anytime.html"),
     )
     methods = figures["methods"]
@@ -87,11 +87,11 @@ def test_search_quality_benchmark_compares_methods_on_steps_and_best_loss(tmp_pa
     # starts, or goes on from the rung, past it.
     assert methods["asha_budget50"]["steps"][0] <= 36
     assert all(0 < best < 20 for runs in methods.values() for best in runs["best"])
-    # The anytime figures: each method's best so far at 0.1x, 0.25x and 0.5x of random's steps,
+    # The anytime figures: each method's best so far at 0.1x, 0.25x, 0.5x and 1x of random's steps,
     # never worse at a larger share.
     for method, shares in figures["anytime"].items():
-        assert list(shares) == ["0.1", "0.25", "0.5"], method
-        assert shares["0.5"][0] <= shares["0.25"][0] <= shares["0.1"][0]
+        assert list(shares) == ["0.1", "0.25", "0.5", "1.0"], method
+        assert shares["1.0"][0] <= shares["0.5"][0] <= shares["0.25"][0] <= shares["0.1"][0]
     assert figures["headroom"]["0"]["gap"] >= 0
     assert "plotly" in (tmp_path / "anytime.html").read_text()
 

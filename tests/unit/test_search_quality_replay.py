@@ -2,11 +2,13 @@
 decides which placement the README recommends, so their rules are tested on histories
 small enough to work out by hand."""
 
+import math
+
 import pytest
 
 from benchmarks.search_quality import (
-    Outcome, anytime, capped_promotion, headroom, median_pruning, new_family_example, oracle_screen, paired_difference, parse_shape,
-    rank_correlations, resampled_replay, successive_halving,
+    Outcome, adaptive_promotion, anytime, capped_promotion, headroom, median_pruning, new_family_example, oracle_screen, paired_difference, parse_shape,
+    rank_correlations, resampled_replay, spearman, successive_halving,
 )
 
 # Four trials evaluated at steps 1, 2 and 4 (max_steps 4); trial 3 starts slowly and ends best.
@@ -155,3 +157,69 @@ def test_the_headroom_tasks_answers_map_each_letter_of_the_word():
         }[family]
         assert assistant == expected
     assert seen == {"Upper", "Double", "Next"}
+
+
+# Six trials (max_steps 4, evaluations at 1, 2, 4): trial 3 starts slowly, leads at step 2 and ends best.
+SLOW_STARTER = [
+    [(1, 2.0), (2, 1.9), (4, 1.8)],
+    [(1, 2.1), (2, 2.0), (4, 1.9)],
+    [(1, 2.2), (2, 2.2), (4, 2.1)],
+    [(1, 2.5), (2, 1.6), (4, 1.5)],
+    [(1, 2.6), (2, 2.6), (4, 2.6)],
+    [(1, 2.6), (2, 2.6), (4, 2.6)],
+]
+
+
+def test_the_adaptive_rung_moves_later_when_the_promoted_trials_ranks_at_it_disagree_with_their_ends():
+    # Never judged misleading (threshold below any correlation): the one rung at step 1, as
+    # capped_promotion replays it; keeping half there never promotes the slow starter.
+    assert adaptive_promotion(SLOW_STARTER, [1, 2], 4, 2, cap=100, threshold=-2, min_pairs=2)[0] == 1.8
+    assert capped_promotion(SLOW_STARTER, 1, 4, 2, cap=100) == 1.8
+    # Always judged misleading once 2 promoted trials ended (trials 0 and 1, 10 steps): the
+    # rung moves to step 2; trials 2 and 3, waiting at step 1, train on to it (steps 11, 12:
+    # the slow starter's 1.6), trials 4 and 5 arrive there, and of the 6 ranked at step 2 a
+    # third may go on: the slow starter, to 1.5.
+    assert adaptive_promotion(SLOW_STARTER, [1, 2], 4, 2, cap=100, threshold=1.5, min_pairs=2)[0] == 1.5
+    # Without a cap every trial is drawn (a sweep with a trial count): 6 to step 1, trials 0
+    # and 1 to the end (3 + 3), 2 to 5 on to step 2 (4 x 1), the slow starter to the end (2).
+    assert adaptive_promotion(SLOW_STARTER, [1, 2], 4, 2, cap=math.inf, threshold=1.5, min_pairs=2) == (1.5, 6 + 6 + 4 + 2)
+    assert adaptive_promotion(SLOW_STARTER, [1, 2], 4, 2, cap=math.inf, threshold=-2, min_pairs=2) == (1.8, 6 + 9)
+    assert adaptive_promotion(SLOW_STARTER, [1, 2], 4, 2, cap=12, threshold=1.5, min_pairs=2)[0] == 1.6
+    assert adaptive_promotion(SLOW_STARTER, [1, 2], 4, 2, cap=11, threshold=1.5, min_pairs=2)[0] == 1.8
+
+
+def test_the_adaptive_rung_keeps_more_past_it_when_asked_to():
+    trials = SLOW_STARTER + [[(1, 2.7), (2, 2.7), (4, 2.7)], [(1, 2.8), (2, 2.8), (4, 2.8)]]
+    # Keeping a quarter of 8 at step 1: trials 0 and 1 go on (1.8). Judged misleading after
+    # those two, it keeps half: trials 2 and 3 go on too, and the slow starter ends at 1.5.
+    assert adaptive_promotion(trials, [1], 4, 4, cap=100, threshold=-2, min_pairs=2, on_low="keep more")[0] == 1.8
+    assert adaptive_promotion(trials, [1], 4, 4, cap=100, threshold=1.5, min_pairs=2, on_low="keep more")[0] == 1.5
+    with pytest.raises(ValueError, match="on_low"):
+        adaptive_promotion(trials, [1], 4, 4, cap=100, on_low="sooner")
+
+
+def test_rank_correlation_by_rung_is_against_the_eval_loss_at_max_steps():
+    # Ranks at step 1 (1, 2, 3, 4, 5, 5.5) and at the end: only the slow starter moves (4th -> 1st).
+    found = rank_correlations(SLOW_STARTER, [1, 2], final=True)
+    assert found[2] > found[1] > 0.5
+
+
+def test_spearman_ranks_ties_at_their_mean_and_is_undefined_without_spread():
+    assert spearman([1.0, 2.0, 3.0], [30.0, 20.0, 10.0]) == pytest.approx(-1.0)
+    # Ranks (0.5, 0.5, 2) against (0, 1, 2): Pearson 0.866.
+    assert spearman([5.0, 5.0, 7.0], [1.0, 2.0, 3.0]) == pytest.approx(0.8660254)
+    assert math.isnan(spearman([1.0, 1.0, 1.0], [1.0, 2.0, 3.0]))
+    assert math.isnan(spearman([1.0], [2.0]))
+
+
+def test_every_task_names_a_space_a_fine_tuning_set_and_a_base_the_benchmark_can_build():
+    from benchmarks.search_quality import SFT_EXAMPLES, SPACES, TASKS
+
+    assert set(TASKS) == {"small", "headroom", "misleading"}
+    for name, task in TASKS.items():
+        assert task["space"] in SPACES and task["sft"] in SFT_EXAMPLES, name
+        parse_shape(task["base_shape"])
+    # The misleading task is the headroom task with no learning rate below 1e-4.
+    differs = {k for k in TASKS["misleading"] if TASKS["misleading"][k] != TASKS["headroom"][k]}
+    assert differs == {"space"}
+    assert SPACES["upper_lr"]["training.learning_rate"]["low"] == 1e-4
