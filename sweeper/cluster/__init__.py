@@ -16,6 +16,7 @@ __all__ = [
     "LOCAL_CLUSTER", "check_address", "cluster_address", "job_metadata", "start_ray", "starts_own_cluster",
     "stop_local_cluster", "free_resources_text", "release_placement_group", "reserving_groups",
     "resources_text", "waiting_lines",
+    "set_auth_mode_before_ray_loads",
 ]
 
 # Each public name's private module, imported on first use (PEP 562): importing the package
@@ -26,6 +27,7 @@ _HOME = {
     "stop_local_cluster": "_connect",
     "free_resources_text": "_placement", "release_placement_group": "_placement",
     "reserving_groups": "_placement", "resources_text": "_placement", "waiting_lines": "_placement",
+    "set_auth_mode_before_ray_loads": "_connect",
 }
 
 

@@ -1,9 +1,8 @@
 """Launch: a sweep from its spec to its finished runs, top to bottom: set up (tracking
 store checked, data tokenized once, Ray up, the plan checked against the cluster), the
-forecast, the sweep folder, the tracker, the budget, the run's watchers, the tuner, fit.
-Each step returns what the next needs; start, resume and rebuild differ in how the
-tuner is obtained: made anew, restored with Tune's state, made anew over what MLflow and
-the study kept."""
+forecast, the sweep folder, the tracker, the budget, the watchers, the tuner, fit. Each
+step returns what the next needs; start, resume and rebuild differ in how the tuner is
+obtained: made anew, restored with Tune's state, made anew over MLflow's runs and the study."""
 
 from __future__ import annotations
 
@@ -19,10 +18,8 @@ from rich.console import Console
 
 from sweeper import driver_log
 from sweeper.budget import SweepBudget
-from sweeper.cluster import storage
-from sweeper.cluster import (
-    LOCAL_CLUSTER, check_address, job_metadata, start_ray, starts_own_cluster,
-)
+from sweeper.cluster import (LOCAL_CLUSTER, check_address, job_metadata, set_auth_mode_before_ray_loads, start_ray,
+                             starts_own_cluster, storage)
 from sweeper.cost import check_room_for, SweepCost
 from sweeper.errors import UserError
 from sweeper.plan import start_forecast, SweepInputs, prepare_inputs, ClusterResources, SweepPlan, make_plan
@@ -97,6 +94,7 @@ def run_sweep(
     check (tracking store, cluster fit, data files) happens before the sweep folder or any
     MLflow run is written. `extra_callbacks` are more Tune callbacks for the driver (the
     benchmarks time results with one)."""
+    _settle_ray_auth(address)
     from sweeper.run._trial import make_trainable
     from sweeper.search import make_search, read_warm_start
 
@@ -135,6 +133,7 @@ def resume_sweep(
     are, unfinished ones continue from their latest checkpoint, the search continues
     with its history, and the same MLflow runs are reused."""
     from sweeper.cluster.ray_adapter import restore_tuner
+    _settle_ray_auth(address)
     from sweeper.names import TrialState
     from sweeper.run._driver import DISK_FULL, rebuild_for_resume
     from sweeper.run._sweep_state import restart_unreadable_trials
@@ -195,6 +194,7 @@ def rebuild_sweep(
     their Optuna trials told failed, their Train runs set aside); Tune's state is set aside
     (`tune.unreadable-<time>`) and a new Tune experiment runs the trials still to run, the
     search going on from the study's history."""
+    _settle_ray_auth(address)
     from sweeper.run._sweep_state import set_aside_for_rebuild
     from sweeper.run._trial import make_trainable
     from sweeper.search import make_search
@@ -236,6 +236,13 @@ def rebuild_sweep(
 # ------------------------------------------------------------------ the steps
 
 
+def _settle_ray_auth(address: str | None) -> None:
+    """Ray settles its auth mode as it first loads, and the launch's modules load it (the
+    trial's trainable): a client joining a cluster sets its mode first."""
+    if not starts_own_cluster(address or LOCAL_CLUSTER):
+        set_auth_mode_before_ray_loads()
+
+
 def _set_up(spec: SweepSpec, address: str, console: Console, cache_root: Path) -> Setup:
     """Checks and set-up shared by start and resume: the tracking store answers, the data
     is tokenized, Ray is up at `address` (LOCAL_CLUSTER or a cluster to join; on a cluster
@@ -253,9 +260,7 @@ def _set_up(spec: SweepSpec, address: str, console: Console, cache_root: Path) -
     if storage.is_remote(spec.storage_uri):
         storage.check_writable(spec.storage_uri)
     inputs = prepare_inputs(spec, cache_root)
-    # The storage's endpoint and region travel with the job (a node started before they
-    # were set would write elsewhere); credentials never do.
-    travelling = storage.travelling_settings(spec.storage_uri, os.environ)
+    travelling = storage.travelling_settings(spec.storage_uri, os.environ)  # endpoint and region; never credentials
     _, dashboard_url = start_ray(address, job_metadata(spec, tracking_uri), env_vars=travelling)
     if not starts_own_cluster(address):
         probed = storage.check_every_node_reaches(spec.storage_uri, travelling)
