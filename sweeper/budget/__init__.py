@@ -8,20 +8,15 @@ The private modules: `_sweep_budget` (`SweepBudget`, what the launch hooks in), 
 a listener of the driver).
 """
 
-from importlib import import_module
+from sweeper._lazy import lazy_getattr
 
 __all__ = [
     "SweepBudget",
 ]
 
-# Each public name's private module, imported on first use (PEP 562): importing the package
-# loads none of them, so a light command pays only for what it uses.
+# Each public name's private module, imported on first use (sweeper/_lazy.py).
 _HOME = {
     "SweepBudget": "_sweep_budget",
 }
 
-
-def __getattr__(name: str):
-    if name in _HOME:
-        return getattr(import_module(f"{__name__}.{_HOME[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _HOME)

@@ -9,7 +9,7 @@ an S3 URI), `jobs` (`sweep submit`, `sweep logs`, a stop or resume as a Ray Job)
 The private modules: `_connect` (the trial processes' Ray settings too) and `_placement`.
 """
 
-from importlib import import_module
+from sweeper._lazy import lazy_getattr
 
 __all__ = [
     "storage", "jobs", "ray_adapter",  # the modules read by their qualified names
@@ -19,8 +19,7 @@ __all__ = [
     "set_auth_mode_before_ray_loads",
 ]
 
-# Each public name's private module, imported on first use (PEP 562): importing the package
-# loads none of them, so a light command pays only for what it uses.
+# Each public name's private module, imported on first use (sweeper/_lazy.py).
 _HOME = {
     "LOCAL_CLUSTER": "_connect", "check_address": "_connect", "cluster_address": "_connect",
     "job_metadata": "_connect", "start_ray": "_connect", "starts_own_cluster": "_connect",
@@ -30,8 +29,4 @@ _HOME = {
     "set_auth_mode_before_ray_loads": "_connect",
 }
 
-
-def __getattr__(name: str):
-    if name in _HOME:
-        return getattr(import_module(f"{__name__}.{_HOME[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _HOME)

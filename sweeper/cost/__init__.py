@@ -9,7 +9,7 @@ step time where nothing was measured), `_memory` (a trial's GPU memory against t
 `_disk` (what a sweep writes against what its folder's disk has free).
 """
 
-from importlib import import_module
+from sweeper._lazy import lazy_getattr
 
 __all__ = [
     "PRICE_TABLE", "Rate", "SweepCost", "TrialCost", "priced_on_cluster", "pruning_saving", "sweep_cost",
@@ -20,8 +20,7 @@ __all__ = [
     "architecture_of",
 ]
 
-# Each public name's private module, imported on first use (PEP 562): importing the package
-# loads none of them, so a light command pays only for what it uses.
+# Each public name's private module, imported on first use (sweeper/_lazy.py).
 _HOME = {
     "PRICE_TABLE": "_prices", "Rate": "_prices", "SweepCost": "_prices", "TrialCost": "_prices",
     "priced_on_cluster": "_prices", "pruning_saving": "_prices", "sweep_cost": "_prices",
@@ -36,8 +35,4 @@ _HOME = {
     "architecture_of": "_architecture",
 }
 
-
-def __getattr__(name: str):
-    if name in _HOME:
-        return getattr(import_module(f"{__name__}.{_HOME[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _HOME)

@@ -13,7 +13,7 @@ resources), `_caps` (the caps against the forecast and one trial's least cost),
 `_command`.
 """
 
-from importlib import import_module
+from sweeper._lazy import lazy_getattr
 
 __all__ = [
     "load_checked_spec", "check_spec", "folder_creation_problem", "write_refused", "SweepInputs",
@@ -22,8 +22,7 @@ __all__ = [
     "remaining", "within_caps", "run_training", "CAPS", "plan_sweep", "start_forecast",
 ]
 
-# Each public name's private module, imported on first use (PEP 562): importing the package
-# loads none of them, so a light command pays only for what it uses.
+# Each public name's private module, imported on first use (sweeper/_lazy.py).
 _HOME = {
     "load_checked_spec": "_checks", "check_spec": "_checks", "folder_creation_problem": "_checks",
     "write_refused": "_checks",
@@ -38,8 +37,4 @@ _HOME = {
     "plan_sweep": "_command", "start_forecast": "_command",
 }
 
-
-def __getattr__(name: str):
-    if name in _HOME:
-        return getattr(import_module(f"{__name__}.{_HOME[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _HOME)

@@ -12,22 +12,17 @@ folder, its published files and its driver's pid), `_sweep_state` (what `sweep r
 reads, checked first), `_from_storage`.
 """
 
-from importlib import import_module
+from sweeper._lazy import lazy_getattr
 
 __all__ = [
     "SweepRun", "run_sweep", "resume_sweep", "rebuild_sweep", "stop_sweep", "fetch_sweep",
 ]
 
-# Each public name's private module, imported on first use (PEP 562): importing the package
-# loads none of them, so a light command pays only for what it uses.
+# Each public name's private module, imported on first use (sweeper/_lazy.py).
 _HOME = {
     "SweepRun": "_launch", "run_sweep": "_launch", "resume_sweep": "_launch", "rebuild_sweep": "_launch",
     "stop_sweep": "_sweep_dir",
     "fetch_sweep": "_from_storage",
 }
 
-
-def __getattr__(name: str):
-    if name in _HOME:
-        return getattr(import_module(f"{__name__}.{_HOME[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _HOME)

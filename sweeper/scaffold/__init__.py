@@ -19,20 +19,15 @@ Its interface is `scaffold_sweep` and `write_sweep_file`; the private modules:
 commented file, checked before it is written).
 """
 
-from importlib import import_module
+from sweeper._lazy import lazy_getattr
 
 __all__ = [
     "scaffold_sweep", "write_sweep_file",
 ]
 
-# Each public name's private module, imported on first use (PEP 562): importing the package
-# loads none of them, so a light command pays only for what it uses.
+# Each public name's private module, imported on first use (sweeper/_lazy.py).
 _HOME = {
     "scaffold_sweep": "_writer", "write_sweep_file": "_writer",
 }
 
-
-def __getattr__(name: str):
-    if name in _HOME:
-        return getattr(import_module(f"{__name__}.{_HOME[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _HOME)

@@ -13,7 +13,7 @@ uses them, which have Tune save its state before a new trial starts), `_warm_sta
 `_objectives` (several objectives: the values told to the study, the cost objectives, the front).
 """
 
-from importlib import import_module
+from sweeper._lazy import lazy_getattr
 
 __all__ = [
     "parameters_to_optuna", "startup_trials", "make_search", "optuna_searcher", "PromotionASHA",
@@ -22,8 +22,7 @@ __all__ = [
     "Front", "study_front",
 ]
 
-# Each public name's private module, imported on first use (PEP 562): importing the package
-# loads none of them, so a light command pays only for what it uses.
+# Each public name's private module, imported on first use (sweeper/_lazy.py).
 _HOME = {
     "parameters_to_optuna": "_space", "startup_trials": "_space",
     "make_search": "_searcher", "optuna_searcher": "_searcher",
@@ -36,8 +35,4 @@ _HOME = {
     "study_front": "_objectives",
 }
 
-
-def __getattr__(name: str):
-    if name in _HOME:
-        return getattr(import_module(f"{__name__}.{_HOME[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _HOME)

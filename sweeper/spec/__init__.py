@@ -10,7 +10,7 @@ driver's own sections: search, early_stopping, tracking, storage, cost, budget),
 keyed line), `_overrides`, `_reference`.
 """
 
-from importlib import import_module
+from sweeper._lazy import lazy_getattr
 
 __all__ = [
     "SweepSpec", "most_trials", "trials_text", "SearchSpec", "UniformDist", "LogUniformDist",
@@ -21,8 +21,7 @@ __all__ = [
     "COST_METRICS", "picked_by", "prune_metric", "reported_every_evaluation", "conditional_value", "searched_paths",
 ]
 
-# Each public name's private module, imported on first use (PEP 562): importing the package
-# loads none of them, so a light command pays only for what it uses.
+# Each public name's private module, imported on first use (sweeper/_lazy.py).
 _HOME = {
     "SweepSpec": "_schema", "most_trials": "_schema", "trials_text": "_schema",
     "SearchSpec": "_sections", "UniformDist": "_sections", "LogUniformDist": "_sections",
@@ -43,8 +42,4 @@ _HOME = {
     "searched_paths": "_schema",
 }
 
-
-def __getattr__(name: str):
-    if name in _HOME:
-        return getattr(import_module(f"{__name__}.{_HOME[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _HOME)

@@ -11,7 +11,7 @@ private MLflow names, and only those); `_store` and `_run_reader` (sweeps and tr
 back as polars frames); `_console` and `_summary`.
 """
 
-from importlib import import_module
+from sweeper._lazy import lazy_getattr
 
 __all__ = [
     "SweepBook", "TrialRecord", "MlflowTracker", "LiveTable", "print_summary", "SweepStore", "SweepRecord",
@@ -19,8 +19,7 @@ __all__ = [
     "hardware_description", "resolve_tracking_uri", "alias_problem", "model_name_problem",
 ]
 
-# Each public name's private module, imported on first use (PEP 562): importing the package
-# loads none of them, so a light command pays only for what it uses.
+# Each public name's private module, imported on first use (sweeper/_lazy.py).
 _HOME = {
     "SweepBook": "_book", "TrialRecord": "_book",
     "MlflowTracker": "_tracker",
@@ -33,8 +32,4 @@ _HOME = {
     "alias_problem": "_mlflow_adapter", "model_name_problem": "_mlflow_adapter",
 }
 
-
-def __getattr__(name: str):
-    if name in _HOME:
-        return getattr(import_module(f"{__name__}.{_HOME[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _HOME)
