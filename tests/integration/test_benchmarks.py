@@ -24,8 +24,8 @@ def run_benchmark(name: str, tmp_path, *args) -> dict:
 
 
 def test_overhead_benchmark_reports_setup_and_its_phases(tmp_path):
-    figures = run_benchmark("overhead", tmp_path, "--trials", "4", "--steps", "20")
-    assert figures["completed"] == 4 and figures["steps_trained"] == 80
+    figures = run_benchmark("overhead", tmp_path, "--trials", "2", "--steps", "20")
+    assert figures["completed"] == 2 and figures["steps_trained"] == 40
     phases = figures["setup_phases_median_s"]
     assert 0 < phases["worker_process_started"] <= phases["train_loop_entered"] <= phases["data_and_task_ready"]
     assert phases["data_and_task_ready"] <= figures["setup_median_s"]
@@ -97,7 +97,7 @@ def test_search_quality_benchmark_compares_methods_on_steps_and_best_loss(tmp_pa
 
 
 def test_warm_start_benchmark_counts_trials_to_the_earlier_best(tmp_path):
-    figures = run_benchmark("warm_start", tmp_path, "--trials", "3", "--max-steps", "18", "--eval-every", "6")
+    figures = run_benchmark("warm_start", tmp_path, "--trials", "2", "--max-steps", "18", "--eval-every", "6")
     assert figures["first_reaching"]["earlier"] is not None  # its own best
     results = {r["name"]: r for r in figures["results"]}
     # The earlier best config runs first and trains to max_steps, whatever its early

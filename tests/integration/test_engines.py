@@ -1,8 +1,7 @@
 """The trial engines on a real local Ray cluster, real MLflow and the tiny model: trl's
 SFTTrainer with ASHA by promotion (a paused trial goes on from the trainer's own
-checkpoint and reports each step once, as an uninterrupted run would), a DPO sweep over
-three loss types and beta, a SimPO sweep over beta and gamma, an ORPO sweep, a sweep over
-methods (dpo and simpo, each with its own conditional parameters), a trl sweep whose
+checkpoint and reports each step once, as an uninterrupted run would), a sweep over the
+preference methods (DPO, SimPO and ORPO, each with its own conditional parameters), a trl sweep whose
 driver is killed with -9 and resumed, and the user's own function (the plain-PyTorch
 example; a function that never reports fails its trial and the sweep goes on). In one
 process without Ray: every trl method reports at the sweep's steps with the trainer's
@@ -90,89 +89,39 @@ def test_a_paused_trl_trial_continues_from_the_trainers_checkpoint(tmp_path):
                               for f in ("trainer_state.json", "optimizer.pt", "adapter_model.safetensors"))
 
 
-def test_a_dpo_sweep_searches_three_loss_types_and_beta(tmp_path):
-    """trl's DPOTrainer with trl.loss_type over sigmoid, ipo and hinge and trl.beta: each
-    trial's values reach its MLflow run, and every evaluation reports the DPO metrics."""
-    raw = trl_preference_sweep(
-        "trl-dpo", tmp_path, {"method": "dpo"},
-        {"trl.loss_type": {"distribution": "categorical", "values": ["sigmoid", "ipo", "hinge"]},
-         "trl.beta": {"distribution": "log_uniform", "low": 0.05, "high": 0.5}},
-        num_trials=3,
-    )
-    raw["search"]["method"] = "random"
-    result = sweep("start", str(write_yaml(tmp_path / "dpo.yaml", raw)), cwd=tmp_path, timeout=600)
-    assert result.returncode == 0, result.stdout + result.stderr
-    print(result.stdout[-3000:])
-    assert "trl.loss_type=" in result.stdout and "trl.beta=" in result.stdout
-
-    store, trials = child_runs(tmp_path, "trl-dpo")
-    assert trials["state"].to_list() == ["completed"] * 3
-    for row in trials.to_dicts():
-        params = json.loads(row["params"])
-        assert params["trl.loss_type"] in ("sigmoid", "ipo", "hinge") and 0.05 <= float(params["trl.beta"]) <= 0.5
-    for key in ("eval_loss", "eval_rewards_accuracy", "eval_rewards_margin", "eval_rewards_chosen"):
-        history = store.history(keys=(key,), trials=trials)
-        assert sorted(history["step"].to_list()) == [5, 5, 5, 10, 10, 10], key
-
-
-def test_a_simpo_sweep_searches_beta_and_gamma(tmp_path):
-    """SimPO (CPOTrainer, loss_type simpo, cpo_alpha 0) over trl.beta and trl.simpo_gamma."""
-    raw = trl_preference_sweep(
-        "trl-simpo", tmp_path, {"method": "simpo"},
-        {"trl.beta": {"distribution": "uniform", "low": 1.0, "high": 2.5},
-         "trl.simpo_gamma": {"distribution": "uniform", "low": 0.3, "high": 1.5}},
-        num_trials=2,
-    )
-    result = sweep("start", str(write_yaml(tmp_path / "simpo.yaml", raw)), cwd=tmp_path, timeout=600)
-    assert result.returncode == 0, result.stdout + result.stderr
-    print(result.stdout[-3000:])
-    store, trials = child_runs(tmp_path, "trl-simpo")
-    assert trials["state"].to_list() == ["completed"] * 2
-    assert all({"trl.beta", "trl.simpo_gamma"} <= set(json.loads(p)) for p in trials["params"])
-    assert sorted(store.history(keys=("eval_rewards_accuracy",), trials=trials)["step"].to_list()) == [5, 5, 10, 10]
-
-
-def test_an_orpo_sweep_through_ray_completes_with_its_metrics_in_mlflow(tmp_path):
-    """trl.experimental's ORPOTrainer over trl.beta (ORPO's odds-ratio weight), 2 trials."""
-    raw = trl_preference_sweep(
-        "trl-orpo", tmp_path, {"method": "orpo"},
-        {"trl.beta": {"distribution": "log_uniform", "low": 0.05, "high": 0.5}}, num_trials=2,
-    )
-    result = sweep("start", str(write_yaml(tmp_path / "orpo.yaml", raw)), cwd=tmp_path, timeout=600)
-    assert result.returncode == 0, result.stdout + result.stderr
-    print(result.stdout[-3000:])
-    assert "2 completed" in result.stdout
-    store, trials = child_runs(tmp_path, "trl-orpo")
-    assert trials["state"].to_list() == ["completed"] * 2
-    assert all(0.05 <= float(json.loads(p)["trl.beta"]) <= 0.5 for p in trials["params"])
-    for key in ("eval_loss", "eval_rewards_accuracy", "eval_rewards_margin", "train_loss"):
-        assert sorted(store.history(keys=(key,), trials=trials)["step"].to_list()) == [5, 5, 10, 10], key
-
-
-def test_a_sweep_over_methods_gives_each_trial_only_its_methods_parameters(tmp_path):
-    """trl.method searched over dpo and simpo, each with its own conditional parameters
-    (DPO: beta; SimPO: beta on its own scale and gamma): each trial's MLflow params hold
-    its method's and no other's, and both methods' trials complete."""
+def test_a_sweep_over_preference_methods_gives_each_trial_its_methods_parameters_and_metrics(tmp_path):
+    """trl.method searched over DPO, SimPO (CPOTrainer, loss_type simpo) and ORPO
+    (trl.experimental's ORPOTrainer), each with its own conditional parameters (DPO: beta
+    and its loss type; SimPO: beta on its own scale and gamma; ORPO: its odds-ratio
+    weight): each trial's MLflow params hold its method's and no other's, every trial
+    completes, and every evaluation reports the preference metrics."""
     raw = trl_preference_sweep("trl-methods", tmp_path, {"method": "dpo"}, {
-        "trl.method": {"distribution": "categorical", "values": ["dpo", "simpo"], "conditional": {
-            "dpo": {"trl.beta": {"distribution": "log_uniform", "low": 0.05, "high": 0.5}},
+        "trl.method": {"distribution": "categorical", "values": ["dpo", "simpo", "orpo"], "conditional": {
+            "dpo": {"trl.beta": {"distribution": "log_uniform", "low": 0.05, "high": 0.5},
+                    "trl.loss_type": {"distribution": "categorical", "values": ["sigmoid", "ipo", "hinge"]}},
             "simpo": {"trl.beta": {"distribution": "uniform", "low": 1.0, "high": 2.5},
                       "trl.simpo_gamma": {"distribution": "uniform", "low": 0.3, "high": 1.5}},
+            "orpo": {"trl.beta": {"distribution": "log_uniform", "low": 0.05, "high": 0.5}},
         }},
-    }, num_trials=2)
-    raw["search"].update(method="random", seed=1)  # seed 1 draws dpo, then simpo
+    }, num_trials=3)
+    raw["search"].update(method="random", seed=0)  # seed 0 draws dpo, simpo, then orpo
     result = sweep("start", str(write_yaml(tmp_path / "methods.yaml", raw)), cwd=tmp_path, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
     print(result.stdout[-3000:])
-    assert "trl.simpo_gamma=" in result.stdout
+    assert "3 completed" in result.stdout and "trl.simpo_gamma=" in result.stdout
     store, trials = child_runs(tmp_path, "trl-methods")
-    assert trials["state"].to_list() == ["completed"] * 2
+    assert trials["state"].to_list() == ["completed"] * 3
     params = {json.loads(p)["trl.method"]: json.loads(p) for p in trials["params"]}
-    assert set(params) == {"dpo", "simpo"}
-    assert set(params["dpo"]) == {"training.learning_rate", "trl.method", "trl.beta"}
-    assert set(params["simpo"]) == {"training.learning_rate", "trl.method", "trl.beta", "trl.simpo_gamma"}
+    assert set(params) == {"dpo", "simpo", "orpo"}
+    common = {"training.learning_rate", "trl.method", "trl.beta"}
+    assert set(params["dpo"]) == common | {"trl.loss_type"} and params["dpo"]["trl.loss_type"] in ("sigmoid", "ipo", "hinge")
+    assert set(params["simpo"]) == common | {"trl.simpo_gamma"} and set(params["orpo"]) == common
     assert 0.05 <= float(params["dpo"]["trl.beta"]) <= 0.5 and 1.0 <= float(params["simpo"]["trl.beta"]) <= 2.5
-    assert sorted(store.history(keys=("eval_rewards_accuracy",), trials=trials)["step"].to_list()) == [5, 5, 10, 10]
+    assert 0.05 <= float(params["orpo"]["trl.beta"]) <= 0.5
+    for key in ("eval_loss", "eval_rewards_accuracy", "eval_rewards_margin"):
+        assert sorted(store.history(keys=(key,), trials=trials)["step"].to_list()) == [5, 5, 5, 10, 10, 10], key
+    orpo = trials.filter(pl.col("params").str.contains('"orpo"'))
+    assert sorted(store.history(keys=("train_loss",), trials=orpo)["step"].to_list()) == [5, 10]
 
 
 def test_a_function_sweep_runs_the_plain_pytorch_example(tmp_path):
