@@ -177,6 +177,7 @@ class SweepStore:
                 "checkpoint_path": tags.get(Tag.CHECKPOINT_PATH),
                 "warm_start": tags.get(Tag.WARM_START),
                 "startup_trial": tags.get(Tag.STARTUP_TRIAL) == "true",
+                "confirms": int(tags[Tag.CONFIRMS]) if Tag.CONFIRMS in tags else None,
                 "started_ms": child.info.start_time,
                 "ended_ms": child.info.end_time,
             })
@@ -186,7 +187,7 @@ class SweepStore:
             "cost_usd": pl.Float64, "wall_seconds": pl.Float64, "setup_seconds": pl.Float64,
             "tokens": pl.Float64, "saved_usd": pl.Float64, "pauses": pl.Int64, "params": pl.String,
             "checkpoint_path": pl.String, "warm_start": pl.String, "startup_trial": pl.Boolean,
-            "started_ms": pl.Int64, "ended_ms": pl.Int64,
+            "confirms": pl.Int64, "started_ms": pl.Int64, "ended_ms": pl.Int64,
         })
         return frame.sort("trial_number")
 
