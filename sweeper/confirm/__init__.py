@@ -13,7 +13,7 @@ from sweeper._lazy import lazy_getattr
 
 __all__ = [
     "CONFIRMS_ATTR", "SEED_PATH", "Candidate", "Rerun", "Confirmed", "Confirmation", "confirm", "top_configs",
-    "new_seeds", "mean_interval", "t_quantile", "confirm_best", "from_book", "from_trials", "confirmation_table",
+    "new_seeds", "mean_interval", "t_quantile", "confirm_best", "from_book", "from_trials", "reruns_to_run", "confirmation_table",
     "confirmation_frame", "confirmation_lines",
 ]
 
@@ -23,7 +23,7 @@ _HOME = {
     "Confirmation": "_select", "confirm": "_select", "top_configs": "_select", "new_seeds": "_select",
     "mean_interval": "_select", "t_quantile": "_select",
     "CONFIRMS_ATTR": "_phase", "confirm_best": "_phase",
-    "from_book": "_table", "from_trials": "_table", "confirmation_table": "_table", "confirmation_frame": "_table",
+    "from_book": "_table", "from_trials": "_table", "reruns_to_run": "_table", "confirmation_table": "_table", "confirmation_frame": "_table",
     "confirmation_lines": "_table",
 }
 

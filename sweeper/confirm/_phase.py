@@ -27,8 +27,8 @@ from ray import tune
 from ray.tune.search import Searcher
 
 from sweeper.cluster import storage
-from sweeper.confirm._select import SEED_PATH, Confirmation
-from sweeper.confirm._table import from_book
+from sweeper.confirm._select import Confirmation
+from sweeper.confirm._table import from_book, reruns_to_run
 
 logger = logging.getLogger(__name__)
 
@@ -76,32 +76,6 @@ class FixedConfigs(Searcher):
 def confirm_trial_name(sweep_name: str, trial) -> str:
     """Tune's name for a confirmation trial (the dashboard's Repr of its workers)."""
     return f"sweep-{sweep_name}-confirm-{trial.trial_id}"
-
-
-def _typed(value):
-    """A value as the search sampled it: a resumed sweep's book holds MLflow's text."""
-    if not isinstance(value, str):
-        return value
-    import yaml
-
-    try:
-        parsed = yaml.safe_load(value)
-    except yaml.YAMLError:
-        return value
-    return parsed if isinstance(parsed, (int, float, bool)) else value
-
-
-def reruns_to_run(confirmation: Confirmation, book) -> list[tuple[int, dict]]:
-    """(search trial number, config) of every rerun the book has not finished: each
-    confirmed config's values with each seed."""
-    done = {(t.confirms, int(float(t.params[SEED_PATH]))) for t in book.trials.values()
-            if t.confirms is not None and t.finished}
-    points = []
-    for row in confirmation.rows:
-        values = {path: _typed(value) for path, value in row.candidate.params.items() if path != SEED_PATH}
-        points += [(row.candidate.number, {**values, SEED_PATH: seed}) for seed in confirmation.seeds
-                   if (row.candidate.number, seed) not in done]
-    return points
 
 
 def confirm_best(setup, trainable, watch, tracker, budget) -> Confirmation | None:

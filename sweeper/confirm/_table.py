@@ -14,7 +14,7 @@ from rich.table import Table
 from sweeper.confirm._select import SEED_PATH, Candidate, Confirmation, Rerun, confirm, new_seeds
 from sweeper.names import TrialState
 
-__all__ = ["from_book", "from_trials", "confirmation_cells", "confirmation_frame", "confirmation_table",
+__all__ = ["from_book", "from_trials", "reruns_to_run", "confirmation_cells", "confirmation_frame", "confirmation_table",
            "confirmation_lines"]
 
 
@@ -48,6 +48,32 @@ def from_trials(trials: pl.DataFrame, metric: str, goal: str) -> Confirmation | 
                   if r["confirms"] is None and r["trial_number"] in confirmed]
     seeds = sorted({rerun.seed for rerun in reruns})
     return confirm(candidates, reruns, metric, goal, len(confirmed), seeds)
+
+
+def _typed(value):
+    """A value as the search sampled it: a resumed sweep's book holds MLflow's text."""
+    if not isinstance(value, str):
+        return value
+    import yaml
+
+    try:
+        parsed = yaml.safe_load(value)
+    except yaml.YAMLError:
+        return value
+    return parsed if isinstance(parsed, (int, float, bool)) else value
+
+
+def reruns_to_run(confirmation: Confirmation, book) -> list[tuple[int, dict]]:
+    """(search trial number, config) of every rerun the book has not finished: each
+    confirmed config's values with each seed."""
+    done = {(t.confirms, int(float(t.params[SEED_PATH]))) for t in book.trials.values()
+            if t.confirms is not None and t.finished}
+    points = []
+    for row in confirmation.rows:
+        values = {path: _typed(value) for path, value in row.candidate.params.items() if path != SEED_PATH}
+        points += [(row.candidate.number, {**values, SEED_PATH: seed}) for seed in confirmation.seeds
+                   if (row.candidate.number, seed) not in done]
+    return points
 
 
 def _num(value: float | None) -> str:
