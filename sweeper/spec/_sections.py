@@ -109,7 +109,7 @@ class ObjectiveSpec(StrictModel):
 
 
 class ConfirmSpec(StrictModel):
-    top: int = Field(ge=1, description="The best this-many configs of the search train again once it has ended: "
+    top: int = Field(ge=1, description="Off unless given. The best this-many configs of the search train again once it has ended: "
                      "ranked as early stopping ranks them (the furthest step first, then search.metric by its goal; "
                      "the first of search.objectives).")
     seeds: int = Field(description="New seeds each of them trains with, to training.max_steps: training.seed "

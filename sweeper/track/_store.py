@@ -309,7 +309,10 @@ def _prefixed(tags: dict[str, str], prefix: str) -> dict[str, str]:
 
 def best_trial_row(trials: pl.DataFrame, goal: str) -> dict | None:
     """The best completed trial of a `trials()` frame (`book.best_of`), or None."""
-    completed = trials.filter(pl.col("state") == TrialState.COMPLETED).to_dicts()
+    completed = trials.filter(pl.col("state") == TrialState.COMPLETED)
+    if "confirms" in completed.columns:  # search.confirm's reruns are no search trial
+        completed = completed.filter(pl.col("confirms").is_null())
+    completed = completed.to_dicts()
     return best_of(completed, lambda row: row["metric"], goal)
 
 
