@@ -198,3 +198,32 @@ def test_best_config_yaml_says_confirmation_chose_it():
     line = confirmation.picked_by("s")
     assert line.startswith("# Chosen by confirmation (search.confirm)") and "mean eval_loss (minimize) over 2 new seeds" in line
     assert "trial 2's" in line and "trial 5, its rerun with seed 1" in line
+
+
+def test_the_report_shows_the_confirmation_table_and_the_winner_by_mean():
+    from dataclasses import replace
+
+    from reports.build import build_report
+    from reports.markdown import render_markdown
+    from tests.unit.test_reports import make_sweep
+
+    data = make_sweep()
+    reruns = [(7, 3, 1, 1.9), (8, 3, 2, 1.7), (9, 5, 1, 1.4), (10, 5, 2, 1.65)]
+    base = {row["trial_number"]: row for row in data.trials.to_dicts()}
+    rows = [{**row, "confirms": None} for row in base.values()]
+    for number, confirms, seed, value in reruns:
+        params = {**json.loads(base[confirms]["params"]), "training.seed": str(seed)}
+        rows.append({**base[confirms], "trial_number": number, "trial_id": f"t{number}", "confirms": confirms,
+                     "metric": value, "params": json.dumps(params)})
+    report = build_report([replace(data, trials=pl.DataFrame(rows))])
+    text = render_markdown(report, {})
+    section = text.split("### Confirmation", 1)[1].split("###", 1)[0]
+    table = [line for line in section.splitlines() if line.startswith("| ")]
+    assert table[0].split(" | ")[-4:] == ["seed 2", "mean", "95% interval", "winner |"]
+    winners = [line for line in table if "by mean" in line]
+    assert len(winners) == 1 and winners[0].startswith("| 5 |")
+    assert "Winner by mean: trial 5's config (eval_loss 1.5250 over 2 seeds)" in section
+    assert "the search's single best, trial 3, lost on the mean" in section
+    assert "Confirmed by the mean over 2 seeds: trial 5's config" in text
+    # The search's best (the headline's) leaves the reruns out: trial 3 (1.5), not rerun 9 (1.4).
+    assert "Best: trial 3" in text
