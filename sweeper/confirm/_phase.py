@@ -93,13 +93,13 @@ def confirm_best(setup, trainable, watch, tracker, budget) -> Confirmation | Non
     book.confirmation = confirmation
     if len(confirmation.rows) < spec.search.confirm.top:
         confirmation.notes.append(
-            f"Confirmation: {len(confirmation.rows)} config(s) completed the search (search.confirm.top: "
-            f"{spec.search.confirm.top}); those are confirmed")
+            f"Confirmation: {len(confirmation.rows)} config(s) of the search have a value (search.confirm.top: "
+            f"{spec.search.confirm.top}); " + ("those are confirmed" if confirmation.rows else "nothing to confirm"))
     points = reruns_to_run(confirmation, book)
     cap = budget.guard.reached() if budget.guard is not None else None
     if cap is not None and points:
         confirmation.notes.append(f"Confirmation skipped: budget.{cap} was spent by the search; the best trial is "
-                                  f"the search's (raise budget.{cap} and start again to confirm)")
+                                  "the search's")
         return _settled(confirmation, book)
     if points:
         _run(spec, plan, trainable, watch, budget, book, points)
