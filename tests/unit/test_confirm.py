@@ -227,3 +227,11 @@ def test_the_report_shows_the_confirmation_table_and_the_winner_by_mean():
     assert "Confirmed by the mean over 2 seeds: trial 5's config" in text
     # The search's best (the headline's) leaves the reruns out: trial 3 (1.5), not rerun 9 (1.4).
     assert "Best: trial 3" in text
+
+
+def test_the_best_config_of_a_confirmed_sweep_is_one_run_that_confirms_nothing():
+    from sweeper.spec import single_run_spec
+
+    spec = validate_spec(small_sweep("c", search={"confirm": {"top": 2, "seeds": 2}}), base_dir=REPO)
+    single = single_run_spec(spec, {LR: "0.001", "training.seed": "2"}, name="c-best")
+    assert single.search.confirm is None and single.search.num_trials == 1 and single.training.seed == 2
