@@ -235,3 +235,18 @@ def test_the_best_config_of_a_confirmed_sweep_is_one_run_that_confirms_nothing()
     spec = validate_spec(small_sweep("c", search={"confirm": {"top": 2, "seeds": 2}}), base_dir=REPO)
     single = single_run_spec(spec, {LR: "0.001", "training.seed": "2"}, name="c-best")
     assert single.search.confirm is None and single.search.num_trials == 1 and single.training.seed == 2
+
+
+def test_the_live_estimate_counts_the_reruns_still_to_train():
+    from sweeper.budget._live_forecast import Measured, estimate
+    from sweeper.plan import TrialAt
+    from tests.unit.test_live_forecast import plan_and_forecast
+
+    plan, forecast = plan_and_forecast(search={"num_trials": 10, "confirm": {"top": 2, "seeds": 2}})
+    assert estimate(plan, forecast, Measured(), []).left == forecast.expected  # before launch: the forecast, reruns in
+    search_done = [TrialAt(90, False)] + [TrialAt(30, False)] * 2 + [TrialAt(10, False)] * 7
+    left = estimate(plan, forecast, Measured(), search_done).left
+    assert left.steps == 4 * 90  # the search has ended: its four reruns are what is left
+    one_running = estimate(plan, forecast, Measured(), search_done,
+                           reruns=[TrialAt(90, False), TrialAt(40, True)]).left
+    assert one_running.steps == 50 + 2 * 90
