@@ -25,6 +25,7 @@ def run(seed: int, root: Path, args) -> dict:
     if args.max_steps:
         sections["training"] = {"max_steps": args.max_steps, "eval_every": args.eval_every}
         sections["early_stopping"] = {"grace_period": args.eval_every}
+    (root / name).mkdir(parents=True)
     spec = bench_spec(name, root / name, **sections)
     started = time.time()
     sweep = run_bench_sweep(spec)
