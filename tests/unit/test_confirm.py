@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from types import SimpleNamespace
 
 import polars as pl
 import pytest
@@ -250,3 +251,53 @@ def test_the_live_estimate_counts_the_reruns_still_to_train():
     one_running = estimate(plan, forecast, Measured(), search_done,
                            reruns=[TrialAt(90, False), TrialAt(40, True)]).left
     assert one_running.steps == 50 + 2 * 90
+
+
+class _Tracker:
+    def __init__(self, book):
+        self.book, self.discarded = book, []
+
+    def discard_trials(self, records):
+        self.discarded += records
+        for record in records:
+            self.book.trials.pop(record.trial_id, None)
+
+
+class _Guard:
+    def __init__(self, cap):
+        self.cap = cap
+
+    def reached(self):
+        return self.cap
+
+
+class _Budget:
+    def __init__(self, cap=None, cut=False):
+        self.guard, self._cut = _Guard(cap), cut
+
+    def cut(self):
+        return self._cut
+
+
+def _confirmed_setup(book):
+    spec = validate_spec(small_sweep("c", search={"num_trials": 3, "confirm": {"top": 2, "seeds": 2}}), base_dir=REPO)
+    return SimpleNamespace(spec=spec, plan=SimpleNamespace(trials=3))
+
+
+def test_a_spent_budget_skips_confirmation_in_one_line_and_a_stopped_search_is_not_confirmed():
+    from sweeper.confirm import confirm_best
+
+    book = SweepBook(metric="eval_loss", goal="minimize", max_steps=30)
+    for r in (record(1, lr(1e-3), 1.0, step=30), record(2, lr(2e-3), 1.1, step=30), record(3, lr(3e-3), 1.2, step=30),
+              record(4, {**lr(1e-3), "training.seed": 1}, 1.3, state=TrialState.STOPPED, confirms=1, step=10)):
+        book.trials[r.trial_id] = r
+    tracker = _Tracker(book)
+    # A trial is the guard's to start: nothing runs when the cap is spent (the stale rerun is discarded).
+    confirmation = confirm_best(_confirmed_setup(book), None, None, tracker, _Budget(cap="max_steps"))
+    assert [r.number for r in tracker.discarded] == [4]
+    assert confirmation.notes == ["Confirmation skipped: budget.max_steps was spent by the search; the best trial is "
+                                  "the search's"]
+    assert book.chosen is None and book.best().number == 1 and book.confirmation is confirmation
+    # A search stopped before its end (a trial unfinished): sweep resume finishes it, then confirms.
+    book.trials["t3"].state = TrialState.STOPPED
+    assert confirm_best(_confirmed_setup(book), None, None, tracker, _Budget()) is None
