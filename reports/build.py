@@ -56,7 +56,26 @@ class SweepReport:
         if best is not None:
             row = data.trials.filter(pl.col("trial_number") == best).row(0, named=True)
             text += f" Best: trial {best}, {record.metric} = {metric_text(row['metric'])} ({params_text(row['params'])})."
+        confirmation = self.confirmation
+        if confirmation is not None and confirmation.winner is not None:
+            text += (f" Confirmed by the mean over {len(confirmation.seeds)} seeds: trial "
+                     f"{confirmation.winner.candidate.number}'s config ({metric_text(confirmation.winner.mean)}).")
         return text
+
+    @property
+    def confirmation(self):
+        """search.confirm: the sweep's confirmation (sweeper.confirm.Confirmation), or None."""
+        from sweeper.confirm import from_trials
+
+        return from_trials(self.data.trials, self.data.record.metric, self.data.record.goal)
+
+    def confirmation_table(self) -> tuple[pl.DataFrame, list[str]] | None:
+        """search.confirm: each confirmed config's seeds, mean, 95% interval and the winner
+        (text), and the lines under it; None for a sweep without confirmation."""
+        from sweeper.confirm import confirmation_frame, confirmation_lines
+
+        confirmation = self.confirmation
+        return None if confirmation is None else (confirmation_frame(confirmation), confirmation_lines(confirmation))
 
     def cost_table(self) -> pl.DataFrame:
         """The cost totals and what pruning saved, as (item, value) text rows."""

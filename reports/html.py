@@ -76,6 +76,9 @@ def _sweep_section(sweep: SweepReport, heading: str) -> list[str]:
         parts.append(_figure(f"{sweep.name}-importance", figures.pop("importance")))
     parts += ["<h3>Cost</h3>", _table(sweep.cost_table(), header=False, align_numbers=False)]
     parts += [_figure(f"{sweep.name}-{slug}", fig) for slug, fig in figures.items()]
+    confirmed = sweep.confirmation_table()
+    if confirmed is not None:  # search.confirm
+        parts += ["<h3>Confirmation</h3>", _table(confirmed[0], align_numbers=False), *(_note(n) for n in confirmed[1])]
     parts.append("<h3>Best config</h3>")
     parts.append(f"<pre>{escape(data.best_config_yaml)}</pre>" if data.best_config_yaml
                  else f"<p>{escape(sweep.best_config_missing)}</p>")

@@ -46,6 +46,11 @@ def _sweep_section(sweep: SweepReport, images: dict[str, str], heading: str) -> 
                   "```yaml", data.best_config_yaml.rstrip(), "```", ""]
     else:
         lines += [sweep.best_config_missing, ""]
+    confirmed = sweep.confirmation_table()
+    if confirmed is not None:
+        table, notes = confirmed
+        lines += [f"{sub} Confirmation", "", "The best configs of the search trained again to max_steps over new seeds "
+                  "(search.confirm); the winner is the best mean.", "", _table(table), "", *(f"{n}  " for n in notes), ""]
     front = sweep.front_table()
     if front is not None:
         lines += [f"{sub} Pareto front", "", f"The completed trials no other beats in every objective "

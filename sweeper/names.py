@@ -88,6 +88,9 @@ class Tag:
     # "true" on one of the sweep's first early_stopping.startup_trials trials, which train
     # to max_steps whatever their rank (ASHA by promotion); absent on the others.
     STARTUP_TRIAL = "sweeper.startup_trial"
+    # On a confirmation rerun (search.confirm): the number of the search trial whose config
+    # it trains again; its seed is its param training.seed.
+    CONFIRMS = "sweeper.confirms"
     TASK = "sweeper.task"
     # On a trial that ran out of accelerator memory and went on at half its micro-batch:
     # "out of memory at micro-batch 8, went on at 4".

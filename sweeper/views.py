@@ -92,6 +92,10 @@ def trials_table(run, trials: pl.DataFrame) -> Table:
     with_startup = trials["startup_trial"].any()
     if with_startup:
         table.add_column("startup trial")
+    # search.confirm: a rerun says which search trial's config it trains again, and its seed.
+    reruns = "confirms" in trials.columns and trials["confirms"].is_not_null().any()
+    if reruns:
+        table.add_column("rerun of")
     for row in trials.iter_rows(named=True):
         params = json.loads(row["params"])
         style = STATE_STYLE.get(row["state"], "")
@@ -104,6 +108,8 @@ def trials_table(run, trials: pl.DataFrame) -> Table:
             usd(row["cost_usd"]),
             *([row["warm_start"] or "-"] if warm_started else []),
             *(["yes" if row["startup_trial"] else "-"] if with_startup else []),
+            *([f"{row['confirms']}, seed {params.get('training.seed')}" if row["confirms"] is not None else "-"]
+              if reruns else []),
         )
     return table
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 
 from sweeper.cost import Rate, TrialTiming
 from sweeper.names import LiveForecastKey, TrialState
-from sweeper.plan import Forecast, Scenario, TrialAt, expected_ladder, remaining, within_caps, SweepPlan
+from sweeper.plan import Forecast, Scenario, TrialAt, after, expected_ladder, remaining, within_caps, SweepPlan
 from sweeper.views import usd
 from trainables.metrics import STEP, TOKENS_PER_SECOND, TRAIN_SECONDS, TRAIN_TOKENS
 
@@ -119,11 +119,12 @@ class LiveEstimate:
 def estimate(
     plan: SweepPlan, forecast: Forecast, measured: Measured, trials: list[TrialAt], *, failed: int = 0,
     elapsed_seconds: float = 0.0, spent_usd: float = 0.0, spent_accelerator_hours: float = 0.0,
-    spent_steps: int | None = None,
+    spent_steps: int | None = None, reruns: list[TrialAt] = (),
 ) -> LiveEstimate:
     """What is left of the sweep `plan` whose trials stand at `trials` (`failed` of them
-    failed: the ladder counts the others), at the live figures, and no more than its
-    budget caps leave (`spent_*`: what the sweep has used of them)."""
+    failed: the ladder counts the others) and its search.confirm reruns at `reruns`, at
+    the live figures, and no more than its budget caps leave (`spent_*`: what the sweep
+    has used of them)."""
     timing = live_timing(forecast.timing, measured)
     # A sweep until a budget cap counts the trials its forecast said the caps buy (or those started, once more).
     counted = plan.trials if plan.trials is not None else max(forecast.bought_trials or 1, len(trials))
@@ -133,7 +134,12 @@ def estimate(
         trial_seconds=0.0, wall_seconds=elapsed_seconds, accelerator_hours=spent_accelerator_hours, usd=spent_usd,
     )
     caps = plan.spec.budget.caps() if plan.spec.budget else {}
-    left = within_caps(remaining(plan, timing, ladder, restarts, trials), caps, plan.concurrent_trials, spent)
+    confirm = plan.spec.search.confirm
+    left = remaining(plan, timing, ladder, restarts, trials)
+    if confirm is not None:  # top x seeds to max_steps, after the search
+        n = confirm.top * confirm.seeds
+        left = after(left, remaining(plan.with_trials(n), timing, [(plan.spec.training.max_steps, n)], False, reruns))
+    left = within_caps(left, caps, plan.concurrent_trials, spent)
     return LiveEstimate(elapsed_seconds, spent_usd, left, timing, measured)
 
 
@@ -200,15 +206,16 @@ class LiveForecast:
         trials = list(self.book.trials.values())
         positions = [
             TrialAt(t.step, t.state == TrialState.RUNNING and not self._waiting_at_rung(t), t.startup_trial)
-            for t in trials if t.state != TrialState.FAILED
+            for t in trials if t.state != TrialState.FAILED and t.confirms is None
         ]
+        reruns = [TrialAt(t.step, t.state == TrialState.RUNNING) for t in trials if t.confirms is not None]
         spent = self.rate.trial_cost(sum(t.wall_seconds for t in trials))
         return estimate(
             self.plan, self.forecast, self.measured, positions,
             failed=sum(1 for t in trials if t.state == TrialState.FAILED),
             elapsed_seconds=self.clock() - self.book.started_at,
             spent_usd=spent.usd, spent_accelerator_hours=spent.accelerator_hours,
-            spent_steps=sum(t.step for t in trials),
+            spent_steps=sum(t.step for t in trials), reruns=reruns,
         )
 
     def _waiting_at_rung(self, record) -> bool:

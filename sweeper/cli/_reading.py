@@ -60,6 +60,7 @@ def status(
     ),
 ) -> None:
     """The trial table of sweep NAME from the MLflow store (works while it runs)."""
+    from sweeper.confirm import confirmation_lines, confirmation_table, from_trials
     from sweeper.names import Tag
     from sweeper.search import study_front
     from sweeper.views import front_table, trials_shown, trials_table
@@ -75,6 +76,11 @@ def status(
     front = study_front(sweep_dir, run.data.tags.get(Tag.SWEEP_NAME)) if sweep_dir else None
     if front is not None:
         console.print(front_table(front, trials))
+    confirmation = from_trials(trials, run.data.tags.get(Tag.METRIC, "eval_loss"), run.data.tags.get(Tag.GOAL, "minimize"))
+    if confirmation is not None:  # search.confirm: the best configs again over new seeds
+        console.print(confirmation_table(confirmation))
+        for line in confirmation_lines(confirmation):
+            console.print(line, highlight=False, soft_wrap=True)
     if note:
         console.print(note, highlight=False, soft_wrap=True)
 

@@ -19,7 +19,7 @@ __all__ = [
     "load_checked_spec", "check_spec", "folder_creation_problem", "write_refused", "SweepInputs",
     "prepare_inputs", "SweepPlan", "ClusterResources", "make_plan", "asha_rungs", "evaluations_between",
     "milestone_counts", "promotion_steps", "rung_quota", "Forecast", "Scenario", "TrialAt", "expected_ladder",
-    "remaining", "within_caps", "run_training", "CAPS", "plan_sweep", "start_forecast",
+    "remaining", "within_caps", "after", "run_training", "CAPS", "plan_sweep", "start_forecast",
 ]
 
 # Each public name's private module, imported on first use (sweeper/_lazy.py).
@@ -31,7 +31,7 @@ _HOME = {
     "asha_rungs": "_rungs", "evaluations_between": "_rungs", "milestone_counts": "_rungs",
     "promotion_steps": "_rungs", "rung_quota": "_rungs",
     "Forecast": "_forecast", "Scenario": "_forecast", "TrialAt": "_forecast", "expected_ladder": "_forecast",
-    "remaining": "_forecast", "within_caps": "_forecast",
+    "remaining": "_forecast", "within_caps": "_forecast", "after": "_forecast",
     "run_training": "_calibrate",
     "CAPS": "_caps",
     "plan_sweep": "_command", "start_forecast": "_command",

@@ -34,7 +34,7 @@ from sweeper.views import usd
 
 __all__ = [
     "Scenario", "Forecast", "TrialAt", "forecast_sweep", "mean_of_configs", "expected_ladder", "remaining",
-    "most_trials_within", "within_caps", "share_within_caps", "forecast_lines", "duration_text",
+    "most_trials_within", "within_caps", "share_within_caps", "forecast_lines", "duration_text", "after",
 ]
 
 
@@ -75,6 +75,9 @@ class Forecast:
     # trials (`expected` is cut at the cap), and that cap.
     uncapped: Scenario | None = None
     cut_by: str | None = None
+    # search.confirm: the reruns (top x seeds, each to max_steps after the search), in
+    # `expected` and `worst` above.
+    confirm_trials: int = 0
     notes: list[str] = field(default_factory=list)
 
     def as_params(self) -> dict[str, str]:
@@ -266,13 +269,15 @@ def forecast_sweep(plan: SweepPlan, first: TrialTiming, costliest: TrialTiming |
     else:
         worst_plan = plan
     ladder, assumption, restarts = expected_ladder(plan)
-    uncapped = remaining(plan, mean, ladder, restarts)
+    reruns = spec.search.confirm.top * spec.search.confirm.seeds if spec.search.confirm else 0
+    uncapped = after(remaining(plan, mean, ladder, restarts), _to_the_end(plan, mean, reruns))
     _, cut_by = share_within_caps(uncapped, caps)
     return Forecast(
         timing=mean,
         costliest=costliest,
         expected=within_caps(uncapped, caps, plan.concurrent_trials) if cut_by else uncapped,
-        worst=remaining(worst_plan, costliest, [(spec.training.max_steps, worst_plan.trials)], False),
+        worst=after(remaining(worst_plan, costliest, [(spec.training.max_steps, worst_plan.trials)], False),
+                    _to_the_end(plan, costliest, reruns)),
         ladder=ladder,
         assumption=assumption,
         slots=plan.concurrent_trials,
@@ -282,7 +287,22 @@ def forecast_sweep(plan: SweepPlan, first: TrialTiming, costliest: TrialTiming |
         binding_cap=binding,
         uncapped=uncapped if cut_by else None,
         cut_by=cut_by,
+        confirm_trials=reruns,
     )
+
+
+def _to_the_end(plan: SweepPlan, timing: TrialTiming, trials: int) -> Scenario:
+    """`trials` trials from step 0 to max_steps, on the plan's slots (none: nothing)."""
+    if not trials:
+        return NOTHING_SPENT
+    return remaining(plan.with_trials(trials), timing, [(plan.spec.training.max_steps, trials)], False)
+
+
+def after(first: Scenario, then: Scenario) -> Scenario:
+    """`first`, then `then` once it has ended: the work and the wall time of both."""
+    return Scenario(first.steps + then.steps, first.trial_seconds + then.trial_seconds,
+                    first.wall_seconds + then.wall_seconds, first.accelerator_hours + then.accelerator_hours,
+                    first.usd + then.usd)
 
 
 def duration_text(seconds: float) -> str:
@@ -301,6 +321,7 @@ def forecast_summary(forecast: Forecast) -> str:
         f"({duration_text(worst.wall_seconds)}, {usd(worst.usd)} without early stopping); "
         f"{t.step_seconds * 1000:.0f} ms a step, {t.eval_seconds * 1000:.0f} ms an evaluation, "
         f"{t.setup_seconds:.1f} s a trial start ({t.source})"
+        + (f"; includes {forecast.confirm_trials} confirmation trial(s) to max_steps" if forecast.confirm_trials else "")
     )
 
 
@@ -329,4 +350,7 @@ def forecast_lines(forecast: Forecast, unit: str) -> list[str]:
         lines.append(
             f"{label}: {duration_text(scenario.wall_seconds)} wall, {scenario.accelerator_hours:.4g} {unit}, {usd(scenario.usd)}"
         )
+    if forecast.confirm_trials:
+        lines.insert(1, f"Confirmation (search.confirm): {forecast.confirm_trials} trial(s) (top x seeds) to max_steps "
+                        "after the search, counted in the steps above and the cases below")
     return lines + forecast.notes

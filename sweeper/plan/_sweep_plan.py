@@ -95,13 +95,17 @@ class SweepPlan:
             caps = ", ".join(f"budget.{key}: {value:g}" for key, value in spec.budget.caps().items())
             return f"trials until a budget cap ({caps}), each to at most {spec.training.max_steps} steps"
         full = self.trials * spec.training.max_steps
+        confirm = spec.search.confirm
+        # search.confirm: top x seeds reruns to max_steps after the search.
+        reruns = (f"; then {confirm.top * confirm.seeds} confirmation trials x {spec.training.max_steps}"
+                  if confirm else "")
         counts = self.trials_per_milestone()
         if counts is None:
             how = "without early stopping" if spec.early_stopping.scheduler == "none" else "before early stopping"
-            return f"{full} training steps {how} ({self.trials} trials x {spec.training.max_steps})"
+            return f"{full} training steps {how} ({self.trials} trials x {spec.training.max_steps}){reruns}"
         steps = steps_trained(counts)
         reach = ", ".join(f"{n} to step {milestone}" for milestone, n in counts)
-        return f"at most {steps} training steps ({reach}); {full} without early stopping"
+        return f"at most {steps} training steps ({reach}); {full} without early stopping{reruns}"
 
 
 def concurrency_limit(trial: TrialResources, cluster: ClusterResources) -> int:

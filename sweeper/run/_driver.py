@@ -28,6 +28,7 @@ from ray.tune import Callback
 
 from sweeper.track import SweepBook, TrialRecord
 from sweeper.search import STARTUP_ATTR, WARM_START_ATTR
+from sweeper.confirm import CONFIRMS_ATTR
 from sweeper.names import TrialState
 from sweeper.run._janitor import error_reason, trial_error
 from sweeper.cluster.ray_adapter import forget_running_averages, tune_trial_number
@@ -107,6 +108,7 @@ class SweepDriver(Callback):
                 marks = self.trial_marks(trial.trial_id)
                 record.startup_trial = bool(marks.get(STARTUP_ATTR))
                 record.warm_start = marks.get(WARM_START_ATTR)
+                record.confirms = marks.get(CONFIRMS_ATTR)  # a confirmation rerun (sweeper/confirm)
             self.book.trials[trial.trial_id] = record
         elif record.finished:  # restored as finished: nothing starts
             return

@@ -31,7 +31,8 @@ class AdapterJanitor:
 
     def _sweep(self) -> None:
         sign = 1 if self.book.goal == "minimize" else -1
-        finished = [t for t in self.book.trials.values() if t.finished and t.checkpoint_path]
+        # Confirmation reruns keep their adapters: the winner's best one is what is promoted.
+        finished = [t for t in self.book.trials.values() if t.finished and t.checkpoint_path and t.confirms is None]
         ranked = sorted(
             finished,
             key=lambda t: (

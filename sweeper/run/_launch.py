@@ -119,7 +119,7 @@ def run_sweep(
     search_alg, stopper = budget.guarded(search_alg, None, tracker.book)
     _hand_the_driver_its_marks(search_alg, watch.driver)
     tuner = _new_tuner(setup, trainable, watch, search_alg, scheduler, slots, stopper, setup.plan.trials or -1)
-    return _fit(setup, tuner, watch, tracker, budget, started)
+    return _fit(setup, tuner, trainable, watch, tracker, budget, started)
 
 
 def resume_sweep(
@@ -178,7 +178,7 @@ def resume_sweep(
     budget.guarded(search_alg, stopper, tracker.book)
     rebuild_for_resume(tracker, scheduler, search_alg, study_url(spec.sweep_dir))
     _hand_the_driver_its_marks(search_alg, watch.driver)
-    return _fit(setup, tuner, watch, tracker, budget, started)
+    return _fit(setup, tuner, trainable, watch, tracker, budget, started)
 
 
 def rebuild_sweep(
@@ -230,7 +230,7 @@ def rebuild_sweep(
     search_alg, stopper = budget.guarded(search_alg, None, book)
     _hand_the_driver_its_marks(search_alg, watch.driver)
     tuner = _new_tuner(setup, trainable, watch, search_alg, scheduler, slots, stopper, remaining)
-    return _fit(setup, tuner, watch, tracker, budget, started)
+    return _fit(setup, tuner, trainable, watch, tracker, budget, started)
 
 
 # ------------------------------------------------------------------ the steps
@@ -323,11 +323,8 @@ def _watch(setup: Setup, tracker, budget: SweepBudget, console: Console, extra_c
 def _print_where_to_look(setup: Setup, console: Console) -> None:
     """Where the sweep can be watched: the dashboard, MLflow, the sweep's folder."""
     spec = setup.spec
-    if setup.dashboard_url:
-        # Ray 2.60 clusters ask for a token (on by default for local ones).
-        dashboard = f"{setup.dashboard_url} (log in with the token `ray get-auth-token` prints)"
-    else:
-        dashboard = "not available"
+    # Ray 2.60 clusters ask for a token (on by default for local ones).
+    dashboard = f"{setup.dashboard_url} (log in with the token `ray get-auth-token` prints)" if setup.dashboard_url else "not available"
     for line in (
         f"Ray dashboard: {dashboard}",
         f"MLflow: {setup.tracking_uri} (experiment {spec.tracking.experiment!r}, run {spec.name!r})",
@@ -395,9 +392,10 @@ def _new_tuner(setup: Setup, trainable, watch: Watch, search_alg, scheduler, slo
 TUNE_NEW_OUTPUT_ENV = "RAY_AIR_NEW_OUTPUT"
 
 
-def _fit(setup: Setup, tuner, watch: Watch, tracker, budget: SweepBudget, started: float) -> SweepRun:
-    """Run the tuner; close every MLflow run whatever happens (a stop, an error, Ctrl-C);
-    then the forecast against actual and what the caps cut."""
+def _fit(setup: Setup, tuner, trainable, watch: Watch, tracker, budget: SweepBudget, started: float) -> SweepRun:
+    """Run the tuner, then search.confirm's reruns of `trainable` (sweeper/confirm); close every MLflow run
+    whatever happens (a stop, an error, Ctrl-C); then the forecast against actual and what the caps cut."""
+    from sweeper.confirm import confirm_best
     from sweeper.run._driver import disk_full_said_once, sigterm_stops_like_sigint
 
     spec, plan, book, driver = setup.spec, setup.plan, tracker.book, watch.driver
@@ -422,6 +420,9 @@ def _fit(setup: Setup, tuner, watch: Watch, tracker, budget: SweepBudget, starte
             stopped_for = storage.disk_full_line(spec.sweep_dir, spec.name)
         stopped_for = stopped_for or tracker.gave_up  # the tracking server away too long
         tracker.discard_trials(driver.lost_trials())
+        if spec.search.confirm is not None and stopped_for is None:  # the best configs again, over new seeds
+            with watch.table, sigterm_stops_like_sigint(stop_signals), disk_full_said_once():
+                confirm_best(setup, trainable, watch, tracker, budget)
         # A stop (SIGINT) makes fit() return early, with trials unfinished or unstarted;
         # a budget cap that ended it is no interruption.
         interrupted = stopped_for is not None or (book.unfinished(plan.trials) and not budget.cut())

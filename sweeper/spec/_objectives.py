@@ -112,7 +112,7 @@ def objectives_problems(spec: Any) -> list[Problem]:
     it is a reported metric, not a cost."""
     objectives = spec.search.objectives
     if not objectives:
-        return []
+        return confirm_problems(spec)
     if len(objectives) == 1:
         return [("search.objectives", "give two or more objectives; for one, set search.metric and search.goal")]
     problems: list[Problem] = []
@@ -138,6 +138,25 @@ def objectives_problems(spec: Any) -> list[Problem]:
     if spec.search.warm_start:
         problems.append(("search.warm_start", "an earlier sweep's study holds one value per trial; with "
                          "search.objectives remove search.warm_start"))
+    return problems + confirm_problems(spec)
+
+
+def confirm_problems(spec: Any) -> list[Problem]:
+    """search.confirm: a trial count to leave room for the reruns, at most that many
+    configs to confirm, and the seed left for confirmation to set."""
+    confirm, search = spec.search.confirm, spec.search
+    if confirm is None:
+        return []
+    if search.num_trials is None:
+        return [("search.confirm", "a sweep without search.num_trials searches until a budget cap and leaves "
+                                   "nothing for the reruns; give search.num_trials, or remove search.confirm")]
+    problems: list[Problem] = []
+    if confirm.top > search.num_trials:
+        problems.append(("search.confirm.top", f"must be <= search.num_trials ({search.num_trials}), got "
+                                               f"{confirm.top}; lower it or raise search.num_trials"))
+    if "training.seed" in search.parameters:
+        problems.append(("search.parameters.training.seed", "search.confirm sets training.seed for its reruns; "
+                         "remove training.seed from search.parameters, or remove search.confirm"))
     return problems
 
 

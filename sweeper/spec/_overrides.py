@@ -26,8 +26,8 @@ def with_overrides(spec: SweepSpec, overrides: dict[str, Any], built: str = "a r
 NO_EARLY_STOPPING = {"scheduler": "none", "startup_trials": None, "rung_spacing": None, "rungs": None}
 
 # The search section of a run that is one trial: the sweep's own count may be absent (a
-# budget-driven sweep), its cap is not this run's, and one trial is one trial.
-ONE_TRIAL = {"num_trials": 1, "max_concurrent_trials": None, "warm_start": []}
+# budget-driven sweep), its cap is not this run's, one trial is one trial, and there is nothing to confirm.
+ONE_TRIAL = {"num_trials": 1, "max_concurrent_trials": None, "warm_start": [], "confirm": None}
 
 
 def single_run_spec(spec: SweepSpec, params: dict[str, Any], name: str) -> SweepSpec:

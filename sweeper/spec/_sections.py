@@ -108,6 +108,21 @@ class ObjectiveSpec(StrictModel):
     goal: Literal["minimize", "maximize"] = Field(description="Direction of `metric`.")
 
 
+class ConfirmSpec(StrictModel):
+    top: int = Field(ge=1, description="Off unless given. The best this-many configs of the search train again once it has ended: "
+                     "ranked as early stopping ranks them (the furthest step first, then search.metric by its goal; "
+                     "the first of search.objectives).")
+    seeds: int = Field(description="New seeds each of them trains with, to training.max_steps: training.seed "
+                       "+ 1, + 2, ... (at least 2: a mean's 95% interval needs two values).")
+
+    @field_validator("seeds")
+    @classmethod
+    def _two_or_more(cls, value: int) -> int:
+        if value < 2:
+            raise ValueError("must be >= 2 (a mean's 95% interval needs two values)")
+        return value
+
+
 class SearchSpec(StrictModel):
     method: Literal["tpe", "random", "grid"] = Field(
         "tpe", description="Optuna sampler: tpe (default), random, or grid (categorical parameters only)."
@@ -161,6 +176,14 @@ class SearchSpec(StrictModel):
         description="Earlier sweeps to start from: {sweep: NAME, top_k: N} or a list of them. Their finished "
         "trials are added to this search's study and their best top_k configs run first; parameters not in "
         "this search space, or out of its range, are left out (one note each).",
+    )
+
+    confirm: ConfirmSpec | None = Field(
+        None,
+        description="Confirmed winners: after the search, the best `top` configs train again to training.max_steps "
+        "with `seeds` new seeds each ({top: 3, seeds: 3}); the winner is the config with the best mean, and sweep "
+        "status and the report show each config's seeds, mean and 95% interval. The reruns count against the budget "
+        "and are in the forecast. None (off) by default.",
     )
 
     @field_validator("warm_start", mode="before")

@@ -70,6 +70,9 @@ class TrialRecord:
     # start's config came from ("<earlier sweep>/<trial id>").
     startup_trial: bool = False
     warm_start: str | None = None
+    # A confirmation rerun (search.confirm): the number of the search trial whose config it
+    # trains again with a new seed; None for a trial of the search.
+    confirms: int | None = None
 
     def __setattr__(self, name, value) -> None:
         # A state set from Tune's or MLflow's strings is the enum all the same.
@@ -143,14 +146,21 @@ class SweepBook:
     max_steps: int
     trials: dict[str, TrialRecord] = field(default_factory=dict)
     started_at: float = field(default_factory=time.time)
+    # search.confirm: the trial its confirmation picked (the winning config's best rerun),
+    # and the confirmation itself (a sweeper.confirm.Confirmation, for the summary).
+    chosen: str | None = None
+    confirmation: object = None
 
     def better(self, a: float, b: float) -> bool:
         return better(a, b, self.goal)
 
     def best(self, states: Iterable[TrialState] = (TrialState.COMPLETED,)) -> TrialRecord | None:
-        """Best trial by its last metric among trials in one of `states`."""
+        """The trial confirmation picked, once it has; else the best trial of the search by
+        its last metric among trials in one of `states` (confirmation reruns left out)."""
+        if self.chosen in self.trials:
+            return self.trials[self.chosen]
         states = set(states)
-        candidates = (t for t in self.trials.values() if t.state in states)
+        candidates = (t for t in self.trials.values() if t.state in states and t.confirms is None)
         return best_of(candidates, lambda t: t.last(self.metric), self.goal)
 
     def count(self, state: TrialState) -> int:

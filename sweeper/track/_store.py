@@ -177,6 +177,7 @@ class SweepStore:
                 "checkpoint_path": tags.get(Tag.CHECKPOINT_PATH),
                 "warm_start": tags.get(Tag.WARM_START),
                 "startup_trial": tags.get(Tag.STARTUP_TRIAL) == "true",
+                "confirms": int(tags[Tag.CONFIRMS]) if Tag.CONFIRMS in tags else None,
                 "started_ms": child.info.start_time,
                 "ended_ms": child.info.end_time,
             })
@@ -186,7 +187,7 @@ class SweepStore:
             "cost_usd": pl.Float64, "wall_seconds": pl.Float64, "setup_seconds": pl.Float64,
             "tokens": pl.Float64, "saved_usd": pl.Float64, "pauses": pl.Int64, "params": pl.String,
             "checkpoint_path": pl.String, "warm_start": pl.String, "startup_trial": pl.Boolean,
-            "started_ms": pl.Int64, "ended_ms": pl.Int64,
+            "confirms": pl.Int64, "started_ms": pl.Int64, "ended_ms": pl.Int64,
         })
         return frame.sort("trial_number")
 
@@ -308,7 +309,10 @@ def _prefixed(tags: dict[str, str], prefix: str) -> dict[str, str]:
 
 def best_trial_row(trials: pl.DataFrame, goal: str) -> dict | None:
     """The best completed trial of a `trials()` frame (`book.best_of`), or None."""
-    completed = trials.filter(pl.col("state") == TrialState.COMPLETED).to_dicts()
+    completed = trials.filter(pl.col("state") == TrialState.COMPLETED)
+    if "confirms" in completed.columns:  # search.confirm's reruns are no search trial
+        completed = completed.filter(pl.col("confirms").is_null())
+    completed = completed.to_dicts()
     return best_of(completed, lambda row: row["metric"], goal)
 
 

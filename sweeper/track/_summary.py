@@ -42,6 +42,12 @@ def print_summary(run, console: Console) -> None:
         f"Cost: {usd(cost.usd)} ({cost.accelerator_hours:.3f} {unit}, {cost.tokens:,.0f} tokens{per_million}); "
         f"pruning saved {usd(cost.saved_by_pruning_usd)}"
     )
+    if book.confirmation is not None:  # search.confirm: each config's seeds, mean and interval
+        from sweeper.confirm import confirmation_lines, confirmation_table
+
+        console.print(confirmation_table(book.confirmation))
+        for line in confirmation_lines(book.confirmation):
+            console.print(line, highlight=False, soft_wrap=True)
     for note in getattr(run, "notes", []):  # forecast against actual, what a budget cut
         console.print(note, highlight=False, soft_wrap=True)
     console.print(f"MLflow: {run.tracking_uri} (experiment {spec.tracking.experiment!r}, run {spec.name!r})")

@@ -230,6 +230,7 @@ class MlflowTracker:
             pauses=int(metrics.get(RunMetric.PAUSES, 0)),
             startup_trial=tags.get(Tag.STARTUP_TRIAL) == "true",
             warm_start=tags.get(Tag.WARM_START),
+            confirms=int(tags[Tag.CONFIRMS]) if Tag.CONFIRMS in tags else None,
         )
         if record.state == TrialState.FAILED:
             record.error = tags.get(Tag.STATUS, "failed").removeprefix("failed: ")
@@ -288,7 +289,8 @@ class MlflowTracker:
                 RunTag(Tag.BEST_RUN_ID, getattr(self.client, "ids", {}).get(*[self.child_run_ids.get(best.trial_id, "")] * 2)),
             ]
             config = single_run_spec(self.spec, best.params, name=f"{self.spec.name}-best")
-            self.client.log_text(self.parent_run_id, picked_by(self.spec) + spec_to_yaml(config), "best_config.yaml")
+            picked = self.book.confirmation.picked_by(self.spec.name) if self.book.chosen else picked_by(self.spec)  # search.confirm
+            self.client.log_text(self.parent_run_id, picked + spec_to_yaml(config), "best_config.yaml")
         status = SweepStatus.STOPPED if interrupted else (SweepStatus.FINISHED if best else SweepStatus.FAILED)
         tags.append(RunTag(Tag.STATUS, status))
         self.client.log_batch(
@@ -324,6 +326,7 @@ class MlflowTracker:
                 # What the searcher marked the trial with.
                 **({Tag.STARTUP_TRIAL: "true"} if record.startup_trial else {}),
                 **({Tag.WARM_START: record.warm_start} if record.warm_start else {}),
+                **({Tag.CONFIRMS: str(record.confirms)} if record.confirms is not None else {}),
             },
         )
         self.child_run_ids[record.trial_id] = run.info.run_id

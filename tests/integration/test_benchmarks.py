@@ -107,3 +107,14 @@ def test_warm_start_benchmark_counts_trials_to_the_earlier_best(tmp_path):
     assert (first["number"], first["state"], first["steps"]) == (1, "completed", 18)
     assert list(results["warm"]["warm_marks"]) == ["1"]  # trial numbers as JSON keys
     assert results["warm_history"]["warm_marks"] == {} and results["cold"]["warm_marks"] == {}
+
+
+def test_confirm_winner_benchmark_says_whether_confirmation_changed_the_winner(tmp_path):
+    figures = run_benchmark("confirm_winner", tmp_path, "--seeds", "0", "--trials", "3", "--top", "2",
+                            "--confirm-seeds", "2", "--max-steps", "12", "--eval-every", "6")
+    (result,) = figures["results"]
+    assert figures["sweeps"] == 1 and figures["changed"] == int(result["changed"])
+    assert len(result["rows"]) == 2 and all(len(row["values"]) == 2 for row in result["rows"])
+    means = {row["trial"]: row["mean"] for row in result["rows"]}
+    assert result["winner"] == min(means, key=means.get)  # eval_loss: the lowest mean
+    assert result["changed"] == (result["winner"] != result["search_best"])
