@@ -55,7 +55,7 @@ class Candidate:
     """A trial that passed every check: what promotion will register."""
 
     sweep: str
-    parent: object  # the sweep's parent run, as SweepStore returns it (sweeper.track._run_reader)
+    parent: object  # the sweep's parent run, an MLflow Run as SweepStore returns it
     trial: dict  # a SweepStore.trials() row
     spec: SweepSpec  # the trial's values as one full run (best_config.yaml)
     adapter_dir: str  # a folder, or s3://... (the sweep's storage.uri)
