@@ -391,14 +391,12 @@ def forget_running_averages(trial) -> None:
 # Ray core's own setting (RayConfig `event_log_reporter_enabled`): see the docstring.
 NO_WORKER_EVENT_FILES = {"RAY_event_log_reporter_enabled": "0"}
 
-
 # Ray gives its head node this resource (`ray._common.constants.HEAD_NODE_RESOURCE_NAME`;
 # Ray Train pins its state actor with it); no public option places an actor on the head.
 # A trial's own actor asks for a sliver of it: that actor only waits on its TorchTrainer
 # (whose workers hold the CPUs and GPUs), and on the head it does not die with a worker
 # node, so Train's retry of a lost worker group can run (Tune does not retry the trial).
 ON_THE_HEAD_NODE = {"node:__internal_head__": 0.001}
-
 
 # ---------------------------------------------------------------- Ray client
 

@@ -195,7 +195,6 @@ def check_registry(client, model_name: str, alias: str) -> None:
 
 # ---------------------------------------------------------------- 2. build (local files)
 
-
 # The adapter as peft saves it (peft's CONFIG_NAME and SAFETENSORS_WEIGHTS_NAME). The rest
 # of a checkpoint folder (optimizer and schedule, random state, DeepSpeed's partitions) is
 # for continuing training, not for serving: it stays out of the registered model.

@@ -32,18 +32,6 @@ class SweepFile:
     memory: object | None  # MemoryForecast of a GPU trial
 
 
-# ---------------------------------------------------------------- arguments
-
-
-# ---------------------------------------------------------------- the data
-
-
-# ---------------------------------------------------------------- sizing
-
-
-# ---------------------------------------------------------------- the file
-
-
 def _fmt(value: float) -> str:
     """5e-05 as 5.0e-5: a float to YAML (which needs the dot) and short to read."""
     mantissa, exponent = f"{value:.2e}".split("e")
