@@ -106,14 +106,11 @@ def download(uri: str, local_dir: Path) -> Path:
 
     fs, path = filesystem(uri)
     local_dir = Path(local_dir)
-    if fs.get_file_info(path).type == pyarrow.fs.FileType.File:
-        local_dir.mkdir(parents=True, exist_ok=True)
-        target = local_dir / Path(path).name
-        pyarrow.fs.copy_files(path, str(target), source_filesystem=fs, destination_filesystem=pyarrow.fs.LocalFileSystem())
-        return target
     local_dir.mkdir(parents=True, exist_ok=True)
-    pyarrow.fs.copy_files(path, str(local_dir), source_filesystem=fs, destination_filesystem=pyarrow.fs.LocalFileSystem())
-    return local_dir
+    is_file = fs.get_file_info(path).type == pyarrow.fs.FileType.File
+    target = local_dir / Path(path).name if is_file else local_dir
+    pyarrow.fs.copy_files(path, str(target), source_filesystem=fs, destination_filesystem=pyarrow.fs.LocalFileSystem())
+    return target
 
 
 def upload(local: Path, uri: str) -> None:

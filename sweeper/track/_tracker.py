@@ -1,34 +1,16 @@
 """MLflow tracking: one parent run per sweep, one nested child run per trial.
 
 The only writer is the driver: its Tune callback (sweeper/run/_driver.py) has this module log
-what the trials report (results reach the driver through Tune, wherever the trials
-run), so trials on other nodes need no access to the store and the store sees one
-consistent writer.
+what the trials report (results reach the driver through Tune, wherever the trials run), so
+trials on other nodes need no access to the store and the store sees one writer.
 
-The experiment carries `mlflow.experimentKind = custom_model_development`, so that MLflow
-3's UI opens it on its runs.
-
-Run layout (tag and metric names in `sweeper.names`; tags are the query keys of
-`sweep list/status`, the reports and promotion):
-- parent: tags sweeper.kind=sweep, sweeper.sweep_name, sweeper.config_hash,
-  sweeper.git_commit, sweeper.versions.<pkg>, sweeper.data_sha256.<split>,
-  sweeper.hardware, sweeper.status (a SweepStatus); params = the fixed config (dotted
-  keys); artifact sweep.yaml; at the end best_config.yaml, metrics best_<metric>,
-  trials_*, cost_*; tag sweeper.best_trial_id.
-- child: tags sweeper.kind=trial, sweeper.trial_id, sweeper.trial_number, sweeper.state
-  (a TrialState: running, paused, completed, pruned, failed, stopped) and sweeper.status
-  (its words: completed | pruned at step N | failed: reason); params = sampled values;
-  sweeper.warm_start (<earlier sweep>/<trial id>) on a trial whose config an earlier sweep
-  gave (search.warm_start); metric histories by step; setup_seconds, cost_usd, accelerator_hours, tokens,
-  usd_per_million_tokens, pauses (at rungs, ASHA by promotion); on a trial that ran out of
-  memory and went on at half its micro-batch, metrics out_of_memory_at_micro_batch and
-  micro_batch and the tag sweeper.out_of_memory (in words). Run status FINISHED
-  (completed), KILLED (pruned or stopped), FAILED (failed).
-- promotion (written by sweeper/promote/_registry.py, not here): nested under a trial's run, tag
-  sweeper.kind=promotion; it holds the logged model of a registered version.
-
-Client helpers shared with the read-only commands live in `sweeper.track._mlflow_store`, so
-that those import neither Ray nor this module.
+Parent run: tags (sweeper.kind=sweep, name, config hash, git commit, versions, data hashes,
+hardware, sweeper.status), the fixed config as params, sweep.yaml; at the end
+best_config.yaml, best_<metric>, trial counts and costs, sweeper.best_trial_id. Child run:
+tags (sweeper.kind=trial, trial id and number, sweeper.state, sweeper.status in words),
+the sampled values as params, metric histories by step, and when it ends its cost, wall
+time and steps; run status FINISHED (completed), KILLED (pruned or stopped), FAILED.
+Tag and metric names are in `sweeper.names`; docs/concepts/tracking.md has the whole layout.
 """
 
 from __future__ import annotations
