@@ -21,6 +21,8 @@ import signal
 import time
 from pathlib import Path
 
+from mlflow.entities import Metric, Param, RunTag
+
 from sweeper.track._book import SweepBook, TrialRecord
 from sweeper.cost import SweepCost, TrialCost, pruning_saving, sweep_cost, sweep_rate
 from sweeper.errors import UserError
@@ -67,8 +69,6 @@ class MlflowTracker:
     # ------------------------------------------------------------ the sweep (parent run)
 
     def start_sweep(self, yaml_folder: Path) -> str:
-        from mlflow.entities import Param
-
         spec = self.spec
         tags = {
             Tag.KIND: RunKind.SWEEP,
@@ -101,14 +101,10 @@ class MlflowTracker:
 
     def log_sweep_params(self, params: dict[str, str]) -> None:
         """More params on the parent run (the forecast, when the sweep starts)."""
-        from mlflow.entities import Param
-
         self.client.log_batch(self.parent_run_id, params=[Param(k, v) for k, v in params.items()])
 
     def log_sweep_figures(self, metrics: dict[str, float], tags: dict[str, str]) -> None:
         """More metrics and tags on the parent run (forecast and budget, when the sweep ends)."""
-        from mlflow.entities import Metric, RunTag
-
         now = int(time.time() * 1000)
         self.client.log_batch(
             self.parent_run_id,
@@ -118,15 +114,11 @@ class MlflowTracker:
 
     def log_sweep_metrics(self, metrics: dict[str, float], step: int) -> None:
         """Metrics on the parent run at `step` while the sweep runs (the live forecast)."""
-        from mlflow.entities import Metric
-
         now = int(time.time() * 1000)
         self.client.log_batch(self.parent_run_id, metrics=[Metric(k, float(v), now, step) for k, v in metrics.items()])
 
     def _mark_running(self) -> None:
         """The parent run says the sweep runs, and from which folder (a resume may be in another)."""
-        from mlflow.entities import RunTag
-
         tags = [RunTag(Tag.STATUS, SweepStatus.RUNNING), RunTag(Tag.SWEEP_DIR, str(self.spec.sweep_dir))]
         self.client.log_batch(self.parent_run_id, tags=tags)
 
@@ -237,8 +229,6 @@ class MlflowTracker:
 
     def finish_sweep(self, interrupted: bool = False) -> SweepCost:
         """Close every open run, then write the sweep's totals, best config and status."""
-        from mlflow.entities import Metric, RunTag
-
         for record in self.book.trials.values():
             if record.trial_id in self.child_run_ids and record.trial_id not in self.trial_costs:
                 if not record.finished:
@@ -283,8 +273,6 @@ class MlflowTracker:
     # ------------------------------------------------------------ trials (child runs)
 
     def trial_started(self, record: TrialRecord) -> None:
-        from mlflow.entities import Param, RunTag
-
         if record.trial_id in self.child_run_ids:  # continued after `sweep resume`: same run
             run_id = self.child_run_ids[record.trial_id]
             self.trial_costs.pop(record.trial_id, None)
@@ -313,8 +301,6 @@ class MlflowTracker:
 
     def trial_paused(self, record: TrialRecord) -> None:
         """Tagged so, for `sweep status` while the sweep runs."""
-        from mlflow.entities import Metric, RunTag
-
         run_id = self.child_run_ids.get(record.trial_id)
         if run_id:
             self.client.log_batch(
@@ -324,8 +310,6 @@ class MlflowTracker:
             )
 
     def trial_result(self, record: TrialRecord) -> None:
-        from mlflow.entities import Metric, RunTag
-
         run_id = self.child_run_ids.get(record.trial_id)
         if run_id is None or not record.history:
             return
@@ -376,8 +360,6 @@ class MlflowTracker:
                 f"meanwhile were kept here and logged once it was back: nothing lost"]
 
     def _end_trial(self, record: TrialRecord) -> None:
-        from mlflow.entities import Metric, RunTag
-
         run_id = self.child_run_ids.get(record.trial_id)
         if run_id is None or record.trial_id in self.trial_costs:
             return
