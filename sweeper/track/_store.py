@@ -34,7 +34,7 @@ class SweepRecord:
 
     name: str
     run_id: str
-    status: str  # a SweepStatus while we wrote it; MLflow's run status, lower case, for older runs
+    status: str  # a SweepStatus; MLflow's run status, lower case, where the tag is missing
     metric: str
     goal: str
     max_steps: int
@@ -287,7 +287,7 @@ class SweepStore:
         max_steps = int(params.get("training.max_steps", tags.get(Tag.MAX_STEPS, 0)))
         rungs = []
         if params.get("early_stopping.scheduler") in ("asha", "asha_stopping"):
-            # Sweeps before early_stopping.rung_spacing spaced their rungs by reduction_factor.
+            # Without early_stopping.rung_spacing, the rungs are spaced by reduction_factor.
             spacing = params.get("early_stopping.rung_spacing", params["early_stopping.reduction_factor"])
             count = params.get("early_stopping.rungs", "")  # a number, or every rung below max_steps
             rungs = asha_rungs(

@@ -134,8 +134,8 @@ class MlflowTracker:
         replay_backlog(getattr(self.client, "client", self.client), self.spec.sweep_dir / BACKLOG_FILE)
         query = f"tags.`{Tag.KIND}` = '{RunKind.SWEEP}' and tags.`{Tag.SWEEP_NAME}` = '{self.spec.name}'"
         # The sweep is the one whose Tune state is resumed: its storage, wherever its folder
-        # is now (`sweep resume --storage` from another one); runs from before storage.uri
-        # existed name only their folder, which was their storage.
+        # is now (`sweep resume --storage` from another one); a run without the storage tag
+        # names only its folder, which is then its storage.
         parents = [
             run
             for run in self.client.search_runs([self.experiment_id], query, order_by=["attributes.start_time DESC"])
