@@ -71,7 +71,9 @@ class SweepStore:
     def client(self):
         return client_for(self.uri)
 
-    def find_runs(self, tags: dict[str, str], experiment_ids: list[str] | None = None, newest_first: bool = False) -> list:
+    def find_runs(
+        self, tags: dict[str, str], experiment_ids: list[str] | None = None, newest_first: bool = False
+    ) -> list:
         """Active runs (of active experiments) whose tags hold every `tags` item, as MLflow's
         `Run` (`info.run_id`, `info.status`, ..., `data.tags`, `data.params`, `data.metrics`)."""
         if not self.exists:
