@@ -17,8 +17,6 @@ Ray Train (a trial's TorchTrainer, sweeper/run/_trial.py):
   once Tune has ended its actor.
 - `workers_never_started(error)`: Train's `WorkerGroupStartupTimeoutError`, not exported;
   the trial names the resources it waited for. Fallback: False (Train's own message).
-- `controller_callback_class`: Train's `ControllerCallback` (abort hook, state changes),
-  for tests/integration/test_ray_adapter.py.
 - `tune_trial_number`: a trial's number, from Tune's experiment tag ("<n>_<params>").
 - `tune_stop_event`: the event Tune sets when it stops a function trial. Fallback: an
   event nobody sets.
@@ -54,7 +52,6 @@ __all__ = [
     "reports_in_trial_thread",
     "StoppableTorchTrainer",
     "PublicTorchTrainer",
-    "controller_callback_class",
     "workers_never_started",
     "tune_stop_event",
     "tune_trial_number",
@@ -227,13 +224,6 @@ def workers_never_started(error: BaseException) -> bool:
         seen.add(id(error))
         error = getattr(error, "controller_failure", None) or error.__cause__
     return False
-
-
-def controller_callback_class() -> type:
-    """Ray Train's controller callback base class (abort hook, state updates)."""
-    from ray.train.v2._internal.execution.callback import ControllerCallback
-
-    return ControllerCallback
 
 
 def tune_stop_event() -> threading.Event:
