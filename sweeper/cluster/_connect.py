@@ -30,11 +30,10 @@ TRIAL_SETTINGS = {
     # Train's watcher of node drains: an actor per trial, a process, and nothing to watch
     # on the one machine of a sweep's own cluster (on where it joins one: below).
     PREEMPTION_WATCHER_ENV: "0",
-    # How long Tune waits for a stopped trial's thread before reusing its actor; the
-    # trial aborts its Train run first (sweeper/run/_trial.py), which takes about a second.
+    # How long Tune waits for a stopped trial's thread, which first aborts its Train run
+    # (sweeper/run/_trial.py), before reusing its actor.
     "TUNE_FUNCTION_THREAD_TIMEOUT_S": "20",
-    # No event file per worker process: Ray's dashboard agent reads them all every 2 s,
-    # about 3 a trial (sweeper/cluster/ray_adapter.py).
+    # No event file per worker process for Ray's dashboard agent to re-read (ray_adapter).
     **ray_adapter.NO_WORKER_EVENT_FILES,
 }
 
