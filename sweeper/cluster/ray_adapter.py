@@ -29,7 +29,7 @@ Ray Tune (`sweep resume`; sweeper/run/_launch.py, sweeper/search/_asha.py, _tune
 - `hold_restored_trial`: a restored unfinished trial comes back PENDING and Tune starts
   every PENDING trial; a scheduler keeps it PAUSED until it picks it.
 - `forget_running_averages`: Tune keeps each ended trial's last 5 and 10 values of every
-  reported number (about 30 KB a trial, in every experiment checkpoint too).
+  reported number, in the driver and in every experiment checkpoint.
 Ray core: `NO_WORKER_EVENT_FILES` (RayConfig `event_log_reporter_enabled` in the job's
 runtime env: no event file per worker process for the dashboard agent to re-read), and
 `ON_THE_HEAD_NODE` (below). Ray client: `ray_address_file`, where `ray start` writes the
