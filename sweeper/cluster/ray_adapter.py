@@ -8,9 +8,10 @@ imported at module level.
 
 Ray Train (a trial's TorchTrainer, sweeper/run/_trial.py):
 - `TrialTrainer`: `StoppableTorchTrainer` runs Train's controller in the Tune trial's own
-  actor (no public option does; Train's own starts an actor per run), and `fit_until(stop)`
-  aborts the run when `stop` is set without ending the actor Tune reuses (Train's `abort`
-  ends its process). `worker_repr` names the run's Train
+  actor (no public option does; Train's own starts an actor per run), leaves out Ray
+  Data's per-run actor without Ray Datasets, shares one placement-group cleaner per trial
+  actor, and `fit_until(stop)` aborts the run when `stop` is set without ending the actor
+  Tune reuses (Train's `abort` ends its process). `worker_repr` names the run's Train
   workers in the dashboard: Train creates them from a private class with no option for
   a Repr. Fallback: `PublicTorchTrainer` (Train's `fit()`, no actor reuse, reports through
   Ray's `TuneReportCallback`); a stopped trial's workers then free their resources only
@@ -131,8 +132,36 @@ def _stoppable_torch_trainer() -> type:
     """Built on first use, so that importing this module loads neither Ray nor torch."""
     import asyncio
 
+    import ray
     from ray.train.torch import TorchTrainer
+    from ray.train.v2._internal.callbacks import DatasetsCallback
+    from ray.train.v2._internal.callbacks.placement_group_callback import PlacementGroupCleanerCallback
     from ray.train.v2._internal.execution.controller import TrainController
+
+    class SharedPlacementGroupCleaner(PlacementGroupCleanerCallback):
+        """Train's safety net, one per trial actor instead of one per run: a detached
+        actor that watches the process running the controller and removes the placement
+        group last registered with it should that process die without ending its run (a
+        placement group outlives its creator actor until the job ends; Tune kills a
+        trial actor at the end of a sweep, or when it cannot reuse it). It ends when
+        that process dies. The trial actor runs one run at a time."""
+
+        cleaner_of_this_process = None
+
+        def after_controller_start(self, train_run_context) -> None:
+            cleaner = SharedPlacementGroupCleaner.cleaner_of_this_process
+            if cleaner is None:
+                super().after_controller_start(train_run_context)
+                SharedPlacementGroupCleaner.cleaner_of_this_process = self._cleaner
+            else:
+                self._cleaner = cleaner
+                self._controller_actor_id = ray.get_runtime_context().get_actor_id()
+
+        async def before_controller_shutdown(self) -> None:
+            """Kept watching for the next run: the run removes its own placement group."""
+
+        def before_controller_abort(self) -> None:
+            """As above."""
 
     class StoppableTorchTrainer(TorchTrainer):
         """A TorchTrainer whose controller runs in the calling thread, and which aborts
@@ -147,6 +176,16 @@ def _stoppable_torch_trainer() -> type:
             the dashboard shows as the Repr of the run's Train workers."""
             self._stop, self._worker_repr = stop, worker_repr
             return self.fit()
+
+        def _create_default_callbacks(self):
+            callbacks = []
+            for callback in super()._create_default_callbacks():
+                if isinstance(callback, DatasetsCallback) and not self.datasets:
+                    continue
+                if isinstance(callback, PlacementGroupCleanerCallback):
+                    callback = SharedPlacementGroupCleaner()
+                callbacks.append(callback)
+            return callbacks
 
         def _initialize_and_run_controller(self, **controller_init_kwargs):
             controller = TrainController(**controller_init_kwargs)

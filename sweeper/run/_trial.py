@@ -1,11 +1,13 @@
 """One Tune trial: fit a Ray Train TorchTrainer on the trial's config. Each of its
 evaluations reaches Tune (and ASHA, and the searcher) as a Tune report.
 
-Tune reuses the trial's actor for the next trial (`TuneConfig(reuse_actors=True)`,
-sweeper/run/_launch.py) and the Train controller runs inside that actor instead of in an
-actor of its own, so that a stopped trial's run can be aborted in place
-(sweeper/cluster/ray_adapter.py); reports reach Tune without Ray's report-queue actor. On
-a Ray other than the one the adapter was tested against, the
+A trial is cheap to start because it starts as few processes as it can: Tune reuses the
+trial's actor for the next trial (`TuneConfig(reuse_actors=True)`, sweeper/run/_launch.py),
+the Train controller runs inside that actor instead of in an actor of its own, and the
+Ray Data, report-queue and placement-group-cleaner actors that Ray starts for every run
+are left out (sweeper/cluster/ray_adapter.py). What remains new per trial is what the run needs:
+its placement group, its Train workers (which do the training) and Train's
+synchronization actor. On a Ray other than the one the adapter was tested against, the
 trial takes Train's public path instead: a plain TorchTrainer whose controller is an actor
 of its own, reports through Ray's TuneReportCallback, and no actor reuse.
 
