@@ -19,7 +19,6 @@ __all__ = ["Check", "Gpu", "checks", "driver_advice", "nvidia_gpus", "setup_line
 MIN_DRIVER_FOR_CUDA = {13: 580, 12: 525, 11: 450}
 # PyTorch's own wheel index for CUDA 12.x builds: what a driver of the R525-R575 series runs.
 CUDA12_INDEX = "https://download.pytorch.org/whl/cu126"
-CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 
 
 @dataclass(frozen=True)

@@ -1,17 +1,12 @@
 """What a sweep's driver shows on the terminal and what goes to the sweep's `driver.log`.
 
-The terminal gets sweeper's own lines: the sweep and its plan, the forecast, where to look,
-the live table, the summary. What the libraries print as they load and start (Ray's notes,
-Optuna's study lines, transformers' and the Hub's progress bars, any library's warnings) is
-written to `<sweep folder>/driver.log` instead; `sweep start --verbose` shows it on the
-terminal too. Everything here uses the libraries' public switches: Python logging (Ray's
-"ray" logger, as Ray's logging guide describes; Python's warnings), `optuna.logging`, and environment
-variables the libraries document, which the processes the driver starts inherit
-(the calibration's copies, the workers of a local Ray cluster).
-
-The log is held in memory until the sweep's folder is made (`write_to`, called by the
-launch once the folder exists: an existing sweep is only replaced once the inputs have
-been checked), then written there and appended to.
+The terminal gets sweeper's own lines (the sweep and its plan, the forecast, where to look,
+the live table, the summary); what the libraries print (Ray's notes, Optuna's study lines,
+progress bars, warnings) goes to `<sweep folder>/driver.log`, and with `--verbose` to the
+terminal too. Only the libraries' public switches are used: Python logging and warnings,
+`optuna.logging`, and documented environment variables, which the driver's processes
+inherit. The log is held in memory until the launch has made the sweep's folder
+(`write_to`), then written there.
 """
 
 from __future__ import annotations

@@ -43,8 +43,7 @@ def sweeps_table(sweeps: pl.DataFrame) -> Table:
 
 
 # `sweep status` shows every trial of a sweep up to this many; beyond, the running ones
-# and the BEST_SHOWN best of the others (2,000 rows took rich 3 s to draw, and nobody
-# reads them in a terminal: `sweep status NAME --all` and the report have them all).
+# and the BEST_SHOWN best of the others (`sweep status NAME --all` and the report show all).
 ALL_TRIALS_UP_TO = 50
 BEST_SHOWN = 20
 

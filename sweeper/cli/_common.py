@@ -26,7 +26,6 @@ def ray_address(address: Optional[str]) -> Optional[str]:
 
 SWEEP_DIR_HELP = "The sweep's folder (default ./sweeps/NAME)."
 
-
 JOB_ADDRESS_HELP = "The cluster's dashboard, http://HEAD:8265 (default: RAY_ADDRESS)."
 
 

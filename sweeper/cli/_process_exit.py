@@ -1,19 +1,12 @@
 """How the `sweep` process ends: Python's own exit, less the interpreter's teardown.
 
-After a command has imported torch, transformers, Ray, MLflow and peft, Python's teardown
-(freeing every module's objects one by one) takes seconds after the last line is printed,
-which a user waits for after every command. Nothing of ours needs it: what must happen at
-exit is registered with `atexit` (Ray's shutdown of the local cluster, MLflow's and
-logging's flushes, `weakref.finalize` callbacks).
-
-So `exit_process` leaves by Python's normal exit (`sys.exit`): non-daemon threads joined,
-the `atexit` callbacks run, last registered first. This module registers one callback
-itself, when it is imported, before the command imports the libraries that register
-theirs (sweeper/cli/_app.py imports it first): it runs after all of theirs, flushes the
-logs and standard streams, and ends the process with the status through `os._exit`,
-skipping only the teardown. Only the public `atexit` and `os._exit` are used; a process
-that ends by any other way than `exit_process` (an uncaught exception) gets Python's
-whole exit.
+Once a command has imported torch, transformers, Ray, MLflow and peft, Python's teardown
+(freeing every module's objects) takes seconds after the last line is printed, and nothing
+of ours needs it: what must happen at exit is registered with `atexit`. `exit_process`
+leaves by `sys.exit` (threads joined, `atexit` callbacks run, last registered first); the
+callback this module registers when imported, before any library's (sweeper/cli/_app.py
+imports it first), runs last, flushes logs and streams and ends the process with
+`os._exit`. A process that ends any other way gets Python's whole exit.
 """
 
 from __future__ import annotations

@@ -3,19 +3,12 @@ reports, and optuna-dashboard on a sweep's study. None of them loads Ray or torc
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Optional
 
 import typer
 
-from sweeper.cli._common import (
-    SWEEP_DIR_HELP,
-    TRACKING_URI_HELP,
-    console,
-    errors,
-    store_at,
-)
+from sweeper.cli._common import SWEEP_DIR_HELP, TRACKING_URI_HELP, console, errors, store_at
 from sweeper.errors import UserError
 
 
@@ -96,8 +89,6 @@ def report(
     pull request, and a summary table here."""
     from reports import make_report
 
-    # best_config.yaml is one small file: no download progress bar on the terminal.
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     store = store_at(tracking_uri)
     folder = out or Path("sweep-reports") / "_vs_".join(dict.fromkeys(names))
     written = make_report(store, names, folder, console)

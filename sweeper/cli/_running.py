@@ -43,7 +43,7 @@ def validate(file: Path = typer.Argument(..., help="Sweep YAML file.")) -> None:
         f"[green]ok[/green] {file}: sweep {spec.name!r}, task {spec.task}, {trials_text(spec)} "
         f"over {', '.join(searched_paths(spec))}"
     )
-    if memory is not None and spec.resources.use_gpu:
+    if memory is not None:
         console.print(escape(memory.describe()), highlight=False)
 
 

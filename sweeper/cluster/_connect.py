@@ -21,23 +21,19 @@ __all__ = [
 ]
 
 
-# Ray Train and Tune settings for sweeps of many short trials. Ray reads them from the
-# environment of the trial processes (which run the Train controllers), so they are
-# given to every process of the sweep's Ray job as its runtime_env.
+# Ray Train and Tune settings, read from the environment of the trial processes (which run
+# the Train controllers): given to every process of the sweep's Ray job as its runtime_env.
 TRIAL_SETTINGS = {
     # The Train controller polls its workers this often: a report reaches Tune and ASHA,
-    # and a finished run is noticed, at most this late (Ray's default: 2 s, which let a
-    # pruned trial train on for seconds and left every finished trial's CPUs idle). A
-    # slower poll did not raise a trial's tokens/s measurably (benchmarks/README.md).
+    # and a finished run is noticed, at most this late (Ray's default: 2 s).
     "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.1",
     # Train's watcher of node drains: an actor per trial, a process, and nothing to watch
     # on the one machine of a sweep's own cluster (on where it joins one: below).
     PREEMPTION_WATCHER_ENV: "0",
-    # How long Tune waits for a stopped trial's thread before reusing its actor; the
-    # trial aborts its Train run first (sweeper/run/_trial.py), which takes about a second.
+    # How long Tune waits for a stopped trial's thread, which first aborts its Train run
+    # (sweeper/run/_trial.py), before reusing its actor.
     "TUNE_FUNCTION_THREAD_TIMEOUT_S": "20",
-    # No event file per worker process: Ray's dashboard agent reads them all every 2 s,
-    # about 3 a trial (sweeper/cluster/ray_adapter.py).
+    # No event file per worker process for Ray's dashboard agent to re-read (ray_adapter).
     **ray_adapter.NO_WORKER_EVENT_FILES,
 }
 
@@ -49,11 +45,7 @@ TRIAL_SETTINGS = {
 JOINED_CLUSTER_SETTINGS = {PREEMPTION_WATCHER_ENV: "1", "RAY_TRAIN_PREEMPTION_POLL_INTERVAL_S": "1"}
 
 LOCAL_CLUSTER = "local"
-
-
 AUTH_MODE_ENV = "RAY_AUTH_MODE"
-
-
 PROBE_TIMEOUT_S = 10.0
 
 

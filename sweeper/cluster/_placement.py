@@ -102,8 +102,6 @@ def waiting_lines() -> list[str]:
     return lines
 
 
-
-
 def _bundles_text(group: dict) -> str:
     bundles = list(group["bundles"].values())
     return f"{len(bundles)} x ({resources_text(bundles[0])})" if bundles else "nothing"

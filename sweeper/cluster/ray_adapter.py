@@ -1,80 +1,41 @@
-"""The one place where sweeper uses private parts of Ray; MLflow's are in
-sweeper/track/_mlflow_adapter.py. Each entry says what it relies on and why no public API
-does it; tests/unit/test_ray_adapter.py and tests/integration/test_ray_adapter.py check
-that behaviour, so a Ray upgrade that changes it fails there, not in a sweep.
-
-Version guard: the private paths are taken only on the Ray they were written and tested
-against (`TESTED_RAY`, 2.60.x) and unless `SWEEPER_RAY_PUBLIC_ONLY=1`; otherwise every
-entry takes its public fallback, named in its entry (`uses_private_ray()`).
-tests/unit/test_ray_adapter.py runs the fallbacks; tests/integration/test_ray_adapter.py
-runs Tune trials on the public trainer. A sweep's driver hands the setting to its trials
-(the job's environment, sweeper/cluster/_connect.py).
-
-Nothing is imported at module level: Ray is loaded only by the entries that use it.
+"""The one place where sweeper uses private parts of Ray (MLflow's: sweeper/track/
+_mlflow_adapter.py). Each entry says what it relies on, why no public API does it, and its
+public fallback. The private paths are taken only on the Ray they were tested against
+(`TESTED_RAY`) and unless `SWEEPER_RAY_PUBLIC_ONLY=1` (`uses_private_ray()`); the driver
+hands that setting to its trials. tests/unit/test_ray_adapter.py runs the fallbacks,
+tests/integration/test_ray_adapter.py the private paths against a real cluster. Nothing is
+imported at module level.
 
 Ray Train (a trial's TorchTrainer, sweeper/run/_trial.py):
-- `TrialTrainer`: `StoppableTorchTrainer` on the tested Ray, else `PublicTorchTrainer`
-  (Train's own `fit()`, its controller an actor of its own; `fit_until` ignores `stop`:
-  Tune ends such a trial by ending its actor, so `reuse_trial_actors()` is False there,
-  and the trial reports through Ray's `TuneReportCallback`, `reports_in_trial_thread()`).
-- `StoppableTorchTrainer` runs Train's controller in the calling thread (the Tune trial's
-  own actor) instead of in an actor of its own, a process importing torch per trial; no
-  public option does that. It leaves out Ray Data's per-run actor when the run has no
-  Ray Datasets, and shares Train's placement-group cleaner among the runs of one trial
-  actor instead of starting one per run. Its `fit_until(stop)` aborts the run when
-  `stop` is set: Train's own `TrainController.abort` ends the process it runs in, here
-  the trial actor Tune reuses. `fit_until(stop, worker_repr=...)` also names the run's
-  Train workers: they show `worker_repr` as their Repr in the dashboard (the Actors page,
-  `repr_name` in /api/v0/actors). Ray takes an actor's Repr from its class's `__repr__`
-  when it is created, and Train creates its workers from a private class with no
-  option for one, so the run's worker group creates them from a subclass that has it
-  (tests/integration/test_dashboards.py reads the names back from the dashboard's REST
-  API during a sweep).
-- `workers_never_started(error)`: whether a run failed because its worker group could
-  not be placed and started in time (Train's `WorkerGroupStartupTimeoutError`, wrapped in
-  its public `ControllerError`); Train does not export the first. The trial turns it into
-  a reason that names the resources (sweeper/run/_trial.py). Fallback: False (the trial
-  fails with Train's own message).
-- `controller_callback_class`: Train's `ControllerCallback`, the only interface through
-  which a run's controller tells its abort hook and state changes (the public
-  `ray.train.UserCallback` has only `after_report` and `after_exception`);
-  tests/integration/test_ray_adapter.py records a stopped run's abort with it (tests only).
-- `tune_trial_number`: a trial's number in its sweep, from Tune's experiment tag
-  ("<n>_<params>", n counting the trials the search created); Tune has no public field
-  for it. It names trials (`TuneConfig(trial_name_creator=...)`) and numbers them in the
-  live table, MLflow and `sweep status`.
-- `tune_stop_event` is the event Tune sets when it stops a function trial; Tune offers
-  no public handle to it. Fallback: an event nobody sets (`PublicTorchTrainer` ignores it).
-Ray Tune (`sweep resume`, sweeper/run/_launch.py and sweeper/search/_asha.py):
-- `restore_tuner`: `Tuner.restore` takes no callbacks and does not hand out the
-  scheduler, searcher and stopper it restores; it brings back the first driver's
-  callbacks, pickled at the start, which this driver's live ones replace, and the
-  scheduler, searcher and stopper as pickled at the start, whose state the caller
-  rebuilds (the budget's stopper and searcher share one guard, which needs the new book).
-  Fallback: none that keeps the sweep's state; `sweep resume` says it needs the tested Ray.
-- `save_tune_state`: Tune saves its experiment state every 10 s or more, so a driver
-  killed soon after a trial started left an MLflow run that `sweep resume` could not
-  continue. A scheduler may only read the controller it is handed, and Tune has no
-  option to save when a trial is added; sweeper/search/_tune_state.py saves it then.
-  Fallback: nothing (Tune's own period).
-- `hold_restored_trial`: Tune starts every PENDING trial and a restored unfinished trial
-  comes back PENDING; `pause_trial` ignores a trial with no actor, so a scheduler that
-  keeps restored trials waiting at their rungs sets their status itself.
-Ray Tune (a large sweep's driver, sweeper/run/_driver.py):
-- `forget_running_averages`: Tune keeps, for each trial, the last 5 and 10 values of every
-  number it reported (deques in `run_metadata.metric_n_steps`) to update running
-  averages, and keeps them after the trial has ended: about 30 KB a trial in the driver,
-  and more in the JSON of every experiment checkpoint. An ended trial reports no more;
-  Tune has no option for fewer averages.
-Ray core (a sweep's worker processes, TRIAL_SETTINGS in sweeper/cluster/_connect.py):
-- `NO_WORKER_EVENT_FILES`: Ray's core setting `event_log_reporter_enabled`, read from each
-  process's environment; in the job's runtime env it stops the sweep's workers' own (empty)
-  event files, about 3 a trial, which Ray's dashboard agent re-reads every 2 s, while the
-  raylet's and GCS's events still reach the dashboard. No public option for it.
-Ray client (joining a cluster, sweeper/cluster/_connect.py):
-- `ray_address_file`: where `ray start` writes the address that `--address auto` joins,
-  probed before joining so that a dead head is refused in seconds; Ray has no public
-  accessor for it. Fallback: `<RAY_TMPDIR or the system temp folder>/ray/ray_current_cluster`.
+- `TrialTrainer`: `StoppableTorchTrainer` runs Train's controller in the Tune trial's own
+  actor (no public option does; Train's own starts an actor per run), leaves out Ray
+  Data's per-run actor without Ray Datasets, shares one placement-group cleaner per trial
+  actor, and `fit_until(stop)` aborts the run when `stop` is set without ending the actor
+  Tune reuses (Train's `abort` ends its process). `worker_repr` names the run's Train
+  workers in the dashboard: Train creates them from a private class with no option for
+  a Repr. Fallback: `PublicTorchTrainer` (Train's `fit()`, no actor reuse, reports through
+  Ray's `TuneReportCallback`); a stopped trial's workers then free their resources only
+  once Tune has ended its actor.
+- `workers_never_started(error)`: Train's `WorkerGroupStartupTimeoutError`, not exported;
+  the trial names the resources it waited for. Fallback: False (Train's own message).
+- `tune_trial_number`: a trial's number, from Tune's experiment tag ("<n>_<params>").
+- `tune_stop_event`: the event Tune sets when it stops a function trial. Fallback: an
+  event nobody sets.
+Ray Tune (`sweep resume`; sweeper/run/_launch.py, sweeper/search/_asha.py, _tune_state.py):
+- `restore_tuner`: `Tuner.restore` takes no callbacks and hands out neither scheduler,
+  searcher nor stopper, whose state the caller rebuilds. Fallback: none; `sweep resume`
+  says it needs the tested Ray.
+- `save_tune_state`: Tune saves its state every 10 s or more; a scheduler saves it when a
+  trial is added, so that a driver killed just after is resumable. Fallback: Tune's period.
+- `hold_restored_trial`: a restored unfinished trial comes back PENDING and Tune starts
+  every PENDING trial; a scheduler keeps it PAUSED until it picks it.
+- `forget_running_averages`: Tune keeps each ended trial's last 5 and 10 values of every
+  reported number, in the driver and in every experiment checkpoint.
+Ray core: `NO_WORKER_EVENT_FILES` (RayConfig `event_log_reporter_enabled` in the job's
+runtime env: no event file per worker process for the dashboard agent to re-read), and
+`ON_THE_HEAD_NODE` (below). Ray client: `ray_address_file`, where `ray start` writes the
+address `--address auto` joins, probed so that a dead head is refused in seconds.
+Fallback: `<RAY_TMPDIR or the system temp folder>/ray/ray_current_cluster`.
 """
 
 from __future__ import annotations
@@ -92,7 +53,6 @@ __all__ = [
     "reports_in_trial_thread",
     "StoppableTorchTrainer",
     "PublicTorchTrainer",
-    "controller_callback_class",
     "workers_never_started",
     "tune_stop_event",
     "tune_trial_number",
@@ -305,13 +265,6 @@ def workers_never_started(error: BaseException) -> bool:
     return False
 
 
-def controller_callback_class() -> type:
-    """Ray Train's controller callback base class (abort hook, state updates)."""
-    from ray.train.v2._internal.execution.callback import ControllerCallback
-
-    return ControllerCallback
-
-
 def tune_stop_event() -> threading.Event:
     """Set by Tune when it stops the calling function trial or hands its actor to the
     next trial: the function-trainable session's (off the tested Ray, an event nobody sets)."""
@@ -391,14 +344,12 @@ def forget_running_averages(trial) -> None:
 # Ray core's own setting (RayConfig `event_log_reporter_enabled`): see the docstring.
 NO_WORKER_EVENT_FILES = {"RAY_event_log_reporter_enabled": "0"}
 
-
 # Ray gives its head node this resource (`ray._common.constants.HEAD_NODE_RESOURCE_NAME`;
 # Ray Train pins its state actor with it); no public option places an actor on the head.
 # A trial's own actor asks for a sliver of it: that actor only waits on its TorchTrainer
 # (whose workers hold the CPUs and GPUs), and on the head it does not die with a worker
 # node, so Train's retry of a lost worker group can run (Tune does not retry the trial).
 ON_THE_HEAD_NODE = {"node:__internal_head__": 0.001}
-
 
 # ---------------------------------------------------------------- Ray client
 

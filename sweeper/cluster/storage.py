@@ -1,9 +1,8 @@
 """Sweep storage (`storage.uri`): where a sweep's Tune state and Train checkpoints go, how
-they are read back, and whether every node of the cluster can reach them. On one machine
-any folder does; on several nodes, Train workers on other nodes write checkpoints there,
-so it must be object storage (s3://bucket/prefix) or a shared file system mounted at the
-same path on every node; object storage is probed from every node before any trial starts,
-with the endpoint the driver uses sent along."""
+they are read back, and whether every node of the cluster reaches them: on several nodes it
+must be object storage (s3://bucket/prefix), probed from every node before any trial
+starts, or a shared file system mounted at the same path on every node. Also a full disk:
+how it reads once Ray has carried the error, and the line a sweep stops with."""
 
 from __future__ import annotations
 
@@ -67,9 +66,8 @@ def read_mounts() -> str:
 
 
 # ---------------------------------------------------------------- storage.uri
-# Tune's experiment state and Train's checkpoints go through pyarrow file systems, as Ray
-# itself writes them: a local or shared folder, or a bucket (s3://bucket/prefix, with the
-# endpoint and credentials of the usual AWS variables, read by pyarrow on each node).
+# Through pyarrow file systems, as Ray itself writes them (for s3://, the usual AWS
+# variables, read by pyarrow on each node).
 
 def filesystem(uri: str):
     """The pyarrow file system and the path within it that `uri` names (Ray's
@@ -106,14 +104,11 @@ def download(uri: str, local_dir: Path) -> Path:
 
     fs, path = filesystem(uri)
     local_dir = Path(local_dir)
-    if fs.get_file_info(path).type == pyarrow.fs.FileType.File:
-        local_dir.mkdir(parents=True, exist_ok=True)
-        target = local_dir / Path(path).name
-        pyarrow.fs.copy_files(path, str(target), source_filesystem=fs, destination_filesystem=pyarrow.fs.LocalFileSystem())
-        return target
     local_dir.mkdir(parents=True, exist_ok=True)
-    pyarrow.fs.copy_files(path, str(local_dir), source_filesystem=fs, destination_filesystem=pyarrow.fs.LocalFileSystem())
-    return local_dir
+    is_file = fs.get_file_info(path).type == pyarrow.fs.FileType.File
+    target = local_dir / Path(path).name if is_file else local_dir
+    pyarrow.fs.copy_files(path, str(target), source_filesystem=fs, destination_filesystem=pyarrow.fs.LocalFileSystem())
+    return target
 
 
 def upload(local: Path, uri: str) -> None:
@@ -168,14 +163,11 @@ def check_writable(uri: str) -> None:
 
 
 # ---------------------------------------------------------------- what the nodes see
-# The driver's check above runs with the driver's environment; the trials write their
-# checkpoints with each node's. A head started before AWS_ENDPOINT_URL was set would send
-# every trial to AWS's default endpoint. So the endpoint and region the driver used travel
-# with the sweep's job (its runtime_env, which the dashboard shows: never a secret), and a
-# probe from every node checks the rest before any trial starts.
+# The trials write checkpoints with each node's environment, not the driver's: the endpoint
+# and region the driver used travel with the sweep's job (its runtime_env, which the
+# dashboard shows: never a secret), and a probe from every node checks the rest.
 
-# Settings of object storage that are not secret and that the nodes must share with the
-# driver for the same storage.uri to name the same place.
+# Settings of object storage, not secret, that name the same place on every node.
 TRAVELLING_SETTINGS = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_DEFAULT_REGION", "AWS_REGION")
 # What authenticates a node to object storage: set on the nodes themselves, never sent.
 CREDENTIAL_SETTINGS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE")

@@ -249,15 +249,8 @@ def cluster_accelerator_types() -> set[str]:
 def cluster_gpu_memory_gib() -> float | None:
     """The memory of the largest GPU of the running Ray cluster, from the accelerator
     types Ray detected on its nodes; None when no node says."""
-    import ray
-
-    sizes = [
-        gpu_memory_gib(key.removeprefix("accelerator_type:"))
-        for node in ray.nodes() if node.get("Alive")
-        for key in node["Resources"] if key.startswith("accelerator_type:")
-    ]
-    sizes = [size for size in sizes if size]
-    return max(sizes) if sizes else None
+    sizes = [size for name in cluster_accelerator_types() if (size := gpu_memory_gib(name))]
+    return max(sizes, default=None)
 
 
 def unfit_problems(spec, card_gib: float | None) -> list[tuple[str, str]]:

@@ -3,14 +3,9 @@
 
 from sweeper._lazy import lazy_getattr
 
-__all__ = [
-    "promote_trial", "export_trial",
-]
+__all__ = ["promote_trial", "export_trial"]
 
 # Each public name's private module, imported on first use (sweeper/_lazy.py).
-_HOME = {
-    "promote_trial": "_registry",
-    "export_trial": "_export",
-}
+_HOME = {"promote_trial": "_registry", "export_trial": "_export"}
 
 __getattr__ = lazy_getattr(__name__, _HOME)

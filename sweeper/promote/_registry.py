@@ -1,25 +1,17 @@
 """Promotion: hand a sweep's winner to the MLflow Model Registry.
 
-`promote_trial` registers one trial (the sweep's best, or the one named) as a new
-version of a registered model and points an alias at it. In three steps:
+`promote_trial` registers one trial (the sweep's best, or the one named) as a new version
+of a registered model and points an alias at it, in three steps: check (reads only: the
+trial and its state, its adapter checkpoint, the sweep's tokenizer, the model name and
+alias, a store with a Model Registry), build (in a temporary folder: adapter, tokenizer,
+best_config.yaml, metrics.json, with merge the merged weights), write (a promotion run
+logs the model as MLflow pyfunc, code in trainables/served_model.py; a new version is
+created from it, tagged, and the alias set). Bad input stops at the first step, a base
+model that cannot be loaded at the second: nothing is written.
 
-1. check (reads only): the sweep, the trial and its state (a pruned, failed or stopped
-   trial needs force), its adapter checkpoint and the sweep's tokenizer, the model name
-   and alias, and that the store has a Model Registry. Bad input stops here, so the
-   registry and the runs are unchanged.
-2. build, in a temporary folder: the adapter, the tokenizer, best_config.yaml (this
-   trial's values as one full run), metrics.json (final values and histories), and with
-   merge the merged full weights. A failure here (a base model that cannot be loaded)
-   still writes nothing.
-3. write: a promotion run nested under the trial's child run logs the model (MLflow
-   pyfunc, code in trainables/served_model.py) with the trial's params and metrics; a
-   new model version is created from it, tagged, and the alias is set (moved if another
-   version held it). Earlier versions stay as they were.
-
-Why a promotion run and not the trial's own run: the trial's run is the record of
-training (its status, end time and cost are the sweep's); reopening it to log a model
-would change its status and end time. Each promotion is its own run instead, so
-promoting twice leaves two runs, two logged models and two versions, nothing overwritten.
+The promotion run is nested under the trial's run rather than being it: the trial's run
+is the record of training (status, end time, cost), and each promotion keeps its own run,
+logged model and version, nothing overwritten.
 """
 
 from __future__ import annotations
@@ -55,7 +47,7 @@ class Candidate:
     """A trial that passed every check: what promotion will register."""
 
     sweep: str
-    parent: object  # the sweep's parent run, as SweepStore returns it (sweeper.track._run_reader)
+    parent: object  # the sweep's parent run, an MLflow Run as SweepStore returns it
     trial: dict  # a SweepStore.trials() row
     spec: SweepSpec  # the trial's values as one full run (best_config.yaml)
     adapter_dir: str  # a folder, or s3://... (the sweep's storage.uri)
@@ -194,7 +186,6 @@ def check_registry(client, model_name: str, alias: str) -> None:
 
 
 # ---------------------------------------------------------------- 2. build (local files)
-
 
 # The adapter as peft saves it (peft's CONFIG_NAME and SAFETENSORS_WEIGHTS_NAME). The rest
 # of a checkpoint folder (optimizer and schedule, random state, DeepSpeed's partitions) is

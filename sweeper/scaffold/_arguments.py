@@ -8,16 +8,12 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-
 from sweeper.errors import UserError
-
 
 TASKS = ("sft", "dpo")
 
-
 # Names tried beside the training file when no evaluation split is given.
 EVAL_NAMES = ("eval", "validation", "valid", "val", "test", "dev")
-
 
 # Examples tokenized to measure lengths (evenly spread over the file); the rest are counted.
 SAMPLE = 4000

@@ -7,33 +7,26 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-
 from sweeper.errors import UserError
 from sweeper.scaffold._arguments import GPU_TYPES, Profile
-
 
 # Sequences per optimizer step: trl's example LoRA commands (trl/scripts/sft.py and dpo.py)
 # train 2 a device x 8 accumulated; LoRA loses more than full fine-tuning at large batches
 # (LoRA Without Regret), so the sweep stays at the small end of the usual 16-128.
 BATCH = 16
 
-
 # Evaluations of a full-length trial: ASHA's first rung sits at max_steps / 27 rounded up to
 # an evaluation (docs/concepts/asha.md), so an evaluation every max_steps / 27 steps puts the
 # screen at the first one.
 EVALUATIONS = 27
 
-
 MIN_STEPS_PER_EVAL = 4
-
 
 # A trial of a large data set trains on a part of it: a search compares configs; the winner
 # trains on everything afterwards (sweep export, then raise training.max_steps).
 MAX_STEPS = 2000
 
-
 MAX_LENGTH_CAP = 4096
-
 
 # Tokens a CPU trial's micro-batch holds at most (host memory, not a GPU's, is the limit).
 CPU_MICRO_BATCH_TOKENS = 8192

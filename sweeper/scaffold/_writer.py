@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,18 +31,6 @@ class SweepFile:
     text: str
     spec: object  # SweepSpec
     memory: object | None  # MemoryForecast of a GPU trial
-
-
-# ---------------------------------------------------------------- arguments
-
-
-# ---------------------------------------------------------------- the data
-
-
-# ---------------------------------------------------------------- sizing
-
-
-# ---------------------------------------------------------------- the file
 
 
 def _fmt(value: float) -> str:
@@ -230,14 +219,8 @@ def _header(command: str, output: Path, name: str) -> list[str]:
 
 
 def _comment(text: str, indent: str, width: int = 92) -> list[str]:
-    words, lines, line = text.split(), [], ""
-    for word in words:
-        if line and len(indent) + 2 + len(line) + 1 + len(word) > width:
-            lines.append(f"{indent}# {line}")
-            line = word
-        else:
-            line = f"{line} {word}" if line else word
-    return lines + ([f"{indent}# {line}"] if line else [])
+    lines = textwrap.wrap(text, width - len(indent) - 2, break_long_words=False, break_on_hyphens=False)
+    return [f"{indent}# {line}" for line in lines]
 
 
 def _flow(value: dict) -> str:

@@ -7,8 +7,8 @@ loads neither Ray nor torch: `sweep list`, `status` and `report` use only it.
 The private modules: `_book`; `_tracker` (every MLflow write of a sweep) and `_backlog`
 (its writes held while the tracking server is away); `_mlflow_store` (tracking URI, client,
 experiment, what a parent run records of its config and machine); `_mlflow_adapter` (the
-private MLflow names, and only those); `_store` and `_run_reader` (sweeps and trials read
-back as polars frames); `_console` and `_summary`.
+private MLflow names, and only those); `_store` (sweeps and trials read back as polars
+frames); `_console` and `_summary`.
 """
 
 from sweeper._lazy import lazy_getattr

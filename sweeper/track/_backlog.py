@@ -1,21 +1,14 @@
 """The tracking server away: training goes on, and what the driver could not log waits in a
 backlog beside the sweep, logged in its order once the server answers again.
 
-`DeferringClient` stands in front of the tracker's MlflowClient for an HTTP tracking
-server. A write that finds the server away (MLflow's client gave up: its retries, then
-"API request ... failed with exception") is kept, as are the writes after it, without
-asking the server each time: the driver's Tune loop, which also carries the trials'
-reports to ASHA, goes on. At most every `PROBE_EVERY_S` a write tries the server again;
-once it answers, the backlog is written in order (runs created meanwhile get their ids
-then) and the outage is noted for the summary. The backlog is also a file in the sweep's
-folder (pickled calls), so that a driver stopped while the server is away leaves nothing
-unlogged: `sweep resume` writes it first.
-
-How long MLflow's client itself waits before it gives up a write:
-MLFLOW_HTTP_REQUEST_MAX_RETRIES retries (with MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR), each
-within MLFLOW_HTTP_REQUEST_TIMEOUT seconds (docs/guides/failures.md). The driver sets a
-short default for the first (`SHORT_RETRIES`), unless the user set it: a write then blocks
-the driver seconds, not minutes, before it joins the backlog.
+`DeferringClient` stands in front of the tracker's MlflowClient for an HTTP server. A write
+that finds the server away (MLflow's client gave up after its retries) is kept, with the
+writes after it, and the driver's Tune loop goes on; at most every `PROBE_EVERY_S` a write
+tries the server again, and once it answers the backlog is written in order (runs created
+meanwhile get their ids then). The backlog is also a file in the sweep's folder, which
+`sweep resume` writes first. `SHORT_RETRIES`: the driver's default for MLflow's HTTP
+retries (unless the user set them), so that a write blocks seconds, not minutes, before it
+joins the backlog (docs/guides/failures.md).
 """
 
 from __future__ import annotations

@@ -13,7 +13,6 @@ from sweeper.track._book import SweepBook, TrialRecord
 from sweeper.names import TrialState
 from sweeper.views import STATE_STYLE
 
-
 # Where the output is a file or a pipe, the live ETA line at most this often.
 ETA_PRINT_SECONDS = 30.0
 

@@ -23,7 +23,7 @@ from sweeper.names import TrialState
 __all__ = [
     "RUN_STATUS", "resolve_tracking_uri", "default_artifact_location", "check_tracking_uri", "check_tracking_writable",
     "client_for", "ensure_experiment", "hardware_description", "SEARCHED_PREFIX", "flat_params", "package_versions",
-    "git_commit",
+    "git_commit", "sqlite_file",
 ]
 
 # How a searched field's parent-run param begins; its distribution follows as JSON.
@@ -53,7 +53,7 @@ def default_artifact_location(uri: str, workdir: Path | None = None) -> str | No
     return None
 
 
-def _sqlite_file(uri: str) -> Path | None:
+def sqlite_file(uri: str) -> Path | None:
     """The file of a SQLite store's URI (sqlite:///path), or None for any other store."""
     return Path(uri.removeprefix("sqlite:///")) if uri.startswith("sqlite:///") else None
 
@@ -72,7 +72,7 @@ def check_tracking_uri(uri: str) -> None:
                 f"tracking.uri: cannot reach MLflow at {uri} ({reason}); start the server "
                 "(mlflow server --backend-store-uri sqlite:///mlflow.db) or fix the URI"
             ) from None
-    elif (database := _sqlite_file(uri)) is not None:
+    elif (database := sqlite_file(uri)) is not None:
         folder = database.parent
         if not folder.is_dir():
             raise UserError(f"tracking.uri: folder {folder} of the SQLite store does not exist; create it or fix the URI")
@@ -124,7 +124,7 @@ def check_tracking_writable(uri: str) -> None:
     Raises UserError (key `tracking.uri`)."""
     from sweeper.plan import write_refused
 
-    database = _sqlite_file(uri)
+    database = sqlite_file(uri)
     if database is None:
         return
     if database.exists():  # a file: check_tracking_uri refuses a folder

@@ -2,8 +2,8 @@
 frames. `sweep list`, `sweep status`, reports and promotion all read through here.
 
 Imports neither Ray nor torch (a unit test holds it to that), and MLflow only when a
-command reads a store: runs are read through `sweeper.track._run_reader` (MLflow's public
-client); a local SQLite store that does not exist yet is read as empty, never created."""
+command reads a store, through MLflow's public `MlflowClient`; a local SQLite store that
+does not exist yet is read as empty, never created."""
 
 from __future__ import annotations
 
@@ -18,12 +18,13 @@ import polars as pl
 
 from sweeper.track._book import best_of
 from sweeper.errors import UserError
-from sweeper.track._mlflow_store import check_tracking_uri, client_for
+from sweeper.track._mlflow_store import check_tracking_uri, client_for, sqlite_file
 from sweeper.names import RunKind, RunMetric, Tag, TrialState
-from sweeper.track._run_reader import reader_for
 from trainables.metrics import EVAL_LOSS, SETUP_SECONDS
 
 __all__ = ["SweepStore", "SweepRecord", "best_trial_row", "matching_trials"]
+
+PAGE = 1000  # MLflow's largest search page
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,7 @@ class SweepRecord:
 
     name: str
     run_id: str
-    status: str  # a SweepStatus while we wrote it; MLflow's run status, lower case, for older runs
+    status: str  # a SweepStatus; MLflow's run status, lower case, where the tag is missing
     metric: str
     goal: str
     max_steps: int
@@ -61,19 +62,49 @@ class SweepStore:
     def __init__(self, uri: str):
         check_tracking_uri(uri)
         self.uri = uri
-        # Queries go through `runs` (sweeper.track._run_reader); the client is made on the
-        # first read of a store that exists.
-        self.runs = reader_for(uri, lambda: self.client)
+        # A local SQLite store whose file does not exist holds no runs: a read never creates
+        # it (MLflow's client would, schema and all, wherever `sweep list` was typed).
+        database = sqlite_file(uri)
+        self.exists = database is None or database.exists()
 
     @cached_property
     def client(self):
         return client_for(self.uri)
 
+    def find_runs(
+        self, tags: dict[str, str], experiment_ids: list[str] | None = None, newest_first: bool = False
+    ) -> list:
+        """Active runs (of active experiments) whose tags hold every `tags` item, as MLflow's
+        `Run` (`info.run_id`, `info.status`, ..., `data.tags`, `data.params`, `data.metrics`)."""
+        if not self.exists:
+            return []
+        if experiment_ids is None:
+            experiment_ids = [e.experiment_id for e in self.client.search_experiments()]
+        if not experiment_ids:
+            return []
+        query = " and ".join(f"tags.`{key}` = '{value}'" for key, value in tags.items())
+        order_by = ["attributes.start_time DESC"] if newest_first else None
+        runs, token = [], None
+        while True:
+            page = self.client.search_runs(
+                experiment_ids, filter_string=query, order_by=order_by, max_results=PAGE, page_token=token
+            )
+            runs += page
+            token = page.token
+            if not token:
+                return runs
+
+    def metric_histories(self, run_ids: list[str], key: str) -> dict[str, list]:
+        """Every logged value of metric `key` per run (points with step, value, timestamp)."""
+        if not self.exists:
+            return {}
+        return {run_id: self.client.get_metric_history(run_id, key) for run_id in run_ids}
+
     # ------------------------------------------------------------ sweeps
 
     def _sweep_runs(self, name: str | None = None) -> list:
         tags = {Tag.KIND: RunKind.SWEEP, **({Tag.SWEEP_NAME: name} if name else {})}
-        return self.runs.find_runs(tags, newest_first=True)
+        return self.find_runs(tags, newest_first=True)
 
     def sweeps(self) -> pl.DataFrame:
         """One row per sweep (the latest run of each name)."""
@@ -148,10 +179,10 @@ class SweepStore:
         unranked)."""
         run = run or self.sweep_run(name)
         metric = run.data.tags.get(Tag.METRIC, EVAL_LOSS)
-        children = self.runs.find_runs({Tag.PARENT_RUN_ID: run.info.run_id}, [run.info.experiment_id])
+        children = self.find_runs({Tag.PARENT_RUN_ID: run.info.run_id}, [run.info.experiment_id])
         # Still running: a trial's steps are those of its latest report.
         running = [c.info.run_id for c in children if RunMetric.STEPS_TRAINED not in c.data.metrics]
-        histories = self.runs.metric_histories(running, metric) if running else {}
+        histories = self.metric_histories(running, metric) if running else {}
         rows = []
         for child in children:
             tags, metrics = child.data.tags, child.data.metrics
@@ -233,7 +264,7 @@ class SweepStore:
         numbers = dict(zip(trials["run_id"], trials["trial_number"]))
         rows = []
         for key in keys:
-            for run_id, points in self.runs.metric_histories(list(numbers), key).items():
+            for run_id, points in self.metric_histories(list(numbers), key).items():
                 for point in points:
                     rows.append({"trial_number": numbers[run_id], "key": key, "step": point.step, "value": point.value})
         return pl.DataFrame(rows, schema={"trial_number": pl.Int64, "key": pl.String, "step": pl.Int64, "value": pl.Float64})
@@ -243,7 +274,7 @@ class SweepStore:
         step, one column per key (null where a key has no value at that step)."""
         columns: dict[int, dict[str, float]] = {}
         for key in keys:
-            for point in self.runs.metric_histories([run.info.run_id], key).get(run.info.run_id, []):
+            for point in self.metric_histories([run.info.run_id], key).get(run.info.run_id, []):
                 columns.setdefault(point.step, {})[key] = point.value
         rows = [{"step": step, **{key: values.get(key) for key in keys}} for step, values in sorted(columns.items())]
         return pl.DataFrame(rows, schema={"step": pl.Int64, **{key: pl.Float64 for key in keys}})
@@ -259,7 +290,7 @@ class SweepStore:
         max_steps = int(params.get("training.max_steps", tags.get(Tag.MAX_STEPS, 0)))
         rungs = []
         if params.get("early_stopping.scheduler") in ("asha", "asha_stopping"):
-            # Sweeps before early_stopping.rung_spacing spaced their rungs by reduction_factor.
+            # Without early_stopping.rung_spacing, the rungs are spaced by reduction_factor.
             spacing = params.get("early_stopping.rung_spacing", params["early_stopping.reduction_factor"])
             count = params.get("early_stopping.rungs", "")  # a number, or every rung below max_steps
             rungs = asha_rungs(

@@ -1,34 +1,16 @@
 """MLflow tracking: one parent run per sweep, one nested child run per trial.
 
 The only writer is the driver: its Tune callback (sweeper/run/_driver.py) has this module log
-what the trials report (results reach the driver through Tune, wherever the trials
-run), so trials on other nodes need no access to the store and the store sees one
-consistent writer.
+what the trials report (results reach the driver through Tune, wherever the trials run), so
+trials on other nodes need no access to the store and the store sees one writer.
 
-The experiment carries `mlflow.experimentKind = custom_model_development`, so that MLflow
-3's UI opens it on its runs.
-
-Run layout (tag and metric names in `sweeper.names`; tags are the query keys of
-`sweep list/status`, the reports and promotion):
-- parent: tags sweeper.kind=sweep, sweeper.sweep_name, sweeper.config_hash,
-  sweeper.git_commit, sweeper.versions.<pkg>, sweeper.data_sha256.<split>,
-  sweeper.hardware, sweeper.status (a SweepStatus); params = the fixed config (dotted
-  keys); artifact sweep.yaml; at the end best_config.yaml, metrics best_<metric>,
-  trials_*, cost_*; tag sweeper.best_trial_id.
-- child: tags sweeper.kind=trial, sweeper.trial_id, sweeper.trial_number, sweeper.state
-  (a TrialState: running, paused, completed, pruned, failed, stopped) and sweeper.status
-  (its words: completed | pruned at step N | failed: reason); params = sampled values;
-  sweeper.warm_start (<earlier sweep>/<trial id>) on a trial whose config an earlier sweep
-  gave (search.warm_start); metric histories by step; setup_seconds, cost_usd, accelerator_hours, tokens,
-  usd_per_million_tokens, pauses (at rungs, ASHA by promotion); on a trial that ran out of
-  memory and went on at half its micro-batch, metrics out_of_memory_at_micro_batch and
-  micro_batch and the tag sweeper.out_of_memory (in words). Run status FINISHED
-  (completed), KILLED (pruned or stopped), FAILED (failed).
-- promotion (written by sweeper/promote/_registry.py, not here): nested under a trial's run, tag
-  sweeper.kind=promotion; it holds the logged model of a registered version.
-
-Client helpers shared with the read-only commands live in `sweeper.track._mlflow_store`, so
-that those import neither Ray nor this module.
+Parent run: tags (sweeper.kind=sweep, name, config hash, git commit, versions, data hashes,
+hardware, sweeper.status), the fixed config as params, sweep.yaml; at the end
+best_config.yaml, best_<metric>, trial counts and costs, sweeper.best_trial_id. Child run:
+tags (sweeper.kind=trial, trial id and number, sweeper.state, sweeper.status in words),
+the sampled values as params, metric histories by step, and when it ends its cost, wall
+time and steps; run status FINISHED (completed), KILLED (pruned or stopped), FAILED.
+Tag and metric names are in `sweeper.names`; docs/concepts/tracking.md has the whole layout.
 """
 
 from __future__ import annotations
@@ -38,6 +20,8 @@ import os
 import signal
 import time
 from pathlib import Path
+
+from mlflow.entities import Metric, Param, RunTag
 
 from sweeper.track._book import SweepBook, TrialRecord
 from sweeper.cost import SweepCost, TrialCost, pruning_saving, sweep_cost, sweep_rate
@@ -85,8 +69,6 @@ class MlflowTracker:
     # ------------------------------------------------------------ the sweep (parent run)
 
     def start_sweep(self, yaml_folder: Path) -> str:
-        from mlflow.entities import Param
-
         spec = self.spec
         tags = {
             Tag.KIND: RunKind.SWEEP,
@@ -119,14 +101,10 @@ class MlflowTracker:
 
     def log_sweep_params(self, params: dict[str, str]) -> None:
         """More params on the parent run (the forecast, when the sweep starts)."""
-        from mlflow.entities import Param
-
         self.client.log_batch(self.parent_run_id, params=[Param(k, v) for k, v in params.items()])
 
     def log_sweep_figures(self, metrics: dict[str, float], tags: dict[str, str]) -> None:
         """More metrics and tags on the parent run (forecast and budget, when the sweep ends)."""
-        from mlflow.entities import Metric, RunTag
-
         now = int(time.time() * 1000)
         self.client.log_batch(
             self.parent_run_id,
@@ -136,15 +114,11 @@ class MlflowTracker:
 
     def log_sweep_metrics(self, metrics: dict[str, float], step: int) -> None:
         """Metrics on the parent run at `step` while the sweep runs (the live forecast)."""
-        from mlflow.entities import Metric
-
         now = int(time.time() * 1000)
         self.client.log_batch(self.parent_run_id, metrics=[Metric(k, float(v), now, step) for k, v in metrics.items()])
 
     def _mark_running(self) -> None:
         """The parent run says the sweep runs, and from which folder (a resume may be in another)."""
-        from mlflow.entities import RunTag
-
         tags = [RunTag(Tag.STATUS, SweepStatus.RUNNING), RunTag(Tag.SWEEP_DIR, str(self.spec.sweep_dir))]
         self.client.log_batch(self.parent_run_id, tags=tags)
 
@@ -160,8 +134,8 @@ class MlflowTracker:
         replay_backlog(getattr(self.client, "client", self.client), self.spec.sweep_dir / BACKLOG_FILE)
         query = f"tags.`{Tag.KIND}` = '{RunKind.SWEEP}' and tags.`{Tag.SWEEP_NAME}` = '{self.spec.name}'"
         # The sweep is the one whose Tune state is resumed: its storage, wherever its folder
-        # is now (`sweep resume --storage` from another one); runs from before storage.uri
-        # existed name only their folder, which was their storage.
+        # is now (`sweep resume --storage` from another one); a run without the storage tag
+        # names only its folder, which is then its storage.
         parents = [
             run
             for run in self.client.search_runs([self.experiment_id], query, order_by=["attributes.start_time DESC"])
@@ -256,8 +230,6 @@ class MlflowTracker:
 
     def finish_sweep(self, interrupted: bool = False) -> SweepCost:
         """Close every open run, then write the sweep's totals, best config and status."""
-        from mlflow.entities import Metric, RunTag
-
         for record in self.book.trials.values():
             if record.trial_id in self.child_run_ids and record.trial_id not in self.trial_costs:
                 if not record.finished:
@@ -303,8 +275,6 @@ class MlflowTracker:
     # ------------------------------------------------------------ trials (child runs)
 
     def trial_started(self, record: TrialRecord) -> None:
-        from mlflow.entities import Param, RunTag
-
         if record.trial_id in self.child_run_ids:  # continued after `sweep resume`: same run
             run_id = self.child_run_ids[record.trial_id]
             self.trial_costs.pop(record.trial_id, None)
@@ -334,8 +304,6 @@ class MlflowTracker:
 
     def trial_paused(self, record: TrialRecord) -> None:
         """Tagged so, for `sweep status` while the sweep runs."""
-        from mlflow.entities import Metric, RunTag
-
         run_id = self.child_run_ids.get(record.trial_id)
         if run_id:
             self.client.log_batch(
@@ -345,8 +313,6 @@ class MlflowTracker:
             )
 
     def trial_result(self, record: TrialRecord) -> None:
-        from mlflow.entities import Metric, RunTag
-
         run_id = self.child_run_ids.get(record.trial_id)
         if run_id is None or not record.history:
             return
@@ -397,8 +363,6 @@ class MlflowTracker:
                 f"meanwhile were kept here and logged once it was back: nothing lost"]
 
     def _end_trial(self, record: TrialRecord) -> None:
-        from mlflow.entities import Metric, RunTag
-
         run_id = self.child_run_ids.get(record.trial_id)
         if run_id is None or record.trial_id in self.trial_costs:
             return

@@ -155,9 +155,11 @@ class TrialActor:
         import threading
 
         from ray.train import RunConfig, ScalingConfig
-        from sweeper.cluster.ray_adapter import StoppableTorchTrainer, controller_callback_class
+        from ray.train.v2._internal.execution.callback import ControllerCallback
 
-        class ControllerEvents(controller_callback_class()):
+        from sweeper.cluster.ray_adapter import StoppableTorchTrainer
+
+        class ControllerEvents(ControllerCallback):
             def __init__(self):
                 self.events = []
 

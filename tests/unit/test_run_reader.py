@@ -1,4 +1,4 @@
-"""The run reader on a store the real tracker wrote (driven by hand, no Tune): the runs
+"""The store's run queries on a store the real tracker wrote (driven by hand, no Tune): the runs
 found by their tags, newest first, with their tags, params, latest metrics (a NaN kept) and
 metric histories, through MLflow's public client; a store that does not exist yet reads as
 empty and is not created."""
@@ -9,7 +9,6 @@ import pytest
 
 from sweeper.track._book import SweepBook, TrialRecord
 from sweeper.names import RunKind, Tag
-from sweeper.track._run_reader import ClientRunReader, NoStoreYet, reader_for
 from sweeper.spec._load import validate_spec
 from sweeper.track._store import SweepStore
 from sweeper.track._tracker import MlflowTracker
@@ -44,14 +43,12 @@ def uri(tmp_path_factory):
     return write_sweep(folder, "second", {
         "c": ("completed", [(10, 2.2), (20, float("nan")), (30, 1.9)]),  # a NaN survives the round trip
         "d": ("failed", []),
-        "gone": ("pruned", [(10, 3.0)]),  # deleted (BookKeeper.lost_trials): neither reader sees it
+        "gone": ("pruned", [(10, 3.0)]),  # deleted (BookKeeper.lost_trials): the store does not see it
     }, discard=("gone",))
 
 
 def reader(uri):
-    found = reader_for(uri, client_factory=lambda: SweepStore(uri).client)
-    assert isinstance(found, ClientRunReader)
-    return found
+    return SweepStore(uri)
 
 
 @pytest.mark.parametrize("tags, sweeps", [
@@ -86,9 +83,8 @@ def test_metric_histories_keep_every_step_and_a_nan(uri):
 
 def test_a_store_that_does_not_exist_reads_as_empty_and_is_not_created(tmp_path):
     path = tmp_path / "mlflow.db"
-    reader = reader_for(f"sqlite:///{path}", client_factory=lambda: pytest.fail("no client for a missing store"))
-    assert isinstance(reader, NoStoreYet)
-    assert reader.find_runs({Tag.KIND: RunKind.SWEEP}) == [] and SweepStore(f"sqlite:///{path}").sweeps().is_empty()
+    store = SweepStore(f"sqlite:///{path}")
+    assert not store.exists and store.find_runs({Tag.KIND: RunKind.SWEEP}) == [] and store.sweeps().is_empty()
     assert not path.exists()
 
 
