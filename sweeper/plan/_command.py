@@ -31,7 +31,7 @@ def sweep_forecast(plan: SweepPlan, inputs: SweepInputs | None) -> Forecast:
         from sweeper.plan._calibrate import calibrate
 
         calibration = calibrate(spec, inputs.data, inputs.model_source)
-        forecast = forecast_sweep(plan, calibration.first, calibration.costliest)
+        forecast = forecast_sweep(plan, calibration.timing)
         forecast.notes.append(f"Calibration took {calibration.seconds:.1f} s")
         return forecast
     rate = sweep_rate(spec)
