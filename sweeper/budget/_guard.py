@@ -87,17 +87,13 @@ class BudgetGuard:
                 return cap
         return None
 
-    def steps_to_next_rung(self, step: int) -> int:
-        """A running trial's remaining steps to its next milestone from `step`."""
-        return max(0, next((m for m in self.milestones if m > step), self.milestones[-1]) - step)
-
-    def seconds_to_next_rung(self, step: int) -> float:
-        end = step + self.steps_to_next_rung(step)
-        return stretch_seconds(self.commit_timing(), step, end, self.eval_every, self.milestones[-1])
-
-    def first_rung_seconds(self) -> float:
+    def work_to_next_rung(self, step: int, start: bool = False) -> tuple[int, float]:
+        """(steps, seconds) of a trial at `step` training on to its next milestone, and
+        starting first when `start`."""
+        end = next((m for m in self.milestones if m > step), self.milestones[-1])
         timing = self.commit_timing()
-        return timing.setup_seconds + stretch_seconds(timing, 0, self.milestones[0], self.eval_every, self.milestones[-1])
+        seconds = stretch_seconds(timing, step, end, self.eval_every, self.milestones[-1])
+        return max(0, end - step), seconds + (timing.setup_seconds if start else 0.0)
 
     def running(self) -> list:
         """The trials running now (paused ones wait at a rung and spend nothing)."""
@@ -118,14 +114,8 @@ class BudgetGuard:
         their next rung and the first rung of those starting; None when it fits."""
         if self.book is None:
             return None
-        running = self.running()
-        starting = len(self.starting())
-        cap = self._first_cap_crossed(
-            trial_seconds=sum(self.seconds_to_next_rung(t.step) for t in running) + (starting + 1) * self.first_rung_seconds(),
-            steps=sum(self.steps_to_next_rung(t.step) for t in running) + (starting + 1) * self.milestones[0],
-            # The new trial runs beside the others: it ends its first rung this late.
-            wall_seconds=self.first_rung_seconds(),
-        )
+        new = self.work_to_next_rung(0, start=True)
+        cap = self._first_cap_crossed([new] * (len(self.starting()) + 1) + self._running_work(), wall_seconds=new[1])
         if cap:
             self.held_back_by = self.held_back_by or cap
         return cap
@@ -137,27 +127,28 @@ class BudgetGuard:
         trial started or went on from the rung before)."""
         if self.book is None or step not in self.milestones[:-1]:
             return None
-        others = [t for t in self.running() if t.trial_id != trial_id]
         # The book has this trial's report before this one (Tune asks its stopper first).
         reported = self.book.trials[trial_id].step if trial_id in self.book.trials else 0
-        cap = self._first_cap_crossed(
-            trial_seconds=self.seconds_to_next_rung(step) + sum(self.seconds_to_next_rung(t.step) for t in others),
-            steps=max(0, step - reported) + self.steps_to_next_rung(step) + sum(self.steps_to_next_rung(t.step) for t in others),
-            wall_seconds=self.seconds_to_next_rung(step),
-        )
+        steps, seconds = self.work_to_next_rung(step)
+        work = [(max(0, step - reported) + steps, seconds), *self._running_work(but=trial_id)]
+        cap = self._first_cap_crossed(work, wall_seconds=seconds)
         if cap:
             self.held_at_rung_by = self.held_at_rung_by or cap
             if trial_id in self.book.trials:
                 self.held_at_rung = (*self.held_at_rung, self.book.trials[trial_id].number)
         return cap
 
-    def _first_cap_crossed(self, trial_seconds: float, steps: int, wall_seconds: float) -> str | None:
-        """The first cap that what is spent plus work still to come would cross: trials'
-        seconds and steps, and the sweep's wall time running `wall_seconds` longer."""
+    def _running_work(self, but: str | None = None) -> list[tuple[int, float]]:
+        return [self.work_to_next_rung(t.step) for t in self.running() if t.trial_id != but]
+
+    def _first_cap_crossed(self, work: list[tuple[int, float]], wall_seconds: float) -> str | None:
+        """The first cap that what is spent plus `work` still to come (steps, trial seconds)
+        would cross, the sweep's wall time running `wall_seconds` longer."""
         spent = self.spent()
-        cost = self.rate.trial_cost(trial_seconds)
+        steps, seconds = sum(n for n, _ in work), sum(s for _, s in work)
+        cost = self.rate.trial_cost(seconds)
         committed = Scenario(
-            spent.steps + steps, spent.trial_seconds + trial_seconds, spent.wall_seconds + wall_seconds,
+            spent.steps + steps, spent.trial_seconds + seconds, spent.wall_seconds + wall_seconds,
             spent.accelerator_hours + cost.accelerator_hours, spent.usd + cost.usd,
         )
         return next((cap for cap, limit in self.caps().items() if committed.value(cap) > limit), None)
@@ -188,29 +179,24 @@ class BudgetGuard:
         trained), or None when they cut nothing."""
         if not self.cut():
             return None
+
+        def named(cap: str) -> str:
+            return f"budget.{cap} ({self.caps()[cap]:g} {CAPS[cap]})"
+
         parts = []
         if self.reached_cap:
-            at_stop = self.spent_at_stop
             stopped = ", ".join(str(n) for n in self.stopped_trials) or "none"
-            parts.append(
-                f"budget.{self.reached_cap} ({self.caps()[self.reached_cap]:g} {CAPS[self.reached_cap]}) reached at "
-                f"{at_stop.value(self.reached_cap):.4g}: stopped the running trials ({stopped})"
-            )
+            parts.append(f"{named(self.reached_cap)} reached at {self.spent_at_stop.value(self.reached_cap):.4g}: "
+                         f"stopped the running trials ({stopped})")
         elif self.num_trials is None:
-            parts.append(
-                f"budget.{self.ending_cap()} ({self.caps()[self.ending_cap()]:g} {CAPS[self.ending_cap()]}): no more "
-                "trials started (one more trial's first rung would have crossed the cap)"
-            )
+            parts.append(f"{named(self.ending_cap())}: no more trials started (one more trial's first rung would "
+                         "have crossed the cap)")
         if self.held_back_by and self.not_started():
-            parts.append(
-                f"budget.{self.held_back_by}: {self.not_started()} of {self.num_trials} trials not started "
-                "(their first rung would have crossed the cap)"
-            )
+            parts.append(f"budget.{self.held_back_by}: {self.not_started()} of {self.num_trials} trials not started "
+                         "(their first rung would have crossed the cap)")
         if self.held_at_rung:
-            parts.append(
-                f"budget.{self.held_at_rung_by}: trials {', '.join(str(n) for n in self.held_at_rung)} stopped at a rung "
-                "(going on to the next would have crossed the cap)"
-            )
+            parts.append(f"budget.{self.held_at_rung_by}: trials {', '.join(str(n) for n in self.held_at_rung)} "
+                         "stopped at a rung (going on to the next would have crossed the cap)")
         if self.book is not None:
             parts.append(f"the sweep ran {len(self.book.trials)} trials, {self.spent().steps} training steps")
         return "; ".join(parts)

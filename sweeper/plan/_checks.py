@@ -1,12 +1,8 @@
-"""The one validation pass of `sweep validate`, `sweep plan` and `sweep start` (and the
-Python API's start). The schema comes first (fields and cross-field rules, without
-reading anything but the trial sections' own files: `sweeper.spec._load`); then the
-checks that read the disk: the output folder (and a storage.uri folder) can be made and
-written, each budget cap can pay for one trial, and a GPU trial fits the card
-`cost.accelerator` names (both read the model's config, here or in the Hugging Face cache).
-Every problem is one keyed line; all of them are raised together. The checks that need
-the cluster (its GPUs' memory, its nodes' view of storage) run when Ray is up, in the
-launch."""
+"""The one validation pass of `sweep validate`, `sweep plan` and `sweep start`: the schema
+(`sweeper.spec`), then the checks that read the disk: the output folder (and a storage.uri
+folder) can be made and written, each budget cap can pay for one trial, a GPU trial fits
+the card `cost.accelerator` names. Every problem is one keyed line, all raised together.
+The checks that need the cluster run in the launch, once Ray is up."""
 
 from __future__ import annotations
 

@@ -225,13 +225,13 @@ def test_the_cap_commits_trials_at_the_live_figures_once_measured():
         milestones=[10, 30, 90], eval_every=10, num_trials=10, live=live,
     )
     # Running trial from 30 to 90: 60 x 0.1 + 6 x 0.5 = 9 s; with the new trial's 2.5 s: $0.0215 committed.
-    assert guard.first_rung_seconds() == pytest.approx(2.5)
+    assert guard.work_to_next_rung(0, start=True)[1] == pytest.approx(2.5)
     assert BudgetSearcher(Counting(), guard).suggest("a") == {"x": 1}
     # Measured: steps at three times the forecast's, which the sweep's own figure replaces.
     live.measured = Measured(steps=1000, train_seconds=300.0, evaluations=100, eval_seconds=50.0)
     timing = guard.commit_timing()
     assert timing.step_seconds == pytest.approx(0.3) and timing.eval_seconds == pytest.approx(0.5)
-    assert guard.seconds_to_next_rung(30) == pytest.approx(60 * timing.step_seconds + 6 * timing.eval_seconds)
+    assert guard.work_to_next_rung(30)[1] == pytest.approx(60 * timing.step_seconds + 6 * timing.eval_seconds)
     guard.suggested.clear()
     # Now the running trial's 60 steps alone cost about $0.018 more: the new trial is held back.
     assert BudgetSearcher(Counting(), guard).suggest("b") is None
@@ -267,7 +267,7 @@ def test_a_resumed_sweeps_guard_commits_trials_at_what_its_earlier_driver_measur
     restored = pickle.loads(pickle.dumps(guard))
     assert restored.live is None
     assert restored.commit_timing() == measured
-    assert restored.first_rung_seconds() == pytest.approx(guard.first_rung_seconds())
+    assert restored.work_to_next_rung(0, start=True)[1] == pytest.approx(guard.work_to_next_rung(0, start=True)[1])
 
 
 # ------------------------------------------------------------ the terminal and the report
