@@ -9,7 +9,7 @@ of time and cost (`Forecast`, calibrated by `_calibrate`); what the budget caps 
 from sweeper._lazy import lazy_getattr
 
 __all__ = [
-    "load_checked_spec", "check_spec", "folder_creation_problem", "write_refused", "SweepInputs",
+    "load_checked_spec", "check_spec", "SweepInputs",
     "prepare_inputs", "SweepPlan", "ClusterResources", "make_plan", "asha_rungs", "evaluations_between",
     "milestone_counts", "promotion_steps", "rung_quota", "Forecast", "Scenario", "TrialAt", "remaining",
     "stretch_seconds", "within_caps", "run_training", "CAPS", "plan_sweep", "start_forecast",
@@ -17,8 +17,7 @@ __all__ = [
 
 # Each public name's private module, imported on first use (sweeper/_lazy.py).
 _HOME = {
-    "load_checked_spec": "_checks", "check_spec": "_checks", "folder_creation_problem": "_checks",
-    "write_refused": "_checks",
+    "load_checked_spec": "_checks", "check_spec": "_checks",
     "SweepInputs": "_inputs", "prepare_inputs": "_inputs",
     "SweepPlan": "_sweep_plan", "ClusterResources": "_sweep_plan", "make_plan": "_sweep_plan",
     "asha_rungs": "_rungs", "evaluations_between": "_rungs", "milestone_counts": "_rungs",
