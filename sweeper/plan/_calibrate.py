@@ -117,17 +117,20 @@ def costliest_overrides(spec: SweepSpec) -> dict:
     return overrides
 
 
-def measure(spec: SweepSpec, data: dict, model_source: str, started_at: float, steps: int = MEASURED_STEPS) -> TrialTiming:
+def measure(
+    spec: SweepSpec, data: dict, model_source: str, steps: int = MEASURED_STEPS, started_at: float | None = None
+) -> TrialTiming:
     """Train `spec` in this process for two intervals of `steps` steps, evaluating after
     each, and time the second: its steps (the loop's own training time) and the rest of
     the time between the two reports (evaluation, checkpoint, report). The start runs from
-    `started_at` to the end of the first step, less a steady step's time."""
+    `started_at` (now when None) to the end of the first step, less a steady step's time."""
     accumulation = spec.training.gradient_accumulation_steps
     measured_accumulation = min(accumulation, MEASURED_MICRO_BATCHES)
     spec = calibration_spec(spec, steps, measured_accumulation)
     # Without the generation sample, which the forecast leaves out.
     data = {key: value for key, value in data.items() if key != "generation"}
     reports: list[tuple[float, dict]] = []
+    started_at = time.time() if started_at is None else started_at
     run_training(spec, data, model_source, lambda metrics, _: reports.append((time.time(), metrics)), started_at)
     (warm_at, warm), (measured_at, measured) = reports
     training = measured.get(TRAIN_SECONDS) or measured[TRAIN_TOKENS] / measured[TOKENS_PER_SECOND]
@@ -152,7 +155,7 @@ def _measure_in_task(spec_json: dict, data: dict, model_source: str) -> tuple[Tr
     transformers_logging.disable_progress_bar()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
-        return measure(spec, data, model_source, started_at), os.getpid()
+        return measure(spec, data, model_source, started_at=started_at), os.getpid()
 
 
 def calibrate(spec: SweepSpec, data: dict, model_source: str) -> Calibration:

@@ -176,7 +176,7 @@ def test_measure_times_the_second_interval_of_steps_in_a_row_from_a_common_start
     # Startup trials and a rung spacing set in the YAML do not stop the calibration run (scheduler
     # none) from validating.
     spec = quickstart_like(early_stopping={"startup_trials": 2, "rung_spacing": 4})
-    timing = calibration.measure(spec, {}, "model", 100.0)
+    timing = calibration.measure(spec, {}, "model", started_at=100.0)
     assert events == ["second interval"]
     assert timing.step_seconds == pytest.approx(0.05) and timing.eval_seconds == pytest.approx(0.3)
     # The loop's setup runs to the end of the first step: a steady step is taken off.
@@ -198,11 +198,11 @@ def test_a_step_of_many_micro_batches_is_timed_at_a_few_and_scaled(monkeypatch):
         report({"train_tokens": 1000, "tokens_per_second": 1000 / (steps * 0.05), "setup_seconds": 1.2}, None)
 
     monkeypatch.setattr(calibration, "run_training", fake_training)
-    many = calibration.measure(quickstart_like(training={"gradient_accumulation_steps": 100_000}), {}, "model", 100.0)
+    many = calibration.measure(quickstart_like(training={"gradient_accumulation_steps": 100_000}), {}, "model", started_at=100.0)
     assert accumulated == [few]
     assert many.step_seconds == pytest.approx(0.05 * 100_000 / few) and many.eval_seconds == pytest.approx(0.3)
     assert many.setup_seconds == pytest.approx(1.2 - 0.05 + calibration.RAY_TRIAL_START_SECONDS)
-    fewer = calibration.measure(quickstart_like(training={"gradient_accumulation_steps": 2}), {}, "model", 100.0)
+    fewer = calibration.measure(quickstart_like(training={"gradient_accumulation_steps": 2}), {}, "model", started_at=100.0)
     assert accumulated[-1] == 2 and fewer.step_seconds == pytest.approx(0.05)  # measured as it is
 
 
