@@ -90,7 +90,8 @@ def estimate(
     # A sweep until a budget cap counts the trials its forecast said the caps buy (or those started, once more).
     counted = plan.trials if plan.trials is not None else max(forecast.bought_trials or 1, len(trials) + failed)
     caps = plan.spec.budget.caps() if plan.spec.budget else {}
-    left, _ = within_caps(remaining(plan, timing, *plan.ladder(counted - failed), trials), caps, plan.concurrent_trials, spent)
+    ahead = remaining(plan, timing, *plan.ladder(counted - failed), trials)
+    left, _ = within_caps(ahead, caps, plan.concurrent_trials, spent)
     return LiveEstimate(spent.wall_seconds, spent.usd, left, timing, measured)
 
 

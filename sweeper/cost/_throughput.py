@@ -70,8 +70,8 @@ def modelled_timing(spec, accelerator: str, accelerators: float) -> TrialTiming 
     train_flops, eval_flops = 6 * parameters * tokens, 2 * parameters * tokens
     if spec.task == "dpo":
         train_flops, eval_flops = 2 * (6 + 2) * parameters * tokens, 2 * (2 + 2) * parameters * tokens
-    examples_per_step = training.per_device_batch_size * training.gradient_accumulation_steps * resources.workers_per_trial
-    step = examples_per_step * train_flops / flops_per_second
+    examples = training.per_device_batch_size * training.gradient_accumulation_steps * resources.workers_per_trial
+    step = examples * train_flops / flops_per_second
     evaluation = _examples(spec.data.eval) * eval_flops / flops_per_second
     setup = TRIAL_START_SECONDS + parameters * (2 if half else 4) / MODEL_LOAD_BYTES_PER_SECOND
     source = (

@@ -29,19 +29,22 @@ def budget_problems(spec) -> list[tuple[str, str]]:
         return []
     ranked = spec.early_stopping.scheduler in ("asha", "asha_stopping")
     first = spec.grace_period() if ranked else spec.training.max_steps
-    least = {"max_steps": (first, f" trains {first} steps to its first rung (training.max_steps without early stopping)")}
+    why = "to its first rung (training.max_steps without early stopping)"
+    least = {"max_steps": (first, f" trains {first} steps {why}")}
     try:
         rate = sweep_rate(spec)
         timing = modelled_timing(spec, rate.accelerator, rate.accelerators_per_trial)
     except KeyError:  # an unknown accelerator is reported by its own check
         timing = None
     if timing is not None:
-        seconds = timing.setup_seconds + stretch_seconds(timing, 0, first, spec.training.eval_every, spec.training.max_steps)
+        training = spec.training
+        seconds = timing.setup_seconds + stretch_seconds(timing, 0, first, training.eval_every, training.max_steps)
         cost = rate.trial_cost(seconds)
         costs = "'s start and first-rung steps cost about"
         least["max_usd"] = (cost.usd, f"{costs} ${cost.usd:.6f} (throughput model, sweep plan --no-calibrate)")
         least["max_hours"] = (seconds / 3600, f"{costs} {seconds / 3600:.6f} h ({seconds:.1f} s)")
-        least["max_accelerator_hours"] = (cost.accelerator_hours, f"{costs} {cost.accelerator_hours:.6f} accelerator-hours")
+        hours = cost.accelerator_hours
+        least["max_accelerator_hours"] = (hours, f"{costs} {hours:.6f} accelerator-hours")
     problems = []
     for key, cap in budget.caps().items():
         floor, spends = least.get(key, (0, ""))
@@ -68,5 +71,7 @@ def budget_lines(budget: BudgetSpec, forecast: Forecast) -> list[str]:
             else "the expected sweep fits; without pruning it would be cut" if expected <= cap
             else "the sweep is expected to be cut by it"
         )
-        lines.append(f"Budget {key}: {cap:g} {CAPS[key]} against {expected:.4g} expected, {worst:.4g} worst case: {verdict}")
+        lines.append(
+            f"Budget {key}: {cap:g} {CAPS[key]} against {expected:.4g} expected, {worst:.4g} worst case: {verdict}"
+        )
     return lines

@@ -67,17 +67,21 @@ class Forecast:
 
     def as_params(self) -> dict[str, str]:
         """The forecast as MLflow params of the parent run (`forecast_*`)."""
-        t = self.timing
+        t, e, w = self.timing, self.expected, self.worst
         params = {
             ForecastKey.STEP_SECONDS: f"{t.step_seconds:.6g}",
             ForecastKey.EVAL_SECONDS: f"{t.eval_seconds:.6g}",
             ForecastKey.SETUP_SECONDS: f"{t.setup_seconds:.6g}",
             ForecastKey.TIMING_SOURCE: t.source[:500],
+            ForecastKey.EXPECTED_STEPS: str(e.steps),
+            ForecastKey.EXPECTED_WALL_SECONDS: f"{e.wall_seconds:.6g}",
+            ForecastKey.EXPECTED_ACCELERATOR_HOURS: f"{e.accelerator_hours:.6g}",
+            ForecastKey.EXPECTED_USD: f"{e.usd:.6g}",
+            ForecastKey.WORST_STEPS: str(w.steps),
+            ForecastKey.WORST_WALL_SECONDS: f"{w.wall_seconds:.6g}",
+            ForecastKey.WORST_ACCELERATOR_HOURS: f"{w.accelerator_hours:.6g}",
+            ForecastKey.WORST_USD: f"{w.usd:.6g}",
         }
-        for case, s in (("expected", self.expected), ("worst", self.worst)):
-            figures = {"wall_seconds": s.wall_seconds, "accelerator_hours": s.accelerator_hours, "usd": s.usd}
-            params[f"forecast_{case}_steps"] = str(s.steps)
-            params.update({f"forecast_{case}_{name}": f"{value:.6g}" for name, value in figures.items()})
         if self.bought_trials is not None:
             params[ForecastKey.BUDGET_TRIALS] = str(self.bought_trials)
         return params
@@ -146,7 +150,9 @@ def remaining(
     return Scenario(steps, trial_seconds, wall, cost.accelerator_hours, cost.usd)
 
 
-def within_caps(left: Scenario, caps: dict[str, float], slots: int, spent: Scenario = NOTHING_SPENT) -> tuple[Scenario, str | None]:
+def within_caps(
+    left: Scenario, caps: dict[str, float], slots: int, spent: Scenario = NOTHING_SPENT
+) -> tuple[Scenario, str | None]:
     """`left`, cut where the tightest budget cap ends the sweep after `spent`, and that cap
     (None when all of it fits). The budget guard starts no work that would cross a cap, so
     the work is scaled by the share that fits; it runs on full slots until then (a
@@ -159,7 +165,9 @@ def within_caps(left: Scenario, caps: dict[str, float], slots: int, spent: Scena
     if tightest is None:
         return left, None
     wall = left.wall_seconds * share if tightest == "max_hours" else left.trial_seconds * share / max(1, slots)
-    cut = Scenario(round(left.steps * share), left.trial_seconds * share, wall, left.accelerator_hours * share, left.usd * share)
+    cut = Scenario(
+        round(left.steps * share), left.trial_seconds * share, wall, left.accelerator_hours * share, left.usd * share
+    )
     return cut, tightest
 
 
