@@ -178,9 +178,10 @@ def calibrate(spec: SweepSpec, data: dict, model_source: str) -> Calibration:
         # The loop's own error (an input error is one keyed line), not the task's wrapper.
         raise (error.cause if isinstance(error.cause, Exception) else error) from None
     workers = resources.workers_per_trial
-    where = ", ".join(f"{k}={v}" for k, v in overrides.items()) or "the YAML's config"
-    where += f"; {MEASURED_STEPS} steps after {MEASURED_STEPS} warm-up in a Ray task with one worker's resources"
+    config = ", ".join(f"{k}={v}" for k, v in overrides.items()) or "the YAML's config"
+    source = f"calibrated at {config}: {MEASURED_STEPS} steps after {MEASURED_STEPS} warm-up"
+    source += " in a Ray task with one worker's resources"
     if workers > 1:
-        where += f" (one worker of {workers}; their communication not included)"
-    timing = replace(timing, eval_seconds=timing.eval_seconds / workers, source=f"calibrated ({where})")
+        source += f" (one worker of {workers}; their communication not included)"
+    timing = replace(timing, eval_seconds=timing.eval_seconds / workers, source=source)
     return Calibration(timing, time.time() - started, pid)
