@@ -87,7 +87,7 @@ def plain_run(spec: SweepSpec, cache_root: Path | None = None, start_together=No
         "eval": tokenize_sft(spec.data.eval, tokenizer, spec.data.max_length, "data.eval"),
     }
     if with_generation:
-        from sweeper.plan._generation import generation_sample
+        from sweeper.plan._inputs import generation_sample
 
         data["generation"] = generation_sample(spec, tokenizer)
     threads = torch.get_num_threads()

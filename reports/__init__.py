@@ -35,7 +35,7 @@ def check_writable(folder: Path) -> None:
     """Refuse, before anything is read, a `folder` that cannot be created and written:
     a clear UserError. Tried with a probe that leaves nothing behind; the folder itself
     is made once the report is built."""
-    from sweeper.plan import folder_creation_problem
+    from sweeper.folders import folder_creation_problem
 
     problem = folder_creation_problem(folder)
     if problem:

@@ -27,6 +27,16 @@ def usd(value: float | None) -> str:
     return f"${value:,.2f}" if value >= 1 else f"${value:.6f}"
 
 
+def duration(seconds: float) -> str:
+    """`45 s`, `3 min 10 s`, `2 h 05 min`."""
+    seconds = max(0, round(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
+
+
 def _num(value) -> str:
     return "-" if value is None else f"{value:.4g}"
 

@@ -1,27 +1,18 @@
-"""Enforcing `budget.*` while a sweep runs, through Ray Tune's public interfaces:
+"""Enforcing `budget.*` while a sweep runs, through Ray Tune's public interfaces.
 
-- `BudgetSearcher` wraps the sweep's searcher and holds new trials back while starting
-  one more would commit work past a cap: what is spent, plus what each running trial
-  spends to its next rung, plus the new trial's start and first rung. That work is costed
-  at the costliest config's forecast figures until the sweep has measured steps, then at
-  those figures corrected by the live estimate (sweeper/budget/_live_forecast.py: each figure
-  times live / forecast for the mean config). It waits while
-  trials run (a pruned one frees its commitment), and says `Searcher.FINISHED` (no more
-  trials) once none runs or a cap is reached.
-- `BudgetStopper` is the `tune.RunConfig(stop=...)` stopper. Tune asks it at each
-  result before the scheduler: a trial reporting at a rung is stopped there when going on
-  to its next rung would commit work past a cap (what is spent, its own work to the next
-  rung, the other running trials' to theirs). Its `stop_all()` becomes true when a cap is
-  reached all the same (trials ran slower than the estimate); Tune asks it at every step
-  of its loop and then stops the running trials, each within about one evaluation
-  interval of the cap.
+`BudgetSearcher` wraps the sweep's searcher and holds new trials back while one more would
+commit work past a cap: what is spent, each running trial's work to its next rung, and the
+new trial's start and first rung, at the live forecast's figures (the forecast's until the
+sweep measured its own). It waits while trials run (a pruned one frees its commitment) and
+says `Searcher.FINISHED` once none runs or a cap is reached: for a sweep without
+search.num_trials, that is what ends it. `BudgetStopper` is the run config's stopper: a
+trial reporting at a rung stops there when going on would commit work past a cap, and
+`stop_all()` ends the sweep once a cap is reached all the same (trials ran slower than
+the estimate), each running trial within about one evaluation interval of it.
 
-What is spent is measured from the book as the sweep goes (each trial's wall time x its
-accelerators x the price: `cost.prices.Rate`, as the tracker's trial costs; training steps,
-each trial's last reported step); the sweep's wall hours count from the book's start.
-
-A sweep without search.num_trials runs until a cap: the searcher's FINISHED is then what
-ends its search (and closes ASHA's rungs), and the cap is what ended the sweep.
+What is spent is measured on the book: each trial's wall time x its accelerators x the
+price (`sweeper.cost.Rate`, as the tracker's trial costs), each trial's last reported
+step, and the wall time since the book's start.
 """
 
 from __future__ import annotations
@@ -34,7 +25,7 @@ from ray.tune.search import Searcher
 
 from sweeper.cost import Rate, sweep_rate, TrialTiming
 from sweeper.names import BudgetKey, Tag, TrialState
-from sweeper.plan import CAPS, Scenario, evaluations_between
+from sweeper.plan import CAPS, Scenario, stretch_seconds
 from sweeper.spec import BudgetSpec, most_trials
 from trainables.metrics import STEP
 
@@ -48,7 +39,7 @@ class BudgetGuard:
     budget: BudgetSpec
     book: object  # sweeper.track._book.SweepBook
     rate: Rate  # what a trial's second costs (the tracker's trial costs use the same)
-    timing: TrialTiming  # the costliest config's, as forecast before launch
+    timing: TrialTiming  # the forecast's
     milestones: list[int]  # rungs, then max_steps
     eval_every: int
     num_trials: int | None  # None: trials keep coming until a cap
@@ -59,29 +50,20 @@ class BudgetGuard:
     stopped_trials: list[int] = field(default_factory=list)
     spent_at_stop: Scenario | None = None
     suggested: set[str] = field(default_factory=set)  # trial ids let through, until they start
-    # Trials stopped at a rung because going on to the next one would cross a cap, and
-    # the first cap that did it.
+    # Trials stopped at a rung because going on would cross a cap, and the first such cap.
     held_at_rung: tuple[int, ...] = ()
     held_at_rung_by: str | None = None
-    # The live forecast (sweeper/budget/_live_forecast.py): once the sweep has measured steps,
-    # commitments are judged at the costliest config's figures corrected by them.
-    live: object = None
-    # Those figures as they stood when Tune last saved the guard: a resumed sweep, which
-    # has no live forecast, judges at them.
-    saved_commit_timing: TrialTiming | None = None
+    live: object = None  # the live forecast (sweeper/budget/_live_forecast.py)
 
     def __getstate__(self) -> dict:
-        # Tune saves its search algorithm and stopper with the experiment; the book and the
-        # live forecast are the live driver's, and a resumed sweep's guard gets its own book (attach).
-        return {**self.__dict__, "book": None, "live": None, "saved_commit_timing": self.commit_timing()}
+        # Tune saves its searcher and stopper with the experiment; the book and the live
+        # forecast are the driver's. A resumed sweep's guard judges at the figures saved
+        # here and gets its own book (SweepBudget.guarded).
+        return {**self.__dict__, "book": None, "live": None, "timing": self.commit_timing()}
 
     def commit_timing(self) -> TrialTiming:
-        """What a trial's work to its next rung is judged at: the costliest config's
-        forecast figures, corrected by the live estimate once the sweep measured steps
-        (in a resumed sweep, by what its earlier driver had measured)."""
-        if self.live is not None and self.live.measured.steps:
-            return self.live.costliest_timing()
-        return self.saved_commit_timing or self.timing
+        """What work still to come is judged at: the sweep's own figures once it measured some."""
+        return self.live.timing() if self.live is not None and self.live.measured.steps else self.timing
 
     def spent(self) -> Scenario:
         trials = self.book.trials.values()
@@ -105,23 +87,13 @@ class BudgetGuard:
                 return cap
         return None
 
-    def steps_to_next_rung(self, step: int) -> int:
-        """A running trial's remaining steps to its next milestone from `step`."""
-        following = next((m for m in self.milestones if m > step), self.milestones[-1])
-        return max(0, following - step)
-
-    def seconds_to_next_rung(self, step: int) -> float:
-        """A running trial's remaining seconds to its next milestone from `step`."""
-        following = step + self.steps_to_next_rung(step)
-        evaluations = evaluations_between(step, following, self.eval_every, self.milestones[-1])
+    def work_to_next_rung(self, step: int, start: bool = False) -> tuple[int, float]:
+        """(steps, seconds) of a trial at `step` training on to its next milestone, and
+        starting first when `start`."""
+        end = next((m for m in self.milestones if m > step), self.milestones[-1])
         timing = self.commit_timing()
-        return max(0, following - step) * timing.step_seconds + evaluations * timing.eval_seconds
-
-    def first_rung_seconds(self) -> float:
-        first = self.milestones[0]
-        evaluations = evaluations_between(0, first, self.eval_every, self.milestones[-1])
-        timing = self.commit_timing()
-        return timing.setup_seconds + first * timing.step_seconds + evaluations * timing.eval_seconds
+        seconds = stretch_seconds(timing, step, end, self.eval_every, self.milestones[-1])
+        return max(0, end - step), seconds + (timing.setup_seconds if start else 0.0)
 
     def running(self) -> list:
         """The trials running now (paused ones wait at a rung and spend nothing)."""
@@ -142,14 +114,8 @@ class BudgetGuard:
         their next rung and the first rung of those starting; None when it fits."""
         if self.book is None:
             return None
-        running = self.running()
-        starting = len(self.starting())
-        cap = self._first_cap_crossed(
-            trial_seconds=sum(self.seconds_to_next_rung(t.step) for t in running) + (starting + 1) * self.first_rung_seconds(),
-            steps=sum(self.steps_to_next_rung(t.step) for t in running) + (starting + 1) * self.milestones[0],
-            # The new trial runs beside the others: it ends its first rung this late.
-            wall_seconds=self.first_rung_seconds(),
-        )
+        new = self.work_to_next_rung(0, start=True)
+        cap = self._first_cap_crossed([new] * (len(self.starting()) + 1) + self._running_work(), wall_seconds=new[1])
         if cap:
             self.held_back_by = self.held_back_by or cap
         return cap
@@ -161,27 +127,28 @@ class BudgetGuard:
         trial started or went on from the rung before)."""
         if self.book is None or step not in self.milestones[:-1]:
             return None
-        others = [t for t in self.running() if t.trial_id != trial_id]
         # The book has this trial's report before this one (Tune asks its stopper first).
         reported = self.book.trials[trial_id].step if trial_id in self.book.trials else 0
-        cap = self._first_cap_crossed(
-            trial_seconds=self.seconds_to_next_rung(step) + sum(self.seconds_to_next_rung(t.step) for t in others),
-            steps=max(0, step - reported) + self.steps_to_next_rung(step) + sum(self.steps_to_next_rung(t.step) for t in others),
-            wall_seconds=self.seconds_to_next_rung(step),
-        )
+        steps, seconds = self.work_to_next_rung(step)
+        work = [(max(0, step - reported) + steps, seconds), *self._running_work(but=trial_id)]
+        cap = self._first_cap_crossed(work, wall_seconds=seconds)
         if cap:
             self.held_at_rung_by = self.held_at_rung_by or cap
             if trial_id in self.book.trials:
                 self.held_at_rung = (*self.held_at_rung, self.book.trials[trial_id].number)
         return cap
 
-    def _first_cap_crossed(self, trial_seconds: float, steps: int, wall_seconds: float) -> str | None:
-        """The first cap that what is spent plus work still to come would cross: trials'
-        seconds and steps, and the sweep's wall time running `wall_seconds` longer."""
+    def _running_work(self, but: str | None = None) -> list[tuple[int, float]]:
+        return [self.work_to_next_rung(t.step) for t in self.running() if t.trial_id != but]
+
+    def _first_cap_crossed(self, work: list[tuple[int, float]], wall_seconds: float) -> str | None:
+        """The first cap that what is spent plus `work` still to come (steps, trial seconds)
+        would cross, the sweep's wall time running `wall_seconds` longer."""
         spent = self.spent()
-        cost = self.rate.trial_cost(trial_seconds)
+        steps, seconds = sum(n for n, _ in work), sum(s for _, s in work)
+        cost = self.rate.trial_cost(seconds)
         committed = Scenario(
-            spent.steps + steps, spent.trial_seconds + trial_seconds, spent.wall_seconds + wall_seconds,
+            spent.steps + steps, spent.trial_seconds + seconds, spent.wall_seconds + wall_seconds,
             spent.accelerator_hours + cost.accelerator_hours, spent.usd + cost.usd,
         )
         return next((cap for cap, limit in self.caps().items() if committed.value(cap) > limit), None)
@@ -212,29 +179,24 @@ class BudgetGuard:
         trained), or None when they cut nothing."""
         if not self.cut():
             return None
+
+        def named(cap: str) -> str:
+            return f"budget.{cap} ({self.caps()[cap]:g} {CAPS[cap]})"
+
         parts = []
         if self.reached_cap:
-            at_stop = self.spent_at_stop
             stopped = ", ".join(str(n) for n in self.stopped_trials) or "none"
-            parts.append(
-                f"budget.{self.reached_cap} ({self.caps()[self.reached_cap]:g} {CAPS[self.reached_cap]}) reached at "
-                f"{at_stop.value(self.reached_cap):.4g}: stopped the running trials ({stopped})"
-            )
+            parts.append(f"{named(self.reached_cap)} reached at {self.spent_at_stop.value(self.reached_cap):.4g}: "
+                         f"stopped the running trials ({stopped})")
         elif self.num_trials is None:
-            parts.append(
-                f"budget.{self.ending_cap()} ({self.caps()[self.ending_cap()]:g} {CAPS[self.ending_cap()]}): no more "
-                "trials started (one more trial's first rung would have crossed the cap)"
-            )
+            parts.append(f"{named(self.ending_cap())}: no more trials started (one more trial's first rung would "
+                         "have crossed the cap)")
         if self.held_back_by and self.not_started():
-            parts.append(
-                f"budget.{self.held_back_by}: {self.not_started()} of {self.num_trials} trials not started "
-                "(their first rung would have crossed the cap)"
-            )
+            parts.append(f"budget.{self.held_back_by}: {self.not_started()} of {self.num_trials} trials not started "
+                         "(their first rung would have crossed the cap)")
         if self.held_at_rung:
-            parts.append(
-                f"budget.{self.held_at_rung_by}: trials {', '.join(str(n) for n in self.held_at_rung)} stopped at a rung "
-                "(going on to the next would have crossed the cap)"
-            )
+            parts.append(f"budget.{self.held_at_rung_by}: trials {', '.join(str(n) for n in self.held_at_rung)} "
+                         "stopped at a rung (going on to the next would have crossed the cap)")
         if self.book is not None:
             parts.append(f"the sweep ran {len(self.book.trials)} trials, {self.spent().steps} training steps")
         return "; ".join(parts)
@@ -330,17 +292,14 @@ class BudgetStopper(Stopper):
 
 
 def make_guard(spec, plan, book, forecast, live=None) -> BudgetGuard | None:
-    """The sweep's guard, or None without a `budget` section; `live` the sweep's live
-    forecast, whose measured figures it commits trials at once there are some."""
+    """The sweep's guard, or None without a `budget` section; `live` the sweep's live forecast."""
     if spec.budget is None:
         return None
-    # The costliest config's timing: commitments are judged on the safe side.
-    timing = forecast.costliest
     return BudgetGuard(
         budget=spec.budget,
         book=book,
         rate=sweep_rate(spec),
-        timing=timing,
+        timing=forecast.timing,
         milestones=[*plan.rungs, spec.training.max_steps],
         eval_every=spec.training.eval_every,
         num_trials=most_trials(spec),

@@ -1,16 +1,14 @@
 """The live forecast while `sweep start` runs: a listener of the driver callback
-(sweeper/run/_driver.py) that measures every trial's steps, evaluations and Train-run
-starts from the driver's events, re-estimates what is left of the sweep at each of them,
-shows it under the live table, logs it on the parent run (`forecast_remaining_s`, ... at
-step = evaluations seen) and hands the budget guard its figures
-(sweeper/budget/_guard.py).
+(sweeper/run/_driver.py) that measures the trials' steps, evaluations and Train-run starts
+from the driver's events, shows what is left of the sweep under the live table, logs it on
+the parent run (`forecast_remaining_s`, ... at step = evaluations seen) and gives the
+budget guard its figures.
 
 Each figure of the forecast (seconds per step, per evaluation, per start) is replaced by
-the sweep's own mean as soon as the sweep has measured one; what is left is the
-forecast's arithmetic (`sweeper.plan._forecast.remaining`) at those figures, from where the
-trials stand. The times are the driver's: a report's interval runs from the trial's
-previous report (or its Train run's start) to this one's arrival, so everything the sweep
-pays for is in them.
+the sweep's own mean once the sweep has measured one; what is left is the forecast's
+arithmetic (`sweeper.plan.remaining`) at those figures, from where the trials stand. A
+report's interval runs from the trial's previous report (or its run's start) to this
+one's arrival at the driver, so everything the sweep pays for is in it.
 """
 
 from __future__ import annotations
@@ -20,11 +18,11 @@ from dataclasses import dataclass, replace
 
 from sweeper.cost import Rate, TrialTiming
 from sweeper.names import LiveForecastKey, TrialState
-from sweeper.plan import Forecast, Scenario, TrialAt, after, expected_ladder, remaining, within_caps, SweepPlan
-from sweeper.views import usd
+from sweeper.plan import Forecast, Scenario, TrialAt, after, remaining, within_caps, SweepPlan
+from sweeper.views import duration, usd
 from trainables.metrics import STEP, TOKENS_PER_SECOND, TRAIN_SECONDS, TRAIN_TOKENS
 
-__all__ = ["Measured", "LiveEstimate", "LiveForecast", "live_timing", "rescaled", "estimate", "duration"]
+__all__ = ["Measured", "LiveEstimate", "LiveForecast", "live_timing", "estimate"]
 
 
 @dataclass
@@ -37,20 +35,6 @@ class Measured:
     eval_seconds: float = 0.0  # each interval less its training: evaluation, checkpoint, report
     starts: int = 0
     start_seconds: float = 0.0  # a Train run's start to its first report, less its steps and evaluation
-
-    def add_interval(self, steps: int, train_seconds: float, rest_seconds: float) -> None:
-        """A report `steps` after the last one of the same Train run."""
-        self.steps += steps
-        self.train_seconds += train_seconds
-        self.evaluations += 1
-        self.eval_seconds += max(0.0, rest_seconds)
-
-    def add_start(self, steps: int, train_seconds: float, start_seconds: float) -> None:
-        """A Train run's first report: its steps count; the rest, less one evaluation, is its start."""
-        self.steps += steps
-        self.train_seconds += train_seconds
-        self.starts += 1
-        self.start_seconds += max(0.0, start_seconds)
 
 
 def live_timing(prior: TrialTiming, measured: Measured) -> TrialTiming:
@@ -66,27 +50,6 @@ def live_timing(prior: TrialTiming, measured: Measured) -> TrialTiming:
         setup_seconds=mean(measured.start_seconds, measured.starts, prior.setup_seconds),
         source=f"live: {measured.steps} steps, {measured.evaluations} evaluations, {measured.starts} starts measured",
     )
-
-
-def rescaled(timing: TrialTiming, prior: TrialTiming, live: TrialTiming) -> TrialTiming:
-    """`timing` (another config's forecast figures, such as the costliest's) times what the
-    live estimate made of the prior's: each figure by live / prior."""
-
-    def scaled(name: str) -> float:
-        before = getattr(prior, name)
-        return getattr(timing, name) * (getattr(live, name) / before if before > 0 else 1.0)
-
-    return replace(timing, **{name: scaled(name) for name in ("step_seconds", "eval_seconds", "setup_seconds")})
-
-
-def duration(seconds: float) -> str:
-    """`45 s`, `3 min 10 s`, `2 h 05 min`."""
-    seconds = max(0, round(seconds))
-    if seconds < 60:
-        return f"{seconds} s"
-    if seconds < 3600:
-        return f"{seconds // 60} min {seconds % 60} s"
-    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
 
 
 @dataclass(frozen=True)
@@ -117,38 +80,31 @@ class LiveEstimate:
 
 
 def estimate(
-    plan: SweepPlan, forecast: Forecast, measured: Measured, trials: list[TrialAt], *, failed: int = 0,
-    elapsed_seconds: float = 0.0, spent_usd: float = 0.0, spent_accelerator_hours: float = 0.0,
-    spent_steps: int | None = None, reruns: list[TrialAt] = (),
+    plan: SweepPlan, forecast: Forecast, measured: Measured, trials: list[TrialAt], failed: int = 0,
+    spent: Scenario = Scenario(0, 0.0, 0.0, 0.0, 0.0), reruns: list[TrialAt] = (),
 ) -> LiveEstimate:
-    """What is left of the sweep `plan` whose trials stand at `trials` (`failed` of them
+    """What is left of the sweep `plan` whose trials stand at `trials` (`failed` more
     failed: the ladder counts the others) and its search.confirm reruns at `reruns`, at
-    the live figures, and no more than its budget caps leave (`spent_*`: what the sweep
-    has used of them)."""
+    the live figures, and no more than its budget caps leave after `spent` (its wall
+    seconds: the time elapsed)."""
     timing = live_timing(forecast.timing, measured)
     # A sweep until a budget cap counts the trials its forecast said the caps buy (or those started, once more).
-    counted = plan.trials if plan.trials is not None else max(forecast.bought_trials or 1, len(trials))
-    ladder, _, restarts = expected_ladder(plan, counted - failed)
-    spent = Scenario(
-        steps=sum(t.step for t in trials) if spent_steps is None else spent_steps,
-        trial_seconds=0.0, wall_seconds=elapsed_seconds, accelerator_hours=spent_accelerator_hours, usd=spent_usd,
-    )
+    counted = plan.trials if plan.trials is not None else max(forecast.bought_trials or 1, len(trials) + failed)
     caps = plan.spec.budget.caps() if plan.spec.budget else {}
+    ahead = remaining(plan, timing, *plan.ladder(counted - failed), trials)
     confirm = plan.spec.search.confirm
-    left = remaining(plan, timing, ladder, restarts, trials)
     if confirm is not None:  # top x seeds to max_steps, after the search
         n = confirm.top * confirm.seeds
-        left = after(left, remaining(plan.with_trials(n), timing, [(plan.spec.training.max_steps, n)], False, reruns))
-    left = within_caps(left, caps, plan.concurrent_trials, spent)
-    return LiveEstimate(elapsed_seconds, spent_usd, left, timing, measured)
+        ahead = after(ahead, remaining(plan.with_trials(n), timing, [(plan.spec.training.max_steps, n)], False, reruns))
+    left, _ = within_caps(ahead, caps, plan.concurrent_trials, spent)
+    return LiveEstimate(spent.wall_seconds, spent.usd, left, timing, measured)
 
 
 class LiveForecast:
     """Measures as trials report and keeps `latest`, the sweep's live estimate."""
 
-    # An estimate walks every trial's position (milliseconds in a sweep of thousands of
-    # trials, whose events come several a second): at most one per this many seconds; the
-    # measured figures the budget guard commits trials at are current at every report.
+    # An estimate walks every trial's position: at most one per this many seconds (the
+    # figures the budget guard commits trials at are current at every report).
     ESTIMATE_EVERY_S = 1.0
 
     def __init__(self, plan: SweepPlan, forecast: Forecast, book, rate: Rate, tracker=None, table=None, clock=time.time):
@@ -171,7 +127,7 @@ class LiveForecast:
         self.update(log=not self.logged)  # the forecast, logged once at step 0 before anything is measured
 
     def trial_result(self, record) -> None:
-        now = self.clock()
+        now, m = self.clock(), self.measured
         report = record.history[-1]
         at, step, first = self._since.get(record.trial_id, (now, record.step, False))
         reported = int(report.get(STEP, step))
@@ -179,10 +135,15 @@ class LiveForecast:
         tokens, per_second = report.get(TRAIN_TOKENS), report.get(TOKENS_PER_SECOND)
         training = report.get(TRAIN_SECONDS) or (tokens / per_second if tokens and per_second else None)
         if reported > step and training:
-            if first:
-                self.measured.add_start(reported - step, training, now - at - training - self.timing().eval_seconds)
+            rest = now - at - training
+            m.steps += reported - step
+            m.train_seconds += training
+            if first:  # a run's first report: the rest, less one evaluation, is its start
+                m.starts += 1
+                m.start_seconds += max(0.0, rest - self.timing().eval_seconds)
             else:
-                self.measured.add_interval(reported - step, training, now - at - training)
+                m.evaluations += 1
+                m.eval_seconds += max(0.0, rest)
         self._since[record.trial_id] = (now, reported, False)
         self.evaluations += 1
         self.update()
@@ -194,13 +155,8 @@ class LiveForecast:
     trial_finished = trial_paused
 
     def timing(self) -> TrialTiming:
-        """The forecast's timing (the mean config's) with the sweep's own figures."""
+        """The forecast's figures, each replaced by the sweep's own once measured."""
         return live_timing(self.forecast.timing, self.measured)
-
-    def costliest_timing(self) -> TrialTiming:
-        """The costliest config's forecast figures corrected as the mean config's were: what
-        the budget guard commits new and running trials at."""
-        return rescaled(self.forecast.costliest, self.forecast.timing, self.timing())
 
     def current(self) -> LiveEstimate:
         trials = list(self.book.trials.values())
@@ -209,14 +165,12 @@ class LiveForecast:
             for t in trials if t.state != TrialState.FAILED and t.confirms is None
         ]
         reruns = [TrialAt(t.step, t.state == TrialState.RUNNING) for t in trials if t.confirms is not None]
-        spent = self.rate.trial_cost(sum(t.wall_seconds for t in trials))
-        return estimate(
-            self.plan, self.forecast, self.measured, positions,
-            failed=sum(1 for t in trials if t.state == TrialState.FAILED),
-            elapsed_seconds=self.clock() - self.book.started_at,
-            spent_usd=spent.usd, spent_accelerator_hours=spent.accelerator_hours,
-            spent_steps=sum(t.step for t in trials), reruns=reruns,
+        failed = sum(1 for t in trials if t.state == TrialState.FAILED and t.confirms is None)
+        cost = self.rate.trial_cost(sum(t.wall_seconds for t in trials))
+        spent = Scenario(
+            sum(t.step for t in trials), 0.0, self.clock() - self.book.started_at, cost.accelerator_hours, cost.usd
         )
+        return estimate(self.plan, self.forecast, self.measured, positions, failed, spent, reruns)
 
     def _waiting_at_rung(self, record) -> bool:
         """The trial has just reported at a rung and waits for the scheduler there (most are

@@ -1,7 +1,6 @@
-"""The forecast and the budget while `sweep start` runs: the forecast calibrated, printed
-and logged to the parent run; the caps enforced through a searcher wrapper and a stopper
-(sweeper/budget/_guard.py); at the end, forecast against actual and what the caps
-cut, on the parent run and in the summary. Every MLflow write goes through the tracker."""
+"""The forecast and the budget while `sweep start` runs: the forecast on the parent run, the
+live forecast, the caps enforced (sweeper/budget/_guard.py), and at the end the forecast
+against the actual and what the caps cut. Every MLflow write goes through the tracker."""
 
 from __future__ import annotations
 
@@ -13,19 +12,16 @@ __all__ = ["SweepBudget"]
 
 
 class SweepBudget:
-    """A running sweep's budget: its forecast, the live forecast measured on the book, and
-    the guard that enforces the caps (each None where there is none: a resumed sweep has
-    no forecast of its own, the first driver logged it, and its guard comes back with
-    Tune's restored searcher and stopper)."""
+    """A running sweep's forecast, live forecast and guard, each None where there is none (a
+    resumed sweep has no forecast of its own; its guard comes back with Tune's searcher)."""
 
     def __init__(self, forecast: Forecast | None = None, live=None, guard=None):
         self.forecast, self.live, self.guard = forecast, live, guard
 
     @classmethod
     def start(cls, plan: SweepPlan, forecast: Forecast, tracker) -> "SweepBudget":
-        """A new sweep's budget: the forecast logged to the parent run (`forecast_*`
-        params); the live forecast measured on the tracker's book and logged by it; the
-        caps measured on the book and judged at the live figures."""
+        """A new sweep's budget: the forecast logged as `forecast_*` params; the live forecast
+        and the caps measured on the tracker's book."""
         from sweeper.budget._guard import make_guard
         from sweeper.budget._live_forecast import LiveForecast
         from sweeper.cost import sweep_rate
@@ -35,19 +31,16 @@ class SweepBudget:
         return cls(forecast, live, make_guard(plan.spec, plan, tracker.book, forecast, live))
 
     def listeners(self, table) -> list:
-        """The driver's listeners for the live forecast (none for a resumed sweep, which has
-        no forecast of its own), showing it on `table`; before the table among them."""
+        """The driver's listeners for the live forecast, showing it on `table`."""
         if self.live is None:
             return []
         self.live.table = table
         return [self.live]
 
     def guarded(self, search_alg, stopper, book):
-        """The searcher and stopper Tune runs with, inside the caps, measured on `book`:
-        a new sweep's searcher wrapped so that no trial starts past a cap, and a stopper
-        that ends the sweep at one; a resumed sweep's, as Tune restored them (pickled
-        without a book), now measuring on the resumed book, with one guard for both, as
-        when the sweep started. Without a budget, as given."""
+        """The searcher and stopper Tune runs with, inside the caps, measured on `book`: a new
+        sweep's searcher wrapped and a stopper added; a resumed sweep's as Tune restored them,
+        one guard for both, measuring on the resumed book. Without a budget, as given."""
         from sweeper.budget._guard import BudgetSearcher, BudgetStopper
 
         if isinstance(stopper, BudgetStopper):
@@ -67,8 +60,7 @@ class SweepBudget:
         return self.guard is not None and self.guard.cut()
 
     def finish(self, tracker, run) -> None:
-        """Forecast against actual (a resumed sweep has no forecast of its own: the first
-        driver logged it), and what the caps cut, on the parent run and in the summary."""
+        """Forecast against actual, and what the caps cut, on the parent run and in the summary."""
         actual_wall = time.time() - run.book.started_at  # the trials' phase
         metrics, tags = {}, {}
         if self.forecast is not None:

@@ -1,12 +1,9 @@
-"""The throughput model: a trial's step, evaluation and start seconds where nothing was
-measured (`sweep plan --no-calibrate`, the budget check at validate time), and the
-`TrialTiming` that calibration measures and the forecast reads.
+"""`TrialTiming`, what the forecast reads, and the throughput model that gives one where
+nothing was measured (`sweep plan --no-calibrate`, the budget check at validate time).
 
-Training costs about 6 x parameters x tokens FLOPs (2 for the forward pass, 4 for the
-backward). LoRA does not make this much smaller: the backward pass still computes the
-activations' gradients through every frozen weight (about 2x forward); only the weight
-gradients (about 1x forward) are skipped for frozen weights, so 6 x all parameters is
-the usual estimate and errs on the safe side.
+Training costs about 6 x parameters x tokens FLOPs (2 forward, 4 backward). LoRA saves
+only the frozen weights' gradients, not the activations' gradients through them, so 6 x
+all parameters is the usual estimate and errs on the safe side.
 """
 
 from __future__ import annotations
@@ -19,11 +16,8 @@ from sweeper.cost._architecture import parameter_count
 __all__ = ["PEAK_TFLOPS", "UTILISATION", "TrialTiming", "modelled_timing", "RAY_TRIAL_START_SECONDS"]
 
 # Dense peak TFLOP/s per accelerator (per core for "cpu"): (bf16/fp16 tensor cores, fp32
-# without TF32). GPUs: the vendors' datasheets (NVIDIA A10, L40S, A100, H100 SXM, H200 SXM,
-# Ada/RTX 4090 whitepaper; sparsity figures halved). CPU: one core with AVX-512, two FMA
-# units at about 3 GHz is 192 GFLOP/s fp32 peak; 0.1 is the figure for a typical cloud
-# vCPU (AVX2, shared core). Keys match the price table (sweeper/cost/_prices.py); a100-40gb and
-# a100-80gb share the A100's figures.
+# without TF32), from the vendors' datasheets (sparsity figures halved); "cpu" is a typical
+# cloud vCPU. Keys match the price table (sweeper/cost/_prices.py).
 PEAK_TFLOPS: dict[str, tuple[float, float]] = {
     "cpu": (0.1, 0.1),
     "a10g": (125.0, 31.2),
@@ -35,21 +29,17 @@ PEAK_TFLOPS: dict[str, tuple[float, float]] = {
     "rtx4090": (165.0, 82.6),
 }
 
-
-# Share of the peak a LoRA fine-tuning step reaches (model FLOPs utilisation). 0.35 on GPUs
-# is the middle of the 30-45% that PyTorch LLM trainers report for dense models of 1-10 B
-# parameters; small models and batches reach less. 0.3 on CPU is an assumption.
+# Share of the peak a LoRA fine-tuning step reaches (model FLOPs utilisation): on GPUs the
+# middle of what PyTorch LLM trainers report for dense models of 1-10 B parameters.
 UTILISATION: dict[str, float] = {"cpu": 0.3, "gpu": 0.35}
 
-
-# A trial start without calibration: Ray Train's worker group and placement group plus
-# the model read at MODEL_LOAD_BYTES_PER_SECOND.
+# A modelled trial start: Ray Train's worker and placement group, then the model read at
+# MODEL_LOAD_BYTES_PER_SECOND.
 TRIAL_START_SECONDS = 3.0
 MODEL_LOAD_BYTES_PER_SECOND = 1e9
 
-# What Ray adds to each Train run around the training loop's own setup (placement group,
-# worker group, the run's end and the slot passing to the next run): added to a calibrated
-# loop setup; the live forecast replaces it by the sweep's own starts.
+# What Ray adds to a Train run around the loop's own setup (placement group, worker
+# group, the run's end): added to a calibrated setup.
 RAY_TRIAL_START_SECONDS = 1.5
 
 
@@ -63,39 +53,37 @@ class TrialTiming:
     source: str  # where the figures come from, in words
 
 
-def _examples(path: Path) -> int:
-    try:
-        with open(path, "rb") as file:
-            return sum(1 for line in file if line.strip())
-    except OSError:
-        return 0
-
-
 def modelled_timing(spec, accelerator: str, accelerators: float) -> TrialTiming | None:
     """Step, evaluation and start seconds from the throughput model; None when the
-    model's size is unknown. Tokens per example are taken as data.max_length (an upper
-    bound: examples are truncated to it); a DPO example is a chosen and a rejected
-    sequence, each trained (6 x P) and scored by the reference (2 x P)."""
+    model's size is unknown. An example counts data.max_length tokens (an upper bound); a
+    DPO example is a chosen and a rejected sequence, each trained (6 x P) and scored by
+    the reference model (2 x P)."""
     parameters = parameter_count(spec.model.name_or_path)
     if parameters is None:
         return None
     training, resources = spec.training, spec.resources
-    bf16, fp32 = PEAK_TFLOPS.get(accelerator, PEAK_TFLOPS["a100-80gb"])
-    peak = (bf16 if training.precision in ("bf16", "fp16") else fp32) * 1e12
+    half = training.precision in ("bf16", "fp16")
+    peak = PEAK_TFLOPS.get(accelerator, PEAK_TFLOPS["a100-80gb"])[0 if half else 1] * 1e12
     utilisation = UTILISATION["gpu" if resources.use_gpu else "cpu"]
     flops_per_second = peak * utilisation * accelerators
     tokens = spec.data.max_length
-    train_flops_per_example, eval_flops_per_example = 6 * parameters * tokens, 2 * parameters * tokens
+    train_flops, eval_flops = 6 * parameters * tokens, 2 * parameters * tokens
     if spec.task == "dpo":
-        train_flops_per_example, eval_flops_per_example = 2 * (6 + 2) * parameters * tokens, 2 * (2 + 2) * parameters * tokens
-    examples_per_step = training.per_device_batch_size * training.gradient_accumulation_steps * resources.workers_per_trial
-    step = examples_per_step * train_flops_per_example / flops_per_second
-    evaluation = _examples(spec.data.eval) * eval_flops_per_example / flops_per_second
-    bytes_per_parameter = 2 if training.precision in ("bf16", "fp16") else 4
-    setup = TRIAL_START_SECONDS + parameters * bytes_per_parameter / MODEL_LOAD_BYTES_PER_SECOND
+        train_flops, eval_flops = 2 * (6 + 2) * parameters * tokens, 2 * (2 + 2) * parameters * tokens
+    examples = training.per_device_batch_size * training.gradient_accumulation_steps * resources.workers_per_trial
+    step = examples * train_flops / flops_per_second
+    evaluation = _examples(spec.data.eval) * eval_flops / flops_per_second
+    setup = TRIAL_START_SECONDS + parameters * (2 if half else 4) / MODEL_LOAD_BYTES_PER_SECOND
     source = (
         f"throughput model: 6 x {parameters:,} parameters x {tokens} tokens per example at "
         f"{utilisation:.0%} of {peak / 1e12:g} TFLOP/s ({accelerator}) x {accelerators:g}"
     )
     return TrialTiming(step, evaluation, setup, source)
 
+
+def _examples(path: Path) -> int:
+    try:
+        with open(path, "rb") as file:
+            return sum(1 for line in file if line.strip())
+    except OSError:
+        return 0

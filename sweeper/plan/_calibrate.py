@@ -1,19 +1,9 @@
-"""Calibration: a trial's step and evaluation time measured where the sweep's trials run.
-
-A few optimizer steps (`MEASURED_STEPS` to warm up, then as many measured, each interval
-followed by an evaluation) of two configurations: the first (the YAML's own values) and
-the costliest one in the space (the highest value of every searched parameter that makes
-a step dearer: LoRA rank, batch size, gradient accumulation; among searched trl methods,
-one with a reference model). One run gives seconds per step (the loop's own training
-time: its `train_seconds`, or `train_tokens / tokens_per_second`), seconds per evaluation
-(the rest of the time between two reports: evaluation, checkpoint, report) and the
-loop's setup.
-
-Each configuration is measured in a Ray task that holds one trial worker's resources
-(`resources.cpus_per_worker`, `gpus_per_worker`), so a GPU sweep is timed on a GPU of
-its cluster, one copy per GPU, and the driver never trains or touches CUDA. The two tasks
-run side by side where the cluster has room for both, as the sweep's trials do.
-The training loop is called through `run_training` alone.
+"""Calibration: the costliest config's step and evaluation time measured where the sweep's
+trials run, in a Ray task that holds one trial worker's resources (`resources.cpus_per_worker`,
+`gpus_per_worker`): a GPU sweep is timed on a GPU of its cluster, and the driver never trains
+or touches CUDA. The costliest config takes the highest value of every searched parameter
+that makes a step dearer (LoRA rank, batch size, gradient accumulation; among searched trl
+methods, one with a reference model). The training loop is called through `run_training`.
 """
 
 from __future__ import annotations
@@ -30,15 +20,12 @@ from sweeper.spec import calibration_spec, with_overrides, CategoricalDist, Swee
 from trainables.engines import train_module
 from trainables.metrics import TOKENS_PER_SECOND, TRAIN_SECONDS, TRAIN_TOKENS
 
-# Without a logging handler set up, Python prints bitsandbytes' import-time note about an
-# optional CPU kernel package to the terminal; set at import, before a task's unpickling
-# imports the libraries.
+# Without a logging handler, Python prints bitsandbytes' import-time note to the terminal.
 logging.getLogger("bitsandbytes").addHandler(logging.NullHandler())
 
 __all__ = ["Calibration", "calibrate", "costliest_overrides", "run_training", "measure", "COST_PARAMETERS"]
 
-# Steps in each of the two intervals (warm-up, measured). The live forecast replaces the
-# calibrated figures by the sweep's own from its first evaluations.
+# Steps in each of the two intervals (warm-up, measured).
 MEASURED_STEPS = 5
 # Micro-batches a measured step accumulates at most; a step of more is timed at this many
 # and scaled (a step's time is its micro-batches', the optimizer's update a small part).
@@ -46,14 +33,15 @@ MEASURED_MICRO_BATCHES = 8
 
 # Searched parameters whose higher values make a step dearer.
 COST_PARAMETERS = ("lora.r", "training.per_device_batch_size", "training.gradient_accumulation_steps")
+# trl methods whose step also runs a reference model.
+REFERENCE_METHODS = ("dpo", "kto")
 
 
 @dataclass(frozen=True)
 class Calibration:
-    first: TrialTiming  # the YAML's own configuration
-    costliest: TrialTiming  # the dearest configuration of the space (the first if none)
+    timing: TrialTiming  # the costliest config's
     seconds: float  # how long calibrating took
-    worker_pids: tuple[int, ...] = ()  # the Ray workers' processes that measured
+    worker_pid: int  # the Ray worker's process that measured
 
 
 def run_training(spec: SweepSpec, data: dict, model_source: str, report, started_at: float) -> None:
@@ -109,10 +97,6 @@ def process_group_of_one(strategy: str):
             os.environ["LOCAL_RANK"] = local_rank
 
 
-# trl methods whose step also runs a reference model (trl.method searched: the dearer ones).
-REFERENCE_METHODS = ("dpo", "kto")
-
-
 def costliest_overrides(spec: SweepSpec) -> dict:
     """The highest value of each searched cost parameter (categorical: the largest number),
     and a searched trl.method with a reference model where one is among its values."""
@@ -133,111 +117,71 @@ def costliest_overrides(spec: SweepSpec) -> dict:
     return overrides
 
 
-def measure(spec: SweepSpec, data: dict, model_source: str, steps: int = MEASURED_STEPS) -> TrialTiming:
+def measure(
+    spec: SweepSpec, data: dict, model_source: str, steps: int = MEASURED_STEPS, started_at: float | None = None
+) -> TrialTiming:
     """Train `spec` in this process for two intervals of `steps` steps, evaluating after
     each, and time the second: its steps (the loop's own training time) and the rest of
-    the time between the two reports (evaluation, checkpoint, report). The first interval
-    warms up; what its first step takes beyond a steady one is part of every run's start."""
+    the time between the two reports (evaluation, checkpoint, report). The start runs from
+    `started_at` (now when None) to the end of the first step, less a steady step's time."""
     accumulation = spec.training.gradient_accumulation_steps
     measured_accumulation = min(accumulation, MEASURED_MICRO_BATCHES)
     spec = calibration_spec(spec, steps, measured_accumulation)
-    # Timed without the generation sample: its last step would be the calibration's
-    # max_steps, and its answers would count as every evaluation's time. The forecast
-    # leaves generation out.
+    # Without the generation sample, which the forecast leaves out.
     data = {key: value for key, value in data.items() if key != "generation"}
     reports: list[tuple[float, dict]] = []
-
-    started_at = time.time()
+    started_at = time.time() if started_at is None else started_at
     run_training(spec, data, model_source, lambda metrics, _: reports.append((time.time(), metrics)), started_at)
-    (warm_at, _), (measured_at, measured) = reports
-    # The loop's own training time: as it reports it, or from its tokens and their rate.
+    (warm_at, warm), (measured_at, measured) = reports
     training = measured.get(TRAIN_SECONDS) or measured[TRAIN_TOKENS] / measured[TOKENS_PER_SECOND]
-    measured_step = training / steps
-    # setup_seconds runs to the end of the first step: its steady part is a step's.
-    loop_setup = reports[0][1]["setup_seconds"] - measured_step
+    step = training / steps
     return TrialTiming(
-        step_seconds=measured_step * accumulation / measured_accumulation,
+        step_seconds=step * accumulation / measured_accumulation,
         eval_seconds=max(0.0, measured_at - warm_at - training),
-        setup_seconds=max(0.0, loop_setup) + RAY_TRIAL_START_SECONDS,
+        setup_seconds=max(0.0, warm["setup_seconds"] - step) + RAY_TRIAL_START_SECONDS,
         source="calibrated",
     )
 
 
-def first_workers_data(data: dict, workers_per_trial: int) -> dict:
-    """The data as a trial's first worker uses it: each of a trial's workers evaluates its
-    own share of the eval split (`shard_batches`), so a copy timing one worker of several
-    evaluates that share, not the whole split. Its training steps take micro-batches of the
-    same size either way."""
-    if workers_per_trial <= 1:
-        return data
-    import torch
-
-    from trainables.common import Workers, shard_batches
-
-    first_worker = Workers(rank=0, world_size=workers_per_trial, device=torch.device("cpu"))
-    share = [index for batch in shard_batches(len(data["eval"]), 1, first_worker) for index in batch]
-    return {**data, "eval": data["eval"].rows(share)}
-
-
-def _import_what_a_trial_has_imported(spec: SweepSpec, model_source: str) -> None:
-    """What a trial's worker imports before its loop's setup is timed: the task's loop
-    (trl for DPO), peft and the model's class, which transformers imports on first use.
-    Timed apart from the loop's setup (`_measure_in_task`)."""
-    importlib.import_module(f"trainables.{spec.task}")
-    import peft  # noqa: F401
-    from transformers import MODEL_FOR_CAUSAL_LM_MAPPING, AutoConfig
-
-    from trainables.models import adapter_base, from_cache_first
-
-    config = from_cache_first(AutoConfig.from_pretrained, adapter_base(model_source) or model_source)
-    MODEL_FOR_CAUSAL_LM_MAPPING.get(type(config), None)
-
-
 def _measure_in_task(spec_json: dict, data: dict, model_source: str) -> tuple[TrialTiming, int]:
-    """A Ray task's body: the libraries a trial's Train worker imports, then `measure`.
-    Each Train run's workers are new processes that import them again, so the time they
-    take here (the task's process is new as well: nothing heavy is imported before this
-    body runs) is added to the measured start of a run."""
+    """A Ray task's body: `measure`, whose start counts from here. A trial's Train workers
+    are new processes, as this task's is: the imports they make are part of every start."""
+    started_at = time.time()
     import warnings
 
-    imports_started = time.time()
-    import ray.train.torch  # noqa: F401  (torch, and what a Train worker imports at its start)
     from transformers.utils import logging as transformers_logging
 
     spec = SweepSpec.model_validate(spec_json, context={"check_files": False})
     transformers_logging.disable_progress_bar()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
-        _import_what_a_trial_has_imported(spec, model_source)
-        imports = time.time() - imports_started
-        timing = measure(spec, data, model_source)
-    return replace(timing, setup_seconds=timing.setup_seconds + imports), os.getpid()
+        return measure(spec, data, model_source, started_at=started_at), os.getpid()
 
 
 def calibrate(spec: SweepSpec, data: dict, model_source: str) -> Calibration:
-    """Time the first and the costliest configuration, each in a Ray task with one trial
-    worker's resources (Ray initialised: a local cluster or one joined)."""
+    """Time the costliest configuration in a Ray task with one trial worker's resources
+    (Ray initialised: a local cluster or one joined). A trial of several workers
+    evaluates a share of the eval split on each: the evaluation is that share's."""
     import ray
 
     started = time.time()
     overrides = costliest_overrides(spec)
+    if overrides:
+        spec = with_overrides(spec, overrides, built="the calibration run of the costliest config")
     resources = spec.resources
-    data_ref = ray.put(first_workers_data(data, resources.workers_per_trial))
     task = ray.remote(num_cpus=resources.cpus_per_worker, num_gpus=resources.gpus_per_worker or 0, max_retries=0)(
         _measure_in_task
     )
-    specs = [spec]
-    if overrides:
-        specs.append(with_overrides(spec, overrides, built="the calibration run of the costliest config"))
     try:
-        results = ray.get([task.remote(s.model_dump(mode="json"), data_ref, model_source) for s in specs])
+        timing, pid = ray.get(task.remote(spec.model_dump(mode="json"), data, model_source))
     except ray.exceptions.RayTaskError as error:
         # The loop's own error (an input error is one keyed line), not the task's wrapper.
         raise (error.cause if isinstance(error.cause, Exception) else error) from None
-    where = f"{MEASURED_STEPS} steps after {MEASURED_STEPS} warm-up, in a Ray task with one worker's resources"
-    if resources.workers_per_trial > 1:
-        where += f" (one worker of {resources.workers_per_trial}; their communication not included)"
-    costly = ", ".join(f"{k}={v}" for k, v in overrides.items())
-    first = replace(results[0][0], source=f"calibrated: {where}")
-    costliest = replace(results[-1][0], source=f"calibrated ({costly or 'the first config'}): {where}")
-    return Calibration(first, costliest, time.time() - started, tuple(pid for _, pid in results))
+    workers = resources.workers_per_trial
+    config = ", ".join(f"{k}={v}" for k, v in overrides.items()) or "the YAML's config"
+    source = f"calibrated at {config}: {MEASURED_STEPS} steps after {MEASURED_STEPS} warm-up"
+    source += " in a Ray task with one worker's resources"
+    if workers > 1:
+        source += f" (one worker of {workers}; their communication not included)"
+    timing = replace(timing, eval_seconds=timing.eval_seconds / workers, source=source)
+    return Calibration(timing, time.time() - started, pid)

@@ -1,26 +1,20 @@
-"""The one validation pass of `sweep validate`, `sweep plan` and `sweep start` (and the
-Python API's start). The schema comes first (fields and cross-field rules, without
-reading anything but the trial sections' own files: `sweeper.spec._load`); then the
-checks that read the disk: the output folder (and a storage.uri folder) can be made and
-written, each budget cap can pay for one trial, and a GPU trial fits the card
-`cost.accelerator` names (both read the model's config, here or in the Hugging Face cache).
-Every problem is one keyed line; all of them are raised together. The checks that need
-the cluster (its GPUs' memory, its nodes' view of storage) run when Ray is up, in the
-launch."""
+"""The one validation pass of `sweep validate`, `sweep plan` and `sweep start`: the schema
+(`sweeper.spec`), then the checks that read the disk: the output folder (and a storage.uri
+folder) can be made and written, each budget cap can pay for one trial, a GPU trial fits
+the card `cost.accelerator` names. Every problem is one keyed line, all raised together.
+The checks that need the cluster run in the launch, once Ray is up."""
 
 from __future__ import annotations
 
-import errno
-import os
-import tempfile
 from pathlib import Path
 
 from sweeper.cluster.storage import is_remote
 from sweeper.errors import UserError
+from sweeper.folders import folder_creation_problem
 from sweeper.plan._caps import budget_problems
 from sweeper.spec import load_spec, SweepSpec
 
-__all__ = ["load_checked_spec", "check_spec", "folder_creation_problem", "write_refused"]
+__all__ = ["load_checked_spec", "check_spec"]
 
 
 def load_checked_spec(path: str | Path) -> SweepSpec:
@@ -73,37 +67,3 @@ def _output_dir_problems(spec: SweepSpec) -> list[tuple[str, str]]:
         if problem:
             problems.append(("storage.uri", f"{problem}; give a folder you can write to, or s3://bucket/prefix"))
     return problems
-
-
-def folder_creation_problem(folder: Path) -> str | None:
-    """Why `folder` (absent, or present) cannot be created and written, or None. Tried
-    by creating and removing a probe folder in it, or in its nearest existing parent:
-    nothing is left behind, and the answer is the file system's (`os.access` answers
-    yes to root on a folder such as /proc that takes no new files)."""
-    if folder.exists():
-        if not folder.is_dir():
-            return f"{folder} is a file, not a folder"
-        refused = write_refused(folder)
-        return f"cannot write in {folder}: it {refused}" if refused else None
-    ancestor = folder.parent
-    while not ancestor.exists():
-        ancestor = ancestor.parent
-    if not ancestor.is_dir():
-        return f"cannot create {folder}: {ancestor} is a file"
-    refused = write_refused(ancestor)
-    return f"cannot create {folder}: {ancestor} {refused}" if refused else None
-
-
-def write_refused(folder: Path) -> str | None:
-    """How the existing folder `folder` refuses new files ("is read-only", "refuses new
-    files (No such file or directory)"), or None when a probe folder can be made and
-    removed in it."""
-    if not os.access(folder, os.W_OK | os.X_OK):
-        return "is read-only"
-    try:
-        os.rmdir(tempfile.mkdtemp(prefix=".sweeper-write-check-", dir=folder))
-    except OSError as exc:
-        if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-            return "is read-only"
-        return f"refuses new files ({exc.strerror or exc})"
-    return None

@@ -1,6 +1,5 @@
-"""`sweep plan`: validate a sweep and forecast its cost without running it; and the
-forecast as both `sweep plan` and `sweep start` compute and print it (with what each
-budget cap means against it)."""
+"""`sweep plan` (a sweep checked and forecast, nothing run) and the forecast as `sweep plan`
+and `sweep start` compute and print it, with what each budget cap means against it."""
 
 from __future__ import annotations
 
@@ -24,14 +23,13 @@ logger = logging.getLogger(__name__)
 
 def sweep_forecast(plan: SweepPlan, inputs: SweepInputs | None) -> Forecast:
     """The plan's forecast: calibrated on the cluster (Ray up) when `inputs` are given, else
-    from the throughput model. Raises UserError when the model's size is unknown and
-    nothing is calibrated."""
+    from the throughput model (UserError when the model's size is unknown)."""
     spec = plan.spec
     if inputs is not None:
         from sweeper.plan._calibrate import calibrate
 
         calibration = calibrate(spec, inputs.data, inputs.model_source)
-        forecast = forecast_sweep(plan, calibration.first, calibration.costliest)
+        forecast = forecast_sweep(plan, calibration.timing)
         forecast.notes.append(f"Calibration took {calibration.seconds:.1f} s")
         return forecast
     rate = sweep_rate(spec)
@@ -46,18 +44,15 @@ def sweep_forecast(plan: SweepPlan, inputs: SweepInputs | None) -> Forecast:
 
 
 def start_forecast(plan: SweepPlan, inputs: SweepInputs, console: Console) -> Forecast:
-    """`sweep start`'s forecast, before the sweep's clock starts (Ray is up): calibrated
-    on the cluster unless cost.calibrate is false (then the throughput model), printed
-    in brief."""
+    """`sweep start`'s forecast (Ray is up): calibrated unless cost.calibrate is false, printed in brief."""
     forecast = sweep_forecast(plan, inputs if plan.spec.cost.calibrate else None)
     print_forecast(forecast, plan.spec, console, brief=True)
     return forecast
 
 
 def print_forecast(forecast: Forecast, spec: SweepSpec, console: Console, brief: bool = False) -> None:
-    """The forecast's lines, then one line per budget cap on what it means against them.
-    `brief` (`sweep start`): the forecast in one line on `console`, its lines in the log
-    (the sweep's driver.log), the caps' lines on both."""
+    """The forecast's lines, then a line per budget cap. `brief` (`sweep start`): the forecast
+    in one line on `console`, its lines in the log (the sweep's driver.log)."""
     from sweeper.plan._caps import budget_lines
 
     unit = "GPU-hours" if spec.resources.use_gpu else "CPU core-hours"
@@ -72,10 +67,9 @@ def print_forecast(forecast: Forecast, spec: SweepSpec, console: Console, brief:
 
 
 def plan_sweep(spec: SweepSpec, file: Path, *, address: str | None, calibrate: bool, console: Console) -> Forecast:
-    """`sweep plan FILE` for `spec`, checked (`load_checked_spec`) from `file`: size the
-    plan against the cluster (`address`, else a local cluster started for the plan as
-    `sweep start` starts one), calibrate there unless told not to, print. The cluster is
-    left (a local one stopped) before it returns."""
+    """`sweep plan FILE` for `spec`, checked (`load_checked_spec`) from `file`: the plan
+    sized against the cluster (`address`, else a local cluster started as `sweep start`
+    starts one and stopped before it returns), calibrated there unless told not to, printed."""
     from sweeper.cluster import LOCAL_CLUSTER, start_ray, stop_local_cluster
     from sweeper.plan._inputs import prepare_inputs
     from trainables.models import DEFAULT_CACHE_ROOT
@@ -84,8 +78,6 @@ def plan_sweep(spec: SweepSpec, file: Path, *, address: str | None, calibrate: b
     inputs = prepare_inputs(spec, DEFAULT_CACHE_ROOT) if calibrate else None
     on_ray = calibrate or bool(address)
     if on_ray:
-        # As `sweep start` starts or joins: a join probed first, in token mode where a token
-        # is, a keyed line when the address does not answer or refuses the token.
         start_ray(address or LOCAL_CLUSTER, metadata={"job_name": f"{spec.name} (sweep plan)"})
     try:
         cluster = ClusterResources.from_ray() if on_ray else _this_machine()
@@ -115,8 +107,8 @@ def plan_sweep(spec: SweepSpec, file: Path, *, address: str | None, calibrate: b
 
 
 def _this_machine() -> ClusterResources:
-    """What a local cluster would have here (all cores, all GPUs), without starting one:
-    `sweep plan --no-calibrate`. Counting GPUs does not initialise CUDA."""
+    """What a local cluster would have here (all cores, all GPUs), without starting one.
+    Counting GPUs does not initialise CUDA."""
     import os
 
     try:

@@ -1,18 +1,23 @@
 """The sweep's inputs, prepared once for the whole sweep: the model's source (a hub id or
-folder resolved, the built-in model built), its tokenizer, and the train and eval data
-tokenized as the task needs them. Calibration (`sweep plan`) and the launch share them.
-Input errors (a model config or tokenizer that cannot load, bad data) surface here as
-InputError, before anything is written or started."""
+folder resolved, the built-in model built), its tokenizer, the train and eval data
+tokenized as the task needs them, and the generation sample every trial answers.
+Calibration and the launch share them. Input errors (a model config or tokenizer that
+cannot load, bad data, a scorer that does not import) surface here, before anything is
+written or started."""
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 
+from sweeper.errors import UserError
+from sweeper.plan._sweep_plan import plan_rungs
 from sweeper.spec import SweepSpec
 from trainables.errors import InputError
+from trainables.task_metrics import GenerationSample, build_sample, is_generation_metric, scorer_metric_names
 
-__all__ = ["SweepInputs", "prepare_inputs", "check_batch_fits_the_data"]
+__all__ = ["SweepInputs", "prepare_inputs", "check_batch_fits_the_data", "generation_sample"]
 
 
 @dataclass
@@ -23,7 +28,6 @@ class SweepInputs:
 
 
 def prepare_inputs(spec: SweepSpec, cache_root: Path) -> SweepInputs:
-    from sweeper.plan._generation import generation_sample
     from trainables.data import tokenize_split
     from trainables.models import (
         adapter_base,
@@ -67,3 +71,23 @@ def check_batch_fits_the_data(spec: SweepSpec, train_examples: int) -> None:
             f"{'search.parameters.' if searched is not None else ''}{key}: {largest} examples a micro-batch, but "
             f"data.train holds {train_examples:,}; give at most {train_examples:,} (a batch would repeat examples)"
         )
+
+
+def generation_sample(spec: SweepSpec, tokenizer) -> GenerationSample | None:
+    """What every trial answers and when (`generation.when`: every evaluation, the plan's
+    rungs and max_steps, or max_steps only); None without a generation section. A user
+    scorer is called once here, on the references as answers, so that one that does not
+    import or returns no number, and a search.metric it does not report, stop the sweep
+    before any trial starts."""
+    generation = spec.generation
+    if generation is None:
+        return None
+    if "chrf" in generation.scores and importlib.util.find_spec("sacrebleu") is None:
+        raise UserError("generation.scores: chrf is sacrebleu's; pip install 'sacrebleu>=2.6', or leave chrf out")
+    steps = None if generation.when == "every_eval" else frozenset(plan_rungs(spec) if generation.when == "rungs" else ())
+    sample = build_sample(generation, spec.data.eval, tokenizer, spec.data.max_length, steps)
+    reported = scorer_metric_names(generation, sample.references, sample.rows)
+    for key, metric in (("search.metric", spec.search.metric), ("early_stopping.metric", spec.early_stopping.metric)):
+        if metric is not None and is_generation_metric(metric) and metric not in reported:
+            raise UserError(f"{key}: {metric!r} is not reported by the generation section; it reports {', '.join(reported)}")
+    return sample

@@ -73,39 +73,36 @@ class SweepPlan:
         spec = self.spec.model_copy(update={"search": search})
         return dataclasses.replace(self, spec=spec, concurrent_trials=max(1, min(self.concurrent_trials, num_trials)))
 
-    def trials_per_milestone(self, num_trials: int | None = None) -> list[tuple[int, int]] | None:
-        """(step, most trials that train to it) for ASHA by promotion, whose budget is
-        known before launch (`milestone_counts`), for `num_trials` trials (the plan's when
-        None). None for schedulers that decide as trials arrive, and while the trial count
-        is not known (a sweep that runs until a budget cap: its forecast counts a plan
-        `with_trials`)."""
-        spec = self.spec
-        n = self.trials if num_trials is None else num_trials
-        if spec.early_stopping.scheduler != "asha" or not spec.search.parameters or n is None:
-            return None
-        stopping = spec.early_stopping
-        return milestone_counts(
-            n, self.rungs, spec.training.max_steps, stopping.reduction_factor_for(), min(n, stopping.startup_trials_for()),
-        )
+    def ladder(self, num_trials: int | None = None) -> tuple[list[tuple[int, int]], bool]:
+        """(step, most trials that train to it) for `num_trials` trials (the plan's when
+        None), and whether each segment after a trial's first is a Train run of its own
+        (ASHA by promotion resumes a promoted trial from its checkpoint). Ray's ASHA (by
+        stopping) is taken to follow the same ladder; median stopping and none to prune
+        nothing."""
+        spec, n = self.spec, self.trials if num_trials is None else num_trials
+        stopping, max_steps = spec.early_stopping, spec.training.max_steps
+        if stopping.scheduler not in ("asha", "asha_stopping") or not spec.search.parameters:
+            return [(max_steps, n)], False
+        promotion = stopping.scheduler == "asha"
+        startup = min(n, stopping.startup_trials_for()) if promotion else 0
+        return milestone_counts(n, self.rungs, max_steps, stopping.reduction_factor_for(), startup), promotion
 
     def step_budget(self) -> str:
         """One line on the training steps the sweep will spend at most."""
-        spec = self.spec
+        spec, max_steps = self.spec, self.spec.training.max_steps
         if self.trials is None:
             caps = ", ".join(f"budget.{key}: {value:g}" for key, value in spec.budget.caps().items())
-            return f"trials until a budget cap ({caps}), each to at most {spec.training.max_steps} steps"
-        full = self.trials * spec.training.max_steps
+            return f"trials until a budget cap ({caps}), each to at most {max_steps} steps"
+        full = self.trials * max_steps
         confirm = spec.search.confirm
         # search.confirm: top x seeds reruns to max_steps after the search.
-        reruns = (f"; then {confirm.top * confirm.seeds} confirmation trials x {spec.training.max_steps}"
-                  if confirm else "")
-        counts = self.trials_per_milestone()
-        if counts is None:
+        reruns = f"; then {confirm.top * confirm.seeds} confirmation trials x {max_steps}" if confirm else ""
+        counts, promotion = self.ladder()
+        if not promotion:
             how = "without early stopping" if spec.early_stopping.scheduler == "none" else "before early stopping"
-            return f"{full} training steps {how} ({self.trials} trials x {spec.training.max_steps}){reruns}"
-        steps = steps_trained(counts)
+            return f"{full} training steps {how} ({self.trials} trials x {max_steps}){reruns}"
         reach = ", ".join(f"{n} to step {milestone}" for milestone, n in counts)
-        return f"at most {steps} training steps ({reach}); {full} without early stopping{reruns}"
+        return f"at most {steps_trained(counts)} training steps ({reach}); {full} without early stopping{reruns}"
 
 
 def concurrency_limit(trial: TrialResources, cluster: ClusterResources) -> int:

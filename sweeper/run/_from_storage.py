@@ -43,7 +43,7 @@ def fetch_sweep(name: str, uri: str, folder: Path) -> FetchedSweep:
         UserError: `uri` is no sweep storage or holds another sweep; `folder` cannot be
         written, holds another sweep, or this one with its driver still running.
     """
-    from sweeper.plan import folder_creation_problem
+    from sweeper.folders import folder_creation_problem
     from sweeper.spec import load_spec, spec_to_yaml
 
     problem = uri_problem(uri)

@@ -113,7 +113,7 @@ def stop_sweep(spec: SweepSpec, timeout_s: float = 300) -> int:
 
 def refuse_if_read_only(sweep_dir: Path) -> None:
     """Resume writes the Tune state, checkpoints and the Optuna study into the sweep folder."""
-    from sweeper.plan import write_refused
+    from sweeper.folders import write_refused
 
     folders = [sweep_dir, sweep_dir / "tune", sweep_dir / "trials"]
     read_only = [path for path in folders if path.is_dir() and write_refused(path)]

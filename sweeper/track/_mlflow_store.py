@@ -122,7 +122,7 @@ def check_tracking_writable(uri: str) -> None:
     """A sweep writes its runs: a SQLite store's file must be writable, or its folder
     take a new one (tried, not asked of os.access, which says yes to root everywhere).
     Raises UserError (key `tracking.uri`)."""
-    from sweeper.plan import write_refused
+    from sweeper.folders import write_refused
 
     database = sqlite_file(uri)
     if database is None:

@@ -108,7 +108,7 @@ def test_dpo_under_zero2_zero3_and_fsdp_matches_ddp(tmp_path):
 def test_calibration_steps_deepspeed_and_fsdp_in_this_process():
     """Calibration measures in a process (a Ray task) that no launcher made part of a
     process group; DeepSpeed's engine and FSDP step only inside one (a group of one here)."""
-    from sweeper.plan._calibrate import first_workers_data, measure
+    from sweeper.plan._calibrate import measure
     from sweeper.plan._inputs import prepare_inputs
     from sweeper.spec._load import validate_spec
     from trainables.models import BUILTIN_TINY_MODEL, DEFAULT_CACHE_ROOT, resolve_model_source
@@ -116,6 +116,6 @@ def test_calibration_steps_deepspeed_and_fsdp_in_this_process():
     source = resolve_model_source(BUILTIN_TINY_MODEL)
     for resources in ({"strategy": "deepspeed", "deepspeed": {"zero_stage": 3}}, {"strategy": "fsdp"}):
         spec = validate_spec(small_sweep("c", resources={"workers_per_trial": 2, **resources}), base_dir=REPO)
-        data = first_workers_data(prepare_inputs(spec, DEFAULT_CACHE_ROOT).data, 2)
+        data = prepare_inputs(spec, DEFAULT_CACHE_ROOT).data
         timing = measure(spec, data, source)
         assert timing.step_seconds > 0 and timing.eval_seconds > 0 and timing.setup_seconds > 0, resources

@@ -4,7 +4,7 @@ import pytest
 from typer.testing import CliRunner
 
 from sweeper.plan import _calibrate as calibration
-from sweeper.plan._calibrate import costliest_overrides, first_workers_data
+from sweeper.plan._calibrate import costliest_overrides
 from sweeper.cli import app
 from sweeper.cost._architecture import parameter_count
 from sweeper.cost._throughput import PEAK_TFLOPS, UTILISATION, TrialTiming, modelled_timing
@@ -90,7 +90,6 @@ def test_without_a_known_ladder_the_expected_case_is_the_worst_case(scheduler):
     spec = quickstart_like(early_stopping={"scheduler": scheduler})
     forecast = forecast_sweep(make_plan(spec, CPU_BOX), TIMING)
     assert forecast.expected == forecast.worst
-    assert "prune nothing" in forecast.assumption or "no early stopping" in forecast.assumption
 
 
 def test_rays_asha_is_assumed_to_follow_the_ladder_with_one_start_per_trial():
@@ -103,12 +102,15 @@ def test_rays_asha_is_assumed_to_follow_the_ladder_with_one_start_per_trial():
     assert forecast.expected.trial_seconds == pytest.approx(promotion.expected.trial_seconds - (3 + 1) * 1.0)
 
 
-def test_worst_case_uses_the_costliest_config_and_expected_the_mean():
+def test_both_cases_are_costed_at_the_one_timing_given():
     plan = make_plan(quickstart_like(), CPU_BOX)
     costly = TrialTiming(0.3, 0.5, 1.0, "test")
-    forecast = forecast_sweep(plan, TIMING, costly)
-    assert forecast.timing.step_seconds == pytest.approx(0.2)
+    forecast = forecast_sweep(plan, costly)
+    assert forecast.timing == costly
     assert forecast.worst.trial_seconds == pytest.approx(10 * (1.0 + 90 * 0.3 + 9 * 0.5))
+    assert forecast.expected.trial_seconds == pytest.approx(
+        10 * (1.0 + 10 * 0.3 + 0.5) + 3 * (1.0 + 20 * 0.3 + 2 * 0.5) + (1.0 + 60 * 0.3 + 6 * 0.5)
+    )
 
 
 def test_evaluations_count_the_last_step_when_it_is_not_a_multiple():
@@ -155,33 +157,6 @@ def test_costliest_config_takes_the_highest_cost_parameters():
     assert costliest_overrides(spec) == {"lora.r": 16, "training.per_device_batch_size": 8}
 
 
-def test_a_calibration_timing_one_worker_of_several_evaluates_that_workers_share_of_the_eval_split():
-    """Each of a trial's workers evaluates its own share of the eval split: so does the
-    calibration that times one of them."""
-    import torch
-
-    from trainables.common import Workers, shard_batches
-    from trainables.data import PreferenceSplit, TokenizedSplit
-
-    def split(rows: int) -> TokenizedSplit:
-        return TokenizedSplit([[row, row] for row in range(rows)], [[-100, row] for row in range(rows)])
-
-    given = []
-    train, eval_ = split(8), split(7)
-    for workers in (1, 2, 3):
-        given.append(first_workers_data({"train": train, "eval": eval_}, workers))
-        first_worker = Workers(rank=0, world_size=workers, device=torch.device("cpu"))
-        evaluated = [row for batch in shard_batches(7, 2, first_worker) for row in batch]
-        assert given[-1]["train"] is train  # micro-batches of the same size either way
-        assert given[-1]["eval"].input_ids == [[row, row] for row in evaluated]
-        assert given[-1]["eval"].labels == [[-100, row] for row in evaluated]
-    assert [len(data["eval"]) for data in given] == [7, 4, 3]
-
-    pairs = PreferenceSplit(split(5), split(5))
-    given.append(first_workers_data({"train": pairs, "eval": pairs}, 2))
-    assert given[-1]["eval"].chosen.input_ids == given[-1]["eval"].rejected.input_ids == [[0, 0], [2, 2], [4, 4]]
-
-
 def test_measure_times_the_second_interval_of_steps_in_a_row_from_a_common_start(monkeypatch):
     """Two intervals of MEASURED_STEPS steps: the first warms up; the second's training
     time / steps is the step, the rest of the gap the evaluation."""
@@ -201,28 +176,11 @@ def test_measure_times_the_second_interval_of_steps_in_a_row_from_a_common_start
     # Startup trials and a rung spacing set in the YAML do not stop the calibration run (scheduler
     # none) from validating.
     spec = quickstart_like(early_stopping={"startup_trials": 2, "rung_spacing": 4})
-    timing = calibration.measure(spec, {}, "model")
+    timing = calibration.measure(spec, {}, "model", started_at=100.0)
     assert events == ["second interval"]
     assert timing.step_seconds == pytest.approx(0.05) and timing.eval_seconds == pytest.approx(0.3)
     # The loop's setup runs to the end of the first step: a steady step is taken off.
     assert timing.setup_seconds == pytest.approx(1.2 - 0.05 + calibration.RAY_TRIAL_START_SECONDS)
-
-
-def test_a_run_start_includes_the_imports_a_new_worker_process_makes(monkeypatch):
-    """Every Train run starts new worker processes, which import torch, transformers, peft
-    and the loop again: the calibration task (a new process too) times its own imports and
-    adds them to the loop's measured start."""
-    import time
-
-    def slow_imports(spec, model_source):
-        time.sleep(0.3)
-
-    measured = TrialTiming(step_seconds=0.05, eval_seconds=0.3, setup_seconds=2.0, source="calibrated")
-    monkeypatch.setattr(calibration, "_import_what_a_trial_has_imported", slow_imports)
-    monkeypatch.setattr(calibration, "measure", lambda spec, data, source: measured)
-    timing, pid = calibration._measure_in_task(quickstart_like().model_dump(mode="json"), {}, "model")
-    assert timing.setup_seconds >= 2.0 + 0.3
-    assert (timing.step_seconds, timing.eval_seconds) == (0.05, 0.3)
 
 
 def test_a_step_of_many_micro_batches_is_timed_at_a_few_and_scaled(monkeypatch):
@@ -240,11 +198,11 @@ def test_a_step_of_many_micro_batches_is_timed_at_a_few_and_scaled(monkeypatch):
         report({"train_tokens": 1000, "tokens_per_second": 1000 / (steps * 0.05), "setup_seconds": 1.2}, None)
 
     monkeypatch.setattr(calibration, "run_training", fake_training)
-    many = calibration.measure(quickstart_like(training={"gradient_accumulation_steps": 100_000}), {}, "model")
+    many = calibration.measure(quickstart_like(training={"gradient_accumulation_steps": 100_000}), {}, "model", started_at=100.0)
     assert accumulated == [few]
     assert many.step_seconds == pytest.approx(0.05 * 100_000 / few) and many.eval_seconds == pytest.approx(0.3)
     assert many.setup_seconds == pytest.approx(1.2 - 0.05 + calibration.RAY_TRIAL_START_SECONDS)
-    fewer = calibration.measure(quickstart_like(training={"gradient_accumulation_steps": 2}), {}, "model")
+    fewer = calibration.measure(quickstart_like(training={"gradient_accumulation_steps": 2}), {}, "model", started_at=100.0)
     assert accumulated[-1] == 2 and fewer.step_seconds == pytest.approx(0.05)  # measured as it is
 
 
@@ -305,26 +263,24 @@ def open_ended_like(**budget):
 
 def test_a_step_cap_buys_the_most_trials_whose_ladder_fits_it():
     """17 trials: 17 x 10 + 5 x 20 + 1 x 60 = 330 steps; 18 would train 420 (6 to step 30, 2
-    to the end), over 400. Without early stopping 400 steps buy 4 trials of 90."""
+    to the end), over 400."""
     from sweeper.plan._caps import budget_lines
 
     spec = open_ended_like(max_steps=400)
     plan = make_plan(spec, CPU_BOX)
-    assert plan.trials is None and plan.trials_per_milestone() is None and plan.concurrent_trials == 2
+    assert plan.trials is None and plan.concurrent_trials == 2
     forecast = forecast_sweep(plan, TIMING)
-    assert (forecast.bought_trials, forecast.binding_cap, forecast.bought_full_trials) == (17, "max_steps", 4)
+    assert (forecast.bought_trials, forecast.cut_by) == (17, "max_steps")
     assert forecast.ladder == [(10, 17), (30, 5), (90, 1)] and forecast.expected.steps == 330
     # 18 trials would cross the cap: their expected case, all of it, and the cut one.
     eighteen = forecast_sweep(plan.with_trials(18), TIMING)
     assert eighteen.uncapped.steps == 420 and eighteen.expected.steps == 400 and eighteen.cut_by == "max_steps"
-    assert forecast.worst.steps == 4 * 90
-    # On the parent run: what the caps buy; no worst case above the caps.
+    assert forecast.worst.steps == 17 * 90  # those trials without early stopping
     assert forecast.as_params()["forecast_budget_trials"] == "17"
-    assert "forecast_worst_usd" not in forecast.ending_metrics()
     assert budget_lines(spec.budget, forecast) == [
-        "Budget buys: about 17 trials, 1 of them to step 90 (330 training steps); budget.max_steps ends it (one "
-        "more trial's expected ladder would cross it); without early stopping it would buy 4 trial(s) to step 90",
-        "Budget max_steps: 400 training steps; those 17 trials: 330 expected",
+        "Budget buys: about 17 trials, 1 of them to step 90 (330 training steps); budget.max_steps ends it",
+        "Budget max_steps: 400 training steps against 330 expected, 1530 worst case: the expected sweep fits; "
+        "without pruning it would be cut",
     ]
 
 
@@ -334,7 +290,7 @@ def test_the_first_cap_that_binds_ends_what_the_budget_buys():
     plan = make_plan(open_ended_like(max_steps=10_000, max_usd=0.05), CPU_BOX)
     forecast = forecast_sweep(plan, TIMING)
     n = forecast.bought_trials
-    assert forecast.binding_cap == "max_usd"
+    assert forecast.cut_by == "max_usd"
     assert forecast.expected.usd <= 0.05 < forecast_sweep(plan.with_trials(n + 1), TIMING).uncapped.usd
     assert forecast.expected == forecast_sweep(plan.with_trials(n), TIMING).expected
 

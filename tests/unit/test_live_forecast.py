@@ -6,10 +6,11 @@ import pytest
 
 from sweeper.cost._prices import Rate
 from sweeper.names import TrialState
-from sweeper.plan._forecast import TrialAt, forecast_lines, forecast_sweep, remaining
+from sweeper.plan._forecast import Scenario, TrialAt, forecast_lines, forecast_sweep, remaining
 from sweeper.plan._sweep_plan import make_plan
 from sweeper.budget._guard import BudgetGuard, BudgetSearcher
-from sweeper.budget._live_forecast import LiveForecast, Measured, duration, estimate, live_timing
+from sweeper.budget._live_forecast import LiveForecast, Measured, estimate, live_timing
+from sweeper.views import duration
 from sweeper.spec._sections import BudgetSpec
 from sweeper.track._book import SweepBook, TrialRecord
 from tests.unit.test_budget import Counting
@@ -21,6 +22,10 @@ def plan_and_forecast(**sections):
     (0.1 s per step, 0.5 s per evaluation, 1 s per start)."""
     plan = make_plan(quickstart_like(**sections), CPU_BOX)
     return plan, forecast_sweep(plan, TIMING)
+
+
+def spent(usd=0.0, steps=10, elapsed=0.0) -> Scenario:
+    return Scenario(steps, 0.0, elapsed, 0.0, usd)
 
 
 # ------------------------------------------------------------ the estimator
@@ -36,13 +41,12 @@ def test_with_nothing_measured_the_estimate_is_the_forecast():
 
 
 def test_each_figure_the_sweep_measured_replaces_the_forecasts():
-    measured = Measured()
-    measured.add_interval(10, 2.0, 1.0)  # 0.2 s per step, 1 s per evaluation: twice the forecast
+    # 0.2 s per step, 1 s per evaluation: twice the forecast.
+    measured = Measured(steps=10, train_seconds=2.0, evaluations=1, eval_seconds=1.0)
     timing = live_timing(TIMING, measured)
     assert timing.step_seconds == pytest.approx(0.2) and timing.eval_seconds == pytest.approx(1.0)
     assert timing.setup_seconds == TIMING.setup_seconds  # no start measured: the forecast's
-    measured.add_start(10, 2.0, 3.0)
-    measured.add_interval(10, 1.0, 0.0)
+    measured = Measured(steps=30, train_seconds=5.0, evaluations=2, eval_seconds=1.0, starts=1, start_seconds=3.0)
     timing = live_timing(TIMING, measured)
     assert timing.step_seconds == pytest.approx(5.0 / 30) and timing.eval_seconds == pytest.approx(0.5)
     assert timing.setup_seconds == pytest.approx(3.0)
@@ -92,9 +96,8 @@ def test_a_sweep_whose_every_trial_failed_has_nothing_left():
 def test_the_eta_line_reads_as_the_issue_asks():
     assert duration(190) == "3 min 10 s" and duration(42.4) == "42 s" and duration(7500) == "2 h 05 min"
     plan, forecast = plan_and_forecast()
-    measured = Measured()
-    measured.add_interval(10, 1.5, 0.6)
-    line = estimate(plan, forecast, measured, [TrialAt(10, True)], elapsed_seconds=5, spent_usd=0.01).line()
+    measured = Measured(steps=10, train_seconds=1.5, evaluations=1, eval_seconds=0.6)
+    line = estimate(plan, forecast, measured, [TrialAt(10, True)], spent=spent(usd=0.01, elapsed=5)).line()
     assert line.startswith("ETA ") and " to go of $" in line and "expected (10 steps measured: 150.0 ms per step" in line
 
 
@@ -222,14 +225,13 @@ def test_the_cap_commits_trials_at_the_live_figures_once_measured():
         milestones=[10, 30, 90], eval_every=10, num_trials=10, live=live,
     )
     # Running trial from 30 to 90: 60 x 0.1 + 6 x 0.5 = 9 s; with the new trial's 2.5 s: $0.0215 committed.
-    assert guard.first_rung_seconds() == pytest.approx(2.5)
+    assert guard.work_to_next_rung(0, start=True)[1] == pytest.approx(2.5)
     assert BudgetSearcher(Counting(), guard).suggest("a") == {"x": 1}
     # Measured: steps at three times the forecast's, which the sweep's own figure replaces.
-    for _ in range(100):
-        live.measured.add_interval(10, 3.0, 0.5)
+    live.measured = Measured(steps=1000, train_seconds=300.0, evaluations=100, eval_seconds=50.0)
     timing = guard.commit_timing()
     assert timing.step_seconds == pytest.approx(0.3) and timing.eval_seconds == pytest.approx(0.5)
-    assert guard.seconds_to_next_rung(30) == pytest.approx(60 * timing.step_seconds + 6 * timing.eval_seconds)
+    assert guard.work_to_next_rung(30)[1] == pytest.approx(60 * timing.step_seconds + 6 * timing.eval_seconds)
     guard.suggested.clear()
     # Now the running trial's 60 steps alone cost about $0.018 more: the new trial is held back.
     assert BudgetSearcher(Counting(), guard).suggest("b") is None
@@ -257,15 +259,15 @@ def test_a_resumed_sweeps_guard_commits_trials_at_what_its_earlier_driver_measur
     book = SweepBook(metric="eval_loss", goal="minimize", max_steps=90)
     live = LiveForecast(plan, forecast, book, Rate("cpu", 1, 3.6))
     guard = BudgetGuard(BudgetSpec(max_usd=1.0), book, Rate("cpu", 1, 3.6), TIMING, [10, 30, 90], 10, 10, live=live)
-    for _ in range(100):
-        live.measured.add_interval(10, 3.0, 0.5)  # steps at three times the calibration
+    # Steps at three times the calibration.
+    live.measured = Measured(steps=1000, train_seconds=300.0, evaluations=100, eval_seconds=50.0)
     measured = guard.commit_timing()
     assert measured.step_seconds > 2 * TIMING.step_seconds
 
     restored = pickle.loads(pickle.dumps(guard))
     assert restored.live is None
     assert restored.commit_timing() == measured
-    assert restored.first_rung_seconds() == pytest.approx(guard.first_rung_seconds())
+    assert restored.work_to_next_rung(0, start=True)[1] == pytest.approx(guard.work_to_next_rung(0, start=True)[1])
 
 
 # ------------------------------------------------------------ the terminal and the report
@@ -326,23 +328,23 @@ def test_what_is_left_stops_at_the_tightest_budget_cap():
     and lets none go on past it): what is left is what the tightest cap leaves, every figure
     in one proportion; a cap that the ladder stays under changes nothing."""
     plan, forecast = plan_and_forecast()
-    uncapped = estimate(plan, forecast, Measured(), [TrialAt(10, True)], spent_usd=0.0).left
+    uncapped = estimate(plan, forecast, Measured(), [TrialAt(10, True)], spent=spent()).left
     usd_cap = uncapped.usd / 4
     capped_plan, capped_forecast = plan_and_forecast(budget={"max_usd": usd_cap, "max_steps": 10_000})
-    spent = usd_cap / 2  # half the cap used: an eighth of the uncapped rest fits
-    left = estimate(capped_plan, capped_forecast, Measured(), [TrialAt(10, True)], spent_usd=spent).left
-    assert left.usd == pytest.approx(usd_cap - spent)
+    half = usd_cap / 2  # half the cap used: an eighth of the uncapped rest fits
+    left = estimate(capped_plan, capped_forecast, Measured(), [TrialAt(10, True)], spent=spent(usd=half)).left
+    assert left.usd == pytest.approx(usd_cap - half)
     # That work runs on the 2 slots, full until the cap: its trials' time over 2.
     assert left.wall_seconds == pytest.approx(uncapped.trial_seconds / 8 / 2)
     assert left.steps == round(uncapped.steps / 8)
     # The step cap binds first once fewer steps are left under it than the dollars allow.
-    left = estimate(capped_plan, capped_forecast, Measured(), [TrialAt(10, True)], spent_usd=spent, spent_steps=9_990).left
+    left = estimate(capped_plan, capped_forecast, Measured(), [TrialAt(10, True)], spent=spent(usd=half, steps=9_990)).left
     assert left.steps == 10 and left.usd == pytest.approx(uncapped.usd * 10 / uncapped.steps)
-    crossed = estimate(capped_plan, capped_forecast, Measured(), [TrialAt(10, True)], spent_usd=2 * usd_cap).left
+    crossed = estimate(capped_plan, capped_forecast, Measured(), [TrialAt(10, True)], spent=spent(usd=2 * usd_cap)).left
     assert crossed.wall_seconds == 0 and crossed.usd == 0
     # A wall-hours cap that binds leaves exactly what it has left.
     hours_plan, hours_forecast = plan_and_forecast(budget={"max_hours": uncapped.wall_seconds / 2 / 3600})
-    by_hours = estimate(hours_plan, hours_forecast, Measured(), [TrialAt(10, True)], elapsed_seconds=10.0).left
+    by_hours = estimate(hours_plan, hours_forecast, Measured(), [TrialAt(10, True)], spent=spent(elapsed=10.0)).left
     assert by_hours.wall_seconds == pytest.approx(uncapped.wall_seconds / 2 - 10.0)
     loose_plan, loose_forecast = plan_and_forecast(budget={"max_usd": 100 * uncapped.usd})
     assert estimate(loose_plan, loose_forecast, Measured(), [TrialAt(10, True)]).left == uncapped
@@ -368,7 +370,7 @@ def test_the_forecast_before_launch_stops_at_the_cap_as_the_live_estimate_does()
     assert f"against {forecast.expected.usd:.4g} expected" in cap_line and cap_line.endswith("expected to be cut by it")
     # A cap the sweep stays under changes nothing.
     _, loose = plan_and_forecast(budget={"max_usd": 10 * forecast.expected.usd})
-    assert loose.expected == forecast.expected and loose.uncapped is None and loose.cut_by is None
+    assert loose.expected == loose.uncapped == forecast.expected and loose.cut_by is None
 
 
 def test_a_trial_that_reports_its_train_seconds_and_no_tokens_is_measured_too():

@@ -58,7 +58,7 @@ def test_a_metric_no_trial_reports_is_one_keyed_line(sections, line):
 
 
 def test_a_user_scorer_metric_that_the_scorer_does_not_return_is_a_keyed_line(tmp_path):
-    from sweeper.plan._generation import generation_sample
+    from sweeper.plan._inputs import generation_sample
     from trainables.models import BUILTIN_TINY_MODEL, load_tokenizer, resolve_model_source
 
     (tmp_path / "score.py").write_text("def score(predictions, references, rows):\n    return {'overlap': 1.0}\n")

@@ -124,23 +124,23 @@ def test_asha_by_promotion_knows_its_step_budget_before_launch():
     # is ranked once and the best 2 of 9 train to the end.
     screen = plan()
     assert screen.rungs == [10]
-    assert screen.trials_per_milestone() == [(10, 9), (90, 2)]
+    assert screen.ladder()[0] == [(10, 9), (90, 2)]
     assert screen.step_budget() == (
         "at most 250 training steps (9 to step 10, 2 to step 90); 810 without early stopping"
     )
     # Every rung below max_steps keeping a third: classic ASHA.
     ladder = plan(reduction_factor=3, rungs="all")
-    assert ladder.trials_per_milestone() == [(10, 9), (30, 3), (90, 1)]
+    assert ladder.ladder()[0] == [(10, 9), (30, 3), (90, 1)]
     assert ladder.step_budget().startswith("at most 210 training steps (9 to step 10, 3 to step 30, 1 to step 90)")
     assert plan(reduction_factor=3, rungs=2).rungs == [10, 30]
     # Two startup trials train to step 90 unranked; the other 7 climb the ladder (2 go on from step 10).
-    assert plan(reduction_factor=3, rungs="all", startup_trials=2).trials_per_milestone() == [(10, 9), (30, 4), (90, 3)]
+    assert plan(reduction_factor=3, rungs="all", startup_trials=2).ladder()[0] == [(10, 9), (30, 4), (90, 3)]
     # Rungs spaced wider than reduction_factor: fewer rungs, more trials on from each
     # (half of 9 at step 10, half of those at step 40; the rung arithmetic keeps 1/eta).
     spaced = plan(reduction_factor=2, rung_spacing=4, rungs="all")
     assert spaced.rungs == [10, 40]
-    assert spaced.trials_per_milestone() == [(10, 9), (40, 4), (90, 2)]
-    assert plan(scheduler="asha_stopping").trials_per_milestone() is None
+    assert spaced.ladder()[0] == [(10, 9), (40, 4), (90, 2)]
+    assert plan(scheduler="asha_stopping").ladder()[1] is False  # Ray's ASHA: no new run per rung
     assert plan(scheduler="none").step_budget() == "810 training steps without early stopping (9 trials x 90)"
 
 
