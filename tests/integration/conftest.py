@@ -4,6 +4,7 @@ the first a startup trial; the Ray command and the wait for a head node to liste
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -13,10 +14,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
 import pytest
 from filelock import FileLock
 
-from tests.conftest import small_sweep, write_yaml
+from tests.conftest import small_sweep, wait_for, write_yaml
 from tests.integration import cli_process
 
 # For the `ray start --block` nodes the tests start and end with end_process_group: no
@@ -128,6 +130,25 @@ def wait_for_port(port: int, process: subprocess.Popen, timeout_s: float = 120) 
         except OSError:
             time.sleep(0.5)
     raise AssertionError(f"the head node did not listen on {port}")
+
+
+def alive(process: psutil.Process) -> bool:
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def kill_driver_and_its_cluster(driver: subprocess.Popen) -> None:
+    """kill -9 of a driver and every process under it (its local Ray cluster), as a lost
+    machine would end them; returns once each has ended (killed is not yet gone: each ends,
+    or waits as a zombie for whoever reaps it, within moments)."""
+    cluster = [psutil.Process(driver.pid), *psutil.Process(driver.pid).children(recursive=True)]
+    for process in cluster:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.kill()
+    driver.wait(timeout=60)
+    wait_for(lambda: not [p for p in cluster[1:] if alive(p)], 30, "the killed cluster's processes to end", every=0.2)
 
 
 def start_driver(*args, cwd, env: dict | None = None):

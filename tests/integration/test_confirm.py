@@ -5,22 +5,19 @@ name the winner by mean, and best_config.yaml and the best trial follow it."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import statistics
 
 import optuna
 import polars as pl
-import psutil
 import pytest
 
 from sweeper.names import Tag
 from sweeper.search._study import study_url
 from sweeper.track._store import SweepStore
 from tests.conftest import wait_for
-from tests.integration.conftest import run_cli, start_driver, sweep_runs
+from tests.integration.conftest import kill_driver_and_its_cluster, run_cli, start_driver, sweep_runs
 from tests.integration.conftest import run_cli as sweep
-from tests.integration.test_resilience import alive
 
 pytestmark = pytest.mark.integration
 
@@ -100,12 +97,7 @@ def test_a_driver_killed_during_confirmation_keeps_the_search_and_resume_finishe
     # second is running or about to start).
     driver = start_driver("start", str(path), cwd=tmp_path, env={"TUNE_GLOBAL_CHECKPOINT_S": "3600"})
     wait_for(lambda: len(reruns("completed")) >= 1, 600, "the first rerun to finish", every=0.5)
-    cluster = [psutil.Process(driver.pid), *psutil.Process(driver.pid).children(recursive=True)]
-    for process in cluster:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            process.kill()
-    driver.wait(timeout=60)
-    wait_for(lambda: not [p for p in cluster[1:] if alive(p)], 30, "the killed cluster's processes to end", every=0.2)
+    kill_driver_and_its_cluster(driver)
     kept = {c.data.tags[Tag.TRIAL_ID]: c.data.metrics["eval_loss"] for c in reruns("completed")}
     assert len(kept) == 1
 

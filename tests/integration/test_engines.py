@@ -296,13 +296,12 @@ def test_a_trl_sweep_whose_driver_is_killed_is_resumed_without_retraining_a_fini
     trial keeps its end and its evaluations (each step once, in MLflow and the study); the
     other trial finishes."""
     import optuna
-    import psutil
 
     from sweeper.search._study import TUNE_TRIAL_ID_ATTR, study_url
     from tests.conftest import wait_for
     from tests.integration import cli_process
-    from tests.integration.conftest import CLI_ENV, sweep_runs
-    from tests.integration.test_resilience import alive, eval_history
+    from tests.integration.conftest import CLI_ENV, kill_driver_and_its_cluster, sweep_runs
+    from tests.integration.test_resilience import eval_history
 
     raw = small_sweep(
         "trl-killed", trainer="trl", trl={"method": "sft"}, output_dir=str(tmp_path / "sweeps" / "trl-killed"),
@@ -324,12 +323,7 @@ def test_a_trl_sweep_whose_driver_is_killed_is_resumed_without_retraining_a_fini
     try:
         wait_for(finished, 400, "a finished trial", every=0.5)
     finally:
-        cluster = [psutil.Process(driver.pid), *psutil.Process(driver.pid).children(recursive=True)]
-        for process in cluster:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                process.kill()
-        driver.wait(timeout=60)
-    wait_for(lambda: not [p for p in cluster[1:] if alive(p)], 30, "the killed cluster's processes to end", every=0.2)
+        kill_driver_and_its_cluster(driver)
     before = {c.data.tags["sweeper.trial_id"]: (c.info.end_time, eval_history(uri, c.info.run_id)) for c in finished()}
     assert len(before) == 1, before
     [(done, (end_time, history))] = before.items()

@@ -1,17 +1,15 @@
 """Faults with real processes and signals: failing trials, a stopped sweep, a killed
 driver, and bad input at start."""
 
-import contextlib
 import json
 import re
 from pathlib import Path
 
-import psutil
 
 import pytest
 
 from tests.conftest import small_sweep, wait_for, write_yaml
-from tests.integration.conftest import run_cli, start_driver, sweep_runs
+from tests.integration.conftest import kill_driver_and_its_cluster, run_cli, start_driver, sweep_runs
 
 pytestmark = pytest.mark.integration
 
@@ -52,13 +50,6 @@ def test_failing_trials_are_retried_then_failed_while_the_sweep_completes(tmp_pa
     train_logs = Path("/tmp/ray") / (session.group(1) if session else "session_latest") / "logs" / "train"
     logs = "".join(p.read_text() for p in train_logs.glob("ray-train-sys-controller-*.log"))
     assert logs.count("[FailurePolicy] RETRY") == 3 and logs.count("[FailurePolicy] RAISE") == 3
-
-
-def alive(process: psutil.Process) -> bool:
-    try:
-        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 def eval_history(uri: str, run_id: str) -> list[tuple[int, float]]:
@@ -111,13 +102,7 @@ def test_stop_kill_and_resume_keep_every_finished_trial(tmp_path):
     started = len(all_children())
     if started < TRIALS:
         wait_for(lambda: len(all_children()) > started, 300, "the next trial's start", every=0.1)
-    cluster = [psutil.Process(driver.pid), *psutil.Process(driver.pid).children(recursive=True)]
-    for process in cluster:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            process.kill()
-    driver.wait(timeout=60)
-    # Killed is not yet gone: each ends (or waits as a zombie for whoever reaps it) within moments.
-    wait_for(lambda: not [p for p in cluster[1:] if alive(p)], 30, "the killed cluster's processes to end", every=0.2)
+    kill_driver_and_its_cluster(driver)
     _, children = sweep_runs(uri, "resumable")
     numbers_before = {c.data.tags["sweeper.trial_id"]: c.data.tags["sweeper.trial_number"] for c in children}
     evaluations_before = {c.data.tags["sweeper.trial_id"]: eval_history(uri, c.info.run_id) for c in children}
