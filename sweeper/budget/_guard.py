@@ -139,7 +139,8 @@ class BudgetGuard:
         return cap
 
     def _running_work(self, but: str | None = None) -> list[tuple[int, float]]:
-        return [self.work_to_next_rung(t.step) for t in self.running() if t.trial_id != but]
+        # A running trial that has not reported yet is still starting: its start is to come.
+        return [self.work_to_next_rung(t.step, start=not t.history) for t in self.running() if t.trial_id != but]
 
     def _first_cap_crossed(self, work: list[tuple[int, float]], wall_seconds: float) -> str | None:
         """The first cap that what is spent plus `work` still to come (steps, trial seconds)

@@ -118,6 +118,20 @@ def test_no_trial_starts_once_committed_work_would_cross_a_cap():
     assert "9 of 10 trials not started" in tight_guard.summary()
 
 
+def test_a_running_trial_that_has_not_reported_yet_commits_its_start_too():
+    # Spent $0.010 by a paused trial. A trial in the book that has not reported is still
+    # starting: its first rung with its start (2.5 s, $0.0025) is committed, as is the new
+    # trial's ($0.015 in all; its first rung alone, $0.014).
+    book = book_with(running_trial(1, 10, 10))
+    book.trials["t1"].state = TrialState.PAUSED
+    starting = TrialRecord(trial_id="t2", number=2, params={})
+    book.trials["t2"] = starting
+    assert guard_with(book, max_usd=0.0145).new_trial_would_cross() == "max_usd"
+    starting.history.append({"step": 10})  # reported: on to step 30 (2 s + 2 evaluations = 3 s)
+    starting.started_at = time.time()
+    assert guard_with(book, max_usd=0.0165).new_trial_would_cross() is None
+
+
 def test_with_no_trial_running_a_held_back_search_is_finished():
     # Spent $0.010 by a trial now paused at a rung; a new trial's first rung: $0.0025.
     book = book_with(running_trial(1, 10, 10))
