@@ -1,7 +1,7 @@
-"""Calibration: the costliest config's step, evaluation and generation time measured where the sweep's
-trials run, in a Ray task that holds one trial worker's resources (`resources.cpus_per_worker`,
-`gpus_per_worker`): a GPU sweep is timed on a GPU of its cluster, and the driver never trains
-or touches CUDA. The costliest config takes the highest value of every searched parameter
+"""Calibration: the costliest config's step, evaluation and generation time measured where
+the sweep's trials run, in a Ray task that holds one trial worker's resources
+(`resources.cpus_per_worker`, `gpus_per_worker`): a GPU sweep is timed on a GPU of its
+cluster, and the driver never trains or touches CUDA. The costliest config takes the highest value of every searched parameter
 that makes a step dearer (LoRA rank, batch size, gradient accumulation; among searched trl
 methods, one with a reference model). The training loop is called through `run_training`.
 """
@@ -124,7 +124,8 @@ def measure(
     each, and time the second: its steps (the loop's own training time), the generation
     pass over the sweep's sample that the last report runs (where `data` has one), and the
     rest of the time between the two reports (evaluation, checkpoint, report). The start
-    runs from `started_at` (now when None) to the end of the first step, less a steady step's time."""
+    runs from `started_at` (now when None) to the end of the first step, less a steady
+    step's time."""
     accumulation = spec.training.gradient_accumulation_steps
     measured_accumulation = min(accumulation, MEASURED_MICRO_BATCHES)
     spec = calibration_spec(spec, steps, measured_accumulation)

@@ -121,7 +121,8 @@ def stretch_seconds(
     evaluations on those steps and at max_steps: `generation_steps`)."""
     evaluations = evaluations_between(start, end, eval_every, max_steps)
     generations = generations_between(start, end, eval_every, max_steps, generates) if timing.generation_seconds else 0
-    return (end - start) * timing.step_seconds + evaluations * timing.eval_seconds + generations * timing.generation_seconds
+    return ((end - start) * timing.step_seconds + evaluations * timing.eval_seconds
+            + generations * timing.generation_seconds)
 
 
 def remaining(

@@ -5,6 +5,7 @@ from dataclasses import replace
 
 import pytest
 
+from sweeper.budget._guard import make_guard
 from sweeper.plan import _calibrate as calibration
 from sweeper.cost._throughput import PEAK_TFLOPS, UTILISATION, modelled_timing
 from sweeper.plan._forecast import forecast_lines, forecast_sweep
@@ -102,3 +103,12 @@ def test_measure_times_one_generation_pass_at_the_last_report_apart_from_the_eva
     assert timing.generation_prompts == 3
     without = calibration.measure(spec, {}, "model", started_at=100.0)
     assert due[-1] == [] and without.generation_seconds == 0 and without.eval_seconds == pytest.approx(1.8)
+
+
+def test_the_budget_guard_commits_a_trial_with_its_generation_passes():
+    guard = make_guard(quickstart_like(generation={"when": "rungs"}, budget={"max_usd": 1.0}),
+                       make_plan(quickstart_like(generation={"when": "rungs"}), CPU_BOX), None,
+                       forecast_sweep(make_plan(quickstart_like(), CPU_BOX), GENERATING))
+    # To the rung at 10: 10 steps of 0.1 s, an evaluation of 0.5 s, a pass of 2 s; then 20 steps and 2 evaluations.
+    assert guard.work_to_next_rung(0)[1] == pytest.approx(1.0 + 0.5 + 2.0)
+    assert guard.work_to_next_rung(10)[1] == pytest.approx(2.0 + 1.0 + 2.0)
