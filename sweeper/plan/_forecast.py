@@ -292,4 +292,6 @@ def _generation(timing: TrialTiming) -> str:
     """The generation pass, where the sweep has one, for the step-time lines."""
     if not timing.generation_seconds:
         return ""
-    return f", {timing.generation_seconds:.1f} s per generation pass ({timing.generation_prompts} prompts)"
+    seconds = timing.generation_seconds
+    shown = f"{seconds:.2g} s" if seconds < 60 else duration(seconds)
+    return f", {shown} per generation pass ({timing.generation_prompts} prompts)"

@@ -62,7 +62,7 @@ def test_generation_runs_at_the_evaluations_on_its_steps_and_at_max_steps():
 def test_the_step_time_line_names_the_generation_pass_only_where_there_is_one():
     plan = make_plan(quickstart_like(generation={"when": "end"}), CPU_BOX)
     line = next(x for x in forecast_lines(forecast_sweep(plan, GENERATING), "CPU core-hours") if x.startswith("Step time"))
-    assert "2.0 s per generation pass (32 prompts)" in line
+    assert "2 s per generation pass (32 prompts)" in line
     lines = forecast_lines(forecast_sweep(plan, TIMING), "CPU core-hours")
     assert not any("generation" in x for x in lines)
     assert forecast_sweep(plan, GENERATING).as_params()["forecast_generation_seconds"] == "2"
