@@ -165,6 +165,7 @@ class ForecastKey:
 
     STEP_SECONDS = "forecast_step_seconds"
     EVAL_SECONDS = "forecast_eval_seconds"
+    GENERATION_SECONDS = "forecast_generation_seconds"  # with a generation section only
     SETUP_SECONDS = "forecast_setup_seconds"
     TIMING_SOURCE = "forecast_timing_source"
     EXPECTED_STEPS = "forecast_expected_steps"

@@ -12,7 +12,7 @@ __all__ = [
     "PREEMPTIONS", "PREEMPTED_AT_STEP", "PREEMPTION_CHECKPOINT",
     "OUT_OF_MEMORY_AT_MICRO_BATCH", "MICRO_BATCH", "EVAL_REWARDS_CHOSEN",
     "EVAL_REWARDS_REJECTED", "EVAL_REWARDS_MARGIN", "EVAL_REWARDS_ACCURACY", "TASK_METRICS", "REPORTED_KEYS",
-    "GENERATION_PREFIX", "GENERATED_ANSWERS", "GENERATION_METRICS", "is_reported",
+    "GENERATION_PREFIX", "GENERATED_ANSWERS", "GENERATION_METRICS", "GENERATION_SECONDS", "is_reported",
 ]
 
 STEP = "step"  # the optimizer step a report was taken at (Tune's time attribute)
@@ -59,6 +59,8 @@ GENERATION_PREFIX = "gen_"
 GENERATION_METRICS = ("gen_exact_match", "gen_contains", "gen_chrf")
 # A report's sample answers, as JSON text: [{"prompt", "reference", "answer"}, ...]; not a metric.
 GENERATED_ANSWERS = "generated_answers"
+# Seconds the report's generation pass over the sample took (what the calibration times).
+GENERATION_SECONDS = "generation_seconds"
 
 # Metrics each task reports at every evaluation, with the goal that makes sense for each
 # (what `search.metric` may name).
@@ -102,6 +104,7 @@ REPORTED_KEYS: tuple[str, ...] = (
     MICRO_BATCH,
     *GENERATION_METRICS,
     GENERATED_ANSWERS,
+    GENERATION_SECONDS,
 )
 
 

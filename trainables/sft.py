@@ -44,6 +44,7 @@ from trainables.preemption import NO_NOTICE, PreemptionNotice
 from trainables.strategies import prepare
 from trainables.data import IGNORE_INDEX, TokenizedSplit, padding_id
 from trainables.generation import task_metrics
+from trainables.metrics import GENERATION_SECONDS
 
 
 def train(
@@ -130,7 +131,9 @@ def train(
                 **preemption.moves,
             }
             if generation is not None and generation.due(step, training.max_steps):
+                generating_from = time.time()
                 metrics.update(task_metrics(strategy.peft_model, generation, workers, training.precision))
+                metrics[GENERATION_SECONDS] = time.time() - generating_from
             report_with_checkpoint(report, metrics, strategy, workers)
         if step < training.max_steps and preemption.arrived():
             # This node is being taken away: keep this step's work and move with it

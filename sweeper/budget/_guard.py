@@ -25,7 +25,7 @@ from ray.tune.search import Searcher
 
 from sweeper.cost import Rate, sweep_rate, TrialTiming
 from sweeper.names import BudgetKey, Tag, TrialState
-from sweeper.plan import CAPS, Scenario, stretch_seconds
+from sweeper.plan import CAPS, generation_steps, Scenario, stretch_seconds
 from sweeper.spec import BudgetSpec, most_trials
 from trainables.metrics import STEP
 
@@ -43,6 +43,7 @@ class BudgetGuard:
     milestones: list[int]  # rungs, then max_steps
     eval_every: int
     num_trials: int | None  # None: trials keep coming until a cap
+    generates: frozenset[int] | None = frozenset()  # where a trial generates (`generation_steps`)
     # What happened: the cap that stopped the sweep, and the trials it cut.
     reached_cap: str | None = None
     held_back_by: str | None = None
@@ -92,7 +93,7 @@ class BudgetGuard:
         starting first when `start`."""
         end = next((m for m in self.milestones if m > step), self.milestones[-1])
         timing = self.commit_timing()
-        seconds = stretch_seconds(timing, step, end, self.eval_every, self.milestones[-1])
+        seconds = stretch_seconds(timing, step, end, self.eval_every, self.milestones[-1], self.generates)
         return max(0, end - step), seconds + (timing.setup_seconds if start else 0.0)
 
     def running(self) -> list:
@@ -304,5 +305,6 @@ def make_guard(spec, plan, book, forecast, live=None) -> BudgetGuard | None:
         milestones=[*plan.rungs, spec.training.max_steps],
         eval_every=spec.training.eval_every,
         num_trials=most_trials(spec),
+        generates=generation_steps(spec),
         live=live,
     )

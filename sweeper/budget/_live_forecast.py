@@ -20,7 +20,7 @@ from sweeper.cost import Rate, TrialTiming
 from sweeper.names import LiveForecastKey, TrialState
 from sweeper.plan import Forecast, Scenario, TrialAt, after, remaining, within_caps, SweepPlan
 from sweeper.views import duration, usd
-from trainables.metrics import STEP, TOKENS_PER_SECOND, TRAIN_SECONDS, TRAIN_TOKENS
+from trainables.metrics import GENERATION_SECONDS, STEP, TOKENS_PER_SECOND, TRAIN_SECONDS, TRAIN_TOKENS
 
 __all__ = ["Measured", "LiveEstimate", "LiveForecast", "live_timing", "estimate"]
 
@@ -135,7 +135,7 @@ class LiveForecast:
         tokens, per_second = report.get(TRAIN_TOKENS), report.get(TOKENS_PER_SECOND)
         training = report.get(TRAIN_SECONDS) or (tokens / per_second if tokens and per_second else None)
         if reported > step and training:
-            rest = now - at - training
+            rest = now - at - training - report.get(GENERATION_SECONDS, 0.0)  # generation: the forecast's figure
             m.steps += reported - step
             m.train_seconds += training
             if first:  # a run's first report: the rest, less one evaluation, is its start

@@ -51,10 +51,13 @@ class TrialTiming:
     eval_seconds: float  # one evaluation, with its report and adapter checkpoint
     setup_seconds: float  # one Train run's start (a trial's start, each resume after a rung)
     source: str  # where the figures come from, in words
+    # One pass of generation over the sweep's sample (`generation`; 0 without one).
+    generation_seconds: float = 0.0
+    generation_prompts: int = 0  # the sample's prompts
 
 
 def modelled_timing(spec, accelerator: str, accelerators: float) -> TrialTiming | None:
-    """Step, evaluation and start seconds from the throughput model; None when the
+    """Step, evaluation, start and generation seconds from the throughput model; None when the
     model's size is unknown. An example counts data.max_length tokens (an upper bound); a
     DPO example is a chosen and a rejected sequence, each trained (6 x P) and scored by
     the reference model (2 x P)."""
@@ -78,7 +81,14 @@ def modelled_timing(spec, accelerator: str, accelerators: float) -> TrialTiming 
         f"throughput model: 6 x {parameters:,} parameters x {tokens} tokens per example at "
         f"{utilisation:.0%} of {peak / 1e12:g} TFLOP/s ({accelerator}) x {accelerators:g}"
     )
-    return TrialTiming(step, evaluation, setup, source)
+    generation = spec.generation
+    if generation is None:
+        return TrialTiming(step, evaluation, setup, source)
+    # Greedy decoding: each new token a forward pass (2 x P) of its sequence; every worker
+    # answers the whole sample, on its own share of the accelerators.
+    prompts = min(generation.samples, _examples(spec.data.eval))
+    generating = prompts * generation.max_new_tokens * 2 * parameters * resources.workers_per_trial / flops_per_second
+    return TrialTiming(step, evaluation, setup, source, generating, prompts)
 
 
 def _examples(path: Path) -> int:

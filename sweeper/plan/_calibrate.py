@@ -1,7 +1,7 @@
-"""Calibration: the costliest config's step and evaluation time measured where the sweep's
-trials run, in a Ray task that holds one trial worker's resources (`resources.cpus_per_worker`,
-`gpus_per_worker`): a GPU sweep is timed on a GPU of its cluster, and the driver never trains
-or touches CUDA. The costliest config takes the highest value of every searched parameter
+"""Calibration: the costliest config's step, evaluation and generation time measured where
+the sweep's trials run, in a Ray task that holds one trial worker's resources
+(`resources.cpus_per_worker`, `gpus_per_worker`): a GPU sweep is timed on a GPU of its
+cluster, and the driver never trains or touches CUDA. The costliest config takes the highest value of every searched parameter
 that makes a step dearer (LoRA rank, batch size, gradient accumulation; among searched trl
 methods, one with a reference model). The training loop is called through `run_training`.
 """
@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from sweeper.cost import RAY_TRIAL_START_SECONDS, TrialTiming
 from sweeper.spec import calibration_spec, with_overrides, CategoricalDist, SweepSpec, IntUniformDist
 from trainables.engines import train_module
-from trainables.metrics import TOKENS_PER_SECOND, TRAIN_SECONDS, TRAIN_TOKENS
+from trainables.metrics import GENERATION_SECONDS, TOKENS_PER_SECOND, TRAIN_SECONDS, TRAIN_TOKENS
 
 # Without a logging handler, Python prints bitsandbytes' import-time note to the terminal.
 logging.getLogger("bitsandbytes").addHandler(logging.NullHandler())
@@ -121,25 +121,30 @@ def measure(
     spec: SweepSpec, data: dict, model_source: str, steps: int = MEASURED_STEPS, started_at: float | None = None
 ) -> TrialTiming:
     """Train `spec` in this process for two intervals of `steps` steps, evaluating after
-    each, and time the second: its steps (the loop's own training time) and the rest of
-    the time between the two reports (evaluation, checkpoint, report). The start runs from
-    `started_at` (now when None) to the end of the first step, less a steady step's time."""
+    each, and time the second: its steps (the loop's own training time), the generation
+    pass over the sweep's sample that the last report runs (where `data` has one), and the
+    rest of the time between the two reports (evaluation, checkpoint, report). The start
+    runs from `started_at` (now when None) to the end of the first step, less a steady
+    step's time."""
     accumulation = spec.training.gradient_accumulation_steps
     measured_accumulation = min(accumulation, MEASURED_MICRO_BATCHES)
     spec = calibration_spec(spec, steps, measured_accumulation)
-    # Without the generation sample, which the forecast leaves out.
-    data = {key: value for key, value in data.items() if key != "generation"}
+    if data.get("generation") is not None:  # one generation pass, at the last report only
+        data = {**data, "generation": replace(data["generation"], steps=frozenset())}
     reports: list[tuple[float, dict]] = []
     started_at = time.time() if started_at is None else started_at
     run_training(spec, data, model_source, lambda metrics, _: reports.append((time.time(), metrics)), started_at)
     (warm_at, warm), (measured_at, measured) = reports
     training = measured.get(TRAIN_SECONDS) or measured[TRAIN_TOKENS] / measured[TOKENS_PER_SECOND]
     step = training / steps
+    generating = measured.get(GENERATION_SECONDS, 0.0)
     return TrialTiming(
         step_seconds=step * accumulation / measured_accumulation,
-        eval_seconds=max(0.0, measured_at - warm_at - training),
+        eval_seconds=max(0.0, measured_at - warm_at - training - generating),
         setup_seconds=max(0.0, warm["setup_seconds"] - step) + RAY_TRIAL_START_SECONDS,
         source="calibrated",
+        generation_seconds=generating,
+        generation_prompts=len(data["generation"].prompts) if generating else 0,
     )
 
 

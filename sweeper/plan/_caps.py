@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from sweeper.cost import sweep_rate, modelled_timing
 from sweeper.plan._forecast import Forecast, stretch_seconds
+from sweeper.plan._sweep_plan import generation_steps
 from sweeper.spec import BudgetSpec
 
 __all__ = ["CAPS", "budget_problems", "budget_lines"]
@@ -38,7 +39,9 @@ def budget_problems(spec) -> list[tuple[str, str]]:
         timing = None
     if timing is not None:
         training = spec.training
-        seconds = timing.setup_seconds + stretch_seconds(timing, 0, first, training.eval_every, training.max_steps)
+        seconds = timing.setup_seconds + stretch_seconds(
+            timing, 0, first, training.eval_every, training.max_steps, generation_steps(spec)
+        )
         cost = rate.trial_cost(seconds)
         costs = "'s start and first-rung steps cost about"
         least["max_usd"] = (cost.usd, f"{costs} ${cost.usd:.6f} (throughput model, sweep plan --no-calibrate)")

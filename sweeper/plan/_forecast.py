@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 
 from sweeper.cost import Rate, sweep_rate, TrialTiming
 from sweeper.names import ForecastKey
-from sweeper.plan._rungs import evaluations_between
-from sweeper.plan._sweep_plan import SweepPlan
+from sweeper.plan._rungs import evaluations_between, generations_between
+from sweeper.plan._sweep_plan import generation_steps, SweepPlan
 from sweeper.spec import MOST_TRIALS
 from sweeper.views import duration, usd
 
@@ -85,6 +85,8 @@ class Forecast:
             ForecastKey.WORST_ACCELERATOR_HOURS: f"{w.accelerator_hours:.6g}",
             ForecastKey.WORST_USD: f"{w.usd:.6g}",
         }
+        if t.generation_seconds:
+            params[ForecastKey.GENERATION_SECONDS] = f"{t.generation_seconds:.6g}"
         if self.bought_trials is not None:
             params[ForecastKey.BUDGET_TRIALS] = str(self.bought_trials)
         return params
@@ -110,10 +112,17 @@ class TrialAt:
     unranked: bool = False  # a startup trial: climbs every rung in one Train run
 
 
-def stretch_seconds(timing: TrialTiming, start: int, end: int, eval_every: int, max_steps: int) -> float:
-    """Seconds a trial trains from step `start` to `end`, its evaluations included."""
+def stretch_seconds(
+    timing: TrialTiming, start: int, end: int, eval_every: int, max_steps: int,
+    generates: frozenset[int] | None = frozenset(),
+) -> float:
+    """Seconds a trial trains from step `start` to `end`, its evaluations included and
+    its generation passes (at every evaluation where `generates` is None, else at the
+    evaluations on those steps and at max_steps: `generation_steps`)."""
     evaluations = evaluations_between(start, end, eval_every, max_steps)
-    return (end - start) * timing.step_seconds + evaluations * timing.eval_seconds
+    generations = generations_between(start, end, eval_every, max_steps, generates) if timing.generation_seconds else 0
+    return ((end - start) * timing.step_seconds + evaluations * timing.eval_seconds
+            + generations * timing.generation_seconds)
 
 
 def remaining(
@@ -127,7 +136,7 @@ def remaining(
     it, each paying a start where a new Train run begins (every trial's first segment;
     each later one of a ranked trial when `restart_per_segment`). Wall time: those
     seconds over the slots, and at least one trial's climb still ahead."""
-    every = (plan.spec.training.eval_every, plan.spec.training.max_steps)
+    every = (plan.spec.training.eval_every, plan.spec.training.max_steps, generation_steps(plan.spec))
     unranked_total = plan.spec.early_stopping.startup_trials_for() if restart_per_segment else 0
     steps, trial_seconds, climb, longest_rest, previous = 0, 0.0, 0.0, 0.0, 0
     for index, (milestone, expected) in enumerate(ladder):
@@ -248,7 +257,7 @@ def forecast_summary(forecast: Forecast) -> str:
         f"Forecast: {duration(expected.wall_seconds)}, {usd(expected.usd)} expected "
         f"({duration(worst.wall_seconds)}, {usd(worst.usd)} without early stopping); "
         f"{t.step_seconds * 1000:.0f} ms a step, {t.eval_seconds * 1000:.0f} ms an evaluation, "
-        f"{t.setup_seconds:.1f} s a trial start ({t.source})"
+        f"{t.setup_seconds:.1f} s a trial start{_generation(t)} ({t.source})"
         + (f"; includes {forecast.confirm_trials} confirmation trial(s) to max_steps" if forecast.confirm_trials else "")
     )
 
@@ -267,7 +276,7 @@ def forecast_lines(forecast: Forecast, unit: str) -> list[str]:
     lines = [
         f"Step budget by rung: {ladder} ({expected.steps} steps; {forecast.worst.steps} without early stopping)",
         f"Step time: {t.step_seconds * 1000:.1f} ms per step, {t.eval_seconds * 1000:.0f} ms per evaluation, "
-        f"{t.setup_seconds:.1f} s per trial start ({t.source})",
+        f"{t.setup_seconds:.1f} s per trial start{_generation(t)} ({t.source})",
         f"Price: {usd(rate.usd_per_hour)} per {unit.removesuffix('s')} ({rate.accelerator}), "
         f"{rate.accelerators_per_trial:g} per trial, {forecast.slots} trial(s) at once",
     ]
@@ -277,3 +286,12 @@ def forecast_lines(forecast: Forecast, unit: str) -> list[str]:
     for label, s in ((label, expected), ("Worst case (no pruning)", forecast.worst)):
         lines.append(f"{label}: {duration(s.wall_seconds)} wall, {s.accelerator_hours:.4g} {unit}, {usd(s.usd)}")
     return lines + forecast.notes
+
+
+def _generation(timing: TrialTiming) -> str:
+    """The generation pass, where the sweep has one, for the step-time lines."""
+    if not timing.generation_seconds:
+        return ""
+    seconds = timing.generation_seconds
+    shown = f"{seconds:.2g} s" if seconds < 60 else duration(seconds)
+    return f", {shown} per generation pass ({timing.generation_prompts} prompts)"

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sweeper.errors import UserError
-from sweeper.plan._sweep_plan import plan_rungs
+from sweeper.plan._sweep_plan import generation_steps
 from sweeper.spec import SweepSpec
 from trainables.errors import InputError
 from trainables.task_metrics import GenerationSample, build_sample, is_generation_metric, scorer_metric_names
@@ -84,8 +84,7 @@ def generation_sample(spec: SweepSpec, tokenizer) -> GenerationSample | None:
         return None
     if "chrf" in generation.scores and importlib.util.find_spec("sacrebleu") is None:
         raise UserError("generation.scores: chrf is sacrebleu's; pip install 'sacrebleu>=2.6', or leave chrf out")
-    steps = None if generation.when == "every_eval" else frozenset(plan_rungs(spec) if generation.when == "rungs" else ())
-    sample = build_sample(generation, spec.data.eval, tokenizer, spec.data.max_length, steps)
+    sample = build_sample(generation, spec.data.eval, tokenizer, spec.data.max_length, generation_steps(spec))
     reported = scorer_metric_names(generation, sample.references, sample.rows)
     for key, metric in (("search.metric", spec.search.metric), ("early_stopping.metric", spec.early_stopping.metric)):
         if metric is not None and is_generation_metric(metric) and metric not in reported:

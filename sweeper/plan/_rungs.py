@@ -1,13 +1,14 @@
 """The rung arithmetic, in one place: where ASHA ranks trials, how many of those ranked at
 a rung go on, how many trials train to each milestone and how many steps that is, and
-how many evaluations a stretch of training runs. Pure functions of numbers: the plan,
+how many evaluations and generation passes a stretch of training runs. Pure functions of numbers: the plan,
 the forecast, the budget guard and ASHA by promotion all count with these."""
 
 from __future__ import annotations
 
 import math
 
-__all__ = ["asha_rungs", "rung_quota", "milestone_counts", "steps_trained", "promotion_steps", "evaluations_between"]
+__all__ = ["asha_rungs", "rung_quota", "milestone_counts", "steps_trained", "promotion_steps", "evaluations_between",
+           "generations_between"]
 
 
 def rung_quota(ranked: int, reduction_factor: float) -> int:
@@ -74,3 +75,13 @@ def evaluations_between(start: int, end: int, eval_every: int, max_steps: int) -
     if end == max_steps and max_steps % eval_every:
         count += 1
     return count
+
+
+def generations_between(start: int, end: int, eval_every: int, max_steps: int, steps: frozenset[int] | None) -> int:
+    """Generation passes a trial runs training from step `start` to `end`: at every
+    evaluation where `steps` is None (generation.when every_eval), else at the evaluations
+    on `steps` and at max_steps (as `GenerationSample.due`)."""
+    if steps is None:
+        return evaluations_between(start, end, eval_every, max_steps)
+    due = {step for step in steps if step % eval_every == 0} | {max_steps}
+    return sum(1 for step in due if start < step <= end)

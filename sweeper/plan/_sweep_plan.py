@@ -158,3 +158,10 @@ def plan_rungs(spec: SweepSpec) -> list[int]:
         return []
     return asha_rungs(spec.grace_period(), spec.training.max_steps, stopping.rung_spacing_for(),
                       stopping.rung_count(searched=bool(spec.search.parameters)))
+
+
+def generation_steps(spec: SweepSpec) -> frozenset[int] | None:
+    """The steps besides max_steps at which a trial generates (`generation.when`): None at
+    every evaluation (every_eval), the plan's rungs (rungs), none (end, or no generation)."""
+    when = spec.generation.when if spec.generation is not None else "end"
+    return None if when == "every_eval" else frozenset(plan_rungs(spec) if when == "rungs" else ())

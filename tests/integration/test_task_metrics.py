@@ -1,5 +1,6 @@
 """A sweep that selects by a task metric from generation and prunes by eval loss: the
-metric reaches MLflow at the chosen steps, and the Optuna study holds those values."""
+metric reaches MLflow at the chosen steps, and the Optuna study holds those values; the
+calibrated forecast counts a generation pass."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 from sweeper.search._study import TUNE_TRIAL_ID_ATTR, study_url
 from sweeper.track._store import SweepStore
 from tests.integration.conftest import run_cli as sweep
+from tests.integration.test_tracking import runs_of
 
 pytestmark = pytest.mark.integration
 
@@ -29,9 +31,12 @@ def test_a_sweep_selects_by_a_generated_metric_reported_at_the_rungs_and_the_end
                 "parameters": {"training.learning_rate": {"distribution": "log_uniform", "low": 1e-4, "high": 2e-2}}},
         training={"max_steps": 20, "eval_every": 10, "per_device_batch_size": 8},
         early_stopping={"scheduler": "asha", "grace_period": 10, "reduction_factor": 3},
+        cost={"calibrate": True},
     )
     result = sweep("start", str(path), cwd=tmp_path, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
+    # The calibration timed one generation pass of the 6 prompts, which the forecast counts.
+    assert "s per generation pass (6 prompts) (calibrated" in result.stdout, result.stdout
 
     store = SweepStore(f"sqlite:///{tmp_path / 'mlflow.db'}")
     trials = store.trials("generated")
@@ -64,6 +69,8 @@ def test_a_sweep_selects_by_a_generated_metric_reported_at_the_rungs_and_the_end
             assert frozen.state == optuna.trial.TrialState.PRUNED
     # A few answers per generation, as an artifact of the trial's run.
     client = mlflow.MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    (parent,) = runs_of(client, "generated")[0]
+    assert float(parent.data.params["forecast_generation_seconds"]) > 0
     files = [f.path for f in client.list_artifacts(rows[winner]["run_id"], "answers")]
     assert files == ["answers/step-000010.json", "answers/step-000020.json"]
     local = client.download_artifacts(rows[winner]["run_id"], files[-1], str(tmp_path / "downloaded"))
