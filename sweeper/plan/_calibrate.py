@@ -1,9 +1,10 @@
 """Calibration: the costliest config's step, evaluation and generation time measured where
 the sweep's trials run, in a Ray task that holds one trial worker's resources
 (`resources.cpus_per_worker`, `gpus_per_worker`): a GPU sweep is timed on a GPU of its
-cluster, and the driver never trains or touches CUDA. The costliest config takes the highest value of every searched parameter
-that makes a step dearer (LoRA rank, batch size, gradient accumulation; among searched trl
-methods, one with a reference model). The training loop is called through `run_training`.
+cluster, and the driver never trains or touches CUDA. The costliest config takes the
+highest value of every searched parameter that makes a step dearer (LoRA rank, batch size,
+gradient accumulation; among searched trl methods, one with a reference model). The
+training loop is called through `run_training`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The rung arithmetic, in one place: where ASHA ranks trials, how many of those ranked at
 a rung go on, how many trials train to each milestone and how many steps that is, and
-how many evaluations and generation passes a stretch of training runs. Pure functions of numbers: the plan,
-the forecast, the budget guard and ASHA by promotion all count with these."""
+how many evaluations and generation passes a stretch of training runs. Pure functions of
+numbers: the plan, the forecast, the budget guard and ASHA by promotion all count with these."""
 
 from __future__ import annotations
 
