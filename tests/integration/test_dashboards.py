@@ -42,6 +42,17 @@ def get_json(url: str, token: str | None = None):
         return json.load(response)
 
 
+def poll_json(url: str, token: str):
+    """`get_json`, or None while the dashboard answers 5xx: its state API answers 500 when
+    the GCS is slow to reply, as it is on a loaded machine, and the next poll succeeds."""
+    try:
+        return get_json(url, token)
+    except urllib.error.HTTPError as exc:
+        if exc.code >= 500:
+            return None
+        raise
+
+
 def keep_screenshot(path: Path, name: str) -> None:
     folder = os.environ.get("SWEEPER_DOCS_SCREENSHOTS")
     if folder:
@@ -78,14 +89,15 @@ def live_sweep(tmp_path_factory, chromium):
             seen["without_token"] = exc.code
 
         def sweep_job():
-            jobs = get_json(f"{base}/api/jobs/", token)
+            jobs = poll_json(f"{base}/api/jobs/", token) or []
             return next((j for j in jobs if (j.get("metadata") or {}).get("job_name") == NAME), None)
 
         seen["job"] = wait_for(sweep_job, 120, "the sweep's job", every=1)
 
         def alive(class_name):
             def check():
-                actors = get_json(f"{base}/api/v0/actors?detail=1&limit=1000", token)["data"]["result"]["result"]
+                listing = poll_json(f"{base}/api/v0/actors?detail=1&limit=1000", token)
+                actors = listing["data"]["result"]["result"] if listing else []
                 return [a for a in actors if a["state"] == "ALIVE" and a["class_name"] == class_name] or None
             return check
 
