@@ -131,6 +131,10 @@ class StepAwareOptunaSearch(Searcher):
         for frozen in self.study.get_trials(deepcopy=False):
             tune_id = frozen.user_attrs.get(TUNE_TRIAL_ID_ATTR)
             if tune_id is None:
+                if frozen.state == TrialState.RUNNING:
+                    # Asked by a driver killed before it named the trial's Tune trial: no
+                    # Tune trial will ever report to it, and Optuna would show it running.
+                    self.study.tell(frozen.number, state=TrialState.FAIL)
                 continue
             self.trials[tune_id] = (frozen.number, self._storage_id(frozen.number))
             self.reported[tune_id] = set(frozen.intermediate_values)

@@ -166,6 +166,21 @@ def test_a_trial_optuna_has_finished_is_not_reported_to_or_told_again(tmp_path):
     assert (trial.state, trial.intermediate_values) == (TrialState.PRUNED, {10: 3.0})
 
 
+def test_a_trial_asked_by_a_driver_killed_before_it_was_named_fails_when_the_sweep_resumes(tmp_path):
+    """kill -9 between Optuna's ask and the trial's Tune id being written: the study holds
+    a RUNNING trial no Tune trial will report to. The resumed searcher ends it as FAIL and
+    goes on asking."""
+    search = make_search(tmp_path)
+    search.suggest("a")
+    search.study.ask()  # the killed driver's last ask
+    restored = pickle.loads(pickle.dumps(search))
+    restored.suggest("b")
+    a, orphan, b = study_trials(tmp_path)
+    assert orphan.state == TrialState.FAIL and TUNE_TRIAL_ID_ATTR not in orphan.user_attrs
+    assert a.state == b.state == TrialState.RUNNING
+    assert [a.user_attrs[TUNE_TRIAL_ID_ATTR], b.user_attrs[TUNE_TRIAL_ID_ATTR]] == ["a", "b"]
+
+
 def test_resume_tells_optuna_what_mlflow_recorded_after_the_last_tell(tmp_path):
     """The last driver died after MLflow recorded a trial's reports or end and before Optuna
     heard of them: reconciled against the book, the study gets its reports and its end."""
