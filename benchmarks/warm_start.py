@@ -16,7 +16,7 @@ which trials the report (`sweeper.report`'s leaderboard) marks as warm-started.
 
     python -m benchmarks.warm_start                 # 10 trials, search seed 0
     python -m benchmarks.warm_start --trials 6 --seed 1 --json warm.json
-    python -m benchmarks.warm_start --trials 2 --max-steps 18 --eval-every 6   # its test
+    python -m benchmarks.warm_start --trials 1 --max-steps 18 --eval-every 6   # its test
 """
 
 from __future__ import annotations

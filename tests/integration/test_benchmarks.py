@@ -74,18 +74,18 @@ def test_readonly_benchmark_times_the_commands_on_a_written_sweep(tmp_path):
 
 def test_search_quality_benchmark_compares_methods_on_steps_and_best_loss(tmp_path):
     figures = run_benchmark(
-        "search_quality", tmp_path, "--seeds", "0", "--trials", "4", "--max-steps", "18", "--eval-every", "9",
+        "search_quality", tmp_path, "--seeds", "0", "--trials", "3", "--max-steps", "18", "--eval-every", "9",
         "--methods", "random,optuna,asha,asha_budget50", "--loop-share", "0.5", "--results", str(tmp_path / "runs"),
         "--plot", str(tmp_path / "anytime.html"),
     )
     methods = figures["methods"]
     assert set(methods) == {"random", "optuna", "asha", "asha_budget50"}
-    assert methods["random"]["steps"] == [4 * 18]  # every trial to max_steps
-    # ASHA by promotion, the default: 4 trials to step 9, floor(4/4) = 1 on to 18
-    assert methods["asha"]["steps"] == [4 * 9 + 9]
-    # No trial count, a budget.max_steps cap of half random search's 72 steps: no trial
+    assert methods["random"]["steps"] == [3 * 18]  # every trial to max_steps
+    # ASHA by promotion, the default: 3 trials to step 9, max(1, floor(3/4)) = 1 on to 18
+    assert methods["asha"]["steps"] == [3 * 9 + 9]
+    # No trial count, a budget.max_steps cap of half random search's 54 steps: no trial
     # starts, or goes on from the rung, past it.
-    assert methods["asha_budget50"]["steps"][0] <= 36
+    assert methods["asha_budget50"]["steps"][0] <= 27
     assert all(0 < best < 20 for runs in methods.values() for best in runs["best"])
     # The anytime figures: each method's best so far at 0.1x, 0.25x, 0.5x and 1x of random's steps,
     # never worse at a larger share.
@@ -97,7 +97,7 @@ def test_search_quality_benchmark_compares_methods_on_steps_and_best_loss(tmp_pa
 
 
 def test_warm_start_benchmark_counts_trials_to_the_earlier_best(tmp_path):
-    figures = run_benchmark("warm_start", tmp_path, "--trials", "2", "--max-steps", "18", "--eval-every", "6")
+    figures = run_benchmark("warm_start", tmp_path, "--trials", "1", "--max-steps", "18", "--eval-every", "6")
     assert figures["first_reaching"]["earlier"] is not None  # its own best
     results = {r["name"]: r for r in figures["results"]}
     # The earlier best config runs first and trains to max_steps, whatever its early
@@ -110,7 +110,7 @@ def test_warm_start_benchmark_counts_trials_to_the_earlier_best(tmp_path):
 
 
 def test_confirm_winner_benchmark_says_whether_confirmation_changed_the_winner(tmp_path):
-    figures = run_benchmark("confirm_winner", tmp_path, "--seeds", "0", "--trials", "3", "--top", "2",
+    figures = run_benchmark("confirm_winner", tmp_path, "--seeds", "0", "--trials", "2", "--top", "2",
                             "--confirm-seeds", "2", "--max-steps", "12", "--eval-every", "6")
     (result,) = figures["results"]
     assert figures["sweeps"] == 1 and figures["changed"] == int(result["changed"])

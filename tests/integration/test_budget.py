@@ -177,14 +177,14 @@ STEPS_CAP = 120
 
 @pytest.mark.story
 def test_a_sweep_without_a_trial_count_runs_until_its_step_cap(tmp_path):
-    """search.num_trials left out, budget.max_steps given: `sweep plan` and `sweep start`
-    calibrate (the default) and trials keep coming until the cap, which ends the sweep;
+    """search.num_trials left out, budget.max_steps given: `sweep plan` says what the budget
+    buys, `sweep start` calibrates (the default) and trials keep coming until the cap, which ends the sweep;
     every trial's run is ended, and the steps trained overshoot the cap by at most one
     evaluation interval of each trial running when it was reached."""
     raw = small_sweep("by_steps", search={"seed": 1}, budget={"max_steps": STEPS_CAP}, cost={"calibrate": True})
     del raw["search"]["num_trials"]
     path = write_yaml(tmp_path / "by_steps.yaml", raw)
-    plan = sweep("plan", str(path), cwd=tmp_path, timeout=300)
+    plan = sweep("plan", str(path), "--no-calibrate", cwd=tmp_path, timeout=300)
     assert plan.returncode == 0, plan.stdout + plan.stderr
     assert "Budget buys: about" in plan.stdout and "budget.max_steps ends it" in plan.stdout, plan.stdout
 

@@ -65,7 +65,7 @@ def live_sweep(tmp_path_factory, chromium):
     then the finished sweep's folder."""
     workdir = tmp_path_factory.mktemp("watched")
     raw = small_sweep(NAME, output_dir=str(workdir / "sweeps" / NAME))
-    raw["search"]["num_trials"] = 6
+    raw["search"]["num_trials"] = 4
     yaml_file = write_yaml(workdir / f"{NAME}.yaml", raw)
     driver = subprocess.Popen(
         [sys.executable, "-m", "sweeper.cli", "start", str(yaml_file)], cwd=workdir,
@@ -124,19 +124,19 @@ def test_ray_dashboard_names_the_sweep(live_sweep):
     assert "ray get-auth-token" in live_sweep["url_line"]
     assert live_sweep["without_token"] == 401
     metadata = live_sweep["job"]["metadata"]
-    assert metadata["sweeper.sweep"] == NAME and metadata["sweeper.num_trials"] == "6"
+    assert metadata["sweeper.sweep"] == NAME and metadata["sweeper.num_trials"] == "4"
     assert {a["repr_name"] for a in live_sweep["trial_actors"]} == {f"sweep-{NAME}"}
     # Each Train worker is named with its sweep and its trial's number, numbered as in
-    # MLflow (and the live table, and `sweep status`): 1 to 6.
+    # MLflow (and the live table, and `sweep status`): 1 to 4.
     client = MlflowClient(f"sqlite:///{live_sweep['workdir'] / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("sweeper")
     numbers = {
         int(run.data.tags["sweeper.trial_number"])
         for run in client.search_runs([experiment.experiment_id], "tags.`sweeper.trial_number` != ''")
     }
-    assert numbers == set(range(1, 7))
+    assert numbers == set(range(1, 5))
     worker_names = {a["repr_name"] for a in live_sweep["train_workers"]}
-    assert worker_names and all(re.fullmatch(rf"sweep-{NAME}-trial-[1-6]", name) for name in worker_names), worker_names
+    assert worker_names and all(re.fullmatch(rf"sweep-{NAME}-trial-[1-4]", name) for name in worker_names), worker_names
     assert f"sweep-{NAME}" in live_sweep["actors"].text and NAME in live_sweep["jobs"].text
     for page in ("jobs", "actors"):
         keep_screenshot(live_sweep[page].screenshot, f"ray-dashboard-{page}.png")
@@ -153,7 +153,7 @@ def test_optuna_dashboard_shows_every_trial(live_sweep, chromium):
         url = re.search(r"http://\S+", server.stdout.readline()).group()
         study = wait_for(lambda: _try_json(f"http://127.0.0.1:{port}/api/studies/1"), 60, "optuna-dashboard", every=1)
         states = sorted(t["state"] for t in study["trials"])
-        assert len(states) == 6 and "Pruned" in states and "Complete" in states
+        assert len(states) == 4 and "Pruned" in states and "Complete" in states
         assert all(t["intermediate_values"] for t in study["trials"])
         page = visit(chromium, url, workdir / "optuna.png", workdir / "profile-optuna",
                      expect=("History", "Intermediate values"), size=(1400, 2300))
