@@ -191,7 +191,7 @@ def write_test(folder: Path, count: int) -> Path:
     """`count` prompts of the task's families from their own random stream (none of the
     train or eval files' draws): the held-out prompts."""
     rng = random.Random(4321)
-    path = folder / "test.jsonl"
+    path = folder.resolve() / "test.jsonl"
     path.write_text("".join(json.dumps(SFT_EXAMPLES["mixed"](rng)) + "\n" for _ in range(count)))
     return path
 
