@@ -258,9 +258,30 @@ def new_family_example(rng: random.Random) -> dict:
     return {"messages": [{"role": "user", "content": prompt}, {"role": "assistant", "content": answer}]}
 
 
+def mixed_answer_example(rng: random.Random) -> dict:
+    """A fine-tuning example of four families the base never saw (`--sft mixed`, the task of
+    benchmarks/selection.py): two of the headroom task's, whose answers are a whole word
+    (each letter upper-cased, shifted one on), and two whose answer is one token (the
+    word's last letter, its length). Eval loss counts every answer token, most of them in
+    the long answers; exact match counts whole answers, which the tiny base reaches in a
+    few hundred steps for the short ones only: what each metric rewards differs."""
+    word = _word(rng)
+    family = rng.randrange(4)
+    if family == 0:
+        prompt, answer = f"Upper: {word}", word.upper()
+    elif family == 1:
+        prompt, answer = f"Next: {word}", "".join(LETTERS[(LETTERS.index(c) + 1) % 26] for c in word)
+    elif family == 2:
+        prompt, answer = f"Last: {word}", word[-1]
+    else:
+        prompt, answer = f"Length: {word}", str(len(word))
+    return {"messages": [{"role": "user", "content": prompt}, {"role": "assistant", "content": answer}]}
+
+
 # `--sft`: what the task fine-tunes on. "same": new examples of the base's own four families
-# (the tasks of sessions 7-16); "new": three families the base never saw (new_family_example).
-SFT_EXAMPLES = {"same": _example, "new": new_family_example}
+# (the tasks of sessions 7-16); "new": three families the base never saw (new_family_example);
+# "mixed": long and one-token answers (mixed_answer_example).
+SFT_EXAMPLES = {"same": _example, "new": new_family_example, "mixed": mixed_answer_example}
 
 
 @functools.cache

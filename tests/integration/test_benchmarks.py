@@ -118,3 +118,28 @@ def test_confirm_winner_benchmark_says_whether_confirmation_changed_the_winner(t
     means = {row["trial"]: row["mean"] for row in result["rows"]}
     assert result["winner"] == min(means, key=means.get)  # eval_loss: the lowest mean
     assert result["changed"] == (result["winner"] != result["search_best"])
+
+
+def test_selection_benchmark_compares_the_winners_by_eval_loss_and_by_exact_match(tmp_path):
+    # No confirmation here (its reruns double the sweeps' time): test_confirm_winner_benchmark
+    # and tests/integration/test_confirm.py run search.confirm.
+    figures = run_benchmark(
+        "selection", tmp_path, "--seeds", "0", "--trials", "2", "--max-steps", "8", "--eval-every", "4",
+        "--confirm-top", "0", "--samples", "8", "--test-examples", "8", "--base-steps", "10", "--train-examples", "64",
+        "--results", str(tmp_path / "runs"),
+    )
+    (by_loss,), (by_em,) = figures["arms"]["eval_loss"], figures["arms"]["gen_exact_match"]
+    for result, key, pick in ((by_loss, "eval_loss", min), (by_em, "em", max)):
+        # Each winner is the best of its sweep's finalists (the trials at max_steps, which
+        # generated) by the metric it selects by.
+        winner = next(f for f in result["finalists"] if f["trial"] == result["winner"])
+        assert winner[key] == pick(f[key] for f in result["finalists"])
+        assert (winner["eval_loss"], winner["em"]) == (result["winner_eval_loss"], result["winner_em"])
+        assert all(0 <= f["em"] <= 1 for f in result["finalists"]) and 0 <= result["winner_em_test"] <= 1
+        assert "confirm" not in result
+    # Same trials, rungs and steps: ASHA by promotion trains 2 x 4 + 4 steps in both.
+    assert by_loss["steps"] == by_em["steps"] == 12
+    assert set(figures["paired"]) == {"on the sample", "held out"}
+    paired = figures["paired"]["held out"]
+    assert paired["mean"] == pytest.approx(by_em["winner_em_test"] - by_loss["winner_em_test"])
+    assert paired["verdict"] == "one seed: no interval"
