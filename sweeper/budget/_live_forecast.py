@@ -35,6 +35,8 @@ class Measured:
     eval_seconds: float = 0.0  # each interval less its training: evaluation, checkpoint, report
     starts: int = 0
     start_seconds: float = 0.0  # a Train run's start to its first report, less its steps and evaluation
+    generations: int = 0
+    generation_seconds: float = 0.0  # the generation passes the reports timed (a generation section)
 
 
 def live_timing(prior: TrialTiming, measured: Measured) -> TrialTiming:
@@ -48,6 +50,7 @@ def live_timing(prior: TrialTiming, measured: Measured) -> TrialTiming:
         step_seconds=mean(measured.train_seconds, measured.steps, prior.step_seconds),
         eval_seconds=mean(measured.eval_seconds, measured.evaluations, prior.eval_seconds),
         setup_seconds=mean(measured.start_seconds, measured.starts, prior.setup_seconds),
+        generation_seconds=mean(measured.generation_seconds, measured.generations, prior.generation_seconds),
         source=f"live: {measured.steps} steps, {measured.evaluations} evaluations, {measured.starts} starts measured",
     )
 
@@ -74,6 +77,7 @@ class LiveEstimate:
         basis = (
             f"{m.steps} steps measured: {t.step_seconds * 1000:.1f} ms per step, "
             f"{t.eval_seconds * 1000:.0f} ms per evaluation, {t.setup_seconds:.1f} s per start"
+            + (f", {t.generation_seconds:.2f} s per generation pass" if t.generation_seconds else "")
             if m.steps else "forecast; nothing measured yet"
         )
         return f"ETA {duration(self.left.wall_seconds)}, {usd(self.left.usd)} to go of {usd(self.total_usd)} expected ({basis})"
@@ -135,7 +139,11 @@ class LiveForecast:
         tokens, per_second = report.get(TRAIN_TOKENS), report.get(TOKENS_PER_SECOND)
         training = report.get(TRAIN_SECONDS) or (tokens / per_second if tokens and per_second else None)
         if reported > step and training:
-            rest = now - at - training - report.get(GENERATION_SECONDS, 0.0)  # generation: the forecast's figure
+            generating = report.get(GENERATION_SECONDS) or 0.0
+            rest = now - at - training - generating
+            if generating:
+                m.generations += 1
+                m.generation_seconds += generating
             m.steps += reported - step
             m.train_seconds += training
             if first:  # a run's first report: the rest, less one evaluation, is its start

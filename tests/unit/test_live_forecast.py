@@ -163,6 +163,36 @@ def test_the_listener_measures_starts_steps_and_evaluations_and_logs_at_each_eva
     assert shown.lines[-1].startswith("ETA ") and "20 steps measured" in shown.lines[-1]
 
 
+def test_the_generation_pass_the_trials_timed_replaces_the_forecasts():
+    """A report that timed a generation pass (a generation section) counts it apart: its
+    mean replaces the forecast's pass, and the interval's rest, less the pass, is the
+    evaluation."""
+    import dataclasses
+
+    from trainables.metrics import GENERATION_SECONDS
+
+    plan, forecast = plan_and_forecast()
+    forecast = dataclasses.replace(forecast, timing=dataclasses.replace(TIMING, generation_seconds=5.0, generation_prompts=8))
+    clock, shown = Clock(), Shown()
+    book = SweepBook(metric="eval_loss", goal="minimize", max_steps=90, started_at=clock.now)
+    live = LiveForecast(plan, forecast, book, Rate("cpu", 1, 3.6), Logged(), shown, clock)
+    live.ESTIMATE_EVERY_S = 0.0
+    record = TrialRecord(trial_id="a", number=1, params={}, started_at=clock.now)
+    book.trials["a"] = record
+    live.trial_started(record)
+    clock.now += 4.0
+    record.history.append(report(10, 2.0))  # its start
+    live.trial_result(record)
+    assert live.timing().generation_seconds == 5.0  # none timed yet: the forecast's
+    clock.now += 5.0  # 10 steps of 0.2 s, a 2 s generation pass, 1 s for the rest
+    record.history.append({**report(20, 2.0), GENERATION_SECONDS: 2.0})
+    live.trial_result(record)
+    timing = live.timing()
+    assert live.measured.generations == 1
+    assert timing.generation_seconds == pytest.approx(2.0) and timing.eval_seconds == pytest.approx(1.0)
+    assert "2.00 s per generation pass" in shown.lines[-1]
+
+
 def test_estimates_come_at_most_once_a_second_and_every_evaluation_is_still_logged():
     plan, forecast = plan_and_forecast()
     clock, logged = Clock(), Logged()
