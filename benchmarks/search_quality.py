@@ -279,7 +279,7 @@ def mixed_answer_example(rng: random.Random) -> dict:
 
 
 # `--sft`: what the task fine-tunes on. "same": new examples of the base's own four families
-# (the tasks of sessions 7-16); "new": three families the base never saw (new_family_example);
+# (the small and headroom tasks); "new": three families the base never saw (new_family_example);
 # "mixed": long and one-token answers (mixed_answer_example).
 SFT_EXAMPLES = {"same": _example, "new": new_family_example, "mixed": mixed_answer_example}
 

@@ -202,8 +202,8 @@ def test_resume_tells_optuna_what_mlflow_recorded_after_the_last_tell(tmp_path):
     assert (a.state, a.intermediate_values) == (TrialState.PRUNED, {10: 3.0, 20: 2.9})
     assert (b.state, c.state) == (TrialState.RUNNING, TrialState.FAIL)
     # b goes on from its checkpoint past step 10, which MLflow recorded just before the
-    # loss: the study has it now (CI-like run of session 35: a trial pruned at its first rung
-    # with no intermediate value in the study, its value in MLflow).
+    # loss: the study has it now (else a trial pruned at its first rung would have no
+    # intermediate value in the study, only its value in MLflow).
     assert b.intermediate_values == {10: 3.0}
 
 

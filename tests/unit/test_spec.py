@@ -135,7 +135,7 @@ def test_the_first_rung_by_default_is_placed_relative_to_max_steps_on_an_evaluat
 def test_a_sweep_keeps_the_first_rung_it_started_with_when_a_later_default_differs(tmp_path):
     """`sweep resume` reads the sweep.yaml `sweep start` wrote: the first rung is written
     there as the sweep ran it, so a later version's default cannot move a resumed sweep's
-    rungs (as session 37 moved a sweep-until-a-cap's from step 9 of 243 to 27)."""
+    rungs (a sweep-until-a-cap's first rung default moved from step 9 of 243 to 27 once)."""
     from sweeper.run._sweep_dir import prepare_sweep_dir
 
     raw = small_sweep("kept", training={"max_steps": 243, "eval_every": 9}, output_dir=str(tmp_path))
