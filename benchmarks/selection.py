@@ -40,6 +40,7 @@ from pathlib import Path
 
 from benchmarks.common import bench_spec, machine, plain_run, run_bench_sweep, save_json
 from benchmarks.search_quality import SFT_EXAMPLES, SPACES, paired_difference, spearman, write_task
+from sweeper.spec import with_overrides
 
 METRICS = {"eval_loss": "minimize", "gen_exact_match": "maximize"}
 EM = "gen_exact_match"
@@ -59,24 +60,22 @@ def sections(args, task: tuple[Path, Path, Path], seed: int) -> dict:
     )
 
 
-def with_values(base: dict, values: dict) -> dict:
-    """`base` sections with a trial's values (dotted path -> value) set in them."""
-    merged = {key: dict(value) if isinstance(value, dict) else value for key, value in base.items()}
-    for path, value in values.items():
-        section, _, name = path.partition(".")
-        merged[section][name] = value
-    return merged
+# A config's held-out exact match, by its run's sections and values: the two sweeps of a
+# seed often pick the same config, and confirmation may pick the other sweep's winner.
+_HELD_OUT: dict[str, float] = {}
 
 
-def held_out(args, task, base: dict, params: dict, test: Path) -> float:
+def held_out(args, base: dict, params: dict, test: Path) -> float:
     """Exact match of the config `params` trained in this process on the test prompts."""
-    run_sections = with_values(base, params)
-    run_sections["data"]["eval"] = str(test)
-    run_sections["generation"]["samples"] = args.test_examples
-    run_sections["early_stopping"] = {"scheduler": "none"}
+    run_sections = {**base, "data": {**base["data"], "eval": str(test)},
+                    "generation": {**base["generation"], "samples": args.test_examples},
+                    "early_stopping": {"scheduler": "none"}}
     run_sections.pop("search")
-    run = plain_run(bench_spec("selection-held-out", **run_sections), with_generation=True)
-    return run.reports[-1][EM]
+    key = json.dumps([run_sections, params], sort_keys=True, default=str)
+    if key not in _HELD_OUT:
+        spec = with_overrides(bench_spec("selection-held-out", **run_sections), params)
+        _HELD_OUT[key] = plain_run(spec, with_generation=True).reports[-1][EM]
+    return _HELD_OUT[key]
 
 
 def run_one(args, task, test: Path, seed: int, metric: str, root: Path) -> dict:
@@ -97,7 +96,7 @@ def run_one(args, task, test: Path, seed: int, metric: str, root: Path) -> dict:
         "steps": sum(t.step for t in trials if t.confirms is None),
         "finalists": [{"trial": t.number, "eval_loss": t.last("eval_loss"), "em": t.last(EM)} for t in finalists],
         "winner": winner.number, "winner_eval_loss": winner.last("eval_loss"), "winner_em": winner.last(EM),
-        "winner_em_test": held_out(args, task, base, winner.params, test),
+        "winner_em_test": held_out(args, base, winner.params, test),
     }
     confirmation = sweep.book.confirmation
     if confirmation is not None and confirmation.winner is not None:
@@ -108,7 +107,7 @@ def run_one(args, task, test: Path, seed: int, metric: str, root: Path) -> dict:
             "winner": chosen, "changed": chosen != winner.number,
             "mean_em": statistics.fmean(reruns) if reruns else None,
             "em_test": result["winner_em_test"] if chosen == winner.number
-            else held_out(args, task, base, by_number[chosen].params, test),
+            else held_out(args, base, by_number[chosen].params, test),
         }
     return result
 
@@ -160,12 +159,10 @@ def print_table(args, results: dict[str, list[dict]]) -> dict:
     console.print(table)
     by_loss, by_em = results["eval_loss"], results[EM]
     seeds = len(args.seeds)
-    pairs = {"on the sample": ("winner_em", None), "held out": ("winner_em_test", None)}
+    pairs = {"on the sample": lambda r: r["winner_em"], "held out": lambda r: r["winner_em_test"]}
     if confirmed and all("confirm" in r for r in by_loss + by_em):
-        pairs["after confirmation, held out"] = ("em_test", "confirm")
-    for label, (key, inner) in pairs.items():
-        def value(r):
-            return r[inner][key] if inner else r[key]
+        pairs["after confirmation, held out"] = lambda r: r["confirm"]["em_test"]
+    for label, value in pairs.items():
         paired = paired_difference([value(r) for r in by_em], [value(r) for r in by_loss])
         paired["verdict"] = verdict(paired, seeds)
         figures["paired"][label] = paired
