@@ -783,19 +783,40 @@ def median_pruning(
     return best, steps
 
 
-def capped_promotion(histories: list[list[tuple[int, float]]], rung: int, max_steps: int, eta: float, cap: float) -> float:
+def capped_promotion(
+    histories: list[list[tuple[int, float]]], rung: int, max_steps: int, eta: float, cap: float, rank_by=None,
+) -> float:
     """Replay the default under a budget cap (ASHA by promotion, one rung, no trial count) on
     finished trials' histories, one trial at a time in order: while fewer than
     floor(n / eta) of the n trials ranked at the rung have gone on, the best one waiting
     there goes on to max_steps (as `RungLadder.settle` decides), or else the next trial
-    trains to the rung, until `cap` training steps. Returns the best eval loss seen
-    within the cap."""
-    return adaptive_promotion(histories, [rung], max_steps, eta, cap)[0]
+    trains to the rung, until `cap` training steps. `rank_by(history, rung, max_steps)`
+    scores a trial at the rung (default: its eval loss there; `extrapolated_loss` is the
+    learning-curve candidate). Returns the best eval loss seen within the cap."""
+    return adaptive_promotion(histories, [rung], max_steps, eta, cap, rank_by=rank_by)[0]
+
+
+def extrapolated_loss(history: list[tuple[int, float]], rung: int, max_steps: int, last: int = 0) -> float:
+    """A candidate ranking at a rung (learning-curve extrapolation, the simplest parametric
+    kind): the eval loss a trial would reach at max_steps if it kept falling as it did up
+    to the rung, linearly in log(step). A least-squares line of eval loss against log(step)
+    over the trial's evaluations up to the rung (the `last` of them; 0: all), read at
+    max_steps. A trial whose loss has flattened (a high learning rate that leads early)
+    scores near its value at the rung; one still falling (a low learning rate, or a long
+    warmup) scores below it. With one evaluation, its value."""
+    points = [(math.log(step), value) for step, value in history if step <= rung][-last if last else None:]
+    if len(points) < 2:
+        return dict(history)[rung]
+    mean_x = statistics.fmean(x for x, _ in points)
+    mean_y = statistics.fmean(y for _, y in points)
+    slope = (sum((x - mean_x) * (y - mean_y) for x, y in points)
+             / sum((x - mean_x) ** 2 for x, _ in points))
+    return mean_y + slope * (math.log(max_steps) - mean_x)
 
 
 def adaptive_promotion(
     histories: list[list[tuple[int, float]]], rungs: list[int], max_steps: int, eta: float, cap: float,
-    on_low: str = "later", threshold: float = 0.5, min_pairs: int = 4,
+    on_low: str = "later", threshold: float = 0.5, min_pairs: int = 4, rank_by=None,
 ) -> tuple[float, int]:
     """A candidate rule (adaptive ASHA), replayed as `capped_promotion` is: one rung, at
     rungs[0] first. Each time a promoted trial reaches max_steps, the rule measures the
@@ -805,7 +826,8 @@ def adaptive_promotion(
     trials waiting at the old one train on to it before new trials start; the promoted
     ones are ranked there by the values they reported), with "keep more" eta is halved
     (once, to at least 2). With `cap` math.inf, every trial is drawn: a sweep with a trial
-    count. Returns (the best eval loss seen within `cap` training steps, steps trained)."""
+    count. `rank_by`: as in `capped_promotion`. Returns (the best eval loss seen within
+    `cap` training steps, steps trained)."""
     from sweeper.plan import rung_quota
 
     if on_low not in ("later", "keep more"):
@@ -816,6 +838,9 @@ def adaptive_promotion(
     finished: list[int] = []  # promoted trials at max_steps, in order
     steps, best, arriving = 0, math.inf, iter(range(len(histories)))
     at = [dict(h) for h in histories]
+    # A trial's score at each rung: what it is ranked by there.
+    score = [{r: (rank_by(h, r, max_steps) if rank_by else at[i][r]) for r in rungs if r in at[i]}
+             for i, h in enumerate(histories)]
 
     def train(trial: int, end: int) -> None:
         nonlocal steps, best
@@ -829,7 +854,7 @@ def adaptive_promotion(
     while steps < cap:
         rung = rungs[level]
         ranked = [i for i, at in reached.items() if at >= rung]
-        waiting = sorted((at[i][rung], i) for i in ranked if i not in promoted)
+        waiting = sorted((score[i][rung], i) for i in ranked if i not in promoted)
         behind = [i for i, at in reached.items() if at < rung]  # waiting at an earlier rung
         if sum(i in promoted for i in ranked) < rung_quota(len(ranked), eta) and waiting:
             trial = waiting[0][1]
@@ -885,6 +910,10 @@ def capped_replay(histories: list, settings: "Settings", draws: int = 400, seed:
                 lambda h: adaptive_promotion(h, later, top, 4, cap, on_low="later")[0])
         rules[f"adaptive: rung {rung}, keep 1/4, then 1/2 when the promoted trials' rank correlation < 0.5"] = (
             lambda h: adaptive_promotion(h, [rung], top, 4, cap, on_low="keep more")[0])
+        rules[f"rung {rung}, keep 1/4, ranked by the curve extrapolated to the end (log-linear, all evaluations)"] = (
+            lambda h: capped_promotion(h, rung, top, 4, cap, rank_by=extrapolated_loss))
+        rules[f"rung {rung}, keep 1/4, ranked by the curve extrapolated to the end (log-linear, last 2 evaluations)"] = (
+            lambda h: capped_promotion(h, rung, top, 4, cap, rank_by=functools.partial(extrapolated_loss, last=2)))
         rules[f"the loop's pruning (MedianPruner(n_warmup_steps={settings.loop_warmup}))"] = (
             lambda h: median_pruning(h, top, warmup=settings.loop_warmup, cap=cap)[0])
         found[share] = {name: statistics.fmean(rule(order) for order in orders) for name, rule in rules.items()}

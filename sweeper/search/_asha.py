@@ -3,9 +3,9 @@ among the best 1/eta there, instead of being judged the moment it arrives.
 
 Ray's ASHAScheduler (and Optuna's SuccessiveHalvingPruner) decide on arrival, from the
 trials recorded at the rung so far: the first arrival always goes on, the second goes on
-if it beats the first, and so on. In a small sweep most trials are early arrivals, so a
-9-trial sweep trained 2.3 to 2.8 times the steps of the rung arithmetic
-(benchmarks/README.md). This is the promotion form of ASHA (Li et al., "A System for
+if it beats the first, and so on. In a small sweep most trials are early arrivals, so such
+a sweep trains several times the steps of the rung arithmetic (benchmarks/pruning.py
+counts them). This is the promotion form of ASHA (Li et al., "A System for
 Massively Parallel Hyperparameter Tuning", MLSys 2020, Algorithm 2):
 
 - A trial that reaches a rung is ranked there. Of the n trials ranked at a rung, at most
@@ -29,7 +29,7 @@ Massively Parallel Hyperparameter Tuning", MLSys 2020, Algorithm 2):
 - An unranked trial goes on from every rung without being ranked there, to max_steps:
   a repeat (a warm start's config that trains the very run an earlier sweep completed,
   sweeper/search/_warm_start.py: its full-length result is known, and ranking it on an early
-  evaluation pruned the earlier best, a rival that led at step 30 ended worse), and the
+  evaluation could prune the earlier best for a rival that leads early and ends worse), and the
   sweep's first `early_stopping.startup_trials` trials (full-length results for the
   search to learn from before early ranks decide, as Optuna's MedianPruner lets its
   first trials finish). The other trials' rungs are those of a sweep without them; each

@@ -4,9 +4,9 @@ Optuna's RDB storage caches finished trials only: every read of the study (each 
 reads it several times: waiting trials, the relative search space, TPE's history) loads
 every unfinished trial again from SQLite, with its parameters, intermediate values and
 attributes. Under ASHA by promotion the trials paused at a rung stay RUNNING until they
-go on or are stopped, hundreds of them in a long sweep, so each new trial cost the
-driver more: 0.1 s per ask with 100 trials waiting, 0.6 s with 600 (benchmarks/load.py,
-benchmarks/README.md), against 3 and 9 ms in memory.
+go on or are stopped, hundreds of them in a long sweep, so each new trial would cost the
+driver more than the last; in memory an ask stays at milliseconds (benchmarks/load.py
+measures both, benchmarks/README.md has the figures).
 
 The driver's searcher is the study's only writer while the sweep runs (optuna-dashboard,
 reports and warm starts only read the file), so the memory copy never goes stale. Every

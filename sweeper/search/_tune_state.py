@@ -2,10 +2,10 @@
 
 Tune saves its experiment state (its trials, the searcher, the callbacks) at most every
 10 s, more rarely as the state grows. A trial started in between has an MLflow run and an
-Optuna trial, and reports, but is not in the state `sweep resume` restores after the
-driver was killed: resume then dropped it, its run deleted and its number given to the
-trial in its place. Saved when it is added, it comes back under its own id, and its Train
-run goes on from the checkpoint it kept.
+Optuna trial, and reports, but would not be in the state `sweep resume` restores after the
+driver was killed: resume would drop it, delete its run and give its number to the trial
+in its place. Saved when it is added, it comes back under its own id, and its Train run
+goes on from the checkpoint it kept.
 
 `NewTrialsSavedFirst` goes first among a scheduler's bases. Tune adds the trials the
 search suggested at the top of its loop step, then asks the scheduler which trial to run
@@ -13,8 +13,8 @@ before it starts any actor; the save is made then, once for all the trials just 
 Trials a resumed sweep restores are added before the first step: the save waits for that
 step, so it never holds part of them.
 
-A save writes every trial's state, so its cost grows with the sweep: about 40 ms under 50
-trials, 320 ms at 400 here (benchmarks/README.md). These saves may take at most `SAVE_SHARE` of
+A save writes every trial's state, so its cost grows with the sweep (benchmarks/load.py
+measures it). These saves may take at most `SAVE_SHARE` of
 the driver's time, as Tune's own period keeps its saves at 5%: a sweep of trials that
 last minutes saves before each one; one of thousands of trials of a second or two saves
 as often as that share allows, each save holding every trial added since the last.

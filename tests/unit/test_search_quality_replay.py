@@ -7,7 +7,7 @@ import math
 import pytest
 
 from benchmarks.search_quality import (
-    Outcome, adaptive_promotion, anytime, capped_promotion, headroom, median_pruning, new_family_example, oracle_screen, paired_difference, parse_shape,
+    Outcome, adaptive_promotion, anytime, capped_promotion, extrapolated_loss, headroom, median_pruning, new_family_example, oracle_screen, paired_difference, parse_shape,
     rank_correlations, resampled_replay, spearman, successive_halving,
 )
 
@@ -223,3 +223,22 @@ def test_every_task_names_a_space_a_fine_tuning_set_and_a_base_the_benchmark_can
     differs = {k for k in TASKS["misleading"] if TASKS["misleading"][k] != TASKS["headroom"][k]}
     assert differs == {"space"}
     assert SPACES["upper_lr"]["training.learning_rate"]["low"] == 1e-4
+
+
+def test_the_extrapolated_curve_reads_a_line_in_log_step_at_max_steps():
+    # Falling by 0.3 per doubling of the steps: 2.4, 2.1, 1.8 at 1, 2, 4 -> 1.2 at 16.
+    falling = [(1, 2.4), (2, 2.1), (4, 1.8), (8, 1.7), (16, 1.6)]
+    assert extrapolated_loss(falling, 4, 16) == pytest.approx(1.2)
+    # The last two evaluations only: the same line here; one evaluation: its value.
+    assert extrapolated_loss(falling, 4, 16, last=2) == pytest.approx(1.2)
+    assert extrapolated_loss(falling, 1, 16) == 2.4
+    # A flat curve stays where it is.
+    assert extrapolated_loss([(1, 2.0), (2, 2.0), (4, 2.0)], 4, 16) == pytest.approx(2.0)
+
+
+def test_under_a_cap_ranking_by_the_extrapolated_curve_promotes_the_trial_still_falling():
+    # At step 2 trial 0 leads (1.9 against 2.0) but has flattened; trial 1 is still falling
+    # fast and ends best. Keeping 1/2 at step 2, by value trial 0 goes on; by the curve, trial 1.
+    trials = [[(1, 1.95), (2, 1.9), (4, 1.85)], [(1, 2.6), (2, 2.0), (4, 1.4)]]
+    assert capped_promotion(trials, 2, 4, 2, cap=100) == 1.85
+    assert capped_promotion(trials, 2, 4, 2, cap=100, rank_by=extrapolated_loss) == 1.4
