@@ -796,15 +796,14 @@ def capped_promotion(
     return adaptive_promotion(histories, [rung], max_steps, eta, cap, rank_by=rank_by)[0]
 
 
-def extrapolated_loss(history: list[tuple[int, float]], rung: int, max_steps: int, last: int = 0) -> float:
+def extrapolated_loss(history: list[tuple[int, float]], rung: int, max_steps: int) -> float:
     """A candidate ranking at a rung (learning-curve extrapolation, the simplest parametric
     kind): the eval loss a trial would reach at max_steps if it kept falling as it did up
-    to the rung, linearly in log(step). A least-squares line of eval loss against log(step)
-    over the trial's evaluations up to the rung (the `last` of them; 0: all), read at
-    max_steps. A trial whose loss has flattened (a high learning rate that leads early)
+    to the rung, linearly in log(step): a least-squares line of eval loss against log(step)
+    over the trial's evaluations up to the rung, read at max_steps. A trial whose loss has flattened (a high learning rate that leads early)
     scores near its value at the rung; one still falling (a low learning rate, or a long
     warmup) scores below it. With one evaluation, its value."""
-    points = [(math.log(step), value) for step, value in history if step <= rung][-last if last else None:]
+    points = [(math.log(step), value) for step, value in history if step <= rung]
     if len(points) < 2:
         return dict(history)[rung]
     mean_x = statistics.fmean(x for x, _ in points)
@@ -910,10 +909,8 @@ def capped_replay(histories: list, settings: "Settings", draws: int = 400, seed:
                 lambda h: adaptive_promotion(h, later, top, 4, cap, on_low="later")[0])
         rules[f"adaptive: rung {rung}, keep 1/4, then 1/2 when the promoted trials' rank correlation < 0.5"] = (
             lambda h: adaptive_promotion(h, [rung], top, 4, cap, on_low="keep more")[0])
-        rules[f"rung {rung}, keep 1/4, ranked by the curve extrapolated to the end (log-linear, all evaluations)"] = (
+        rules[f"rung {rung}, keep 1/4, ranked by the curve extrapolated to the end (log-linear)"] = (
             lambda h: capped_promotion(h, rung, top, 4, cap, rank_by=extrapolated_loss))
-        rules[f"rung {rung}, keep 1/4, ranked by the curve extrapolated to the end (log-linear, last 2 evaluations)"] = (
-            lambda h: capped_promotion(h, rung, top, 4, cap, rank_by=functools.partial(extrapolated_loss, last=2)))
         rules[f"the loop's pruning (MedianPruner(n_warmup_steps={settings.loop_warmup}))"] = (
             lambda h: median_pruning(h, top, warmup=settings.loop_warmup, cap=cap)[0])
         found[share] = {name: statistics.fmean(rule(order) for order in orders) for name, rule in rules.items()}

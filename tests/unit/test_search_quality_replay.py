@@ -229,8 +229,7 @@ def test_the_extrapolated_curve_reads_a_line_in_log_step_at_max_steps():
     # Falling by 0.3 per doubling of the steps: 2.4, 2.1, 1.8 at 1, 2, 4 -> 1.2 at 16.
     falling = [(1, 2.4), (2, 2.1), (4, 1.8), (8, 1.7), (16, 1.6)]
     assert extrapolated_loss(falling, 4, 16) == pytest.approx(1.2)
-    # The last two evaluations only: the same line here; one evaluation: its value.
-    assert extrapolated_loss(falling, 4, 16, last=2) == pytest.approx(1.2)
+    # One evaluation: its value.
     assert extrapolated_loss(falling, 1, 16) == 2.4
     # A flat curve stays where it is.
     assert extrapolated_loss([(1, 2.0), (2, 2.0), (4, 2.0)], 4, 16) == pytest.approx(2.0)
