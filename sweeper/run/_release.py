@@ -3,9 +3,9 @@
 A Tune trial runs a Ray Train run whose placement group holds its workers' CPUs and GPUs
 (sweeper/run/_trial.py). Tune does not know of that group: it reuses a paused or pruned
 trial's actor for a later trial (`reuse_actors`), and while the actor waits in Tune's
-cache, its Train run waits inside its last report with its workers alive. On a busy
-machine the run then outlived the trial, and the next trial waited for CPUs that nothing
-used. Train's own cleaner only acts once the actor process dies, by polling.
+cache, its Train run waits inside its last report with its workers alive, and the next
+trial would wait for CPUs that nothing uses. Train's own cleaner only acts once the actor
+process dies, by polling.
 
 So the driver removes the group itself: each worker group's first report names its
 placement group (trainables/worker.py); as Tune ends a trial (pruned, completed,
@@ -13,7 +13,12 @@ failed), and at the start of every step of Tune's loop, before Tune starts any t
 for each trial that is paused, pruned, completed or failed, the group is removed and
 the removal confirmed by the cluster. The run in the cached
 actor is already over for Tune: resetting the actor for the next trial, or ending it,
-ends that run, which finds its workers gone."""
+ends that run, which finds its workers gone.
+
+Only where Tune reuses trial actors (`ray_adapter.reuse_trial_actors`, the launch decides):
+otherwise Tune ends a stopped trial's actor, and Train's cleaner removes the group; removed
+from here while the run's controller still lived, Train would retry the run in a new group
+that nothing removes, and every later trial would wait for its CPUs."""
 
 from __future__ import annotations
 
