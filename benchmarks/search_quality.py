@@ -44,8 +44,9 @@ wall time; then each sweeper method minus the loop seed by seed (the mean, a boo
 finished trials, without a sweep per rule: rung placements and Hyperband-style brackets
 (`replay_brackets`), the same in expectation over resampled draws (`resampled_replay`),
 and under each anytime cap (`capped_replay`) the default's rung keeping 1/2 to 1/6, other
-rung placements, the adaptive-rung candidates (`adaptive_promotion`) and the loop's
-pruning: what the screen alone does there.
+rung placements, the adaptive-rung candidates (`adaptive_promotion`), ranking by the
+extrapolated learning curve (`extrapolated_loss`) and the loop's pruning: what the screen
+alone does there.
 
     python -m benchmarks.search_quality                       # the default methods, 3 seeds, the small task
     python -m benchmarks.search_quality --task misleading --seeds 0,1 --methods random   # rank correlations, replays
@@ -800,9 +801,10 @@ def extrapolated_loss(history: list[tuple[int, float]], rung: int, max_steps: in
     """A candidate ranking at a rung (learning-curve extrapolation, the simplest parametric
     kind): the eval loss a trial would reach at max_steps if it kept falling as it did up
     to the rung, linearly in log(step): a least-squares line of eval loss against log(step)
-    over the trial's evaluations up to the rung, read at max_steps. A trial whose loss has flattened (a high learning rate that leads early)
-    scores near its value at the rung; one still falling (a low learning rate, or a long
-    warmup) scores below it. With one evaluation, its value."""
+    over the trial's evaluations up to the rung, read at max_steps. A trial whose loss has
+    flattened (a high learning rate that leads early) scores near its value at the rung;
+    one still falling (a low learning rate, or a long warmup) scores below it. With one
+    evaluation, its value."""
     points = [(math.log(step), value) for step, value in history if step <= rung]
     if len(points) < 2:
         return dict(history)[rung]
@@ -883,7 +885,8 @@ def capped_replay(histories: list, settings: "Settings", draws: int = 400, seed:
     rung under a cap keeping 1/2 to 1/6 there, one rung at each other step of the ladder
     (eta 3 from the first evaluation) keeping a quarter, the adaptive candidates
     (`adaptive_promotion`: from the default's rung, later or keeping half when the promoted
-    trials' ranks there disagree with their ends) and the loop's pruning, each on `draws`
+    trials' ranks there disagree with their ends), the default's rung ranked by the curve
+    extrapolated to max_steps (`extrapolated_loss`) and the loop's pruning, each on `draws`
     random orders of random search's finished trials of every seed, under each anytime
     share's cap. Random configs, no TPE: the screen's part alone. Returns share -> rule ->
     the mean best eval loss."""
