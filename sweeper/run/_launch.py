@@ -304,11 +304,10 @@ def _open_tracker(setup: Setup):
 def _watch(setup: Setup, tracker, budget: SweepBudget, console: Console, extra_callbacks: list) -> Watch:
     """Where to look, said; the live table; the driver callback, which keeps the book and
     tells MLflow tracking, the adapter janitor, the budget's live forecast and the table;
-    the callbacks that give finished trials' resources back (where Tune reuses trial
-    actors) and say why a sweep stands still; `extra_callbacks` after them."""
-    from sweeper.cluster.ray_adapter import reuse_trial_actors
+    the callbacks that give finished trials' resources back and say why a sweep stands
+    still; `extra_callbacks` after them."""
     from sweeper.run._driver import SweepDriver
-    from sweeper.run._release import ReleaseFinishedRuns
+    from sweeper.run._release import release_callbacks
     from sweeper.run._watchdog import StallWatchdog
     from sweeper.track import LiveTable
 
@@ -318,11 +317,7 @@ def _watch(setup: Setup, tracker, budget: SweepBudget, console: Console, extra_c
     listeners = [tracker, AdapterJanitor(book, spec.search.keep_best_adapters), *budget.listeners(table), table]
     driver = SweepDriver(book, listeners)
     watchdog = StallWatchdog(table, spec.sweep_dir / DRIVER_LOG)
-    # Without actor reuse Tune ends a stopped trial's actor, and Train's own cleaner removes
-    # its run's group; removed from here, the still-living controller would retry its run
-    # in a new group that nothing removes.
-    release = [ReleaseFinishedRuns()] if reuse_trial_actors() else []
-    return Watch(driver, table, [driver, *release, watchdog, *extra_callbacks])
+    return Watch(driver, table, [driver, *release_callbacks(), watchdog, *extra_callbacks])
 
 
 def _print_where_to_look(setup: Setup, console: Console) -> None:

@@ -15,7 +15,7 @@ the removal confirmed by the cluster. The run in the cached
 actor is already over for Tune: resetting the actor for the next trial, or ending it,
 ends that run, which finds its workers gone.
 
-Only where Tune reuses trial actors (`ray_adapter.reuse_trial_actors`, the launch decides):
+Only where Tune reuses trial actors (`release_callbacks`, `ray_adapter.reuse_trial_actors`):
 otherwise Tune ends a stopped trial's actor, and Train's cleaner removes the group; removed
 from here while the run's controller still lived, Train would retry the run in a new group
 that nothing removes, and every later trial would wait for its CPUs."""
@@ -29,7 +29,7 @@ from ray.tune import Callback
 from sweeper.cluster import release_placement_group
 from trainables.metrics import PLACEMENT_GROUP
 
-__all__ = ["ReleaseFinishedRuns"]
+__all__ = ["ReleaseFinishedRuns", "release_callbacks"]
 
 logger = logging.getLogger(__name__)
 
@@ -81,3 +81,10 @@ class ReleaseFinishedRuns(Callback):
         # Tune pickles its callbacks with the experiment state; a resumed driver's runs
         # are new runs with groups of their own.
         return {"held": {}, "released": 0}
+
+
+def release_callbacks() -> list:
+    """The sweep's release callback where Tune reuses trial actors, else none (see above)."""
+    from sweeper.cluster.ray_adapter import reuse_trial_actors
+
+    return [ReleaseFinishedRuns()] if reuse_trial_actors() else []

@@ -113,3 +113,15 @@ def test_a_trial_that_ends_has_its_group_released_at_once(monkeypatch):
     pruned.status, failed.status = "TERMINATED", "ERROR"
     callback.on_step_begin(2, [pruned, failed])
     assert released == ["pg-a", "pg-b"]
+
+
+def test_groups_are_released_from_the_driver_only_where_tune_reuses_trial_actors(monkeypatch):
+    from sweeper.cluster import ray_adapter
+
+    # On the tested Ray: a reused actor's run waits in its last report, so the driver releases it.
+    monkeypatch.setattr(ray_adapter, "uses_private_ray", lambda: True)
+    assert [type(c) for c in release.release_callbacks()] == [release.ReleaseFinishedRuns]
+    # On the public fallback Tune ends the actor and Train's cleaner removes the group; a
+    # removal from the driver while the controller still lives would make Train retry the run.
+    monkeypatch.setattr(ray_adapter, "uses_private_ray", lambda: False)
+    assert release.release_callbacks() == []
