@@ -637,10 +637,11 @@ def closing_trials_limiter(num_trials: int, closing: int):
     return ClosingTrialsLimiter
 
 
-def run_sweeper(settings: Settings, seed: int, name: str) -> Outcome:
-    """One sweep through `run_sweep`, with the method's settings over the defaults."""
-    import sweeper.search._searcher
-
+def sweep_sections(settings: Settings, seed: int, name: str) -> dict:
+    """The spec sections of sweeper method `name`'s sweep: its overrides (METHODS) over the
+    defaults, or over the former default's ladder for a candidate not in ON_THE_DEFAULTS;
+    with a `budget_share`, no trial count and a `budget.max_steps` cap of that share of
+    random search's steps."""
     overrides = METHODS[name]
     sections = settings.sections(seed)
     if name not in ON_THE_DEFAULTS:
@@ -654,7 +655,15 @@ def run_sweeper(settings: Settings, seed: int, name: str) -> Outcome:
         warmup = settings.space["training.warmup_ratio"]["high"] * settings.max_steps
         grace = -(-int(warmup) // settings.eval_every) * settings.eval_every
         sections["early_stopping"]["grace_period"] = max(settings.eval_every, grace)
-    spec = bench_spec(f"bench-sq-{name}-{seed}", **sections)
+    return sections
+
+
+def run_sweeper(settings: Settings, seed: int, name: str) -> Outcome:
+    """One sweep through `run_sweep`, with the method's settings over the defaults."""
+    import sweeper.search._searcher
+
+    overrides = METHODS[name]
+    spec = bench_spec(f"bench-sq-{name}-{seed}", **sweep_sections(settings, seed, name))
     make_sampler, slot_limiter = sweeper.search._searcher.make_sampler, sweeper.search._searcher.SlotLimiter
     if "closing_trials" in overrides:
         sweeper.search._searcher.SlotLimiter = closing_trials_limiter(spec.search.num_trials, overrides["closing_trials"])

@@ -241,3 +241,26 @@ def test_under_a_cap_ranking_by_the_extrapolated_curve_promotes_the_trial_still_
     trials = [[(1, 1.95), (2, 1.9), (4, 1.85)], [(1, 2.6), (2, 2.0), (4, 1.4)]]
     assert capped_promotion(trials, 2, 4, 2, cap=100) == 1.85
     assert capped_promotion(trials, 2, 4, 2, cap=100, rank_by=extrapolated_loss) == 1.4
+
+
+def test_every_sweeper_method_builds_a_spec_the_current_schema_accepts():
+    # Each METHODS entry's overrides, as run_sweeper merges them, validated without a sweep:
+    # an entry whose keys the schema no longer has fails here, not an hour into a benchmark.
+    import inspect
+    from pathlib import Path
+
+    import optuna
+
+    from benchmarks.common import REPO, bench_spec
+    from benchmarks.search_quality import METHODS, SPACES, Settings, sweep_sections
+
+    data = REPO / "data" / "sft"
+    settings = Settings(27, 243, 9, 3, (data / "train.jsonl", data / "eval.jsonl", Path("builtin:tiny-llama")), SPACES["upper_lr"], 27, 1.0)
+    tpe = set(inspect.signature(optuna.samplers.TPESampler).parameters) | {"rung_model"}
+    for name, overrides in METHODS.items():
+        if overrides is None:
+            continue  # run in this process: random search, the Optuna loop
+        spec = bench_spec(f"bench-sq-{name}-0", **sweep_sections(settings, 0, name))
+        assert set(overrides.get("sampler", {})) <= tpe, name
+        if "budget_share" in overrides:
+            assert spec.search.num_trials is None and spec.budget.max_steps == round(overrides["budget_share"] * 27 * 243), name
