@@ -29,8 +29,8 @@ Massively Parallel Hyperparameter Tuning", MLSys 2020, Algorithm 2):
 - An unranked trial goes on from every rung without being ranked there, to max_steps:
   a repeat (a warm start's config that trains the very run an earlier sweep completed,
   sweeper/search/_warm_start.py: its full-length result is known, and ranking it on an early
-  evaluation could prune the earlier best for a rival that leads early and ends worse), and the
-  sweep's first `early_stopping.startup_trials` trials (full-length results for the
+  evaluation could prune the earlier best for a rival that leads early and ends worse),
+  and the sweep's first `early_stopping.startup_trials` trials (full-length results for the
   search to learn from before early ranks decide, as Optuna's MedianPruner lets its
   first trials finish). The other trials' rungs are those of a sweep without them; each
   adds its own steps to max_steps to the rung arithmetic.

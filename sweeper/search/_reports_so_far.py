@@ -4,8 +4,9 @@ Optuna's TPE models only finished trials (COMPLETE, PRUNED) and stays random unt
 `n_startup_trials` of them exist. Under ASHA by promotion most trials are neither: a trial
 waiting at a rung is RUNNING in the study, and in a sweep that runs until a budget cap (no
 num_trials) no rung closes, so none is pruned before the cap: TPE would draw the sweep's
-trials as random search does until the cap. Such a trial's evaluations so far are the same evidence a pruned trial's are, and TPE already ranks pruned
-trials by the step they reached, then by their last value.
+trials as random search does until the cap. Such a trial's evaluations so far are the
+same evidence a pruned trial's are, and TPE already ranks pruned trials by the step they
+reached, then by their last value.
 
 So the sampler TPE is wrapped in hands it, at each suggestion, a read-only view of the
 study (`ReportsSoFar`, an Optuna `BaseStorage`): the finished trials as they are, and every

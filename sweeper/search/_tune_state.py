@@ -14,8 +14,8 @@ Trials a resumed sweep restores are added before the first step: the save waits 
 step, so it never holds part of them.
 
 A save writes every trial's state, so its cost grows with the sweep (benchmarks/load.py
-measures it). These saves may take at most `SAVE_SHARE` of
-the driver's time, as Tune's own period keeps its saves at 5%: a sweep of trials that
+measures it). These saves may take at most `SAVE_SHARE` of the driver's time, as Tune's
+own period keeps its saves at 5%: a sweep of trials that
 last minutes saves before each one; one of thousands of trials of a second or two saves
 as often as that share allows, each save holding every trial added since the last.
 """
