@@ -817,11 +817,8 @@ def extrapolated_loss(history: list[tuple[int, float]], rung: int, max_steps: in
     points = [(math.log(step), value) for step, value in history if step <= rung]
     if len(points) < 2:
         return dict(history)[rung]
-    mean_x = statistics.fmean(x for x, _ in points)
-    mean_y = statistics.fmean(y for _, y in points)
-    slope = (sum((x - mean_x) * (y - mean_y) for x, y in points)
-             / sum((x - mean_x) ** 2 for x, _ in points))
-    return mean_y + slope * (math.log(max_steps) - mean_x)
+    slope, intercept = statistics.linear_regression(*zip(*points))
+    return intercept + slope * math.log(max_steps)
 
 
 def adaptive_promotion(
