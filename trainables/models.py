@@ -4,7 +4,11 @@ quickstart exercises what a real sweep of a hub model runs."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import logging
+import sys
 from pathlib import Path
 
 import torch
@@ -22,6 +26,8 @@ __all__ = [
 ]
 DEFAULT_CACHE_ROOT = CACHE_ROOT
 
+logger = logging.getLogger(__name__)
+
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
@@ -33,8 +39,29 @@ def resolve_model_source(name_or_path: str, cache_root: Path = DEFAULT_CACHE_ROO
     target = Path(cache_root) / f"tiny-llama-v{tiny.VERSION}"
     with FileLock(str(target) + ".lock"):
         if not (target / "config.json").is_file():
-            tiny.build(target)
+            with _printed_to_log():
+                tiny.build(target)
     return str(target)
+
+
+@contextlib.contextmanager
+def _printed_to_log():
+    """What the libraries print to the terminal while the block runs, as this module's log
+    records instead (a sweep's driver keeps them in driver.log). Saving a model imports
+    DeepSpeed where it is installed (accelerate unwraps the model first), and DeepSpeed's
+    logger prints its accelerator note to stdout as it loads; a logger handler made
+    inside the block is pointed back at the real stdout afterwards, so that its later
+    records are not lost."""
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+        yield
+    loggers = [v for v in logging.root.manager.loggerDict.values() if isinstance(v, logging.Logger)]
+    for handler in (h for each in loggers for h in each.handlers):
+        if isinstance(handler, logging.StreamHandler) and handler.stream is printed:
+            handler.setStream(sys.stdout)
+    for line in printed.getvalue().splitlines():
+        if line.strip():
+            logger.info("%s", line)
 
 
 def adapter_base(source: str) -> str | None:

@@ -67,3 +67,35 @@ def test_sweep_start_prints_the_forecast_in_one_line_and_logs_its_detail(tmp_pat
     logged = [record.getMessage() for record in caplog.records]
     assert any(message.startswith("Step budget by rung") for message in logged)
     assert any(message.startswith("Expected:") for message in logged)
+
+
+def test_what_the_libraries_print_while_the_tiny_model_is_built_goes_to_the_log(tmp_path, capsys, monkeypatch):
+    """The first run builds the tiny model in the driver; saving it imports DeepSpeed, whose
+    logger prints an accelerator note on stdout as it loads. That note, and any progress
+    bar, belong in driver.log; a handler the library made meanwhile still prints later."""
+    import sys
+
+    from trainables import models
+
+    made = logging.getLogger("a.library.made.while.building")
+
+    def build(target):
+        handler = logging.StreamHandler(sys.stdout)  # as DeepSpeed's logger makes its handler
+        made.addHandler(handler)
+        made.propagate = False
+        made.warning("Setting accelerator to CPU")
+        print("Writing model shards: 100%", file=sys.stderr)
+        (target / "config.json").parent.mkdir(parents=True)
+        (target / "config.json").write_text("{}")
+
+    monkeypatch.setattr(models.tiny, "build", build)
+    with DriverLog():
+        driver_log.write_to(tmp_path / "driver.log")
+        models.resolve_model_source(models.BUILTIN_TINY_MODEL, tmp_path / "cache")
+    seen = capsys.readouterr()
+    assert seen.out == "" and seen.err == ""
+    written = (tmp_path / "driver.log").read_text()
+    assert "Setting accelerator to CPU" in written and "Writing model shards" in written
+    made.warning("a later note")
+    assert "a later note" in capsys.readouterr().out
+    made.handlers.clear()
