@@ -22,7 +22,6 @@ from the sweep's book to its end, after Ray start and data preparation); dollars
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import subprocess
 import sys
@@ -67,8 +66,6 @@ def one_run(sweep: str) -> dict:
     raw.setdefault("tracking", {})["uri"] = f"sqlite:///{folder}/mlflow.db"
     # What `sweep plan` forecasts for the sweep, here and now, before it runs (without its caps).
     planned = plan_forecast({k: v for k, v in raw.items() if k != "budget"}, path.parent)
-    # The same, its calibration one task alone instead of beside the neighbours a trial has.
-    alone = plan_forecast({k: v for k, v in raw.items() if k != "budget"}, path.parent, alone=True)
     if raw.get("budget", {}).get("max_usd") == HALF_THE_PLAN:
         raw["budget"]["max_usd"] = planned.expected.usd / 2
     spec = validate_spec(raw, base_dir=path.parent)
@@ -89,8 +86,6 @@ def one_run(sweep: str) -> dict:
         "forecast_usd": metrics["forecast_expected_usd"],
         "plan_wall_seconds": planned.expected.wall_seconds,
         "plan_usd": planned.expected.usd,
-        "alone_wall_seconds": alone.expected.wall_seconds,
-        "alone_usd": alone.expected.usd,
         "actual_usd": metrics["cost_usd_total"],
         "step_seconds": float(params["forecast_step_seconds"]),
         "eval_seconds": float(params["forecast_eval_seconds"]),
@@ -102,22 +97,18 @@ def one_run(sweep: str) -> dict:
     }
 
 
-def plan_forecast(raw: dict, yaml_folder: Path, alone: bool = False):
-    """The forecast `sweep plan` makes for the sweep `raw`, calibrated on a local cluster
-    (`alone`: its calibration one Ray task, not one per worker that shares a node)."""
-    from unittest import mock
-
+def plan_forecast(raw: dict, yaml_folder: Path):
+    """The forecast `sweep plan` makes for the sweep `raw`, calibrated on a local cluster."""
     import yaml
 
-    from sweeper.plan import _sweep_plan, load_checked_spec, plan_sweep
+    from sweeper.plan import load_checked_spec, plan_sweep
 
     # Written outside the sweep's folder (a YAML there reads as an existing sweep), so the
     # data files' relative paths are made absolute.
     files = {key: str((yaml_folder / raw["data"][key]).resolve()) for key in ("train", "eval") if key in raw["data"]}
     path = Path(tempfile.mkdtemp(prefix="sweeper-forecast-plan-")) / "plan.yaml"
     path.write_text(yaml.safe_dump({**raw, "data": {**raw["data"], **files}}))
-    with mock.patch.object(_sweep_plan, "workers_on_a_node", lambda *_: 1) if alone else contextlib.nullcontext():
-        return plan_sweep(load_checked_spec(path), path, address=None, calibrate=True, console=Console(quiet=True))
+    return plan_sweep(load_checked_spec(path), path, address=None, calibrate=True, console=Console(quiet=True))
 
 
 def live_estimates(client, run_id: str, actual_wall: float, actual_usd: float) -> list[dict]:
@@ -216,9 +207,7 @@ def main() -> None:
         if "plan_usd" in row and not row.get("cap_usd"):  # a capped sweep spends less than the plan by design
             print(
                 f"  sweep plan before it: wall {row['plan_wall_seconds']:.1f} s ({_error(row, 'wall_seconds', 'plan')}), "
-                f"USD {row['plan_usd']:.6f} ({_error(row, 'usd', 'plan')}); its calibration one task alone: wall "
-                f"{row['alone_wall_seconds']:.1f} s ({_error(row, 'wall_seconds', 'alone')}), USD {row['alone_usd']:.6f} "
-                f"({_error(row, 'usd', 'alone')})",
+                f"USD {row['plan_usd']:.6f} ({_error(row, 'usd', 'plan')})",
                 flush=True,
             )
         if row.get("cap_usd"):

@@ -1,9 +1,7 @@
 """Calibration: the costliest config's step, evaluation and generation time measured where
-the sweep's trials run, in Ray tasks that each hold one trial worker's resources
-(`resources.cpus_per_worker`, `gpus_per_worker`), as many at once as the sweep runs
-workers on a node, so that each is timed beside the neighbours a trial will have (other
-trials on the same cores or the same GPU): a GPU sweep is timed on GPUs of its cluster,
-and the driver never trains or touches CUDA. The costliest config takes the
+the sweep's trials run, in a Ray task that holds one trial worker's resources
+(`resources.cpus_per_worker`, `gpus_per_worker`): a GPU sweep is timed on a GPU of its
+cluster, and the driver never trains or touches CUDA. The costliest config takes the
 highest value of every searched parameter that makes a step dearer (LoRA rank, batch size,
 gradient accumulation; among searched trl methods, one with a reference model). The
 training loop is called through `run_training`.
@@ -26,7 +24,7 @@ from trainables.metrics import GENERATION_SECONDS, TOKENS_PER_SECOND, TRAIN_SECO
 # Without a logging handler, Python prints bitsandbytes' import-time note to the terminal.
 logging.getLogger("bitsandbytes").addHandler(logging.NullHandler())
 
-__all__ = ["Calibration", "calibrate", "costliest_overrides", "run_training", "measure", "mean_timing", "COST_PARAMETERS"]
+__all__ = ["Calibration", "calibrate", "costliest_overrides", "run_training", "measure", "COST_PARAMETERS"]
 
 # Steps in each of the two intervals (warm-up, measured).
 MEASURED_STEPS = 5
@@ -166,13 +164,10 @@ def _measure_in_task(spec_json: dict, data: dict, model_source: str) -> tuple[Tr
         return measure(spec, data, model_source, started_at=started_at), os.getpid()
 
 
-def calibrate(spec: SweepSpec, data: dict, model_source: str, copies: int = 1) -> Calibration:
-    """Time the costliest configuration in Ray tasks with one trial worker's resources
-    (Ray initialised: a local cluster or one joined): `copies` of them at once, as many as
-    the sweep runs Train workers at once on a node (`SweepPlan.workers_on_a_node`), so that
-    each step, evaluation and start is timed beside the neighbours a trial's has; the
-    timing is their mean. A trial of several workers evaluates a share of the eval split
-    on each: the evaluation is that share's."""
+def calibrate(spec: SweepSpec, data: dict, model_source: str) -> Calibration:
+    """Time the costliest configuration in a Ray task with one trial worker's resources
+    (Ray initialised: a local cluster or one joined). A trial of several workers
+    evaluates a share of the eval split on each: the evaluation is that share's."""
     import ray
 
     started = time.time()
@@ -183,9 +178,8 @@ def calibrate(spec: SweepSpec, data: dict, model_source: str, copies: int = 1) -
     task = ray.remote(num_cpus=resources.cpus_per_worker, num_gpus=resources.gpus_per_worker or 0, max_retries=0)(
         _measure_in_task
     )
-    spec_json, data_ref = spec.model_dump(mode="json"), ray.put(data)
     try:
-        measured = ray.get([task.remote(spec_json, data_ref, model_source) for _ in range(max(1, copies))])
+        timing, pid = ray.get(task.remote(spec.model_dump(mode="json"), data, model_source))
     except ray.exceptions.RayTaskError as error:
         # The loop's own error (an input error is one keyed line), not the task's wrapper.
         raise (error.cause if isinstance(error.cause, Exception) else error) from None
@@ -193,22 +187,7 @@ def calibrate(spec: SweepSpec, data: dict, model_source: str, copies: int = 1) -
     config = ", ".join(f"{k}={v}" for k, v in overrides.items()) or "the YAML's config"
     source = f"calibrated at {config}: {MEASURED_STEPS} steps after {MEASURED_STEPS} warm-up"
     source += " in a Ray task with one worker's resources"
-    if len(measured) > 1:
-        source += f", {len(measured)} at once as the trials share a node (their mean)"
     if workers > 1:
         source += f" (one worker of {workers}; their communication not included)"
-    timing = mean_timing([timing for timing, _ in measured])
     timing = replace(timing, eval_seconds=timing.eval_seconds / workers, source=source)
-    return Calibration(timing, time.time() - started, measured[0][1])
-
-
-def mean_timing(timings: list[TrialTiming]) -> TrialTiming:
-    """The mean of each figure of `timings` (the first's source and prompts)."""
-
-    def mean(name: str) -> float:
-        return sum(getattr(t, name) for t in timings) / len(timings)
-
-    return replace(
-        timings[0], step_seconds=mean("step_seconds"), eval_seconds=mean("eval_seconds"),
-        setup_seconds=mean("setup_seconds"), generation_seconds=mean("generation_seconds"),
-    )
+    return Calibration(timing, time.time() - started, pid)

@@ -28,7 +28,7 @@ def sweep_forecast(plan: SweepPlan, inputs: SweepInputs | None) -> Forecast:
     if inputs is not None:
         from sweeper.plan._calibrate import calibrate
 
-        calibration = calibrate(spec, inputs.data, inputs.model_source, copies=plan.workers_on_a_node)
+        calibration = calibrate(spec, inputs.data, inputs.model_source)
         forecast = forecast_sweep(plan, calibration.timing)
         forecast.notes.append(f"Calibration took {calibration.seconds:.1f} s")
         return forecast

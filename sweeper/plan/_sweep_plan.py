@@ -60,9 +60,6 @@ class SweepPlan:
     concurrent_trials: int
     cluster_slots: int
     rungs: list[int]
-    # The most of the sweep's Train workers at once on one node (its largest): what a
-    # trial's steps and start share a node with, and so what the calibration runs beside.
-    workers_on_a_node: int = 1
 
     @property
     def trials(self) -> int | None:
@@ -151,23 +148,7 @@ def make_plan(spec: SweepSpec, cluster: ClusterResources) -> SweepPlan:
     slots = concurrency_limit(trial, cluster)
     requested = spec.search.max_concurrent_trials or slots
     concurrent = max(1, min(requested, slots, most_trials(spec) or slots))
-    return SweepPlan(spec=spec, trial_resources=trial, concurrent_trials=concurrent, cluster_slots=slots,
-                     rungs=plan_rungs(spec), workers_on_a_node=workers_on_a_node(trial, cluster, concurrent))
-
-
-def workers_on_a_node(trial: TrialResources, cluster: ClusterResources, concurrent_trials: int) -> int:
-    """The most Train workers of `concurrent_trials` trials that fit at once on the
-    cluster's largest node.
-
-    >>> workers_on_a_node(TrialResources(1, 1.0, 0.0), ClusterResources(8, 0, 2, 0), 8)
-    2
-    >>> workers_on_a_node(TrialResources(2, 4.0, 1.0), ClusterResources(64, 8, 32, 4), 2)
-    4
-    """
-    fit = math.floor(cluster.max_node_cpus / trial.cpus_per_worker + 1e-9) if trial.cpus_per_worker else trial.workers
-    if trial.gpus_per_worker:
-        fit = min(fit, math.floor(cluster.max_node_gpus / trial.gpus_per_worker + 1e-9))
-    return max(1, min(fit, concurrent_trials * trial.workers))
+    return SweepPlan(spec=spec, trial_resources=trial, concurrent_trials=concurrent, cluster_slots=slots, rungs=plan_rungs(spec))
 
 
 def plan_rungs(spec: SweepSpec) -> list[int]:

@@ -157,36 +157,6 @@ def test_costliest_config_takes_the_highest_cost_parameters():
     assert costliest_overrides(spec) == {"lora.r": 16, "training.per_device_batch_size": 8}
 
 
-@pytest.mark.parametrize(
-    ("resources", "cluster", "expected"),
-    [
-        # Two one-CPU trials on a 2-core machine: each step is timed beside the other.
-        ({"cpus_per_worker": 1}, ClusterResources(cpus=2, gpus=0, max_node_cpus=2, max_node_gpus=0), 2),
-        # One trial a GPU on two 4-GPU nodes: four share the largest node.
-        ({"use_gpu": True, "gpus_per_worker": 1, "cpus_per_worker": 2},
-         ClusterResources(cpus=32, gpus=8, max_node_cpus=16, max_node_gpus=4), 4),
-        # Four trials packed on one GPU share it.
-        ({"use_gpu": True, "gpus_per_worker": 0.25, "cpus_per_worker": 1},
-         ClusterResources(cpus=8, gpus=1, max_node_cpus=8, max_node_gpus=1), 4),
-        # search.max_concurrent_trials 1: the trial runs alone.
-        ({"cpus_per_worker": 1}, ClusterResources(cpus=8, gpus=0, max_node_cpus=8, max_node_gpus=0), 1),
-    ],
-)
-def test_the_calibration_runs_beside_as_many_workers_as_share_a_node_in_the_sweep(resources, cluster, expected):
-    search = {"max_concurrent_trials": 1} if expected == 1 else {}
-    plan = make_plan(spec_of(resources=resources, search=search), cluster)
-    assert plan.workers_on_a_node == expected
-
-
-def test_the_calibrations_copies_give_their_mean_timing():
-    timings = [TrialTiming(0.010, 0.10, 5.0, "calibrated", 1.0, 3), TrialTiming(0.014, 0.14, 7.0, "other", 3.0, 3)]
-    mean = calibration.mean_timing(timings)
-    assert (mean.step_seconds, mean.eval_seconds, mean.setup_seconds, mean.generation_seconds) == pytest.approx(
-        (0.012, 0.12, 6.0, 2.0)
-    )
-    assert (mean.source, mean.generation_prompts) == ("calibrated", 3)
-
-
 def test_measure_times_the_second_interval_of_steps_in_a_row_from_a_common_start(monkeypatch):
     """Two intervals of MEASURED_STEPS steps: the first warms up; the second's training
     time / steps is the step, the rest of the gap the evaluation."""
