@@ -15,7 +15,8 @@ Ray Train (a trial's TorchTrainer, sweeper/run/_trial.py):
   workers in the dashboard: Train creates them from a private class with no option for
   a Repr. Fallback: `PublicTorchTrainer` (Train's `fit()`, no actor reuse, reports through
   Ray's `TuneReportCallback`); a stopped trial's workers then free their resources only
-  once Tune has ended its actor.
+  once Tune has ended its actor, and the trial, not Train's controller, retries a run whose
+  workers failed (sweeper/run/_trial.py says why).
 - `workers_never_started(error)`: Train's `WorkerGroupStartupTimeoutError`, not exported;
   the trial names the resources it waited for. Fallback: False (Train's own message).
 - `tune_trial_number`: a trial's number, from Tune's experiment tag ("<n>_<params>").

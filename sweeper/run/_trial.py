@@ -21,7 +21,12 @@ worker start timeout (`worker_start_timeout`) fail the trial with `WorkersNotPla
 which names what the workers asked for and what the cluster had free. Ray Train does not
 retry that start (its `controller_failure_limit` is 0 here, where Ray's default retries
 without end); a run whose workers failed while training is retried from its checkpoint up
-to `search.max_failures` times.
+to `search.max_failures` times. On the public path the trial, not Train's controller, does
+that retry (`retry_run`): Tune ends a stopped trial by removing the placement group its
+actor and the controller run in, the workers die with their owner while the controller's
+process is still exiting, and a controller allowed to retry would start a worker group in
+a new placement group that nothing removes (Train's cleaner knows only the groups of
+started worker groups), holding the workers' CPUs until the sweep ends.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ import time
 from pathlib import Path
 
 from ray import tune
-from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig, WorkerGroupError
 from ray.train.v2.api.callback import UserCallback
 from ray.tune.integration.ray_train import TuneReportCallback
 
@@ -157,43 +162,74 @@ def run_trial(
     if resources.gpus_per_worker:
         per_worker["GPU"] = resources.gpus_per_worker
     in_trial_thread = ray_adapter.reports_in_trial_thread()
-    trainer = ray_adapter.TrialTrainer(
-        train_loop_per_worker=train_loop,
-        train_loop_config={
-            "trial": trial,
-            "data": data,
-            "cache_root": cache_root,
-            "started_at": started_at,
-            # For the reason of a trial that runs out of memory even at half its micro-batch.
-            "memory_forecast_gib": trial_forecast_gib(trial),
-        },
-        scaling_config=ScalingConfig(
-            num_workers=resources.workers_per_trial, use_gpu=resources.use_gpu, resources_per_worker=per_worker
-        ),
-        run_config=RunConfig(
-            name=tune.get_context().get_trial_id(),
-            storage_path=storage_path,
-            storage_filesystem=storage_filesystem,
-            worker_runtime_env=worker_runtime_env(resources),
-            callbacks=[ReportToTune() if in_trial_thread else ReportToTuneThroughQueue()],
-            checkpoint_config=CheckpointConfig(num_to_keep=1),
-            # Ray Train restarts the worker group from the latest checkpoint; a worker
-            # group that cannot start is not retried (the timeout above is the bound).
-            failure_config=FailureConfig(max_failures=max_failures, controller_failure_limit=0),
-        ),
-    )
+
+    def trainer(restarts: int):
+        return ray_adapter.TrialTrainer(
+            train_loop_per_worker=train_loop,
+            train_loop_config={
+                "trial": trial,
+                "data": data,
+                "cache_root": cache_root,
+                "started_at": started_at,
+                # For the reason of a trial that runs out of memory even at half its micro-batch.
+                "memory_forecast_gib": trial_forecast_gib(trial),
+            },
+            scaling_config=ScalingConfig(
+                num_workers=resources.workers_per_trial, use_gpu=resources.use_gpu, resources_per_worker=per_worker
+            ),
+            run_config=RunConfig(
+                name=tune.get_context().get_trial_id(),
+                storage_path=storage_path,
+                storage_filesystem=storage_filesystem,
+                worker_runtime_env=worker_runtime_env(resources),
+                callbacks=[ReportToTune() if in_trial_thread else ReportToTuneThroughQueue(restarts)],
+                checkpoint_config=CheckpointConfig(num_to_keep=1),
+                # Ray Train restarts the worker group from the latest checkpoint (on the
+                # public path the trial starts a new run instead: retry_run); a worker group
+                # that cannot start is not retried (the timeout above is the bound).
+                failure_config=FailureConfig(
+                    max_failures=max_failures if in_trial_thread else 0, controller_failure_limit=0
+                ),
+            ),
+        )
+
     os.environ[WORKER_START_TIMEOUT_ENV] = f"{worker_start_timeout_s:g}"
-    try:
-        # The dashboard shows the trial's name (sweep and trial number) as its workers' Repr.
-        trainer.fit_until(tune_stop_event(), worker_repr=tune.get_context().get_trial_name())
-    except Exception as error:
-        if not workers_never_started(error):
-            raise
-        raise WorkersNotPlaced(
-            f"its {resources.workers_per_trial} worker(s) of {resources_text(per_worker)} each were not placed "
-            f"within {worker_start_timeout_s:g} s (resources.worker_start_timeout_s); the cluster had free: "
-            f"{free_resources_text()}"
-        ) from error
+    restarts = 0
+    while True:
+        try:
+            # The dashboard shows the trial's name (sweep and trial number) as its workers' Repr.
+            trainer(restarts).fit_until(tune_stop_event(), worker_repr=tune.get_context().get_trial_name())
+            return
+        except Exception as error:
+            if workers_never_started(error):
+                raise WorkersNotPlaced(
+                    f"its {resources.workers_per_trial} worker(s) of {resources_text(per_worker)} each were not "
+                    f"placed within {worker_start_timeout_s:g} s (resources.worker_start_timeout_s); the cluster "
+                    f"had free: {free_resources_text()}"
+                ) from error
+            if in_trial_thread or not retry_run(error, restarts, max_failures, tune_ended_this_trial):
+                raise
+            restarts += 1
+            logger.warning("trial %s: its workers failed (%s); run %d of at most %d starts from its last checkpoint",
+                           tune.get_context().get_trial_name(), error, restarts + 1, max_failures + 1)
+
+
+def retry_run(error: BaseException, restarts: int, max_failures: int, trial_ended) -> bool:
+    """Whether a trial on ray_adapter's public path starts its Train run again after `error`
+    (a new run of the same name, which resumes from the run's latest checkpoint): when its
+    workers failed (Train's WorkerGroupError), fewer than `max_failures` restarts ago, and
+    `trial_ended()` says Tune has not ended the trial meanwhile."""
+    return isinstance(error, WorkerGroupError) and restarts < max_failures and not trial_ended()
+
+
+def tune_ended_this_trial() -> bool:
+    """Whether Tune has ended the calling trial: the placement group Tune placed the trial's
+    actor in is removed (Tune removes it as it ends the trial's actor). False outside one."""
+    import ray
+    from ray.util.placement_group import placement_group_table
+
+    group = ray.util.get_current_placement_group()
+    return group is not None and (placement_group_table(group) or {}).get("state") == "REMOVED"
 
 
 class ReportToTune(UserCallback):
@@ -206,8 +242,8 @@ class ReportToTune(UserCallback):
     (StoppableTorchTrainer), so this is a plain `tune.report`; Ray's TuneReportCallback
     instead passes reports through a queue actor, a process per trial."""
 
-    def __init__(self) -> None:
-        self.worker_failures = 0
+    def __init__(self, worker_failures: int = 0) -> None:
+        self.worker_failures = worker_failures
 
     def after_exception(self, run_context, worker_exceptions) -> None:
         # Called once per failed poll of the worker group; Train then retries (or, past
@@ -238,11 +274,12 @@ def tune_result(metrics: list[dict], checkpoint, worker_failures: int) -> dict |
 
 class ReportToTuneThroughQueue(ReportToTune, TuneReportCallback):
     """ReportToTune for a controller in an actor of its own (ray_adapter's public path):
-    Ray's TuneReportCallback carries the same result to the trial."""
+    Ray's TuneReportCallback carries the same result to the trial. `worker_failures`: the
+    trial's restarts of its Train run so far (run_trial starts a new run after a failure)."""
 
-    def __init__(self) -> None:
+    def __init__(self, worker_failures: int = 0) -> None:
         TuneReportCallback.__init__(self)
-        ReportToTune.__init__(self)
+        ReportToTune.__init__(self, worker_failures)
 
     def deliver(self, run_context, result: dict) -> None:
         TuneReportCallback.after_report(self, run_context, [result], None)

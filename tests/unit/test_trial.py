@@ -67,3 +67,26 @@ def test_a_cpu_trials_workers_see_no_gpu_and_a_gpu_trials_keep_rays():
 
     assert worker_runtime_env(ResourcesSpec(use_gpu=False)) == {"env_vars": {"CUDA_VISIBLE_DEVICES": ""}}
     assert worker_runtime_env(ResourcesSpec(use_gpu=True, gpus_per_worker=1)) == {}
+
+
+def test_on_the_public_path_a_trial_restarts_its_run_only_after_a_worker_failure_while_tune_keeps_it():
+    from ray.train import ControllerError, WorkerGroupError
+
+    from sweeper.run._trial import retry_run
+
+    workers_failed = WorkerGroupError("training failed", {0: RuntimeError("node lost")})
+    running, ended = (lambda: False), (lambda: True)
+    assert retry_run(workers_failed, restarts=0, max_failures=1, trial_ended=running)
+    assert not retry_run(workers_failed, restarts=1, max_failures=1, trial_ended=running)  # retries spent
+    assert not retry_run(workers_failed, restarts=0, max_failures=0, trial_ended=running)
+    # Tune ended the trial (its placement group removed): the failure is that ending, no new run.
+    assert not retry_run(workers_failed, restarts=0, max_failures=1, trial_ended=ended)
+    assert not retry_run(ControllerError(RuntimeError("controller")), restarts=0, max_failures=1, trial_ended=running)
+    assert not retry_run(RuntimeError("the trial's own error"), restarts=0, max_failures=1, trial_ended=running)
+
+
+def test_a_restarted_runs_reports_carry_the_restarts_before_it(monkeypatch):
+    reported = []
+    monkeypatch.setattr(sweeper.run._trial.tune, "report", reported.append)
+    ReportToTune(worker_failures=1).after_report(None, [{"step": 20}], None)
+    assert reported == [{"step": 20, "restarts": 1}]
