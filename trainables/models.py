@@ -51,17 +51,20 @@ def _printed_to_log():
     DeepSpeed where it is installed (accelerate unwraps the model first), and DeepSpeed's
     logger prints its accelerator note to stdout as it loads; a logger handler made
     inside the block is pointed back at the real stdout afterwards, so that its later
-    records are not lost."""
+    records are not lost. A build that fails leaves its printed lines in the log too:
+    they may say why."""
     printed = io.StringIO()
-    with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
-        yield
-    loggers = [v for v in logging.root.manager.loggerDict.values() if isinstance(v, logging.Logger)]
-    for handler in (h for each in loggers for h in each.handlers):
-        if isinstance(handler, logging.StreamHandler) and handler.stream is printed:
-            handler.setStream(sys.stdout)
-    for line in printed.getvalue().splitlines():
-        if line.strip():
-            logger.info("%s", line)
+    try:
+        with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+            yield
+    finally:
+        named = [v for v in logging.root.manager.loggerDict.values() if isinstance(v, logging.Logger)]
+        for handler in (h for each in [logging.root, *named] for h in each.handlers):
+            if isinstance(handler, logging.StreamHandler) and handler.stream is printed:
+                handler.setStream(sys.stdout)
+        for line in printed.getvalue().splitlines():
+            if line.strip():
+                logger.info("%s", line)
 
 
 def adapter_base(source: str) -> str | None:
