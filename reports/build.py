@@ -193,9 +193,9 @@ def forecast_rows(totals: dict) -> list[tuple[str, str]]:
     a budget cap cut; none for a sweep without them."""
     rows = []
     if "forecast_expected_usd" in totals:
-        rows.append(("forecast cost (expected / worst case)",
+        rows.append(("forecast cost (expected / without early stopping)",
                      f"{usd(totals['forecast_expected_usd'])} / {usd(totals.get('forecast_worst_usd'))}"))
-        rows.append(("forecast wall time (s, expected / worst case)",
+        rows.append(("forecast wall time (s, expected / without early stopping)",
                      f"{number(totals['forecast_expected_wall_seconds'])} / {number(totals.get('forecast_worst_wall_seconds'))}"))
     stopped, not_started = totals.get("budget_trials_stopped", 0), totals.get("budget_trials_not_started", 0)
     if stopped or not_started:

@@ -69,12 +69,15 @@ def budget_lines(budget: BudgetSpec, forecast: Forecast) -> list[str]:
         )
     for key, cap in budget.caps().items():
         expected, worst = forecast.uncapped.value(key), forecast.worst.value(key)
+        # Either case may be the larger (sweeper/plan/_forecast.py): the sweep fits whole
+        # only where both do.
         verdict = (
-            "the whole sweep fits" if worst <= cap
-            else "the expected sweep fits; without pruning it would be cut" if expected <= cap
+            "the whole sweep fits" if max(expected, worst) <= cap
+            else "the expected sweep fits; without early stopping it would be cut" if expected <= cap
             else "the sweep is expected to be cut by it"
         )
         lines.append(
-            f"Budget {key}: {cap:g} {CAPS[key]} against {expected:.4g} expected, {worst:.4g} worst case: {verdict}"
+            f"Budget {key}: {cap:g} {CAPS[key]} against {expected:.4g} expected, "
+            f"{worst:.4g} without early stopping: {verdict}"
         )
     return lines

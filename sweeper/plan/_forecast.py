@@ -1,10 +1,12 @@
 """Forecast: what a sweep will cost before it starts, by the cost model of the design. Pure:
 a plan (its rung ladder, slots, per-trial resources) and one trial timing (the costliest
-config's seconds per step, per evaluation, per Train run's start) become the expected and
-the worst case in wall time, accelerator-hours and dollars.
+config's seconds per step, per evaluation, per Train run's start) become the expected case
+and the case without early stopping in wall time, accelerator-hours and dollars.
 
 - Expected: the steps of the rung ladder (`SweepPlan.ladder`), a start for each Train run.
-- Worst case: every trial to `training.max_steps`.
+- Without early stopping ("worst" in the fields): every trial to `training.max_steps` in one
+  run. Not always the larger: under ASHA by promotion each promoted trial starts a Train
+  run again, so where starts cost more than the steps pruning saves, the expected case is.
 - Wall time: the trials' seconds shared among the slots, never less than one trial's own
   climb of the ladder.
 - Price: accelerator-seconds x the price per accelerator-hour (`sweeper.cost.Rate`).
@@ -211,7 +213,8 @@ def most_trials_within(caps: dict[str, float], scenario_for) -> tuple[int, str |
 
 
 def forecast_sweep(plan: SweepPlan, timing: TrialTiming) -> Forecast:
-    """The expected and worst case of the sweep `plan` at `timing` (the costliest config's)."""
+    """The expected case and the case without early stopping of the sweep `plan` at
+    `timing` (the costliest config's)."""
     spec = plan.spec
     caps = spec.budget.caps() if spec.budget else {}
     bought = binding = None
@@ -283,7 +286,7 @@ def forecast_lines(forecast: Forecast, unit: str) -> list[str]:
     if forecast.confirm_trials:
         lines.insert(1, f"Confirmation (search.confirm): {forecast.confirm_trials} trial(s) (top x seeds) to max_steps "
                         "after the search, counted in the steps above and the cases below")
-    for label, s in ((label, expected), ("Worst case (no pruning)", forecast.worst)):
+    for label, s in ((label, expected), ("Without early stopping", forecast.worst)):
         lines.append(f"{label}: {duration(s.wall_seconds)} wall, {s.accelerator_hours:.4g} {unit}, {usd(s.usd)}")
     return lines + forecast.notes
 

@@ -211,7 +211,7 @@ def test_sweep_plan_without_calibration_prints_the_forecast(tmp_path):
     assert result.exit_code == 0, result.output
     # The quickstart's 10 trials, the default screen: one rung at step 10 keeping a quarter.
     assert "10 to step 10, 2 to step 90" in result.output
-    assert "Worst case (no pruning)" in result.output and "throughput model" in result.output
+    assert "Without early stopping:" in result.output and "throughput model" in result.output
 
 
 def test_sweep_plan_of_a_gpu_sweep_sizes_against_the_cluster_address_free():
@@ -225,7 +225,7 @@ def test_report_shows_the_forecast_beside_the_actual_and_the_budget_cut():
 
     rows = dict(forecast_rows({"forecast_expected_usd": 0.5, "forecast_worst_usd": 2.0, "forecast_expected_wall_seconds": 30.0,
                                "forecast_worst_wall_seconds": 90.0, "budget_trials_stopped": 2.0, "budget_trials_not_started": 3.0}))
-    assert rows["forecast cost (expected / worst case)"] == "$0.500000 / $2.00"
+    assert rows["forecast cost (expected / without early stopping)"] == "$0.500000 / $2.00"
     assert rows["cut by the budget"] == "2 running trials stopped, 3 not started"
     assert forecast_rows({"cost_usd_total": 1.0}) == []
 
@@ -279,9 +279,27 @@ def test_a_step_cap_buys_the_most_trials_whose_ladder_fits_it():
     assert forecast.as_params()["forecast_budget_trials"] == "17"
     assert budget_lines(spec.budget, forecast) == [
         "Budget buys: about 17 trials, 1 of them to step 90 (330 training steps); budget.max_steps ends it",
-        "Budget max_steps: 400 training steps against 330 expected, 1530 worst case: the expected sweep fits; "
-        "without pruning it would be cut",
+        "Budget max_steps: 400 training steps against 330 expected, 1530 without early stopping: the expected "
+        "sweep fits; without early stopping it would be cut",
     ]
+
+
+def test_a_cap_between_the_case_without_early_stopping_and_a_larger_expected_case_is_said_to_cut_the_sweep():
+    """Quickstart-like, a minute a Train run's start against 0.1 s a step: the 4 promoted
+    trials' second starts (10 -> 30 -> 90) cost more than pruning saves, so the expected
+    case is the larger, and a cap between the two cuts the expected sweep."""
+    from sweeper.plan._caps import budget_lines
+
+    slow_start = TrialTiming(step_seconds=0.1, eval_seconds=0.5, setup_seconds=60.0, source="test")
+    spec = quickstart_like(budget={"max_usd": 1.0})
+    forecast = forecast_sweep(make_plan(spec, CPU_BOX), slow_start)
+    expected, without = forecast.uncapped.usd, forecast.worst.usd
+    assert expected > without
+    between = spec.model_copy(update={"budget": spec.budget.model_copy(update={"max_usd": (expected + without) / 2})})
+    (line,) = budget_lines(between.budget, forecast)
+    assert line.endswith("the sweep is expected to be cut by it"), line
+    above = spec.budget.model_copy(update={"max_usd": expected * 1.01})
+    assert budget_lines(above, forecast)[0].endswith("the whole sweep fits")
 
 
 def test_the_first_cap_that_binds_ends_what_the_budget_buys():
