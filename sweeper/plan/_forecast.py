@@ -60,7 +60,7 @@ class Forecast:
     ladder: list[tuple[int, int]]  # (step, trials that train to it)
     uncapped: Scenario  # the expected case of all the trials
     expected: Scenario  # the same, cut where a budget cap ends the sweep
-    worst: Scenario
+    worst: Scenario  # every trial to max_steps in one run: without early stopping
     slots: int
     rate: Rate
     cut_by: str | None = None  # the cap that ends the sweep, if one does
