@@ -186,7 +186,7 @@ BUDGET_METHODS.update({name: share for name, (share, _) in PINNED_RUNG_METHODS.i
 # The same caps with TPE fitted as BOHB fits it (`asha_budget50_rung_model` ...: RungModelTPE,
 # below) instead of the default's reports so far: whether the rung's values mislead less
 # when lower rungs are left out of the model.
-RUNG_MODEL_METHODS = {f"{name}_rung_model": share for name, share in list(BUDGET_METHODS.items()) if "grace" not in name}
+RUNG_MODEL_METHODS = {f"{name}_rung_model": share for name, share in BUDGET_METHODS.items() if "grace" not in name}
 METHODS.update({name: {"budget_share": share, "sampler": {"rung_model": True}} for name, share in RUNG_MODEL_METHODS.items()})
 BUDGET_METHODS.update(RUNG_MODEL_METHODS)
 ON_THE_DEFAULTS = {"asha", "asha_stopping", "median", "asha_screen4", "asha_screen4_random", "asha_closing2", *BUDGET_METHODS}

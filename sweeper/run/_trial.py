@@ -163,20 +163,24 @@ def run_trial(
         per_worker["GPU"] = resources.gpus_per_worker
     in_trial_thread = ray_adapter.reports_in_trial_thread()
 
+    train_loop_config = {
+        "trial": trial,
+        "data": data,
+        "cache_root": cache_root,
+        "started_at": started_at,
+        # For the reason of a trial that runs out of memory even at half its micro-batch.
+        "memory_forecast_gib": trial_forecast_gib(trial),
+    }
+    scaling_config = ScalingConfig(
+        num_workers=resources.workers_per_trial, use_gpu=resources.use_gpu, resources_per_worker=per_worker
+    )
+
     def trainer(restarts: int):
+        """The trial's Train run; `restarts`: the runs before it that failed (public path)."""
         return ray_adapter.TrialTrainer(
             train_loop_per_worker=train_loop,
-            train_loop_config={
-                "trial": trial,
-                "data": data,
-                "cache_root": cache_root,
-                "started_at": started_at,
-                # For the reason of a trial that runs out of memory even at half its micro-batch.
-                "memory_forecast_gib": trial_forecast_gib(trial),
-            },
-            scaling_config=ScalingConfig(
-                num_workers=resources.workers_per_trial, use_gpu=resources.use_gpu, resources_per_worker=per_worker
-            ),
+            train_loop_config=train_loop_config,
+            scaling_config=scaling_config,
             run_config=RunConfig(
                 name=tune.get_context().get_trial_id(),
                 storage_path=storage_path,

@@ -295,8 +295,8 @@ def test_a_cap_between_the_case_without_early_stopping_and_a_larger_expected_cas
     forecast = forecast_sweep(make_plan(spec, CPU_BOX), slow_start)
     expected, without = forecast.uncapped.usd, forecast.worst.usd
     assert expected > without
-    between = spec.model_copy(update={"budget": spec.budget.model_copy(update={"max_usd": (expected + without) / 2})})
-    (line,) = budget_lines(between.budget, forecast)
+    between = spec.budget.model_copy(update={"max_usd": (expected + without) / 2})
+    (line,) = budget_lines(between, forecast)
     assert line.endswith("the sweep is expected to be cut by it"), line
     above = spec.budget.model_copy(update={"max_usd": expected * 1.01})
     assert budget_lines(above, forecast)[0].endswith("the whole sweep fits")
