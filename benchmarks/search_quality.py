@@ -15,17 +15,18 @@ at each rung of the ladder (9, 27, 81) and at max_steps (243).
 
 Methods, on the same space and seeds:
 - random: random search, every trial to max_steps (in this process, no Ray); its
-  evaluations give the rank correlations and the replays below;
+  evaluations give the rank correlations;
 - optuna: the loop a user writes by hand, in this process, one trial at a time:
   Optuna TPE (seeded) + MedianPruner(n_warmup_steps=27) (`--loop-warmup`), `trial.report`
   at every evaluation; at least `--trials` trials and until it has trained random
   search's steps (`--loop-share`);
 - the sweeper's schedulers through `sweeper.run.run_sweep` (as `sweep start` runs
   them): `asha` is the sweeper's default (one rung keeping a quarter: step 9 with a trial
-  count), `asha_ladder` the ladder (rungs 9, 27, 81 keeping 1/eta, 4 startup trials),
-  `asha_budget10` ... `asha_budget100` the default with no trial count until a
-  `budget.max_steps` cap of 0.1x, 0.25x, 0.5x and 1x random search's steps (its first
-  rung then at step 27), and candidate settings (see METHODS).
+  count), `asha_ladder` (rungs 9, 27, 81 keeping a third, 4 startup trials) and
+  `asha_keep2_spacing4` (rungs 9, 36, 144 keeping half) the ladders the docs compare it
+  with, `asha_stopping` and `median` the other schedulers, and `asha_budget10` ...
+  `asha_budget100` the default with no trial count until a `budget.max_steps` cap of
+  0.1x, 0.25x, 0.5x and 1x random search's steps (its first rung then at step 27).
 
 The anytime comparison: each method's best-so-far at 0.1x, 0.25x, 0.5x and 1x of random
 search's steps, seed by seed; for each method that trained to 1x, the best at 1x minus
@@ -33,23 +34,17 @@ the best at 0.5x (does more compute buy a better config?); each budget-capped de
 minus the loop at the same steps; the task's headroom (random search's median trial minus
 its best); with `--plot`, the curves.
 
-Defaults: 27 trials of at most 243 steps, evaluated every 9 (the ladder's rungs 9, 27,
-81, eta 3), enough steps after the last rung for the methods to separate.
+Defaults: 27 trials of at most 243 steps, evaluated every 9, enough steps after the
+ladder's last rung (81) for the methods to separate.
 
 Per method: median and spread (min-max) of the best eval loss seen at any evaluation,
 total steps relative to random search, the best found within a quarter of random
 search's steps, steps until the best-so-far first reaches random search's median best,
 wall time; then each sweeper method minus the loop seed by seed (the mean, a bootstrap
-95% interval, better/worse/equal seeds). The replays run rules on random search's
-finished trials, without a sweep per rule: rung placements and Hyperband-style brackets
-(`replay_brackets`), the same in expectation over resampled draws (`resampled_replay`),
-and under each anytime cap (`capped_replay`) the default's rung keeping 1/2 to 1/6, other
-rung placements, the adaptive-rung candidates (`adaptive_promotion`), ranking by the
-extrapolated learning curve (`extrapolated_loss`) and the loop's pruning: what the screen
-alone does there.
+95% interval, better/worse/equal seeds).
 
     python -m benchmarks.search_quality                       # the default methods, 3 seeds, the small task
-    python -m benchmarks.search_quality --task misleading --seeds 0,1 --methods random   # rank correlations, replays
+    python -m benchmarks.search_quality --task misleading --seeds 0,1 --methods random   # rank correlations
     python -m benchmarks.search_quality --task headroom --seeds 0,1,2 \
         --methods random,optuna,asha_budget10,asha_budget25,asha_budget50,asha_budget100 --plot anytime.html
 """
@@ -69,7 +64,6 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import optuna
 from ray.tune import Callback
 
 from benchmarks.common import bench_spec, machine, run_bench_sweep, save_json
@@ -95,74 +89,17 @@ METRIC = "eval_loss"
 # first quarter), which compares the methods at equal steps.
 TARGET_SHARE = 0.25
 
-# One rung at step 9 keeping a quarter, the rest to max_steps (the candidates asha_screen4*,
-# measured before it became the default; the default's own settings since).
-SCREEN = {"reduction_factor": 4, "rungs": 1, "grace_period": 9, "startup_trials": 0}
-
-# name -> (early_stopping section, search section overrides, sampler override for the
-# candidate settings that are not spec fields). None: a method run in this process. The
-# candidates not in ON_THE_DEFAULTS were measured as changes to the former default's ladder
-# (`Settings.ladder`) and still run on it.
+# name -> the spec sections it sets over the defaults (None: a method run in this process,
+# without the sweeper). `asha_ladder` and `asha_keep2_spacing4` are the ladders
+# docs/concepts/asha.md compares with the default.
 METHODS: dict[str, dict | None] = {
     "random": None,
     "optuna": None,
     "asha": {},  # the sweeper's defaults
-    "asha_ladder": {},  # the default before the screen: Settings.ladder
+    "asha_ladder": {"early_stopping": {"reduction_factor": 3, "rungs": "all", "startup_trials": 4}},  # 9, 27, 81
+    "asha_keep2_spacing4": {"early_stopping": {"reduction_factor": 2, "rung_spacing": 4, "rungs": "all"}},  # 9, 36, 144
     "asha_stopping": {"early_stopping": {"scheduler": "asha_stopping"}},
     "median": {"early_stopping": {"scheduler": "median"}},
-    # candidates
-    # Optuna 5's default, the sweeper's before benchmarks/README.md's "after" table
-    "asha_constant_liar": {"sampler": {"constant_liar": True}},
-    "asha_grace_warmup": {"grace": "after_warmup"},
-    "asha_startup10": {"sampler": {"n_startup_trials": 10}},
-    # (the eta candidates keep the first rung at the first evaluation, as when they were measured:
-    # the default grace_period depends on eta)
-    "asha_eta2": {"early_stopping": {"reduction_factor": 2, "grace_period": 9}},
-    "asha_eta4": {"early_stopping": {"reduction_factor": 4, "grace_period": 9}},  # on the 81-step task rungs 9, 36: 0.21x random's steps
-    # on the 81-step task three rungs (3, 9, 27: 0.11x random's steps), evaluating every 3 steps
-    # the first rung later, on the 243-step task: rungs 18, 54, 162 (0.19x) and 27, 81 (0.26x)
-    "asha_grace18": {"early_stopping": {"grace_period": 18}},
-    "asha_grace27": {"early_stopping": {"grace_period": 27}},
-    "asha_grace3": {"early_stopping": {"grace_period": 3}, "training": {"eval_every": 3}},
-    "asha_eta2_no_liar": {"early_stopping": {"reduction_factor": 2, "grace_period": 9}, "sampler": {"constant_liar": False}},
-    "asha_no_liar": {"sampler": {"constant_liar": False}},
-    # no startup trials
-    "asha_no_startup": {"early_stopping": {"startup_trials": 0}},
-    # the first trials to max_steps unranked (early_stopping.startup_trials): full-length
-    # results for TPE before the rungs decide, as the Optuna loop's MedianPruner lets its first 5 finish
-    "asha_startup2": {"early_stopping": {"startup_trials": 2}},
-    "asha_startup3": {"early_stopping": {"startup_trials": 3}},
-    "asha_startup4": {"early_stopping": {"startup_trials": 4}},
-    "asha_grace18_startup2": {"early_stopping": {"grace_period": 18, "startup_trials": 2}},
-    "asha_startup4_tpe10": {"early_stopping": {"startup_trials": 4}, "sampler": {"n_startup_trials": 10, "constant_liar": False}},
-    "asha_startup4_multivariate": {"early_stopping": {"startup_trials": 4}, "sampler": {"multivariate": True, "constant_liar": False}},
-    "asha_startup4_eta2": {"early_stopping": {"startup_trials": 4, "reduction_factor": 2, "grace_period": 9}},
-    "asha_grace27_eta4_startup1": {"early_stopping": {"grace_period": 27, "reduction_factor": 4, "startup_trials": 1}},
-    # the default before startup trials with more trials, for a comparison at about the steps
-    # of the new default (60 trials: 1548 steps, 0.24x random search's)
-    "asha_60_trials": {"search": {"num_trials": 60}, "early_stopping": {"startup_trials": 0}},
-    # the default one trial at a time, as the Optuna loop runs: whether TPE's suggestions
-    # while another trial is still out (2 at a time) explain the gap to the loop
-    "asha_one_at_a_time": {"search": {"max_concurrent_trials": 1}},
-    # rungs spaced by 4 keeping half at each (9, 36, 144), no startup trials: the best placement at the
-    # default's steps in the resampled replay (random configs), on both spaces
-    "asha_keep2_spacing4": {"early_stopping": {"reduction_factor": 2, "rung_spacing": 4, "startup_trials": 0}},
-    # TPE fitted at the highest budget that enough trials reached (BOHB's model), not
-    # COMPLETE trials first: whether the sweep's TPE learns from the rungs as the loop's from its many completed trials
-    "asha_rung_model": {"sampler": {"rung_model": True}},
-    # one rung at step 9 keeping a quarter, the rest to max_steps: the best rule at the default's
-    # steps in the replay in expectation (random configs), on both spaces; among the trials that
-    # compete, ranks past step 9 say no more than ranks at it (rank correlation among the best
-    # third about 0 at 27 and 45). (Its first runs set rung_spacing 27 before early_stopping.rungs
-    # existed: the same single rung.)
-    "asha_screen4": {"early_stopping": SCREEN},
-    # the same with random configs instead of TPE's: what the search adds at this compute
-    "asha_screen4_random": {"early_stopping": SCREEN, "search": {"method": "random"}},
-    # the screen keeping a sixth of 25 trials (4), and the last 2 trials suggested by TPE once
-    # no earlier trial is training (4 full-length results, 21 values at step 9) and trained
-    # to max_steps unranked: what the loop's TPE does (suggest near full-length results and
-    # train the suggestion to the end), at the default's steps (25 x 9 + 4 x 234 + 2 x 243).
-    "asha_closing2": {"early_stopping": {"reduction_factor": 6}, "closing_trials": 2},
 }
 # The anytime comparison: each method's best-so-far read at these shares of random search's
 # steps, and the default run with no trial count until a budget.max_steps cap of each share
@@ -173,23 +110,9 @@ ANYTIME_SHARES = (0.1, 0.25, 0.5, 1.0)
 REACHED = 0.95
 BUDGET_METHODS = {f"asha_budget{round(share * 100)}": share for share in ANYTIME_SHARES}
 METHODS.update({name: {"budget_share": share} for name, share in BUDGET_METHODS.items()})
-# The same caps with the first rung pinned (`asha_budget50_grace27` ...): at step 27 (the
-# default without a trial count at 243 steps: max_steps / 9, where the loop's MedianPruner
-# first judges) or at step 9 (max_steps / 27, the default with a trial count). Pinned, their
-# cached runs keep meaning what they measured if the default moves.
-PINNED_RUNG_METHODS = {f"{name}_grace{rung}": (share, rung) for name, share in BUDGET_METHODS.items() for rung in (9, 27)}
-METHODS.update({
-    name: {"budget_share": share, "early_stopping": {"grace_period": rung}}
-    for name, (share, rung) in PINNED_RUNG_METHODS.items()
-})
-BUDGET_METHODS.update({name: share for name, (share, _) in PINNED_RUNG_METHODS.items()})
-# The same caps with TPE fitted as BOHB fits it (`asha_budget50_rung_model` ...: RungModelTPE,
-# below) instead of the default's reports so far: whether the rung's values mislead less
-# when lower rungs are left out of the model.
-RUNG_MODEL_METHODS = {f"{name}_rung_model": share for name, share in BUDGET_METHODS.items() if "grace" not in name}
-METHODS.update({name: {"budget_share": share, "sampler": {"rung_model": True}} for name, share in RUNG_MODEL_METHODS.items()})
-BUDGET_METHODS.update(RUNG_MODEL_METHODS)
-ON_THE_DEFAULTS = {"asha", "asha_stopping", "median", "asha_screen4", "asha_screen4_random", "asha_closing2", *BUDGET_METHODS}
+# The steps the rank correlations are read at: ASHA's ladder with eta 3 from the default
+# first rung (9, 27, 81 at 243 steps), and the share of the trials "the best" means there.
+RANK_ETA = 3
 DEFAULT_METHODS = ["random", "optuna", "asha", "asha_ladder", "asha_stopping", "median"]
 
 
@@ -341,7 +264,6 @@ class Settings:
     trials: int
     max_steps: int
     eval_every: int
-    reduction_factor: float
     task: tuple[Path, Path, Path]  # train, eval, base model
     space: dict = field(default_factory=lambda: SPACE)
     loop_warmup: int = 0  # the Optuna loop's MedianPruner(n_warmup_steps=)
@@ -361,12 +283,6 @@ class Settings:
             search={"num_trials": self.trials, "method": method, "seed": seed, "parameters": self.space},
             early_stopping={},  # the defaults (grace_period: max_steps / 27 on an evaluation, 9 here)
         )
-
-    def ladder(self) -> dict:
-        """The early_stopping section of the default before the screen: every rung below
-        max_steps (9, 27, 81) keeping 1/reduction_factor, a sixth of the trials (at most 5)
-        startup trials."""
-        return {"reduction_factor": self.reduction_factor, "rungs": "all", "startup_trials": min(5, self.trials // 6)}
 
 
 # --- what a method's run leaves: every evaluation, in the order it happened ------------
@@ -465,8 +381,7 @@ def _tokenizer(source, load):
 
 
 def random_configs(settings: Settings, seed: int) -> list[dict]:
-    """Random search's configs for `seed`, in order: the same on every call (the replay
-    reads their warmups beside the histories that run_random saved)."""
+    """Random search's configs for `seed`, in order: the same on every call."""
     import optuna
 
     from sweeper.search import parameters_to_optuna
@@ -558,148 +473,25 @@ class EvaluationClock(Callback):
             self.outcome.evaluations.append((time.time(), trial.trial_id, result[STEP], result[METRIC]))
 
 
-class RungModelTPE(optuna.samplers.BaseSampler):
-    """A candidate sampler (BOHB's model choice, Falkner et al. 2018, over Optuna's TPE): TPE
-    fitted on the trials' values at the highest budget (a rung's step or max_steps) that at
-    least `min_points` trials have reached, instead of Optuna's split, which puts every
-    COMPLETE trial in the good group before any other and so, under ASHA by promotion,
-    models the few startup trials for most of a sweep. Trials that stopped below that
-    budget count as pruned there (after all that reached it); trials still running below
-    it are left out. Built from the study's public trials into an in-memory copy on each
-    suggestion (tens of trials)."""
-
-    def __init__(self, budgets: list[int], min_points: int, **tpe):
-        self.budgets, self.min_points = sorted(budgets), min_points
-        self.inner = optuna.samplers.TPESampler(**tpe)
-
-    def modelled(self, study):
-        from optuna.trial import TrialState
-
-        trials = [t for t in study.get_trials(deepcopy=False) if t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)]
-
-        def value_at(t, budget):
-            if budget == self.budgets[-1] and t.state == TrialState.COMPLETE:
-                return t.value
-            return t.intermediate_values.get(budget)
-
-        budget = next(
-            (b for b in reversed(self.budgets) if sum(value_at(t, b) is not None for t in trials) >= self.min_points),
-            self.budgets[0],
-        )
-        shadow = optuna.create_study(direction=study.direction)
-        for t in trials:
-            if not t.params:
-                continue
-            value = value_at(t, budget)
-            if value is not None:
-                shadow.add_trial(optuna.trial.create_trial(params=t.params, distributions=t.distributions, value=value))
-            elif t.state != TrialState.RUNNING:  # ended below the budget
-                shadow.add_trial(optuna.trial.create_trial(
-                    params=t.params, distributions=t.distributions, state=TrialState.PRUNED,
-                    intermediate_values=dict(t.intermediate_values),
-                ))
-        return shadow
-
-    # optuna.samplers.BaseSampler's interface (independent sampling only, as the default TPE)
-    def infer_relative_search_space(self, study, trial):
-        return {}
-
-    def sample_relative(self, study, trial, search_space):
-        return {}
-
-    def sample_independent(self, study, trial, param_name, param_distribution):
-        return self.inner.sample_independent(self.modelled(study), trial, param_name, param_distribution)
-
-    def reseed_rng(self):
-        self.inner.reseed_rng()
-
-
-def closing_trials_limiter(num_trials: int, closing: int):
-    """A candidate: the sweep's last `closing` trials are suggested only once no earlier
-    trial is training (each has ended or waits at the rung, unpromoted), so TPE suggests
-    them from the screen's full-length results, and they train to max_steps unranked (as
-    startup trials do), as the Optuna loop trains its TPE's suggestions near its best
-    completed trials to the end. The hold is in the slot limiter, which sees the
-    scheduler's slots."""
-    from sweeper.search import SlotLimiter
-
-    class ClosingTrialsLimiter(SlotLimiter):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
-            self.closers: set[str] = set()
-
-        def suggest(self, trial_id: str):
-            searcher = self.searcher
-            if trial_id in searcher.trials or len(searcher.trials) < num_trials - closing:
-                return super().suggest(trial_id)
-            if self.scheduler.holding_slot - self.closers:  # an earlier trial is training
-                return None  # Tune asks again; SlotLimiter holds for promoted trials itself
-            suggestion = super().suggest(trial_id)
-            if isinstance(suggestion, dict):
-                self.closers.add(trial_id)
-                self.scheduler.mark_unranked([trial_id])
-            return suggestion
-
-    return ClosingTrialsLimiter
-
-
 def sweep_sections(settings: Settings, seed: int, name: str) -> dict:
-    """The spec sections of sweeper method `name`'s sweep: its overrides (METHODS) over the
-    defaults, or over the former default's ladder for a candidate not in ON_THE_DEFAULTS;
-    with a `budget_share`, no trial count and a `budget.max_steps` cap of that share of
-    random search's steps."""
+    """The spec sections of sweeper method `name`'s sweep: its sections (METHODS) over the
+    defaults; with a `budget_share`, no trial count and a `budget.max_steps` cap of that
+    share of random search's steps."""
     overrides = METHODS[name]
     sections = settings.sections(seed)
-    if name not in ON_THE_DEFAULTS:
-        sections["early_stopping"] = settings.ladder()
     for key in ("early_stopping", "search", "training"):
         sections[key] = {**sections[key], **overrides.get(key, {})}
     if "budget_share" in overrides:
         sections["search"]["num_trials"] = None
         sections["budget"] = {"max_steps": round(overrides["budget_share"] * settings.random_steps)}
-    if overrides.get("grace") == "after_warmup":
-        warmup = settings.space["training.warmup_ratio"]["high"] * settings.max_steps
-        grace = -(-int(warmup) // settings.eval_every) * settings.eval_every
-        sections["early_stopping"]["grace_period"] = max(settings.eval_every, grace)
     return sections
 
 
 def run_sweeper(settings: Settings, seed: int, name: str) -> Outcome:
-    """One sweep through `run_sweep`, with the method's settings over the defaults."""
-    import sweeper.search._searcher
-
-    overrides = METHODS[name]
+    """One sweep through `run_sweep`, as `sweep start` runs it."""
     spec = bench_spec(f"bench-sq-{name}-{seed}", **sweep_sections(settings, seed, name))
-    make_sampler, slot_limiter = sweeper.search._searcher.make_sampler, sweeper.search._searcher.SlotLimiter
-    if "closing_trials" in overrides:
-        sweeper.search._searcher.SlotLimiter = closing_trials_limiter(spec.search.num_trials, overrides["closing_trials"])
-    if "sampler" in overrides:
-        import optuna
-
-        from sweeper.search import startup_trials
-
-        def make_sampler_with(spec):
-            settings = {"n_startup_trials": startup_trials(spec.search.num_trials), **overrides["sampler"]}
-            if settings.pop("rung_model", False):
-                from sweeper.plan import asha_rungs
-
-                stopping, training = spec.early_stopping, spec.training
-                rungs = asha_rungs(
-                    spec.grace_period(), training.max_steps,
-                    stopping.rung_spacing_for(), stopping.rung_count(),
-                )
-                return RungModelTPE(
-                    rungs + [training.max_steps], len(spec.search.parameters) + 1, seed=spec.search.seed,
-                    constant_liar=False, **settings,
-                )
-            return optuna.samplers.TPESampler(seed=spec.search.seed, **settings)
-
-        sweeper.search._searcher.make_sampler = make_sampler_with
     outcome = Outcome(name, seed)
-    try:
-        run = run_bench_sweep(spec, extra_callbacks=[EvaluationClock(outcome)])
-    finally:
-        sweeper.search._searcher.make_sampler, sweeper.search._searcher.SlotLimiter = make_sampler, slot_limiter
+    run = run_bench_sweep(spec, extra_callbacks=[EvaluationClock(outcome)])
     outcome.wall_s = run.wall_seconds
     outcome.notes = [note for note in run.notes if note.startswith("Budget")]
     return outcome
@@ -709,8 +501,7 @@ def run_sweeper(settings: Settings, seed: int, name: str) -> Outcome:
 
 def spearman(xs: list[float], ys: list[float]) -> float:
     """Spearman's rank correlation: Pearson's over the ranks (ties take their mean rank);
-    NaN where either side has fewer than two distinct values. In plain Python: the replays
-    call it thousands of times on a few tens of values."""
+    NaN where either side has fewer than two distinct values."""
 
     def ranks(values: list[float]) -> list[float]:
         order = sorted(range(len(values)), key=values.__getitem__)
@@ -746,287 +537,6 @@ def rank_correlations(
     for step in steps:
         pairs = [(dict(h)[step], end(h)) for h in chosen if step in dict(h)]
         found[step] = spearman([a for a, _ in pairs], [b for _, b in pairs])
-    return found
-
-
-def successive_halving(
-    histories: list[list[tuple[int, float]]], rungs: list[int], max_steps: int, eta: float,
-    warmups: list[float] | None = None, startup: int = 0,
-) -> tuple[float, int]:
-    """Replay ASHA by promotion with every trial known (synchronous successive halving) on
-    finished trials' histories: all go to the first rung, the best max(1, floor(n / eta))
-    of the n there on to the next milestone, and so on. The first `startup` trials train to
-    max_steps unranked (early_stopping.startup_trials). With `warmups` (each trial's
-    warmup steps), a trial still in its warmup at a rung goes on unranked. Returns (best
-    eval loss seen by the trials as far as they trained, steps trained)."""
-    from sweeper.plan import rung_quota
-
-    alive = list(range(startup, len(histories)))
-    reached = {i: max_steps for i in range(startup)} | {i: rungs[0] if rungs else max_steps for i in alive}
-    for index, rung in enumerate(rungs):
-        warming = [i for i in alive if warmups is not None and warmups[i] > rung]
-        ranked = [i for i in alive if i not in warming]
-        alive = warming + sorted(ranked, key=lambda i: dict(histories[i])[rung])[: max(1, rung_quota(len(ranked), eta))]
-        for i in alive:
-            reached[i] = rungs[index + 1] if index + 1 < len(rungs) else max_steps
-    best = min(v for i, h in enumerate(histories) for s, v in h if s <= reached[i])
-    return best, sum(reached.values())
-
-
-def median_pruning(
-    histories: list[list[tuple[int, float]]], max_steps: int, startup: int = 5, warmup: int = 0, cap: float = math.inf,
-) -> tuple[float, int]:
-    """Replay the Optuna loop's pruning on finished trials' histories, one trial at a time
-    in order: Optuna's MedianPruner stops a trial at the first evaluation from step `warmup`
-    on (`n_warmup_steps`) where its value is above the median of the completed trials'
-    values at that step, once `startup` trials have completed. Returns (best eval loss
-    seen, steps trained), both within `cap` training steps."""
-    completed: list[dict[int, float]] = []
-    best, steps = math.inf, 0
-    for history in histories:
-        previous = 0
-        for step, value in history:
-            if steps + step - previous > cap:
-                return best, steps
-            steps += step - previous
-            previous = step
-            best = min(best, value)
-            if step >= warmup and len(completed) >= startup and value > statistics.median(c[step] for c in completed):
-                break
-        else:
-            completed.append(dict(history))
-            steps += max_steps - previous
-    return best, steps
-
-
-def capped_promotion(
-    histories: list[list[tuple[int, float]]], rung: int, max_steps: int, eta: float, cap: float, rank_by=None,
-) -> float:
-    """Replay the default under a budget cap (ASHA by promotion, one rung, no trial count) on
-    finished trials' histories, one trial at a time in order: while fewer than
-    floor(n / eta) of the n trials ranked at the rung have gone on, the best one waiting
-    there goes on to max_steps (as `RungLadder.settle` decides), or else the next trial
-    trains to the rung, until `cap` training steps. `rank_by(history, rung, max_steps)`
-    scores a trial at the rung (default: its eval loss there; `extrapolated_loss` is the
-    learning-curve candidate). Returns the best eval loss seen within the cap."""
-    return adaptive_promotion(histories, [rung], max_steps, eta, cap, rank_by=rank_by)[0]
-
-
-def extrapolated_loss(history: list[tuple[int, float]], rung: int, max_steps: int) -> float:
-    """A candidate ranking at a rung (learning-curve extrapolation, the simplest parametric
-    kind): the eval loss a trial would reach at max_steps if it kept falling as it did up
-    to the rung, linearly in log(step): a least-squares line of eval loss against log(step)
-    over the trial's evaluations up to the rung, read at max_steps. A trial whose loss has
-    flattened (a high learning rate that leads early) scores near its value at the rung;
-    one still falling (a low learning rate, or a long warmup) scores below it. With one
-    evaluation, its value."""
-    points = [(math.log(step), value) for step, value in history if step <= rung]
-    if len(points) < 2:
-        return dict(history)[rung]
-    slope, intercept = statistics.linear_regression(*zip(*points))
-    return intercept + slope * math.log(max_steps)
-
-
-def adaptive_promotion(
-    histories: list[list[tuple[int, float]]], rungs: list[int], max_steps: int, eta: float, cap: float,
-    on_low: str = "later", threshold: float = 0.5, min_pairs: int = 4, rank_by=None,
-) -> tuple[float, int]:
-    """A candidate rule (adaptive ASHA), replayed as `capped_promotion` is: one rung, at
-    rungs[0] first. Each time a promoted trial reaches max_steps, the rule measures the
-    Spearman rank correlation between the promoted trials' eval loss at the rung and at
-    max_steps; where `min_pairs` trials give it and it is below `threshold`, the rung is
-    judged misleading, and with `on_low` "later" the rung moves to the next of `rungs` (the
-    trials waiting at the old one train on to it before new trials start; the promoted
-    ones are ranked there by the values they reported), with "keep more" eta is halved
-    (once, to at least 2). With `cap` math.inf, every trial is drawn: a sweep with a trial
-    count. `rank_by`: as in `capped_promotion`. Returns (the best eval loss seen within
-    `cap` training steps, steps trained)."""
-    from sweeper.plan import rung_quota
-
-    if on_low not in ("later", "keep more"):
-        raise ValueError(f"on_low: 'later' or 'keep more', got {on_low!r}")
-    level, adapted = 0, len(rungs) == 1 and on_low == "later"
-    reached: dict[int, int] = {}  # trial -> the step it has trained to
-    promoted: set[int] = set()
-    finished: list[int] = []  # promoted trials at max_steps, in order
-    steps, best, arriving = 0, math.inf, iter(range(len(histories)))
-    at = [dict(h) for h in histories]
-    # A trial's score at each rung: what it is ranked by there.
-    score = [{r: (rank_by(h, r, max_steps) if rank_by else at[i][r]) for r in rungs if r in at[i]}
-             for i, h in enumerate(histories)]
-
-    def train(trial: int, end: int) -> None:
-        nonlocal steps, best
-        start = reached.get(trial, 0)
-        for step, value in histories[trial]:
-            if start < step <= end and steps + step - start <= cap:
-                best = min(best, value)
-        steps += end - start
-        reached[trial] = end
-
-    while steps < cap:
-        rung = rungs[level]
-        ranked = [i for i, at in reached.items() if at >= rung]
-        waiting = sorted((score[i][rung], i) for i in ranked if i not in promoted)
-        behind = [i for i, at in reached.items() if at < rung]  # waiting at an earlier rung
-        if sum(i in promoted for i in ranked) < rung_quota(len(ranked), eta) and waiting:
-            trial = waiting[0][1]
-            promoted.add(trial)
-            train(trial, max_steps)
-            finished.append(trial)
-            if len(finished) >= min_pairs and not adapted:
-                found = spearman([at[i][rung] for i in finished], [histories[i][-1][1] for i in finished])
-                if found < threshold:  # NaN (ties everywhere) compares False: the rule keeps the rung
-                    if on_low == "later":
-                        level += 1
-                        adapted = level + 1 == len(rungs)
-                    else:
-                        eta, adapted = max(2.0, eta / 2), True
-        elif behind:
-            train(behind[0], rung)
-        else:
-            trial = next(arriving, None)
-            if trial is None:
-                break
-            train(trial, rung)
-    return best, min(steps, cap)
-
-
-def capped_replay(histories: list, settings: "Settings", draws: int = 400, seed: int = 0) -> dict[float, dict[str, float]]:
-    """What to keep past the rung under a cap, and where to put it: the default's first
-    rung under a cap keeping 1/2 to 1/6 there, one rung at each other step of the ladder
-    (eta 3 from the first evaluation) keeping a quarter, the adaptive candidates
-    (`adaptive_promotion`: from the default's rung, later or keeping half when the promoted
-    trials' ranks there disagree with their ends), the default's rung ranked by the curve
-    extrapolated to max_steps (`extrapolated_loss`) and the loop's pruning, each on `draws`
-    random orders of random search's finished trials of every seed, under each anytime
-    share's cap. Random configs, no TPE: the screen's part alone. Returns share -> rule ->
-    the mean best eval loss."""
-    from sweeper.plan import asha_rungs
-    from sweeper.spec import default_grace_period
-
-    top = settings.max_steps
-    rung = default_grace_period(top, settings.eval_every, until_a_cap=True)
-    ladder = asha_rungs(settings.eval_every, top, 3)
-    later = [r for r in ladder if r >= rung] or [rung]
-    rng = random.Random(seed)
-    finished = [h for h in histories if h]
-    orders = [rng.sample(finished, len(finished)) for _ in range(draws)]
-    found = {}
-    for share in ANYTIME_SHARES:
-        cap = share * settings.random_steps
-        rules = {f"rung {rung}, keep 1/{keep}" + (" (the default)" if keep == 4 else ""):
-                 (lambda h, keep=keep: capped_promotion(h, rung, top, keep, cap)) for keep in (2, 3, 4, 6)}
-        rules.update({f"rung {other}, keep 1/4": (lambda h, other=other: capped_promotion(h, other, top, 4, cap))
-                      for other in ladder if other != rung})
-        if len(later) > 1:
-            rules[f"adaptive: rung {' -> '.join(map(str, later))} while the promoted trials' rank correlation < 0.5"] = (
-                lambda h: adaptive_promotion(h, later, top, 4, cap, on_low="later")[0])
-        rules[f"adaptive: rung {rung}, keep 1/4, then 1/2 when the promoted trials' rank correlation < 0.5"] = (
-            lambda h: adaptive_promotion(h, [rung], top, 4, cap, on_low="keep more")[0])
-        rules[f"rung {rung}, keep 1/4, ranked by the curve extrapolated to the end (log-linear)"] = (
-            lambda h: capped_promotion(h, rung, top, 4, cap, rank_by=extrapolated_loss))
-        rules[f"the loop's pruning (MedianPruner(n_warmup_steps={settings.loop_warmup}))"] = (
-            lambda h: median_pruning(h, top, warmup=settings.loop_warmup, cap=cap)[0])
-        found[share] = {name: statistics.fmean(rule(order) for order in orders) for name, rule in rules.items()}
-    return found
-
-
-def oracle_screen(histories: list[list[tuple[int, float]]], max_steps: int, share: float, keep: float) -> tuple[float, int]:
-    """A reference, not a rule: a screen that knows without training which trials end in
-    the best `keep` of them, and trains as many of those (in order) to max_steps as `share`
-    of random search's steps allows. A screen by evaluations picks no better among random
-    configs (early ranks among the best third say little about the end), so what is left
-    to gain at that compute lies in the configs tried: the search's."""
-    ends = [min(v for _, v in h) for h in histories]
-    cut = sorted(ends)[max(0, math.ceil(len(ends) * keep) - 1)]
-    good = [h for h, end in zip(histories, ends) if end <= cut]
-    trained = good[: max(1, math.floor(share * len(histories)))]
-    return min(v for h in trained for _, v in h), len(trained) * max_steps
-
-
-def replay_brackets(histories, brackets: list[list[int]], max_steps: int, eta: float) -> tuple[float, int]:
-    """Several brackets (Hyperband's hedge against misleading early ranks): the trials
-    dealt round-robin to them, successive halving within each on its own rungs."""
-    found = [successive_halving(histories[b :: len(brackets)], rungs, max_steps, eta) for b, rungs in enumerate(brackets)]
-    return min(best for best, _ in found), sum(steps for _, steps in found)
-
-
-def replay_placements(settings: Settings) -> dict[str, list[list[int]]]:
-    """Rung placements to replay on random search's trials: name -> brackets (rung lists),
-    from the evaluation steps of the task."""
-    from sweeper.plan import asha_rungs
-
-    eta, every, top = settings.reduction_factor, settings.eval_every, settings.max_steps
-    placements = {}
-    for grace in (g for g in (every, 2 * every, 3 * every) if g < top):
-        rungs = asha_rungs(grace, top, eta)
-        placements[f"grace {grace}: rungs {', '.join(map(str, rungs))}"] = [rungs]
-    default = asha_rungs(every, top, eta)
-    placements[f"rungs {', '.join(map(str, default[:2]))} (no third)"] = [default[:2]]
-    brackets = [default[i:] for i in range(len(default) + 1)]
-    placements[f"{len(brackets)} brackets: " + " | ".join(", ".join(map(str, b)) or "none" for b in brackets)] = brackets
-    if len(default) > 1:
-        placements[f"2 brackets: {', '.join(map(str, default))} | {', '.join(map(str, default[1:]))}"] = brackets[:2]
-    placements["no rungs (random search)"] = [[]]
-    return placements
-
-
-def resampling_rules(settings: Settings) -> dict:
-    """What to replay on resampled draws of random search's trials: name -> a function of
-    the drawn histories, in order, returning (best eval loss seen, steps trained)."""
-    from sweeper.plan import asha_rungs
-    from sweeper.spec import default_grace_period
-
-    eta, top = settings.reduction_factor, settings.max_steps
-    grace = default_grace_period(top, settings.eval_every)
-    rungs = asha_rungs(grace, top, eta)
-    startup = settings.ladder()["startup_trials"]
-    spaced = asha_rungs(grace, top, 4)
-    later = asha_rungs(2 * grace, top, eta)
-    ladder = asha_rungs(grace, top, 3)
-    names = lambda r: ", ".join(map(str, r)) or "none"  # noqa: E731
-    return {
-        "random search (every trial to max_steps)": lambda h: (min(v for t in h for _, v in t), len(h) * top),
-        "the Optuna loop's pruning (MedianPruner after 5 completed), one at a time": lambda h: median_pruning(h, top),
-        f"the former default (asha_ladder): {startup} startup trials, rungs {names(rungs)}, keep 1/{eta:g}":
-            lambda h: successive_halving(h, rungs, top, eta, startup=startup),
-        f"no startup trials, rungs {names(rungs)}, keep 1/{eta:g}": lambda h: successive_halving(h, rungs, top, eta),
-        f"2 startup trials, rungs {names(later)}, keep 1/{eta:g}": lambda h: successive_halving(h, later, top, eta, startup=2),
-        f"no startup trials, rungs {names(spaced)} (spaced by 4), keep 1/2": lambda h: successive_halving(h, spaced, top, 2),
-        f"{startup} startup trials, rungs {names(spaced)} (spaced by 4), keep 1/{eta:g}":
-            lambda h: successive_halving(h, spaced, top, eta, startup=startup),
-        f"the default (asha): one rung at {grace}, keep 1/4, the rest to max_steps":
-            lambda h: successive_halving(h, [grace], top, 4),
-        f"adaptive: one rung at {' -> '.join(map(str, ladder))} while the promoted trials' rank correlation < 0.5, keep 1/4":
-            lambda h: adaptive_promotion(h, ladder, top, 4, math.inf, on_low="later"),
-        f"adaptive: one rung at {grace}, keep 1/4, then 1/2 when the promoted trials' rank correlation < 0.5":
-            lambda h: adaptive_promotion(h, [grace], top, 4, math.inf, on_low="keep more"),
-        f"reference: the best 1/{eta:g} known without training, {TARGET_SHARE:g}x random's steps of them to max_steps":
-            lambda h: oracle_screen(h, top, TARGET_SHARE, 1 / eta),
-    }
-
-
-def resampled_replay(histories: list, trials: int, rules: dict, draws: int = 400, seed: int = 0) -> dict[str, dict]:
-    """Each rule on `draws` random draws of `trials` distinct trials (in random order)
-    from all of random search's finished trials, whatever their seed. Random search's
-    configs are independent draws from the space, so a draw is another sweep's random
-    configs: the mean over draws is what a rule finds in expectation, where five seeds
-    are five draws, and which trials a seed happens to draw first decides much of a
-    five-seed median. Returns name -> mean and 80th percentile of the best eval loss
-    found, and the mean steps trained."""
-    rng = random.Random(seed)
-    finished = [h for h in histories if h]
-    samples = [rng.sample(finished, trials) for _ in range(draws)] if len(finished) >= trials else []
-    found = {}
-    for name, rule in rules.items():
-        results = [rule(sample) for sample in samples]
-        bests = sorted(best for best, _ in results)
-        found[name] = {
-            "mean_best": statistics.fmean(bests) if bests else math.nan,
-            "p80_best": bests[int(0.8 * (len(bests) - 1))] if bests else math.nan,
-            "mean_steps": statistics.fmean(steps for _, steps in results) if results else math.nan,
-        }
     return found
 
 
@@ -1140,11 +650,6 @@ def main() -> None:
         help="the grace period (ASHA's first rung) is the default: max_steps / 27 on an evaluation, this one at 243 steps",
     )
     parser.add_argument(
-        "--reduction-factor", type=float, default=3,
-        help="eta of the former default's ladder (asha_ladder, the candidates measured on it, the replay); "
-        "the sweeper's default (asha) keeps its own",
-    )
-    parser.add_argument(
         "--task", choices=TASKS, default="small",
         help="the task: its base's shape and pretraining, its fine-tuning data and space (TASKS); "
         "--base-shape, --base-steps, --train-examples, --sft and --space given here override its values",
@@ -1205,7 +710,7 @@ def main() -> None:
     results = args.results or Path(tempfile.mkdtemp(prefix="sweeper-bench-sq-results-"))
     results.mkdir(parents=True, exist_ok=True)
     task_settings = {"trials": args.trials, "max_steps": args.max_steps, "eval_every": args.eval_every,
-                     "reduction_factor": args.reduction_factor, "base_steps": args.base_steps, "space": args.space,
+                     "base_steps": args.base_steps, "space": args.space,
                      "loop_warmup": args.loop_warmup, "loop_share": args.loop_share}
     if args.train_examples != TRAIN_EXAMPLES:  # so the folders of runs before the option stay readable
         task_settings["train_examples"] = args.train_examples
@@ -1218,7 +723,7 @@ def main() -> None:
         parser.error(f"--results: {results} holds runs of other settings ({kept.read_text().strip()}); use a new folder")
     kept.write_text(json.dumps(task_settings))
     settings = Settings(
-        args.trials, args.max_steps, args.eval_every, args.reduction_factor,
+        args.trials, args.max_steps, args.eval_every,
         write_task(results / "task", args.base_steps, args.train_examples, base_shape=args.base_shape, sft=args.sft),
         SPACES[args.space], args.loop_warmup, args.loop_share,
     )
@@ -1318,7 +823,7 @@ def print_anytime(console, settings: Settings, methods: list[str], outcomes: dic
 
 
 def print_table(args, settings: Settings, methods: list[str], outcomes: dict, random_by_seed: dict) -> None:
-    """The methods' table, the rank figures and the replay, from random search's trials
+    """The methods' table, the anytime figures and the rank figures, from random search's trials
     of every seed (`random_by_seed`: seed -> its trials' histories)."""
     from rich.console import Console
     from rich.table import Table
@@ -1327,15 +832,14 @@ def print_table(args, settings: Settings, methods: list[str], outcomes: dict, ra
     from sweeper.spec import default_grace_period
 
     histories = [h for _, runs in sorted(random_by_seed.items()) for h in runs]
-    # The former default's ladder (its first rung: grace_period's default).
-    rungs = asha_rungs(default_grace_period(settings.max_steps, settings.eval_every), settings.max_steps, settings.reduction_factor)
+    rungs = asha_rungs(default_grace_period(settings.max_steps, settings.eval_every), settings.max_steps, RANK_ETA)
 
     random_steps = statistics.median(o.steps for o in outcomes["random"])
     target = statistics.median(o.best for o in outcomes["random"])
     by_rung = rank_correlations(histories, rungs, final=True)
     by_rung_per_seed = {seed: rank_correlations(h, rungs, final=True) for seed, h in sorted(random_by_seed.items()) if len(h) >= 3}
     to_best = rank_correlations(histories, rungs)
-    among_best = rank_correlations(histories, rungs, 1 / args.reduction_factor)
+    among_best = rank_correlations(histories, rungs, 1 / RANK_ETA)
     rows, figures = [], {"methods": {}, "rank_correlation_by_rung": by_rung, "rank_correlation_by_rung_per_seed": by_rung_per_seed,
                          "rank_correlation_best": to_best, "rank_correlation_best_third": among_best,
                          "target_loss": target, "seeds": args.seeds, "task": args.task}
@@ -1363,7 +867,7 @@ def print_table(args, settings: Settings, methods: list[str], outcomes: dict, ra
         ))
     table = Table(
         title=f"search quality: {args.trials} trials, max {args.max_steps} steps, eval every {args.eval_every}, "
-        f"the ladder's eta {args.reduction_factor:g}, seeds {args.seeds}",
+        f"seeds {args.seeds}",
         title_justify="left",
     )
     for column in ("method", "best eval loss, median", "spread", "per seed", "steps / random's",
@@ -1401,7 +905,7 @@ def print_table(args, settings: Settings, methods: list[str], outcomes: dict, ra
     )
     console.print(
         "rank correlation by rung against the trial's best eval loss: " + ", ".join(f"step {s}: {c:.2f}" for s, c in to_best.items())
-        + f"; among the best 1/eta of the trials ({len(histories) // int(args.reduction_factor)}): "
+        + f"; among the best 1/{RANK_ETA} of the trials ({len(histories) // RANK_ETA}): "
         + ", ".join(f"step {s}: {c:.2f}" for s, c in among_best.items())
     )
     console.print(f"random search's median best (the target): {target:.4f}")
@@ -1411,56 +915,6 @@ def print_table(args, settings: Settings, methods: list[str], outcomes: dict, ra
         "rank of random search's best trial among its trials at each rung step (1 = ahead), per seed: "
         + "; ".join(f"seed {seed}: " + ", ".join(f"step {s}: {r}" for s, r in ranks.items()) for seed, ranks in places.items())
     )
-    replay = Table(
-        title="rung placements replayed on random search's trials (every trial known, random configs, no TPE)",
-        title_justify="left",
-    )
-    for column in ("placement", "best eval loss, median", "per seed", "steps / random's"):
-        replay.add_column(column)
-    figures["replay"] = {}
-    replays = {
-        name: [replay_brackets(random_by_seed[s], brackets, settings.max_steps, settings.reduction_factor) for s in sorted(random_by_seed)]
-        for name, brackets in replay_placements(settings).items()
-    }
-    if "training.warmup_ratio" in settings.space:  # the issue's bias: a trial judged before its peak learning rate
-        warmups = {s: [c["training.warmup_ratio"] * settings.max_steps for c in random_configs(settings, s)] for s in random_by_seed}
-        replays[f"rungs {', '.join(map(str, rungs))}; a trial still in its warmup goes on unranked"] = [
-            successive_halving(random_by_seed[s], rungs, settings.max_steps, settings.reduction_factor, warmups[s])
-            for s in sorted(random_by_seed)
-        ]
-    for name, found in replays.items():
-        figures["replay"][name] = found
-        replay.add_row(
-            name, f"{statistics.median(b for b, _ in found):.3f}", " ".join(f"{b:.3f}" for b, _ in found),
-            f"{statistics.median(st for _, st in found) / random_steps:.2f}",
-        )
-    console.print(replay)
-    draws = 400
-    resampled = resampled_replay(histories, settings.trials, resampling_rules(settings), draws)
-    figures["resampled_replay"] = resampled
-    table = Table(
-        title=f"the same replay in expectation: {draws} draws of {settings.trials} trials from random search's "
-        f"{len(histories)} (random configs, no TPE)",
-        title_justify="left",
-    )
-    for column in ("rule", "best eval loss, mean", "80th percentile (a bad draw)", "steps / random's, mean"):
-        table.add_column(column)
-    for name, row in resampled.items():
-        table.add_row(name, f"{row['mean_best']:.4f}", f"{row['p80_best']:.4f}", f"{row['mean_steps'] / random_steps:.2f}")
-    console.print(table)
-    capped = capped_replay(histories, settings, draws)
-    figures["capped_replay"] = capped
-    table = Table(
-        title=f"under a cap, what to keep past the rung: {draws} random orders of random search's {len(histories)} trials "
-        "(random configs, no TPE), best eval loss, mean",
-        title_justify="left",
-    )
-    table.add_column("rule")
-    for share in capped:
-        table.add_column(f"{share:g}x random's steps")
-    for name in capped[ANYTIME_SHARES[0]]:
-        table.add_row(name, *(f"{capped[share][name]:.3f}" for share in capped))
-    console.print(table)
     console.print(f"machine: {machine()}")
     save_json(args.json, figures)
 

@@ -1,0 +1,154 @@
+"""The search-quality benchmark's figures (benchmarks/search_quality.py): what they count
+decides what benchmarks/README.md says of the default, so they are tested on histories
+small enough to work out by hand."""
+
+import math
+
+import pytest
+
+from benchmarks.search_quality import (
+    Outcome, anytime, headroom, new_family_example, paired_difference, parse_shape, rank_correlations, spearman,
+)
+
+# Four trials evaluated at steps 1, 2 and 4 (max_steps 4); trial 3 starts slowly and ends best.
+HISTORIES = [
+    [(1, 2.0), (2, 1.9), (4, 1.8)],
+    [(1, 2.1), (2, 2.0), (4, 1.9)],
+    [(1, 2.2), (2, 2.2), (4, 2.1)],
+    [(1, 2.5), (2, 2.0), (4, 1.5)],
+]
+
+
+def test_a_methods_best_within_a_budget_counts_every_trials_steps_so_far():
+    outcome = Outcome("m", 0, [(0, "a", 1, 2.0), (1, "b", 1, 2.5), (2, "a", 2, 1.9), (3, "b", 2, 1.7)])
+    # After the first three evaluations 2 + 1 steps are trained; the fourth brings 4.
+    assert outcome.best_within(3) == 1.9
+    assert outcome.best_within(4) == 1.7
+    assert outcome.best_within(0) == float("inf")
+
+
+def test_rank_correlation_against_the_best_or_the_final_eval_loss():
+    # Trial 0 leads at step 1 and has the best value (step 2), then overfits: last at the end.
+    overfitting = [
+        [(1, 2.0), (2, 1.0), (4, 3.0)],
+        [(1, 2.5), (2, 1.5), (4, 1.6)],
+        [(1, 3.0), (2, 2.0), (4, 2.1)],
+    ]
+    assert rank_correlations(overfitting, [1]) == {1: 1.0}
+    # Ranks at step 1 (1, 2, 3) against the final values' ranks (3, 1, 2): Spearman -0.5.
+    assert rank_correlations(overfitting, [1], final=True) == {1: -0.5}
+
+
+def test_the_base_shape_reads_hidden_size_by_layers_and_refuses_what_tiny_cannot_build():
+    assert parse_shape("256x4") == (256, 4)
+    for shape in ("12x2", "256", "256x0", "x4"):
+        with pytest.raises(ValueError, match="HIDDENxLAYERS"):
+            parse_shape(shape)
+
+
+def test_the_paired_difference_compares_seed_by_seed_and_says_when_seeds_cannot_tell():
+    # Better by 0.01 on every seed: the interval is that one value, away from 0.
+    always = paired_difference([1.00, 2.00, 3.00], [1.01, 2.01, 3.01])
+    assert always["mean"] == pytest.approx(-0.01)
+    assert always["low"] == pytest.approx(-0.01) and always["high"] == pytest.approx(-0.01)
+    assert (always["better"], always["worse"], always["equal"]) == (3, 0, 0)
+    # Better on one seed, worse on another by as much, equal on a third: the interval holds 0.
+    mixed = paired_difference([1.00, 2.02, 3.00], [1.02, 2.00, 3.00])
+    assert mixed["mean"] == pytest.approx(0.0)
+    assert mixed["low"] < 0 < mixed["high"]
+    assert (mixed["better"], mixed["worse"], mixed["equal"]) == (1, 1, 1)
+    with pytest.raises(ValueError):
+        paired_difference([1.0, 2.0], [1.0])
+
+
+def test_anytime_reads_each_seeds_best_so_far_at_shares_of_random_searchs_steps():
+    # Seed 0 finds 1.7 once 4 steps are trained; seed 1 stops after 2 steps at 2.2.
+    seed0 = Outcome("m", 0, [(0, "a", 1, 2.0), (1, "b", 1, 2.5), (2, "a", 2, 1.9), (3, "b", 2, 1.7)])
+    seed1 = Outcome("m", 1, [(0, "a", 1, 2.4), (1, "a", 2, 2.2)])
+    found = anytime([seed0, seed1], random_steps=8, shares=(0.25, 0.5, 1.0))
+    assert found == {0.25: [2.0, 2.2], 0.5: [1.7, 2.2], 1.0: [1.7, 2.2]}  # a run that ended sooner keeps its best
+
+
+def test_headroom_is_random_searchs_median_trial_minus_its_best_per_seed():
+    room = headroom({0: HISTORIES, 1: []})
+    # Each trial's best: 1.8, 1.9, 2.1, 1.5; median 1.85.
+    assert room == {0: {"best": 1.5, "median": pytest.approx(1.85), "gap": pytest.approx(0.35)}}
+
+
+def test_the_headroom_tasks_answers_map_each_letter_of_the_word():
+    import random
+
+    rng = random.Random(0)
+    seen = set()
+    for _ in range(60):
+        user, assistant = (m["content"] for m in new_family_example(rng)["messages"])
+        family, word = user.split(": ")
+        seen.add(family)
+        expected = {
+            "Upper": word.upper(),
+            "Double": "".join(c * 2 for c in word),
+            "Next": "".join(chr((ord(c) - ord("a") + 1) % 26 + ord("a")) for c in word),
+        }[family]
+        assert assistant == expected
+    assert seen == {"Upper", "Double", "Next"}
+
+
+# Six trials (max_steps 4, evaluations at 1, 2, 4): trial 3 starts slowly, leads at step 2 and ends best.
+SLOW_STARTER = [
+    [(1, 2.0), (2, 1.9), (4, 1.8)],
+    [(1, 2.1), (2, 2.0), (4, 1.9)],
+    [(1, 2.2), (2, 2.2), (4, 2.1)],
+    [(1, 2.5), (2, 1.6), (4, 1.5)],
+    [(1, 2.6), (2, 2.6), (4, 2.6)],
+    [(1, 2.6), (2, 2.6), (4, 2.6)],
+]
+
+
+def test_rank_correlation_by_rung_is_against_the_eval_loss_at_max_steps():
+    # Ranks at step 1 (1, 2, 3, 4, 5, 5.5) and at the end: only the slow starter moves (4th -> 1st).
+    found = rank_correlations(SLOW_STARTER, [1, 2], final=True)
+    assert found[2] > found[1] > 0.5
+
+
+def test_spearman_ranks_ties_at_their_mean_and_is_undefined_without_spread():
+    assert spearman([1.0, 2.0, 3.0], [30.0, 20.0, 10.0]) == pytest.approx(-1.0)
+    # Ranks (0.5, 0.5, 2) against (0, 1, 2): Pearson 0.866.
+    assert spearman([5.0, 5.0, 7.0], [1.0, 2.0, 3.0]) == pytest.approx(0.8660254)
+    assert math.isnan(spearman([1.0, 1.0, 1.0], [1.0, 2.0, 3.0]))
+    assert math.isnan(spearman([1.0], [2.0]))
+
+
+def test_every_task_names_a_space_a_fine_tuning_set_and_a_base_the_benchmark_can_build():
+    from benchmarks.search_quality import SFT_EXAMPLES, SPACES, TASKS
+
+    assert set(TASKS) == {"small", "headroom", "misleading"}
+    for name, task in TASKS.items():
+        assert task["space"] in SPACES and task["sft"] in SFT_EXAMPLES, name
+        parse_shape(task["base_shape"])
+    # The misleading task is the headroom task with no learning rate below 1e-4.
+    differs = {k for k in TASKS["misleading"] if TASKS["misleading"][k] != TASKS["headroom"][k]}
+    assert differs == {"space"}
+    assert SPACES["upper_lr"]["training.learning_rate"]["low"] == 1e-4
+
+
+def test_every_sweeper_method_builds_a_spec_the_current_schema_accepts():
+    # Each METHODS entry's sections, as run_sweeper merges them, validated without a sweep:
+    # an entry whose keys the schema no longer has fails here, not an hour into a benchmark.
+    from pathlib import Path
+
+    from benchmarks.common import REPO, bench_spec
+    from benchmarks.search_quality import METHODS, SPACES, Settings, sweep_sections
+    from sweeper.plan import ClusterResources, make_plan
+
+    data = REPO / "data" / "sft"
+    settings = Settings(27, 243, 9, (data / "train.jsonl", data / "eval.jsonl", Path("builtin:tiny-llama")), SPACES["upper_lr"], 27, 1.0)
+    rungs = {}
+    for name, overrides in METHODS.items():
+        if overrides is None:
+            continue  # run in this process: random search, the Optuna loop
+        spec = bench_spec(f"bench-sq-{name}-0", **sweep_sections(settings, 0, name))
+        rungs[name] = make_plan(spec, ClusterResources(cpus=2, gpus=0, max_node_cpus=2, max_node_gpus=0)).rungs
+        if "budget_share" in overrides:
+            assert spec.search.num_trials is None and spec.budget.max_steps == round(overrides["budget_share"] * 27 * 243), name
+    # The ladders docs/concepts/asha.md compares with the default's one rung at step 9.
+    assert (rungs["asha"], rungs["asha_ladder"], rungs["asha_keep2_spacing4"]) == ([9], [9, 27, 81], [9, 36, 144])
