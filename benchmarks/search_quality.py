@@ -788,6 +788,7 @@ def print_anytime(console, settings: Settings, methods: list[str], outcomes: dic
     if seeds < 2:
         return  # the paired intervals need two seeds at least
     figures["more_steps"], figures["budget_against_the_loop"] = {}, {}
+    capped = {share: name for name, share in BUDGET_METHODS.items() if name in methods}
     for low, high in zip(ANYTIME_SHARES[1:], ANYTIME_SHARES[2:]):
         for method in methods:
             runs = outcomes[method]
@@ -799,7 +800,6 @@ def print_anytime(console, settings: Settings, methods: list[str], outcomes: dic
                 f"{method}: best at {high:g}x minus best at {low:g}x of random's steps, seed by seed: mean {paired['mean']:+.4f} "
                 f"(95% interval {paired['low']:+.4f} to {paired['high']:+.4f}); lower on {paired['better']} of {seeds} seeds"
             )
-        capped = {share: name for name, share in BUDGET_METHODS.items() if name in methods and name.count("_") == 1}
         if low in capped and high in capped:  # the default under each cap: separate runs, paired by seed
             paired = paired_difference([o.best for o in outcomes[capped[high]]], [o.best for o in outcomes[capped[low]]])
             figures["more_steps"][f"{capped[high]} - {capped[low]}"] = paired
