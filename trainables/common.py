@@ -56,8 +56,10 @@ def this_device() -> torch.device:
     try:
         import ray.train.torch
 
-        return ray.train.torch.get_device()  # raises outside a Ray Train worker
-    except (ImportError, RuntimeError):
+        # Raises outside a Ray Train worker, and in a Tune trial's own process (local mode),
+        # where Ray made the GPUs it assigned the trial the only visible ones.
+        return ray.train.torch.get_device()
+    except (ImportError, RuntimeError, DeprecationWarning):
         return torch.device("cuda", torch.cuda.current_device())
 
 

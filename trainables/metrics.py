@@ -8,7 +8,7 @@ from __future__ import annotations
 
 __all__ = [
     "STEP", "EVAL_LOSS", "EVAL_PERPLEXITY", "TRAIN_LOSS", "LEARNING_RATE", "TOKENS_PER_SECOND",
-    "TRAIN_TOKENS", "TRAIN_SECONDS", "TRAIN_CPU_SHARE", "SETUP_SECONDS", "SETUP_PHASES", "RESTARTS", "PLACEMENT_GROUP",
+    "TRAIN_TOKENS", "TRAIN_SECONDS", "TRAIN_CPU_SHARE", "SETUP_SECONDS", "SETUP_PHASES", "RESTARTS",
     "PREEMPTIONS", "PREEMPTED_AT_STEP", "PREEMPTION_CHECKPOINT",
     "OUT_OF_MEMORY_AT_MICRO_BATCH", "MICRO_BATCH", "EVAL_REWARDS_CHOSEN",
     "EVAL_REWARDS_REJECTED", "EVAL_REWARDS_MARGIN", "EVAL_REWARDS_ACCURACY", "TASK_METRICS", "REPORTED_KEYS",
@@ -28,9 +28,9 @@ TRAIN_SECONDS = "train_seconds"
 TRAIN_CPU_SHARE = "train_cpu_share"
 SETUP_SECONDS = "setup_seconds"
 SETUP_PHASES = "setup_phases"  # first report only: where the setup time went
-# Times Ray Train restarted the trial's workers from its latest checkpoint after a worker
-# failed (a lost node, an out-of-memory kill; search.max_failures): added to the reports
-# after the first restart by the trial's Train controller (sweeper/run/_trial.py), not the loops.
+# Times Tune retried the trial from its latest checkpoint after it failed (a lost node, an
+# out-of-memory kill; search.max_failures): added to the reports after the first retry by
+# the driver (sweeper/run/_driver.py), not the loops.
 RESTARTS = "restarts"
 # A trial moved off a node that was being taken away (trainables/preemption.py): how
 # often, and the optimizer step of its latest move; reported from the first evaluation
@@ -39,10 +39,6 @@ RESTARTS = "restarts"
 PREEMPTIONS = "preemptions"
 PREEMPTED_AT_STEP = "preempted_at_step"
 PREEMPTION_CHECKPOINT = "preemption_checkpoint"
-# The first report of each Train worker group: the hex id of the placement group holding
-# its workers, for the driver to remove the moment Tune is done with the trial
-# (sweeper/run/_release.py). Not a metric: the book and MLflow leave it out.
-PLACEMENT_GROUP = "placement_group"
 # Set once a step ran out of accelerator memory and the trial went on at half the
 # micro-batch (trainables/out_of_memory.py): the micro-batch that did not fit, and the one
 # the trial trains at since (with twice the gradient accumulation).

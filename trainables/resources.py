@@ -162,6 +162,12 @@ class ResourcesSpec(StrictModel):
             raise FieldProblems(problems)
         return self
 
+    @property
+    def in_trial_process(self) -> bool:
+        """Whether a trial trains in Tune's own trial process (Ray Train's local mode, the
+        process reused by the next trial): one worker per trial (sweeper/run/_trial.py)."""
+        return self.workers_per_trial == 1
+
     def _auto_packing_consistent(self) -> "ResourcesSpec":
         problems = []
         if not self.use_gpu:

@@ -30,8 +30,9 @@ TRIAL_SETTINGS = {
     # Train's watcher of node drains: an actor per trial, a process, and nothing to watch
     # on the one machine of a sweep's own cluster (on where it joins one: below).
     PREEMPTION_WATCHER_ENV: "0",
-    # How long Tune waits for a stopped trial's thread, which first aborts its Train run
-    # (sweeper/run/_trial.py), before reusing its actor.
+    # How long Tune waits for a stopped one-worker trial's thread, which unwinds its
+    # training loop from the report Tune stopped it at (sweeper/run/_trial.py), before
+    # reusing its process; a thread still alive then fails the next trial.
     "TUNE_FUNCTION_THREAD_TIMEOUT_S": "20",
     # No event file per worker process for Ray's dashboard agent to re-read (ray_adapter).
     **ray_adapter.NO_WORKER_EVENT_FILES,
@@ -182,9 +183,7 @@ def start_ray(address: str, metadata: dict[str, str] | None = None, env_vars: di
         return ray.get_runtime_context(), None
     if joining:
         check_address(address)
-    # The driver and its trials take the same side of ray_adapter's version guard.
-    guard = {ray_adapter.PUBLIC_ONLY_ENV: "1"} if os.environ.get(ray_adapter.PUBLIC_ONLY_ENV) == "1" else {}
-    runtime_env = {"env_vars": {**TRIAL_SETTINGS, **(JOINED_CLUSTER_SETTINGS if joining else {}), **guard, **(env_vars or {})}}
+    runtime_env = {"env_vars": {**TRIAL_SETTINGS, **(JOINED_CLUSTER_SETTINGS if joining else {}), **(env_vars or {})}}
     from ray.job_config import JobConfig
 
     options = dict(

@@ -116,7 +116,6 @@ def _settled(confirmation: Confirmation, book, notes: list[str] | None = None) -
 def _run(spec, plan, trainable, watch, budget, book, points: list[tuple[int, dict]]) -> None:
     """The reruns as a Tune run of their own in the sweep's storage (`confirm-<time>`), with
     the sweep's callbacks, inside the budget's caps."""
-    from sweeper.cluster.ray_adapter import reuse_trial_actors
 
     searcher = FixedConfigs(points)
     search_alg, stopper = budget.guarded(searcher, None, book)
@@ -129,11 +128,12 @@ def _run(spec, plan, trainable, watch, budget, book, points: list[tuple[int, dic
         trainable,
         tune_config=tune.TuneConfig(
             search_alg=search_alg, num_samples=len(points), max_concurrent_trials=plan.concurrent_trials,
-            reuse_actors=reuse_trial_actors(), trial_name_creator=functools.partial(confirm_trial_name, spec.name),
+            reuse_actors=spec.resources.in_trial_process, trial_name_creator=functools.partial(confirm_trial_name, spec.name),
         ),
         run_config=tune.RunConfig(
             name=f"confirm-{time.strftime('%Y%m%d-%H%M%S')}", storage_path=storage_path,
             storage_filesystem=storage_filesystem, callbacks=watch.callbacks, verbose=0, stop=stopper,
+            failure_config=tune.FailureConfig(max_failures=spec.search.max_failures),
         ),
     )
     try:

@@ -33,7 +33,7 @@ from sweeper.names import TrialState
 from sweeper.run._janitor import error_reason, trial_error
 from sweeper.cluster.ray_adapter import forget_running_averages, tune_trial_number
 from sweeper.cluster.storage import DISK_FULL_TEXTS, disk_full
-from trainables.metrics import STEP, is_reported
+from trainables.metrics import RESTARTS, STEP, is_reported
 
 __all__ = ["DISK_FULL", "SweepDriver", "TrialListener", "rebuild_for_resume", "disk_full_said_once", "sigterm_stops_like_sigint"]
 
@@ -135,6 +135,8 @@ class SweepDriver(Callback):
             # Had already, from MLflow: a trial whose last report the killed driver recorded
             # after Tune last saved its state gives that report again on `sweep resume`.
             return
+        if trial.num_failures:  # Tune retried the trial from its latest checkpoint (search.max_failures)
+            result[RESTARTS] = trial.num_failures
         record.history.append({k: v for k, v in result.items() if is_reported(k)})
         self._tell("trial_result", record)
 
@@ -201,20 +203,19 @@ class _DiskFullTraceback(logging.Filter):
         return not any(marker in text for marker in DISK_FULL_TEXTS)
 
 
-# Where Tune logs a failed trial's traceback, and Ray an error no one fetched.
-_TRACEBACK_LOGGERS = ("ray.tune.execution.tune_controller", "ray._private.worker")
-
-
 @contextlib.contextmanager
 def disk_full_said_once():
+    """On the handlers Ray's loggers end at (the "ray" logger's and the root's): Tune logs a
+    failed trial's traceback, and Ray's core an error no one fetched, from loggers of their
+    own modules, whose records reach those handlers."""
     quiet = _DiskFullTraceback()
-    loggers = [logging.getLogger(name) for name in _TRACEBACK_LOGGERS]
-    for each in loggers:
+    handlers = {*logging.getLogger("ray").handlers, *logging.getLogger().handlers}
+    for each in handlers:
         each.addFilter(quiet)
     try:
         yield
     finally:
-        for each in loggers:
+        for each in handlers:
             each.removeFilter(quiet)
 
 

@@ -307,7 +307,6 @@ def _watch(setup: Setup, tracker, budget: SweepBudget, console: Console, extra_c
     the callbacks that give finished trials' resources back and say why a sweep stands
     still; `extra_callbacks` after them."""
     from sweeper.run._driver import SweepDriver
-    from sweeper.run._release import release_callbacks
     from sweeper.run._watchdog import StallWatchdog
     from sweeper.track import LiveTable
 
@@ -317,7 +316,7 @@ def _watch(setup: Setup, tracker, budget: SweepBudget, console: Console, extra_c
     listeners = [tracker, AdapterJanitor(book, spec.search.keep_best_adapters), *budget.listeners(table), table]
     driver = SweepDriver(book, listeners)
     watchdog = StallWatchdog(table, spec.sweep_dir / DRIVER_LOG)
-    return Watch(driver, table, [driver, *release_callbacks(), watchdog, *extra_callbacks])
+    return Watch(driver, table, [driver, watchdog, *extra_callbacks])
 
 
 def _print_where_to_look(setup: Setup, console: Console) -> None:
@@ -366,7 +365,6 @@ def _new_tuner(setup: Setup, trainable, watch: Watch, search_alg, scheduler, slo
     guard says no more."""
     from ray import tune
 
-    from sweeper.cluster.ray_adapter import reuse_trial_actors
     from sweeper.run._trial import trial_name
 
     spec = setup.spec
@@ -375,15 +373,17 @@ def _new_tuner(setup: Setup, trainable, watch: Watch, search_alg, scheduler, slo
         trainable,
         tune_config=tune.TuneConfig(
             search_alg=search_alg, scheduler=scheduler, num_samples=num_samples, max_concurrent_trials=slots,
-            # A trial's actor runs the next trial (run_trial aborts its Train run when Tune
-            # stops it), instead of a new process importing torch per trial; not on
-            # ray_adapter's public fallback, where a stop ends the actor.
-            reuse_actors=reuse_trial_actors(),
+            # A one-worker trial's process runs the next trial, instead of a new process
+            # importing torch per trial (sweeper/run/_trial.py); a several-worker trial's
+            # process ends with it, and its Train run with it.
+            reuse_actors=spec.resources.in_trial_process,
             trial_name_creator=functools.partial(trial_name, spec.name),
         ),
         run_config=tune.RunConfig(
             name="tune", storage_path=storage_path, storage_filesystem=storage_filesystem,
             callbacks=watch.callbacks, verbose=0, stop=stopper,
+            # A failed trial is retried from its latest checkpoint (sweeper/run/_trial.py).
+            failure_config=tune.FailureConfig(max_failures=spec.search.max_failures),
         ),
     )
 
