@@ -1,49 +1,18 @@
 """What trials hold and wait for on the cluster, through Ray's public placement-group and
-state APIs: a Train run's placement group removed and its removal confirmed, and, for a
-sweep that has heard nothing for a while, what the cluster is waiting on.
+state APIs: for a sweep that has heard nothing for a while, what the cluster is waiting on.
 
-Called from the driver (sweeper/run/_release.py, sweeper/run/_watchdog.py) and from a
-trial's process (sweeper/run/_trial.py, when its workers cannot be placed); Ray is up."""
+Called from the driver (sweeper/run/_watchdog.py) and from a trial's process
+(sweeper/run/_trial.py, when its workers cannot be placed); Ray is up."""
 
 from __future__ import annotations
 
-import time
-
-__all__ = ["release_placement_group", "reserving_groups", "free_resources_text", "resources_text", "waiting_lines"]
-
-# How often a removal is checked for, and how long it may take before the driver says so.
-_POLL_SECONDS = 0.05
-RELEASE_TIMEOUT_S = 30.0
-
-
-def release_placement_group(placement_group_hex: str, timeout_s: float = RELEASE_TIMEOUT_S) -> bool:
-    """Remove the placement group with this hex id (Ray kills the actors placed in it,
-    here a Train run's workers) and wait until the cluster reports it REMOVED. True once
-    it is (also when it already was), False if it is still there after `timeout_s`."""
-    import ray
-    from ray.util.placement_group import PlacementGroup, placement_group_table, remove_placement_group
-
-    group = PlacementGroup(ray.PlacementGroupID.from_hex(placement_group_hex))
-    if _state(placement_group_table(group)) in ("REMOVED", None):
-        return True
-    remove_placement_group(group)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if _state(placement_group_table(group)) in ("REMOVED", None):
-            return True
-        time.sleep(_POLL_SECONDS)
-    return False
-
-
-def _state(entry: dict) -> str | None:
-    """A placement-group table entry's state; None for a group the cluster has never heard of."""
-    return entry.get("state") if entry else None
+__all__ = ["reserving_groups", "free_resources_text", "resources_text", "waiting_lines"]
 
 
 def reserving_groups() -> list[dict]:
     """The placement-group table's entries placed or waiting to be that reserve at least
-    one CPU, GPU or custom resource: Train runs' groups, not Tune's trial actors' own
-    (which reserve almost nothing)."""
+    one CPU, GPU or custom resource: one-worker trials' own (their process trains) and
+    Train runs' groups, not the own of several-worker trials (which reserve almost nothing)."""
     from ray.util.placement_group import placement_group_table
 
     return [

@@ -1,6 +1,7 @@
-"""A trial asked to run without a GPU sees none, on a node whose processes see one: its
-Train workers, started through the sweep's own trial function on a local cluster as the
-sweep starts it, find CUDA_VISIBLE_DEVICES empty although the node has it set."""
+"""A trial asked to run without a GPU sees none, on a node whose processes see one: the
+one-worker trial's loop, run in Tune's trial process through the sweep's own trial
+function on a local cluster as the sweep starts it, finds CUDA_VISIBLE_DEVICES empty
+although the node has it set."""
 
 import pytest
 
@@ -10,14 +11,13 @@ pytestmark = pytest.mark.integration
 def devices_loop(config: dict) -> None:
     import os
 
-    import ray.train
     import torch
 
-    ray.train.report({
+    config["session"].report({
         "step": 1,
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>"),
         "cuda_available": torch.cuda.is_available(),
-    })
+    }, None)
 
 
 def test_a_cpu_trial_on_a_node_with_a_visible_gpu_sees_none(tmp_path, monkeypatch):
@@ -25,7 +25,7 @@ def test_a_cpu_trial_on_a_node_with_a_visible_gpu_sees_none(tmp_path, monkeypatc
     from ray import tune
 
     from sweeper.cluster._connect import LOCAL_CLUSTER, start_ray
-    from sweeper.run._trial import TRIAL_ACTOR_RESOURCES, run_trial
+    from sweeper.run._trial import run_trial, trial_resources
     from sweeper.spec._load import validate_spec
     from tests.conftest import small_sweep
 
@@ -36,11 +36,11 @@ def test_a_cpu_trial_on_a_node_with_a_visible_gpu_sees_none(tmp_path, monkeypatc
     try:
         start_ray(LOCAL_CLUSTER)
         trainable = tune.with_parameters(
-            run_trial, trial_config=spec.trial_config(), max_failures=0, data={}, cache_root=str(tmp_path),
+            run_trial, trial_config=spec.trial_config(), data={}, cache_root=str(tmp_path),
             trials_dir=str(tmp_path / "trials"), worker_start_timeout_s=60.0, train_loop=devices_loop,
         )
         results = tune.Tuner(
-            tune.with_resources(trainable, TRIAL_ACTOR_RESOURCES),
+            tune.with_resources(trainable, trial_resources(spec.resources)),
             tune_config=tune.TuneConfig(num_samples=1),
             run_config=tune.RunConfig(name="devices", storage_path=str(tmp_path / "tune"), verbose=0),
         ).fit()

@@ -1,7 +1,7 @@
 """The parts of sweeper/cluster/ray_adapter.py that can be checked without a Ray cluster:
-what the trial's TorchTrainer is, Tune's trial numbers, and the
-labelled worker group. tests/integration/test_ray_adapter.py checks the rest against a real
-cluster, the stop logic of a trial's TorchTrainer among it."""
+Tune's trial numbers, running averages, where `ray start` records its head, and that no
+private module of Ray is imported by sweeper. tests/integration/test_ray_adapter.py checks
+the rest against a real cluster."""
 
 import os
 import subprocess
@@ -12,13 +12,19 @@ import pytest
 from sweeper.cluster import ray_adapter
 
 
-def test_the_trainer_is_a_torch_trainer_and_pickles_by_reference():
-    import pickle
+def test_no_private_module_of_ray_is_imported_anywhere_in_the_project():
+    """Trials, the driver and the tests run on Ray's public API: what the adapter keeps are
+    attributes and constants, never an import of Ray's private modules."""
+    import re
+    from pathlib import Path
 
-    from ray.train.torch import TorchTrainer
-
-    assert issubclass(ray_adapter.StoppableTorchTrainer, TorchTrainer)
-    assert pickle.loads(pickle.dumps(ray_adapter.StoppableTorchTrainer)) is ray_adapter.StoppableTorchTrainer
+    root = Path(__file__).resolve().parents[2]
+    private = re.compile(r"ray\.(_private|train\._internal|train\.v2\._internal)")
+    found = [f"{path.relative_to(root)}:{number}"
+             for folder in ("sweeper", "trainables", "tests", "benchmarks")
+             for path in sorted((root / folder).rglob("*.py"))
+             for number, line in enumerate(path.read_text().splitlines(), 1) if private.search(line)]
+    assert found == []
 
 
 def test_importing_the_adapter_loads_neither_ray_nor_torch():
@@ -66,30 +72,6 @@ def test_tune_trial_number_counts_the_trials_from_1_with_and_without_a_searcher(
     assert [ray_adapter.tune_trial_number(t) for t in _trials_of(generator, tmp_path)] == [1, 2, 3]
 
 
-def test_a_labelled_worker_group_creates_train_workers_whose_repr_is_the_label():
-    from ray.train.v2._internal.execution.worker_group import WorkerGroup
-    from ray.train.v2._internal.execution.worker_group.worker import RayTrainWorker
-
-    group = ray_adapter.worker_group_with_repr("sweep-demo-trial-4")
-    assert issubclass(group, WorkerGroup) and issubclass(group._worker_cls, RayTrainWorker)
-    assert group._worker_cls.__name__ == "RayTrainWorker"  # the dashboard's Class column
-    assert repr(group._worker_cls()) == "sweep-demo-trial-4"
-
-
-def test_a_run_whose_workers_never_started_is_told_apart_from_other_failures():
-    from ray.train.v2._internal.exceptions import WorkerGroupStartupTimeoutError
-    from ray.train.v2.api.exceptions import ControllerError
-
-    timed_out = ControllerError(WorkerGroupStartupTimeoutError(num_workers=2))
-    assert ray_adapter.workers_never_started(timed_out)
-    try:  # as the trial sees it: raised from fit with the controller's error as its cause
-        raise RuntimeError("Training failed") from timed_out
-    except RuntimeError as error:
-        assert ray_adapter.workers_never_started(error)
-    assert not ray_adapter.workers_never_started(ControllerError(ValueError("bad config")))
-    assert not ray_adapter.workers_never_started(ValueError("loss is nan"))
-
-
 def test_an_ended_trials_running_averages_are_forgotten_and_its_figures_kept(tmp_path):
     """Tune keeps deques of recent values per reported number (what forget_running_averages
     drops); the figures derived from them stay, and the trial's checkpoint JSON shrinks."""
@@ -107,52 +89,3 @@ def test_an_ended_trials_running_averages_are_forgotten_and_its_figures_kept(tmp
     assert trial.run_metadata.metric_n_steps == {}
     assert trial.metric_analysis == figures and figures["eval_loss"]["last-5-avg"] == pytest.approx(11 / 18)
     assert len(trial.get_json_state()[1]) < len(checkpointed)
-
-
-def test_the_version_guard_takes_the_private_paths_only_on_the_tested_ray(monkeypatch):
-    import importlib.metadata
-
-    major, minor = (int(part) for part in importlib.metadata.version("ray").split(".")[:2])
-    assert ray_adapter.uses_private_ray() == ((major, minor) == ray_adapter.TESTED_RAY)
-    monkeypatch.setattr(importlib.metadata, "version", lambda name: "2.61.0")
-    assert not ray_adapter.uses_private_ray()
-    monkeypatch.setattr(importlib.metadata, "version", lambda name: "2.60.3")
-    assert ray_adapter.uses_private_ray()
-    monkeypatch.setenv(ray_adapter.PUBLIC_ONLY_ENV, "1")
-    assert not ray_adapter.uses_private_ray()
-
-
-@pytest.fixture
-def public_only(monkeypatch):
-    monkeypatch.setenv(ray_adapter.PUBLIC_ONLY_ENV, "1")
-
-
-def test_the_public_fallback_trainer_is_trains_own_and_trials_are_not_reused(public_only):
-    import pickle
-
-    from ray.train.torch import TorchTrainer
-
-    trainer = ray_adapter.TrialTrainer
-    assert trainer is ray_adapter.PublicTorchTrainer and issubclass(trainer, TorchTrainer)
-    assert "fit_until" in vars(trainer) and pickle.loads(pickle.dumps(trainer)) is trainer
-    assert not ray_adapter.reuse_trial_actors() and not ray_adapter.reports_in_trial_thread()
-
-
-def test_the_public_fallbacks_answer_without_rays_internals(public_only, tmp_path, monkeypatch):
-    from ray.train.v2._internal.exceptions import WorkerGroupStartupTimeoutError
-    from ray.train.v2.api.exceptions import ControllerError
-
-    from sweeper.errors import UserError
-
-    # The trial then fails with Train's own message instead of ours naming the resources.
-    assert not ray_adapter.workers_never_started(ControllerError(WorkerGroupStartupTimeoutError(num_workers=2)))
-    stop = ray_adapter.tune_stop_event()  # no Tune session here: none needed
-    assert not stop.is_set()
-    ray_adapter.save_tune_state(object())  # nothing to call on: Tune saves on its own period
-    with pytest.raises(UserError, match=r"^NAME: sweep resume restores Tune's state through Ray 2\.60 internals"):
-        ray_adapter.restore_tuner(str(tmp_path), lambda config: None, [])
-    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))
-    fallback = ray_adapter.ray_address_file()
-    monkeypatch.delenv(ray_adapter.PUBLIC_ONLY_ENV)
-    assert fallback == ray_adapter.ray_address_file() == tmp_path / "ray" / "ray_current_cluster"
-
