@@ -13,8 +13,7 @@ concurrent trainings, with no Ray in the way.
     flock /tmp/sweeper-ray.lock python -m benchmarks.overhead --address 127.0.0.1:6379   # a head already running
 
 With `--address` the sweep joins that cluster instead of starting its own, as
-`sweep start --address` does: "Ray start + data" is then the join, and the Train
-workers are warm-started only where every node of the cluster is on this machine.
+`sweep start --address` does: "Ray start + data" is then the join.
 """
 
 from __future__ import annotations
@@ -40,7 +39,7 @@ from benchmarks.common import (
 # The setup phases a trial's first report carries (trainables/worker.py), as seconds
 # since the trial started.
 PHASES = {
-    "worker_process_started": "Train worker process created",
+    "worker_process_started": "Train worker process created (several-worker trials)",
     "train_loop_entered": "its imports done, train loop entered",
     "data_and_task_ready": "data fetched, task module imported",
 }
@@ -83,6 +82,11 @@ def main() -> None:
     steps = sum(t.step for t in trials)
     slots = run.plan.concurrent_trials
     median_setup = statistics.median(setups)
+    # A one-worker trial runs in a process Tune reuses: the first trial of each process
+    # pays its imports, the later ones only their model and data.
+    first_in_process = [t.setup_seconds for t in trials
+                        if t.setup_seconds is not None and not t.setup_phases.get("trials_before_in_process")]
+    reused = [t.setup_seconds for t in trials if t.setup_seconds is not None and t.setup_phases.get("trials_before_in_process")]
     minimum = steps * plain.seconds_per_step / slots + median_setup
     ray.shutdown()  # the side-by-side runs get the machine without Ray's processes (a head joined stays)
     side_by_side = statistics.median(run.seconds_per_step for run in plain_side_by_side(spec, slots))
@@ -107,6 +111,8 @@ def main() -> None:
         "setup_median_s": median_setup,
         "setup_p90_s": percentile(setups, 90),
         "setup_max_s": max(setups),
+        "setup_first_in_process_median_s": statistics.median(first_in_process) if first_in_process else None,
+        "setup_reused_process_median_s": statistics.median(reused) if reused else None,
         "ray_start_and_data_s": before_tune,
         "wall_s": wall,
         "minimum_s": minimum,
@@ -124,6 +130,11 @@ def main() -> None:
         [
             ("setup per trial, median", f"{median_setup:.1f} s", "trial start -> first optimizer step; target <= 5 s"),
             ("setup per trial, p90", f"{figures['setup_p90_s']:.1f} s", f"max {figures['setup_max_s']:.1f} s"),
+            *[(f"  {label}, median", f"{seconds:.1f} s", f"{len(group)} trial(s)")
+              for label, group, seconds in (
+                  ("first trial of a process", first_in_process, figures["setup_first_in_process_median_s"]),
+                  ("trial in a reused process", reused, figures["setup_reused_process_median_s"]))
+              if group],
             *[(f"  {name}, median", f"{seconds:.1f} s", PHASES[name]) for name, seconds in phases.items()],
             ("trial wall, median", f"{figures['trial_wall_median_s']:.1f} s", "driver: trial start -> trial end"),
             ("step time, plain process", f"{plain.seconds_per_step * 1000:.0f} ms", "sft.train without Ray, evals included"),

@@ -19,8 +19,7 @@ import torch.distributed as dist
 
 from trainables.data import IGNORE_INDEX
 
-# report(metrics, checkpoint_dir): inside Ray it is ray.train.report; in a plain process
-# (benchmarks, tests) any callable that records the metrics.
+# report(metrics, checkpoint_dir): the trial session's report; elsewhere any recorder.
 Reporter = Callable[[dict, "str | None"], None]
 T = TypeVar("T")
 
@@ -48,17 +47,16 @@ def current_workers() -> Workers:
 def this_device() -> torch.device:
     """Where this process trains. In a Ray Train worker: the device Ray Train assigned it
     (`ray.train.torch.get_device()`: its own GPU, which several trials with a fractional
-    `gpus_per_worker` may share, or the CPU). Elsewhere (benchmarks, tests): the current
-    CUDA device. The CPU wherever no GPU is visible, as in the workers of a trial with
-    `resources.use_gpu: false` (sweeper/run/_trial.py hides the node's GPUs from them)."""
+    `gpus_per_worker` may share, or the CPU). Elsewhere (a one-worker trial's own process,
+    where Ray made its GPUs the only visible ones; benchmarks): the current CUDA device.
+    The CPU wherever no GPU is visible, as for a trial with `resources.use_gpu: false`
+    (sweeper/run/_trial.py hides the node's GPUs from it)."""
     if not torch.cuda.is_available():
         return torch.device("cpu")
     try:
         import ray.train.torch
 
-        # Raises outside a Ray Train worker, and in a Tune trial's own process (local mode),
-        # where Ray made the GPUs it assigned the trial the only visible ones.
-        return ray.train.torch.get_device()
+        return ray.train.torch.get_device()  # raises outside a Train worker
     except (ImportError, RuntimeError, DeprecationWarning):
         return torch.device("cuda", torch.cuda.current_device())
 

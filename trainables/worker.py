@@ -38,13 +38,12 @@ def train_loop_per_worker(config: dict) -> None:
     global _trials_run_here
     started_at = config["started_at"]
     # Where a trial's setup time goes, in seconds since the trial started; the first
-    # report carries it (benchmarks/overhead.py prints it). A process that ran trials
-    # before was started before this one.
-    setup_phases = {
-        "worker_process_started": max(0.0, psutil.Process().create_time() - started_at),
-        "train_loop_entered": time.time() - started_at,
-        "trials_before_in_process": _trials_run_here,
-    }
+    # report carries it (benchmarks/overhead.py prints it). A Train worker's process is
+    # started for its trial; Tune's reused trial process was started before it.
+    setup_phases = {"train_loop_entered": time.time() - started_at, "trials_before_in_process": _trials_run_here}
+    process_started = psutil.Process().create_time() - started_at
+    if process_started > 0:
+        setup_phases["worker_process_started"] = process_started
     _trials_run_here += 1
     session = config.get("session") or RayTrainSession()
     trial: TrialConfig = config["trial"]

@@ -14,7 +14,7 @@ from sweeper._lazy import lazy_getattr
 __all__ = [
     "PRICE_TABLE", "Rate", "SweepCost", "TrialCost", "priced_on_cluster", "pruning_saving", "sweep_cost",
     "sweep_rate", "Architecture", "KNOWN_CONFIGS", "TrialTiming", "modelled_timing", "PEAK_TFLOPS",
-    "RAY_TRIAL_START_SECONDS", "GPU_MEMORY_GIB", "check_before_launch", "cluster_accelerator_types",
+    "RAY_TRIAL_START_SECONDS", "REUSED_TRIAL_START_SECONDS", "GPU_MEMORY_GIB", "check_before_launch", "cluster_accelerator_types",
     "forecast_trial_memory", "gpu_memory_gib", "launch_card_gib", "trial_forecast_gib", "unfit_problems",
     "with_gpu_packing", "check_room_for",
     "architecture_of",
@@ -27,7 +27,7 @@ _HOME = {
     "sweep_rate": "_prices",
     "Architecture": "_architecture", "KNOWN_CONFIGS": "_architecture",
     "TrialTiming": "_throughput", "modelled_timing": "_throughput", "PEAK_TFLOPS": "_throughput",
-    "RAY_TRIAL_START_SECONDS": "_throughput",
+    "RAY_TRIAL_START_SECONDS": "_throughput", "REUSED_TRIAL_START_SECONDS": "_throughput",
     "GPU_MEMORY_GIB": "_memory", "check_before_launch": "_memory", "cluster_accelerator_types": "_memory",
     "forecast_trial_memory": "_memory", "gpu_memory_gib": "_memory", "launch_card_gib": "_memory",
     "trial_forecast_gib": "_memory", "unfit_problems": "_memory", "with_gpu_packing": "_memory",

@@ -13,7 +13,8 @@ from pathlib import Path
 
 from sweeper.cost._architecture import parameter_count
 
-__all__ = ["PEAK_TFLOPS", "UTILISATION", "TrialTiming", "modelled_timing", "RAY_TRIAL_START_SECONDS"]
+__all__ = ["PEAK_TFLOPS", "UTILISATION", "TrialTiming", "modelled_timing", "RAY_TRIAL_START_SECONDS",
+           "REUSED_TRIAL_START_SECONDS"]
 
 # Dense peak TFLOP/s per accelerator (per core for "cpu"): (bf16/fp16 tensor cores, fp32
 # without TF32), from the vendors' datasheets (sparsity figures halved); "cpu" is a typical
@@ -38,9 +39,12 @@ UTILISATION: dict[str, float] = {"cpu": 0.3, "gpu": 0.35}
 TRIAL_START_SECONDS = 3.0
 MODEL_LOAD_BYTES_PER_SECOND = 1e9
 
-# What Ray adds to a Train run around the loop's own setup (placement group, worker
-# group, the run's end): added to a calibrated setup.
+# What Ray adds to a trial around the loop's own setup, added to a calibrated setup: for
+# a Train run of several workers, its placement group, worker group and end; for a
+# one-worker trial in the process Tune reuses, Tune's reset of that process and its
+# placement (the quickstart's live ETA, less its loops' own setup, on a 2-core machine).
 RAY_TRIAL_START_SECONDS = 1.5
+REUSED_TRIAL_START_SECONDS = 0.8
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,10 @@ class TrialTiming:
     # One pass of generation over the sweep's sample (`generation`; 0 without one).
     generation_seconds: float = 0.0
     generation_prompts: int = 0  # the sample's prompts
+    # What a new trial process pays once before its first trial's start (importing torch,
+    # transformers, peft): one per slot where Tune reuses trial processes (one-worker
+    # trials); 0 where every start is a new process (it is in setup_seconds then).
+    process_start_seconds: float = 0.0
 
 
 def modelled_timing(spec, accelerator: str, accelerators: float) -> TrialTiming | None:

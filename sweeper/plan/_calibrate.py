@@ -16,7 +16,7 @@ import os
 import time
 from dataclasses import dataclass, replace
 
-from sweeper.cost import RAY_TRIAL_START_SECONDS, TrialTiming
+from sweeper.cost import RAY_TRIAL_START_SECONDS, REUSED_TRIAL_START_SECONDS, TrialTiming
 from sweeper.spec import calibration_spec, with_overrides, CategoricalDist, SweepSpec, IntUniformDist
 from trainables.engines import train_module
 from trainables.metrics import GENERATION_SECONDS, TOKENS_PER_SECOND, TRAIN_SECONDS, TRAIN_TOKENS
@@ -126,7 +126,7 @@ def measure(
     pass over the sweep's sample that the last report runs (where `data` has one), and the
     rest of the time between the two reports (evaluation, checkpoint, report). The start
     runs from `started_at` (now when None) to the end of the first step, less a steady
-    step's time."""
+    step's time (the loop's own: what Ray adds is the caller's to add)."""
     accumulation = spec.training.gradient_accumulation_steps
     measured_accumulation = min(accumulation, MEASURED_MICRO_BATCHES)
     spec = calibration_spec(spec, steps, measured_accumulation)
@@ -142,7 +142,7 @@ def measure(
     return TrialTiming(
         step_seconds=step * accumulation / measured_accumulation,
         eval_seconds=max(0.0, measured_at - warm_at - training - generating),
-        setup_seconds=max(0.0, warm["setup_seconds"] - step) + RAY_TRIAL_START_SECONDS,
+        setup_seconds=max(0.0, warm["setup_seconds"] - step),
         source="calibrated",
         generation_seconds=generating,
         generation_prompts=len(data["generation"].prompts) if generating else 0,
@@ -150,8 +150,11 @@ def measure(
 
 
 def _measure_in_task(spec_json: dict, data: dict, model_source: str) -> tuple[TrialTiming, int]:
-    """A Ray task's body: `measure`, whose start counts from here. A trial's Train workers
-    are new processes, as this task's is: the imports they make are part of every start."""
+    """A Ray task's body: `measure`, whose start counts from here, in a new process as a
+    trial's is. Where trials have several workers, each start is new processes: the
+    imports are part of every start. Where a trial has one worker, Tune reuses its process
+    for the next trial: `measure` again in the same process times the start later trials
+    pay, and the first start's surplus is what each new trial process pays once."""
     started_at = time.time()
     import warnings
 
@@ -161,7 +164,14 @@ def _measure_in_task(spec_json: dict, data: dict, model_source: str) -> tuple[Tr
     transformers_logging.disable_progress_bar()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
-        return measure(spec, data, model_source, started_at=started_at), os.getpid()
+        first = measure(spec, data, model_source, started_at=started_at)
+        if not spec.resources.in_trial_process:
+            return replace(first, setup_seconds=first.setup_seconds + RAY_TRIAL_START_SECONDS), os.getpid()
+        later = measure(spec, data, model_source)
+    return replace(
+        later, setup_seconds=later.setup_seconds + REUSED_TRIAL_START_SECONDS,
+        process_start_seconds=max(0.0, first.setup_seconds - later.setup_seconds),
+    ), os.getpid()
 
 
 def calibrate(spec: SweepSpec, data: dict, model_source: str) -> Calibration:

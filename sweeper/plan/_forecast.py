@@ -159,6 +159,9 @@ def remaining(
             climb = climb + run if not trials else max(climb, run)
         longest_rest = max([longest_rest, *rests])
         previous = milestone
+    if not trials and ladder:  # each slot's trial process starts once (reused by later trials)
+        trial_seconds += min(plan.concurrent_trials, ladder[0][1]) * timing.process_start_seconds
+        climb += timing.process_start_seconds
     wall = max(trial_seconds / max(1, plan.concurrent_trials), climb, longest_rest)
     cost = sweep_rate(plan.spec).trial_cost(trial_seconds)
     return Scenario(steps, trial_seconds, wall, cost.accelerator_hours, cost.usd)
@@ -260,7 +263,7 @@ def forecast_summary(forecast: Forecast) -> str:
         f"Forecast: {duration(expected.wall_seconds)}, {usd(expected.usd)} expected "
         f"({duration(worst.wall_seconds)}, {usd(worst.usd)} without early stopping); "
         f"{t.step_seconds * 1000:.0f} ms a step, {t.eval_seconds * 1000:.0f} ms an evaluation, "
-        f"{t.setup_seconds:.1f} s a trial start{_generation(t)} ({t.source})"
+        f"{t.setup_seconds:.1f} s a trial start{_process_start(t)}{_generation(t)} ({t.source})"
         + (f"; includes {forecast.confirm_trials} confirmation trial(s) to max_steps" if forecast.confirm_trials else "")
     )
 
@@ -279,7 +282,7 @@ def forecast_lines(forecast: Forecast, unit: str) -> list[str]:
     lines = [
         f"Step budget by rung: {ladder} ({expected.steps} steps; {forecast.worst.steps} without early stopping)",
         f"Step time: {t.step_seconds * 1000:.1f} ms per step, {t.eval_seconds * 1000:.0f} ms per evaluation, "
-        f"{t.setup_seconds:.1f} s per trial start{_generation(t)} ({t.source})",
+        f"{t.setup_seconds:.1f} s per trial start{_process_start(t)}{_generation(t)} ({t.source})",
         f"Price: {usd(rate.usd_per_hour)} per {unit.removesuffix('s')} ({rate.accelerator}), "
         f"{rate.accelerators_per_trial:g} per trial, {forecast.slots} trial(s) at once",
     ]
@@ -289,6 +292,13 @@ def forecast_lines(forecast: Forecast, unit: str) -> list[str]:
     for label, s in ((label, expected), ("Without early stopping", forecast.worst)):
         lines.append(f"{label}: {duration(s.wall_seconds)} wall, {s.accelerator_hours:.4g} {unit}, {usd(s.usd)}")
     return lines + forecast.notes
+
+
+def _process_start(timing: TrialTiming) -> str:
+    """The once-per-slot start of a reused trial process, where trials run in one."""
+    if not timing.process_start_seconds:
+        return ""
+    return f" (+{timing.process_start_seconds:.1f} s once per trial process)"
 
 
 def _generation(timing: TrialTiming) -> str:

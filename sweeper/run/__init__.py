@@ -4,10 +4,10 @@ sweep fetched from `storage.uri` alone, for `resume --storage`). The budget whil
 is `sweeper.budget`'s.
 
 The private modules: `_launch` (the recipes and their steps), `_trial` (`run_trial`, inside
-each trial's process: a Ray Train `TorchTrainer`), `_driver` (`SweepDriver`, the one Tune
-callback: Tune's events -> the book and its listeners), `_janitor` (removes the adapters of
-trials that can no longer be the best), `_release` (gives back what a finished trial's
-Train run held), `_watchdog` (says what a silent sweep waits on), `_sweep_dir` (the sweep
+each trial's process: a Ray Train `TorchTrainer`, in that process for one worker),
+`_driver` (`SweepDriver`, the one Tune callback: Tune's events -> the book and its
+listeners), `_janitor` (removes the adapters of trials that can no longer be the best),
+`_watchdog` (says what a silent sweep waits on), `_sweep_dir` (the sweep
 folder, its published files and its driver's pid), `_sweep_state` (what `sweep resume`
 reads, checked first), `_from_storage`.
 """

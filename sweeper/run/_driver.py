@@ -165,6 +165,8 @@ class SweepDriver(Callback):
             return
         record.state = TrialState.FAILED
         record.error = error_reason(error)
+        if trial.num_failures > 1:  # Tune retried it from its latest checkpoint (search.max_failures)
+            record.error += f" (also after {trial.num_failures - 1} retry(ies) from its latest checkpoint)"
         record.ended_at = time.time()
         self._tell("trial_finished", record)
 

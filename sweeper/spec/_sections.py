@@ -154,9 +154,9 @@ class SearchSpec(StrictModel):
     seed: int = Field(0, ge=0, le=MAX_SEED, description="Sampler seed: same seed, same sequence of configs.")
     max_failures: int = Field(
         1, ge=0,
-        description="Retries of a failed trial (exception, NaN loss, lost worker) from its last checkpoint (Ray "
-        "Train's FailureConfig.max_failures). Workers that cannot be placed and started are not retried: Train's "
-        "controller_failure_limit is 0, and the trial fails after resources.worker_start_timeout_s.",
+        description="Retries of a failed trial (exception, NaN loss, lost process or node) from its last checkpoint "
+        "(Tune's FailureConfig.max_failures). A several-worker trial whose workers cannot be placed and started "
+        "within resources.worker_start_timeout_s fails, and is retried the same way.",
     )
     keep_best_adapters: int = Field(
         3, ge=1, description="Adapter checkpoints kept for the best this-many finished trials; the rest are deleted as the sweep goes."

@@ -47,7 +47,6 @@ PREIMPORTS = (
     "sweeper.run._launch",
     "sweeper.run._driver",
     "sweeper.run._trial",
-    "sweeper.run._release",
     "sweeper.run._watchdog",
     "sweeper.run._from_storage",
     "sweeper.plan._checks",
@@ -114,7 +113,7 @@ def serve(socket_path: str) -> None:
                 pid = _fork_command(connection, listener, children)
                 if pid:
                     children[pid] = connection
-            elif not sock.recv(16):  # the client is gone: so is its command, as the fork server does
+            elif not sock.recv(16):  # the client is gone: so is its command
                 pid = next(pid for pid, connection in children.items() if connection is sock)
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)

@@ -92,20 +92,21 @@ class MultiNodeCluster:
         assert done.returncode == 0, done.stdout + done.stderr
         return done.stdout.strip().splitlines()[-1].rpartition(".")[2]
 
-    def train_workers(self) -> dict[str, str]:
-        """Actor id -> node id of every Ray Train worker actor of a sweep's trials the
-        cluster has seen (dead ones too; no node id while one waits to be placed). By
-        id: the state API lists actors in no particular order, so "the ones after the first
-        N" are not the new ones."""
+    def train_workers(self, class_name: str = "RayTrainWorker") -> dict[str, str]:
+        """Actor id -> node id of every actor of `class_name` the cluster has seen (dead
+        ones too; no node id while one waits to be placed): the Train workers of several-
+        worker trials, or with "ImplicitFunc" the trials' own processes, where a one-worker
+        trial trains. By id: the state API lists actors in no particular order, so "the
+        ones after the first N" are not the new ones."""
         return dict(self.query(textwrap.dedent(f"""
             from ray.util.state import list_actors
-            actors = list_actors(filters=[("class_name", "=", "RayTrainWorker")], detail=True, limit=10000)
+            actors = list_actors(filters=[("class_name", "=", {class_name!r})], detail=True, limit=10000)
             print(json.dumps([(a.actor_id, a.node_id) for a in actors]))
         """)))
 
-    def new_train_worker_nodes(self, seen_before: dict[str, str]) -> list[str]:
-        """The node ids of the Train workers started since `seen_before` (train_workers())."""
-        return [node for actor, node in self.train_workers().items() if actor not in seen_before]
+    def new_train_worker_nodes(self, seen_before: dict[str, str], class_name: str = "RayTrainWorker") -> list[str]:
+        """The node ids of the actors of `class_name` started since `seen_before` (train_workers())."""
+        return [node for actor, node in self.train_workers(class_name).items() if actor not in seen_before]
 
 
 def start_node(args: list[str], env: dict, log_path: Path) -> subprocess.Popen:
@@ -359,12 +360,14 @@ def test_a_worker_node_lost_mid_trial_retries_from_its_checkpoint(cluster, tmp_p
         # between its first evaluation reaching MLflow and the kill, with nothing to retry.
         search={"num_trials": 1, "seed": 6, "max_failures": 1}, training={"max_steps": 150, "eval_every": 10},
     )
-    seen_before = cluster.train_workers()
+    # A one-worker trial: it trains in its own process (Tune's trial actor), on a worker node.
+    seen_before = cluster.train_workers("ImplicitFunc")
     driver = cli_process.start(["start", str(path), "--address", cluster.address], cwd=workdir, env=cluster.env())
     try:
         names = cluster.node_ids()
         # Placed: an actor waiting for its node has no node id yet.
-        first = wait_for(lambda: [n for n in cluster.new_train_worker_nodes(seen_before) if n], 300, "the trial's Train worker", every=1)
+        first = wait_for(lambda: [n for n in cluster.new_train_worker_nodes(seen_before, "ImplicitFunc") if n], 300,
+                         "the trial's process", every=1)
         lost = names[first[0]]
         assert lost in ("a", "b"), names
 
@@ -455,7 +458,9 @@ def test_a_trial_on_a_node_given_notice_keeps_its_step_and_moves_to_another_node
     there keeps its step in a checkpoint between two evaluations and, at the deadline,
     goes on from that step on another node. Not a failure: `search.max_failures` is 0.
     Last in the module: it brings a node of its own (the node-loss test left one), and
-    the drained node takes no more work."""
+    the drained node takes no more work. Two workers of half a node each: Ray Train tells
+    its own workers of a drain; a one-worker trial's process is Tune's, which is not told,
+    and is retried from its latest checkpoint as after a node's loss."""
     import mlflow
 
     home = cluster.token_file.parent.parent
@@ -472,6 +477,7 @@ def test_a_trial_on_a_node_given_notice_keeps_its_step_and_moves_to_another_node
     path = multinode_sweep(
         cluster, workdir, "preempt",
         search={"num_trials": 1, "seed": 9, "max_failures": 0}, training={"max_steps": 900, "eval_every": 300},
+        resources={"workers_per_trial": 2, "cpus_per_worker": 0.5, "custom": {"trainer": 0.5}},
     )
     driver = None
     try:

@@ -2,11 +2,11 @@
 head started here (2 CPUs and one custom `trainer` resource) that the sweeps join with
 --address, with the machine loaded by one low-priority CPU-bound process per core:
 
-- every placement group of a Train run is removed once Tune is done with its trial: a
-  watcher joined to the cluster samples the placement-group table (Ray's state) through
-  the sweep, and never sees more groups holding CPUs than the sweep has trial slots (a
-  pruned or paused trial's group kept alive while the next trial's waits to be placed
-  is what hung sweeps on busy machines), nor any left at the end;
+- every trial's placement group is removed once Tune is done with its trial: a watcher
+  joined to the cluster samples the placement-group table (Ray's state) through the
+  sweep, and never sees more placed groups than the sweep has trial slots (a pruned or
+  paused trial's group kept alive while the next trial's waits to be placed is what hung
+  sweeps on busy machines), nor any left at the end;
 - a trial whose workers cannot be placed (the `trainer` resource it asks for is held by
   another program after the pre-flight saw it on the cluster) fails within its stated
   bound, with a reason naming what it asked for and what was free; the sweep ends with
@@ -154,8 +154,10 @@ def test_a_trial_tune_is_done_with_gives_its_cpus_back_before_the_next_is_placed
     samples = [json.loads(line) for line in samples_file.read_text().splitlines() if line.startswith("{")]
     during = [s for s in samples if s["groups"]]
     assert during, "the watcher saw no trial's placement group"
-    most = max(during, key=lambda s: len(s["groups"]))
-    assert len(most["groups"]) <= SLOTS, f"more groups than slots at {most['t']}: {most['groups']}"
+    # Tune asks for the next trial's group ahead (PENDING, holding nothing); placed ones hold CPUs.
+    most = max(during, key=lambda s: sum(state == "CREATED" for state in s["groups"].values()))
+    placed = [group for group, state in most["groups"].items() if state == "CREATED"]
+    assert len(placed) <= SLOTS, f"more placed groups than slots at {most['t']}: {most['groups']}"
     assert samples[-1]["groups"] == {}, f"left at the end: {samples[-1]['groups']}"
     # The case that hung: trials pruned or paused while others waited to start.
     assert "pruned at step 10" in done.stdout, done.stdout[-3000:]
@@ -165,7 +167,8 @@ def test_a_trial_tune_is_done_with_gives_its_cpus_back_before_the_next_is_placed
 def test_a_trial_whose_workers_cannot_be_placed_fails_within_its_bound_saying_why(cluster, tmp_path):
     address, env = cluster
     raw = small_sweep("unplaced", search={"num_trials": 1}, cost={"calibrate": False},
-                      resources={"custom": {"trainer": 1}, "worker_start_timeout_s": 10})
+                      resources={"workers_per_trial": 2, "cpus_per_worker": 0.5, "custom": {"trainer": 0.5},
+                                 "worker_start_timeout_s": 10})
     raw["output_dir"] = str(tmp_path / "sweeps" / "unplaced")
     spec = write_yaml(tmp_path / "unplaced.yaml", raw)
     with joined(HOLDER, address, env, "HOLDING", tmp_path / "holder.log"):
@@ -180,7 +183,7 @@ def test_a_trial_whose_workers_cannot_be_placed_fails_within_its_bound_saying_wh
     out = done.stdout + done.stderr
     assert done.returncode == 1, out[-3000:]
     reason = (
-        "WorkersNotPlaced: its 1 worker(s) of 1 CPU, 1 trainer each were not placed within 10 s "
+        "WorkersNotPlaced: its 2 worker(s) of 0.5 CPU, 0.5 trainer each were not placed within 10 s "
         "(resources.worker_start_timeout_s); the cluster had free: "
     )
     assert "error: no trial completed (1 started)" in out and reason in " ".join(out.split()), out[-3000:]

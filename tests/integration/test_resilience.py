@@ -3,8 +3,6 @@ driver, and bad input at start."""
 
 import json
 import re
-from pathlib import Path
-
 
 import pytest
 
@@ -41,16 +39,12 @@ def test_failing_trials_are_retried_then_failed_while_the_sweep_completes(tmp_pa
     # A worker killed shortly after a report can take that report with it: Ray Train's
     # controller collects reports by polling the workers.
     assert by_fault["kill_worker"].data.metrics["steps_trained"] in (0, 10)
-    assert reasons["kill_worker"] == "failed: a worker process died (killed, out of memory, or crashed)"
+    assert reasons["kill_worker"].startswith("failed: a worker process died (killed, out of memory, or crashed)")
     assert parent.info.status == "FINISHED"
-    # Ray Train's failure policy retried each faulty trial once (max_failures: 1), then raised.
-    # This sweep's Ray session (Tune prints its folder), not session_latest: on a shared
-    # machine another cluster may have started since.
-    session = re.search(r"/tmp/ray/(session_[\w.-]+)/", result.stdout + result.stderr)
-    train_logs = Path("/tmp/ray") / (session.group(1) if session else "session_latest") / "logs" / "train"
-    logs = "".join(p.read_text() for p in train_logs.glob("ray-train-sys-controller-*.log"))
-    assert logs.count("[FailurePolicy] RETRY") == 3 and logs.count("[FailurePolicy] RAISE") == 3
-
+    # Tune retried each faulty trial once from its latest checkpoint (max_failures: 1),
+    # and its reason says so.
+    for fault in ("exception", "nan_loss", "kill_worker"):
+        assert reasons[fault].endswith(" (also after 1 retry(ies) from its latest checkpoint)"), reasons
 
 def eval_history(uri: str, run_id: str) -> list[tuple[int, float]]:
     from mlflow.tracking import MlflowClient

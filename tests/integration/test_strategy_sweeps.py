@@ -1,8 +1,9 @@
 """One-trial sweeps through `sweep start` under each real-size strategy on CPUs (DeepSpeed
 ZeRO-2 and ZeRO-3 with 2 workers per trial, FSDP with 2 workers, QLoRA nf4 with gradient
 checkpointing; DPO under ZeRO-3): each trains, checkpoints, and goes on from its
-checkpoint after losing a process mid-trial: a Train worker killed with -9 (Ray Train
-restarts the run from its checkpoint, search.max_failures 1, in the same driver), or, for
+checkpoint after losing a process mid-trial: a training process killed with -9 (a Train
+worker, or a one-worker trial's own process; Tune retries the trial from its checkpoint,
+search.max_failures 1, in the same driver), or, for
 DPO under ZeRO-3, the driver killed with -9 and `sweep resume`. (One trial: a second one,
 started fresh, showed nothing of the strategy's checkpoint that the first does not;
 starting the rest of a resumed sweep is test_resilience's. A worker's loss instead of
@@ -40,12 +41,15 @@ CASES = {
 }
 
 
-def train_workers(driver) -> list[psutil.Process]:
-    """The Train worker processes of the driver's own local cluster (Ray titles them)."""
+def training_processes(driver) -> list[psutil.Process]:
+    """The processes that train, in the driver's own local cluster (Ray titles them): the
+    Train workers of a several-worker trial, or the trial's own process (Tune's function
+    trainable) where one worker trains in it."""
     found = []
     for process in psutil.Process(driver.pid).children(recursive=True):
         with contextlib.suppress(psutil.Error):
-            if "RayTrainWorker" in " ".join(process.cmdline()):
+            title = " ".join(process.cmdline())
+            if "RayTrainWorker" in title or "ImplicitFunc" in title:
                 found.append(process)
     return found
 
@@ -82,14 +86,14 @@ def test_a_sweep_trains_checkpoints_and_goes_on_from_its_checkpoint_after_a_kill
         running = [c for c in children if c.data.tags.get("sweeper.state") == "running" and "eval_loss" in c.data.metrics]
         return running[0] if running else None
 
-    # 1. kill -9 a Train worker, or the driver, once a trial has reported (and checkpointed) mid-way.
+    # 1. kill -9 a training process, or the driver, once a trial has reported (and checkpointed) mid-way.
     driver = start_driver("start", str(path), cwd=tmp_path)
     try:
         interrupted = wait_for(checkpointed_running_trial, 300, "a trial's first checkpoint", every=0.5)
         steps_before_kill = [step for step, _ in eval_losses(client, interrupted.info.run_id)]
         if killed == "worker":
-            workers = train_workers(driver)
-            assert workers, "no Train worker process under the driver"
+            workers = training_processes(driver)
+            assert workers, "no training process under the driver"
             workers[0].kill()
             output, _ = driver.communicate(timeout=420)
             assert driver.returncode == 0, output
@@ -120,6 +124,6 @@ def test_a_sweep_trains_checkpoints_and_goes_on_from_its_checkpoint_after_a_kill
         assert (checkpoint / "adapter_model.safetensors").is_file(), sorted(p.name for p in checkpoint.iterdir())
         assert (checkpoint / resume_state).exists(), sorted(p.name for p in checkpoint.iterdir())
     assert [c.data.tags["sweeper.trial_id"] for c in children] == [interrupted_id]
-    if killed == "worker":  # restarted once by Ray Train, after its first evaluation
+    if killed == "worker":  # retried once by Tune, after its first evaluation
         restarts = client.get_metric_history(interrupted.info.run_id, "restarts")
         assert {p.value for p in restarts} == {1.0} and min(p.step for p in restarts) > steps_before_kill[0], restarts

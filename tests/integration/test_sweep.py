@@ -128,15 +128,13 @@ def test_start_validates_before_starting_anything(tmp_path):
     assert not (tmp_path / "sweeps").exists()
 
 
-@pytest.mark.parametrize("ray_path", ["private", "public fallback"])
-def test_a_paused_trial_continues_from_its_checkpoint(ray_path, sweep_yaml, tmp_path):
+def test_a_paused_trial_continues_from_its_checkpoint(sweep_yaml, tmp_path):
     """ASHA by promotion on 1 slot: trial 1 (lr 1e-2, the grid's first) reaches the rung
     alone and is paused; trial 2 (lr 1e-5) arrives, the rung closes, trial 1 is the
-    better and goes on from its step-10 checkpoint in a new Train run, trial 2 stops.
-    Its losses are those of an uninterrupted run, dropout (0.05) included: the checkpoint
-    carries the random state. The same on ray_adapter's public fallback, where Tune ends
-    the paused trial's actor (no actor reuse): a trial's worker takes every CPU of the
-    cluster, so the next trial starts only once the paused one's run has given them back."""
+    better and goes on from its step-10 checkpoint (in the trial process Tune reuses),
+    trial 2 stops. Its losses are those of an uninterrupted run, dropout (0.05) included:
+    the checkpoint carries the random state. A trial takes every CPU of the cluster, so
+    the next trial starts only once the paused one has given them back."""
     common = dict(
         lora={"dropout": 0.05}, training={"max_steps": 30, "eval_every": 10, "per_device_batch_size": 8},
         resources={"cpus_per_worker": os.cpu_count()},
@@ -151,8 +149,7 @@ def test_a_paused_trial_continues_from_its_checkpoint(ray_path, sweep_yaml, tmp_
         },
         **common,
     )
-    env = {"SWEEPER_RAY_PUBLIC_ONLY": "1"} if ray_path == "public fallback" else None
-    result = sweep("start", str(promoted), cwd=tmp_path, timeout=600, env=env)
+    result = sweep("start", str(promoted), cwd=tmp_path, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
 
     store = SweepStore(f"sqlite:///{tmp_path / 'mlflow.db'}")

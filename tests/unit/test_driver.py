@@ -38,7 +38,7 @@ class OnlyFinished:
 def trial(trial_id, status="RUNNING", number=1):
     # Tune's experiment tag starts with the trial's number in the search.
     return SimpleNamespace(
-        trial_id=trial_id, status=status, config={"training.learning_rate": 1e-3}, experiment_tag=f"{number}_lr=0.001",
+        trial_id=trial_id, status=status, config={"training.learning_rate": 1e-3}, experiment_tag=f"{number}_lr=0.001", num_failures=0,
         run_metadata=SimpleNamespace(metric_n_steps={}),
     )
 
