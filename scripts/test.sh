@@ -9,7 +9,8 @@
 #                            model). This is what CI runs (.ci/run).
 #   scripts/test.sh ARGS     one plain pytest run with ARGS, e.g. `tests/integration/test_sweep.py`
 # Integration tests run one at a time: each sweep starts a Ray cluster sized to the machine.
-# Both parts of a tier run even when the first fails.
+# Both parts of a tier run even when the first fails. Each part writes its per-test times as
+# a JUnit report to test-reports/ (git-ignored): unit.xml, integration.xml.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -24,6 +25,7 @@ if [ "$#" -gt 0 ]; then
   exec python -m pytest "$@"
 fi
 status=0
-python -m pytest tests/unit -n 2 || status=$?
-python -m pytest tests/integration "${integration[@]}" || status=$((status > 0 ? status : $?))
+python -m pytest tests/unit -n 2 --junitxml=test-reports/unit.xml || status=$?
+python -m pytest tests/integration "${integration[@]}" --junitxml=test-reports/integration.xml \
+  || status=$((status > 0 ? status : $?))
 exit "$status"
