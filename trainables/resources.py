@@ -99,9 +99,10 @@ class ResourcesSpec(StrictModel):
     )
     worker_start_timeout_s: float | None = Field(
         None, gt=0,
-        description="Seconds a trial waits for its workers to be placed and started before it fails, naming "
-        "the resources it asked for and what the cluster had free (the sweep then goes on). Default: ten times "
-        "the trial start the calibration measured, at least 60 (a resumed sweep: 60).",
+        description="Seconds a trial of several workers waits for them to be placed and started before it fails, "
+        "naming the resources it asked for and what the cluster had free (the sweep then goes on; a one-worker "
+        "trial trains in its own trial process, which waits as Tune waits). Default: ten times the trial start "
+        "the calibration measured, at least 60 (a resumed sweep: 60).",
     )
 
     @field_validator("gpus_per_worker", mode="before")

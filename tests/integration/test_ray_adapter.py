@@ -48,6 +48,27 @@ def leftovers_loop(config):
     random.seed(config["trial"].training.seed + 1)
 
 
+def memory_loop(config):
+    """What a trial does to its process's memory, at the quickstart's shape: the built-in
+    model loaded, LoRA added, a few optimizer steps; then the process's resident memory."""
+    import os
+
+    import psutil
+    import torch
+
+    from trainables.models import add_lora, load_base_model, resolve_model_source
+
+    trial = config["trial"]
+    model = add_lora(load_base_model(resolve_model_source(trial.model.name_or_path)), trial.lora)  # the shared cache
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)
+    tokens = torch.randint(0, model.config.vocab_size, (4, 64))
+    for _ in range(3):
+        model(input_ids=tokens, labels=tokens).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    config["session"].report({"step": 1, "pid": os.getpid(), "rss": psutil.Process().memory_info().rss}, None)
+
+
 @pytest.fixture(scope="module")
 def ray_cluster():
     import ray
@@ -126,6 +147,27 @@ def test_a_trial_in_a_reused_process_finds_nothing_the_trial_before_it_left(ray_
     assert first["pid"] == second["pid"]  # one process, two trials
     assert second["left_variable"] == "" and second["threads"] == first["threads"] != 7
     assert second["random"] == first["random"]
+
+
+def test_forty_trials_in_one_reused_process_leave_its_memory_flat(ray_cluster, tmp_path):
+    """Nothing of a finished trial stays in the process: its resident memory after the
+    last of 40 trials is within 10% of where it stood once the first trials had warmed it."""
+    import statistics
+
+    from ray import tune
+
+    function, _ = trainable(tmp_path, memory_loop)
+    tuner = tune.Tuner(
+        function,
+        param_space={"training.seed": tune.grid_search(list(range(40)))},
+        tune_config=tune.TuneConfig(reuse_actors=True, max_concurrent_trials=1),
+        run_config=tune.RunConfig(storage_path=str(tmp_path / "tune"), verbose=0),
+    )
+    reports = [r.metrics for r in sorted(tuner.fit(), key=lambda r: r.config["training.seed"])]
+    assert len({m["pid"] for m in reports}) == 1  # one process ran all 40
+    warm = statistics.median(m["rss"] for m in reports[5:10])
+    last = statistics.median(m["rss"] for m in reports[-5:])
+    assert last <= 1.10 * warm, f"RSS {warm / 2**20:.0f} MiB after trials 6-10, {last / 2**20:.0f} MiB after 36-40"
 
 
 def test_a_several_worker_trial_is_trains_own_run_and_gives_its_cpus_back_when_stopped(ray_cluster, tmp_path):
