@@ -154,7 +154,9 @@ def _measure_in_task(spec_json: dict, data: dict, model_source: str) -> tuple[Tr
     trial's is. Where trials have several workers, each start is new processes: the
     imports are part of every start. Where a trial has one worker, Tune reuses its process
     for the next trial: `measure` again in the same process times the start later trials
-    pay, and the first start's surplus is what each new trial process pays once."""
+    pay, and the first trial of a process pays what a new process's start does (Ray's
+    placement and process, the imports): its surplus over a later start is paid once per
+    trial process."""
     started_at = time.time()
     import warnings
 
@@ -168,10 +170,9 @@ def _measure_in_task(spec_json: dict, data: dict, model_source: str) -> tuple[Tr
         if not spec.resources.in_trial_process:
             return replace(first, setup_seconds=first.setup_seconds + RAY_TRIAL_START_SECONDS), os.getpid()
         later = measure(spec, data, model_source)
-    return replace(
-        later, setup_seconds=later.setup_seconds + REUSED_TRIAL_START_SECONDS,
-        process_start_seconds=max(0.0, first.setup_seconds - later.setup_seconds),
-    ), os.getpid()
+    later_start = later.setup_seconds + REUSED_TRIAL_START_SECONDS
+    first_start = first.setup_seconds + RAY_TRIAL_START_SECONDS
+    return replace(later, setup_seconds=later_start, process_start_seconds=max(0.0, first_start - later_start)), os.getpid()
 
 
 def calibrate(spec: SweepSpec, data: dict, model_source: str) -> Calibration:
