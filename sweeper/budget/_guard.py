@@ -43,6 +43,7 @@ class BudgetGuard:
     milestones: list[int]  # rungs, then max_steps
     eval_every: int
     num_trials: int | None  # None: trials keep coming until a cap
+    slots: int = 1  # trials at once: as many trial processes, each started once by this driver
     generates: frozenset[int] | None = frozenset()  # where a trial generates (`generation_steps`)
     # What happened: the cap that stopped the sweep, and the trials it cut.
     reached_cap: str | None = None
@@ -88,13 +89,22 @@ class BudgetGuard:
                 return cap
         return None
 
-    def work_to_next_rung(self, step: int, start: bool = False) -> tuple[int, float]:
+    def work_to_next_rung(self, step: int, start: bool = False, new_process: bool = False) -> tuple[int, float]:
         """(steps, seconds) of a trial at `step` training on to its next milestone, and
-        starting first when `start`."""
+        starting first when `start`, in a new trial process when `new_process`."""
         end = next((m for m in self.milestones if m > step), self.milestones[-1])
         timing = self.commit_timing()
         seconds = stretch_seconds(timing, step, end, self.eval_every, self.milestones[-1], self.generates)
-        return max(0, end - step), seconds + (timing.setup_seconds if start else 0.0)
+        if start:
+            seconds += timing.setup_seconds + (timing.process_start_seconds if new_process else 0.0)
+        return max(0, end - step), seconds
+
+    def starts_a_new_process(self) -> bool:
+        """Whether the next trial to start pays a new trial process's start: Tune reuses a
+        one-worker trial's process for the next trial, so this driver starts one per slot,
+        for its first trials (a resumed sweep's driver too)."""
+        started_here = sum(t.started_at >= self.book.started_at for t in self.book.trials.values())
+        return started_here + len(self.starting()) < self.slots
 
     def running(self) -> list:
         """The trials running now (paused ones wait at a rung and spend nothing)."""
@@ -115,7 +125,7 @@ class BudgetGuard:
         their next rung and the first rung of those starting; None when it fits."""
         if self.book is None:
             return None
-        new = self.work_to_next_rung(0, start=True)
+        new = self.work_to_next_rung(0, start=True, new_process=self.starts_a_new_process())
         cap = self._first_cap_crossed([new] * (len(self.starting()) + 1) + self._running_work(), wall_seconds=new[1])
         if cap:
             self.held_back_by = self.held_back_by or cap
@@ -305,6 +315,7 @@ def make_guard(spec, plan, book, forecast, live=None) -> BudgetGuard | None:
         milestones=[*plan.rungs, spec.training.max_steps],
         eval_every=spec.training.eval_every,
         num_trials=most_trials(spec),
+        slots=plan.concurrent_trials,
         generates=generation_steps(spec),
         live=live,
     )

@@ -132,6 +132,22 @@ def test_a_running_trial_that_has_not_reported_yet_commits_its_start_too():
     assert guard_with(book, max_usd=0.0165).new_trial_would_cross() is None
 
 
+def test_a_trial_that_starts_a_new_trial_process_commits_that_process_start_too():
+    """One-worker trials run in processes Tune reuses, one per slot: this driver's first
+    trials each start one (5 s here), the later ones do not."""
+    from dataclasses import replace
+
+    book = book_with()
+    guard = replace(guard_with(book, max_usd=1.0), slots=2, timing=replace(TIMING, process_start_seconds=5.0))
+    first_rung = 1.0 + 10 * 0.1 + 0.5  # start, steps to step 10, an evaluation
+    assert guard.work_to_next_rung(0, start=True, new_process=guard.starts_a_new_process()) == (10, first_rung + 5.0)
+    book.trials["t1"] = TrialRecord(trial_id="t1", number=1, params={})  # started by this driver
+    assert guard.starts_a_new_process()
+    book.trials["t2"] = TrialRecord(trial_id="t2", number=2, params={})
+    assert not guard.starts_a_new_process()  # both slots have their process: the next reuses one
+    assert guard.work_to_next_rung(0, start=True, new_process=guard.starts_a_new_process()) == (10, first_rung)
+
+
 def test_with_no_trial_running_a_held_back_search_is_finished():
     # Spent $0.010 by a trial now paused at a rung; a new trial's first rung: $0.0025.
     book = book_with(running_trial(1, 10, 10))
