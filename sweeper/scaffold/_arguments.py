@@ -69,7 +69,9 @@ def check_gpu(gpu: str | None) -> str | None:
 
 def model_source(model: str) -> tuple[str, str]:
     """(what the YAML names, what transformers loads) for `--model`, refused keyed when it
-    is neither a built-in model, a model folder, nor a Hub id the cache or the Hub has."""
+    is neither a built-in model, a model folder, a .gguf file (converted here, once), nor
+    a Hub id the cache or the Hub has."""
+    from trainables.gguf import is_gguf_name
     from trainables.sections import BUILTIN_MODELS, model_folder_problem
 
     if model.startswith("builtin:"):
@@ -79,13 +81,15 @@ def model_source(model: str) -> tuple[str, str]:
 
         return model, resolve_model_source(model)
     path = Path(model).expanduser()
-    if path.exists() or model.startswith(("/", "./", "../", "~")) or model.count("/") > 1:
+    if path.exists() or model.startswith(("/", "./", "../", "~")) or model.count("/") > 1 or is_gguf_name(model):
         problem = model_folder_problem(path.resolve())
         if problem:
             raise UserError(f"--model: {problem}")
         from trainables.models import adapter_base
 
         folder = str(path.resolve())
+        if is_gguf_name(folder):
+            return folder, _converted(folder)
         return folder, adapter_base(folder) or folder
     if not re.fullmatch(r"[\w.-]+/[\w.-]+", model):
         raise UserError(
@@ -93,6 +97,17 @@ def model_source(model: str) -> tuple[str, str]:
             "(what save_pretrained wrote), a Hub id such as Qwen/Qwen2.5-0.5B-Instruct, or builtin:tiny-llama"
         )
     return model, model
+
+
+def _converted(gguf_file: str) -> str:
+    """The model folder a GGUF file converts to (once, into the cache), its errors keyed `--model`."""
+    from trainables.errors import InputError
+    from trainables.models import resolve_model_source
+
+    try:
+        return resolve_model_source(gguf_file)
+    except InputError as exc:
+        raise UserError(f"--model: {str(exc).removeprefix('model.name_or_path: ')}") from None
 
 
 def load_tokenizer_for(model: str, source: str):

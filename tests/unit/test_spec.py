@@ -455,6 +455,25 @@ def test_model_folder_beside_the_yaml_is_local_not_a_hub_id(tmp_path):
     assert any(line.startswith(f"model.name_or_path: model directory {folder}: no config.json") for line in lines)
 
 
+def test_a_gguf_file_beside_the_yaml_is_a_local_model(tmp_path):
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "mine.gguf").write_bytes(b"GGUF" + bytes(60))  # only the first bytes are read here
+    spec = load_spec(write_yaml(tmp_path / "s.yaml", small_sweep("x", model={"name_or_path": "models/mine.gguf"})))
+    assert spec.model.name_or_path == str(tmp_path / "models" / "mine.gguf")
+
+
+@pytest.mark.parametrize("content, problem", [
+    (None, "GGUF file {file} does not exist;"),
+    (b"PK\x03\x04", "{file} is not a GGUF file (it does not begin with the bytes GGUF);"),
+])
+def test_a_gguf_file_that_is_missing_or_not_gguf_is_refused(tmp_path, content, problem):
+    file = tmp_path / "mine.gguf"
+    if content is not None:
+        file.write_bytes(content)
+    lines = errors_of_file(tmp_path, small_sweep("x", model={"name_or_path": "mine.gguf"}))
+    assert any(line.startswith(f"model.name_or_path: {problem.format(file=file)}") for line in lines), lines
+
+
 def errors_of_file(folder: Path, raw: dict) -> list[str]:
     with pytest.raises(UserError) as caught:
         load_checked_spec(write_yaml(folder / "s.yaml", raw))
