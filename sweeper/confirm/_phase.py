@@ -116,7 +116,6 @@ def _settled(confirmation: Confirmation, book, notes: list[str] | None = None) -
 def _run(spec, plan, trainable, watch, budget, book, points: list[tuple[int, dict]]) -> None:
     """The reruns as a Tune run of their own in the sweep's storage (`confirm-<time>`), with
     the sweep's callbacks, inside the budget's caps."""
-
     searcher = FixedConfigs(points)
     search_alg, stopper = budget.guarded(searcher, None, book)
     driver = watch.driver

@@ -304,8 +304,7 @@ def _open_tracker(setup: Setup):
 def _watch(setup: Setup, tracker, budget: SweepBudget, console: Console, extra_callbacks: list) -> Watch:
     """Where to look, said; the live table; the driver callback, which keeps the book and
     tells MLflow tracking, the adapter janitor, the budget's live forecast and the table;
-    the callbacks that give finished trials' resources back and say why a sweep stands
-    still; `extra_callbacks` after them."""
+    the watchdog, which says why a sweep stands still; `extra_callbacks` after them."""
     from sweeper.run._driver import SweepDriver
     from sweeper.run._watchdog import StallWatchdog
     from sweeper.track import LiveTable
