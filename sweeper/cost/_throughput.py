@@ -42,7 +42,7 @@ MODEL_LOAD_BYTES_PER_SECOND = 1e9
 # What Ray adds to a trial around the loop's own setup, added to a calibrated setup: for
 # a Train run of several workers, its placement group, worker group and end; for a
 # one-worker trial in the process Tune reuses, Tune's reset of that process and its
-# placement (the quickstart's live ETA, less its loops' own setup, on a 2-core machine).
+# placement, which the loop's own setup does not see.
 RAY_TRIAL_START_SECONDS = 1.5
 REUSED_TRIAL_START_SECONDS = 0.8
 
