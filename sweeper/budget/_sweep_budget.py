@@ -59,6 +59,15 @@ class SweepBudget:
         """True when a cap ended the sweep early (it is not an interrupted sweep)."""
         return self.guard is not None and self.guard.cut()
 
+    def cap_line(self, ended: bool) -> str | None:
+        """The line the summary gives the caps (`Budget: ...`), once a cap is reached or has
+        stopped a trial at a rung; once the sweep `ended`, also once trials were held back
+        for good. None until then, and without a budget."""
+        guard = self.guard
+        if guard is None or not (guard.reached_cap or guard.held_at_rung or ended):
+            return None
+        return guard.summary()
+
     def finish(self, tracker, run) -> None:
         """Forecast against actual, and what the caps cut, on the parent run and in the summary."""
         actual_wall = time.time() - run.book.started_at  # the trials' phase

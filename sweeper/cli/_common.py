@@ -13,7 +13,6 @@ from rich.console import Console
 from rich.markup import escape
 
 from sweeper.errors import SweepFailed, UserError
-from sweeper.names import TrialState
 
 console = Console()
 errors = Console(stderr=True)
@@ -53,17 +52,16 @@ TRIAL_HELP = "Trial number (as in `sweep status`) or Tune trial id; default: the
 def finish_run(run) -> None:
     """Summary, then the exit status: 0 if a trial completed, 128 + the signal if stopped
     (130 for SIGINT and `sweep stop`, 143 for SIGTERM), else 1."""
-    from sweeper.track import print_summary
+    from sweeper.track import how_it_ended, print_summary
 
     print_summary(run, console)
+    ended, line = how_it_ended(run)
     if run.stopped_for:  # a fault stopped it: the line says what to do, then `sweep resume`
-        errors.print(f"[red]error:[/red] {escape(run.stopped_for)}", highlight=False, soft_wrap=True)
+        errors.print(f"[red]error:[/red] {escape(line)}", highlight=False, soft_wrap=True)
         raise typer.Exit(1)
-    if run.interrupted:
-        console.print(f"Sweep stopped; continue it with: sweep resume {run.spec.name}")
+    if ended == "stopped":
+        console.print(line)
         raise typer.Exit(128 + int(run.stop_signal))
-    if run.book.count(TrialState.COMPLETED) == 0:
-        failed = [t.status_text for t in run.book.trials.values() if t.state == TrialState.FAILED]
-        reason = f"; first failure: {failed[0]}" if failed else ""
-        raise SweepFailed(f"no trial completed ({len(run.book.trials)} started){reason}")
+    if ended == "failed":  # no trial completed
+        raise SweepFailed(line)
 

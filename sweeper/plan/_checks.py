@@ -1,18 +1,19 @@
 """The one validation pass of `sweep validate`, `sweep plan` and `sweep start`: the schema
 (`sweeper.spec`), then the checks that read the disk: the output folder (and a storage.uri
 folder) can be made and written, each budget cap can pay for one trial, a GPU trial fits
-the card `cost.accelerator` names. Every problem is one keyed line, all raised together.
+the card `cost.accelerator` names; and the environment: each notify webhook's url_env holds a URL. Every problem is one keyed line, all raised together.
 The checks that need the cluster run in the launch, once Ray is up."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from sweeper.cluster.storage import is_remote
 from sweeper.errors import UserError
 from sweeper.folders import folder_creation_problem
 from sweeper.plan._caps import budget_problems
-from sweeper.spec import load_spec, SweepSpec
+from sweeper.spec import load_spec, notify_problems, SweepSpec
 
 __all__ = ["load_checked_spec", "check_spec"]
 
@@ -31,7 +32,7 @@ def check_spec(spec: SweepSpec) -> None:
     card_gib = gpu_memory_gib(spec.cost.accelerator)
     spec, packing_lines = _packed_for_checks(spec, card_gib)
     unfit = [] if packing_lines else unfit_problems(spec, card_gib)  # the packing's line says it already
-    problems = [*_output_dir_problems(spec), *budget_problems(spec), *unfit]
+    problems = [*_output_dir_problems(spec), *budget_problems(spec), *unfit, *notify_problems(spec.notify, os.environ)]
     if problems or packing_lines:
         raise UserError(*packing_lines, *(f"{key}: {message}" for key, message in problems))
 

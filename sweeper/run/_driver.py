@@ -69,6 +69,16 @@ class SweepDriver(Callback):
         # A trial's checkpoint found the sweep's disk full: the sweep is stopping.
         self.stopped_for_disk_full = False
 
+    def use_marks_of(self, search_alg) -> None:
+        """Read what the searcher marked each trial with (a startup trial, a warm start's
+        source) from the sweep's searcher inside `search_alg`'s wrappers, in memory;
+        nothing where nothing is searched."""
+        from sweeper.search import optuna_searcher
+
+        searcher = optuna_searcher(search_alg)
+        if searcher is not None:
+            self.trial_marks = searcher.marks
+
     def _tell(self, event: str, record: TrialRecord) -> None:
         for listener in self.listeners:
             handler = getattr(listener, event, None)

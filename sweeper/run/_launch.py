@@ -67,16 +67,19 @@ class Setup:
     tracking_uri: str
     dashboard_url: str | None
     hardware: str
+    webhooks: list = field(default_factory=list)  # sweeper.notify.Webhook: the notify section's, URLs read
 
 
 @dataclass(frozen=True)
 class Watch:
     """What watches the tuner run: the driver callback (the book and its listeners), the
-    live table, and every Tune callback of the run, the driver first."""
+    live table, every Tune callback of the run, the driver first, and the notifier (one of
+    the driver's listeners, told when the sweep starts and ends)."""
 
     driver: object  # sweeper.run._driver.SweepDriver
     table: object  # sweeper.track._console.LiveTable
     callbacks: list
+    notifier: object  # sweeper.notify.Notifier
 
 
 def run_sweep(
@@ -117,9 +120,9 @@ def run_sweep(
     trainable = make_trainable(setup.spec, setup.inputs.data, cache_root, forecast)
     search_alg, scheduler, slots = make_search(setup.plan, sweep_dir, warm_start)
     search_alg, stopper = budget.guarded(search_alg, None, tracker.book)
-    _hand_the_driver_its_marks(search_alg, watch.driver)
+    watch.driver.use_marks_of(search_alg)
     tuner = _new_tuner(setup, trainable, watch, search_alg, scheduler, slots, stopper, setup.plan.trials or -1)
-    return _fit(setup, tuner, trainable, watch, tracker, budget, started)
+    return _fit(setup, tuner, trainable, watch, tracker, budget, started, resumed=False)
 
 
 def resume_sweep(
@@ -177,8 +180,8 @@ def resume_sweep(
     # The caps keep counting what the killed driver's trials spent (the book is rebuilt from MLflow).
     budget.guarded(search_alg, stopper, tracker.book)
     rebuild_for_resume(tracker, scheduler, search_alg, study_url(spec.sweep_dir))
-    _hand_the_driver_its_marks(search_alg, watch.driver)
-    return _fit(setup, tuner, trainable, watch, tracker, budget, started)
+    watch.driver.use_marks_of(search_alg)
+    return _fit(setup, tuner, trainable, watch, tracker, budget, started, resumed=True)
 
 
 def rebuild_sweep(
@@ -195,7 +198,7 @@ def rebuild_sweep(
     (`tune.unreadable-<time>`) and a new Tune experiment runs the trials still to run, the
     search going on from the study's history."""
     _settle_ray_auth(address)
-    from sweeper.run._sweep_state import set_aside_for_rebuild
+    from sweeper.run._sweep_state import forget_unfinished, set_aside_for_rebuild
     from sweeper.run._trial import make_trainable
     from sweeper.search import make_search
     from sweeper.spec import load_spec
@@ -226,11 +229,11 @@ def rebuild_sweep(
     watch = _watch(setup, tracker, budget, console, [])
     trainable = make_trainable(setup.spec, setup.inputs.data, cache_root, None)
     search_alg, scheduler, slots = make_search(setup.plan, sweep_dir, None)
-    _forget_unfinished(search_alg, book, unfinished)
+    forget_unfinished(search_alg, book, unfinished)
     search_alg, stopper = budget.guarded(search_alg, None, book)
-    _hand_the_driver_its_marks(search_alg, watch.driver)
+    watch.driver.use_marks_of(search_alg)
     tuner = _new_tuner(setup, trainable, watch, search_alg, scheduler, slots, stopper, remaining)
-    return _fit(setup, tuner, trainable, watch, tracker, budget, started)
+    return _fit(setup, tuner, trainable, watch, tracker, budget, started, resumed=True)
 
 
 # ------------------------------------------------------------------ the steps
@@ -248,11 +251,15 @@ def _set_up(spec: SweepSpec, address: str, console: Console, cache_root: Path) -
     is tokenized, Ray is up at `address` (LOCAL_CLUSTER or a cluster to join; on a cluster
     joined, object storage probed from every node), `resources.gpus_per_worker: auto` is
     sized on the cluster's GPU (the Setup's spec then holds the number), the plan fits the
-    cluster. Nothing is written yet."""
+    cluster; first, the notify section's webhooks, their URLs read. Nothing is written yet."""
     from sweeper.cost import check_before_launch, cluster_accelerator_types, launch_card_gib, with_gpu_packing
     from sweeper.cost import priced_on_cluster
+    from sweeper.notify import resolve_webhooks
     from sweeper.track import check_tracking_uri, check_tracking_writable, hardware_description, resolve_tracking_uri
 
+    webhooks, notes = resolve_webhooks(spec.notify, os.environ)  # a variable missing: refused before anything starts
+    for note in notes:
+        console.print(note, highlight=False, soft_wrap=True)
     check_address(address)  # seconds, before the data is tokenized
     tracking_uri = resolve_tracking_uri(spec.tracking.uri)
     check_tracking_uri(tracking_uri)
@@ -279,7 +286,7 @@ def _set_up(spec: SweepSpec, address: str, console: Console, cache_root: Path) -
     plan = make_plan(spec, cluster)
     check_room_for(spec, plan.concurrent_trials)
     check_before_launch(spec, console)
-    return Setup(spec, inputs, plan, tracking_uri, dashboard_url, hardware_description(cluster))
+    return Setup(spec, inputs, plan, tracking_uri, dashboard_url, hardware_description(cluster), webhooks)
 
 
 def _print_sweep(setup: Setup, console: Console) -> None:
@@ -303,8 +310,10 @@ def _open_tracker(setup: Setup):
 
 def _watch(setup: Setup, tracker, budget: SweepBudget, console: Console, extra_callbacks: list) -> Watch:
     """Where to look, said; the live table; the driver callback, which keeps the book and
-    tells MLflow tracking, the adapter janitor, the budget's live forecast and the table;
-    the watchdog, which says why a sweep stands still; `extra_callbacks` after them."""
+    tells MLflow tracking, the adapter janitor, the budget's live forecast, the notifier
+    and the table; the watchdog, which says why a sweep stands still; `extra_callbacks`
+    after them."""
+    from sweeper.notify import Notifier
     from sweeper.run._driver import SweepDriver
     from sweeper.run._watchdog import StallWatchdog
     from sweeper.track import LiveTable
@@ -312,10 +321,11 @@ def _watch(setup: Setup, tracker, budget: SweepBudget, console: Console, extra_c
     spec, book = setup.spec, tracker.book
     _print_where_to_look(setup, console)
     table = LiveTable(book, searched_paths(spec), console)
-    listeners = [tracker, AdapterJanitor(book, spec.search.keep_best_adapters), *budget.listeners(table), table]
+    notifier = Notifier(spec.name, book, setup.webhooks, spec.notify, budget.cap_line)
+    listeners = [tracker, AdapterJanitor(book, spec.search.keep_best_adapters), *budget.listeners(table), notifier, table]
     driver = SweepDriver(book, listeners)
     watchdog = StallWatchdog(table, spec.sweep_dir / DRIVER_LOG)
-    return Watch(driver, table, [driver, watchdog, *extra_callbacks])
+    return Watch(driver, table, [driver, watchdog, *extra_callbacks], notifier)
 
 
 def _print_where_to_look(setup: Setup, console: Console) -> None:
@@ -329,34 +339,6 @@ def _print_where_to_look(setup: Setup, console: Console) -> None:
         f"Sweep folder: {spec.sweep_dir} (the libraries' own output: {DRIVER_LOG})",
     ):
         console.print(line, highlight=False, soft_wrap=True)
-
-
-def _forget_unfinished(search_alg, book: SweepBook, unfinished: list) -> None:
-    """A rebuilt sweep's study checked against the book; the Optuna trials of the
-    unfinished trials, started again as new trials, end here as failed."""
-    import optuna
-
-    from sweeper.search import optuna_searcher
-
-    searcher = optuna_searcher(search_alg)
-    if searcher is None:
-        return
-    searcher.reconcile(book)
-    for record in unfinished:
-        if record.trial_id in searcher.trials and record.trial_id not in searcher.finished:
-            searcher.study.tell(searcher.trials[record.trial_id][0], state=optuna.trial.TrialState.FAIL)
-            searcher.finished.add(record.trial_id)
-
-
-def _hand_the_driver_its_marks(search_alg, driver) -> None:
-    """The driver reads what the searcher marked each trial with (a startup trial, a warm
-    start's source) from the sweep's searcher inside `search_alg`'s wrappers, in memory;
-    nothing where nothing is searched."""
-    from sweeper.search import optuna_searcher
-
-    searcher = optuna_searcher(search_alg)
-    if searcher is not None:
-        driver.trial_marks = searcher.marks
 
 
 def _new_tuner(setup: Setup, trainable, watch: Watch, search_alg, scheduler, slots: int, stopper, num_samples: int):
@@ -391,7 +373,22 @@ def _new_tuner(setup: Setup, trainable, watch: Watch, search_alg, scheduler, slo
 TUNE_NEW_OUTPUT_ENV = "RAY_AIR_NEW_OUTPUT"
 
 
-def _fit(setup: Setup, tuner, trainable, watch: Watch, tracker, budget: SweepBudget, started: float) -> SweepRun:
+def _fit(setup: Setup, tuner, trainable, watch: Watch, tracker, budget: SweepBudget, started: float,
+         resumed: bool) -> SweepRun:
+    """`_tune` between the notifications (sweeper/notify): the sweep started (or resumed), then
+    how it ended, or the error that broke it."""
+    notifier = watch.notifier
+    notifier.sweep_started(f"{trials_text(setup.spec)}, {setup.plan.concurrent_trials} at a time", resumed)
+    try:
+        run = _tune(setup, tuner, trainable, watch, tracker, budget, started)
+    except BaseException as error:
+        notifier.sweep_broke(error, watch.table.console)
+        raise
+    notifier.sweep_ended(run)
+    return run
+
+
+def _tune(setup: Setup, tuner, trainable, watch: Watch, tracker, budget: SweepBudget, started: float) -> SweepRun:
     """Run the tuner, then search.confirm's reruns of `trainable` (sweeper/confirm); close every MLflow run
     whatever happens (a stop, an error, Ctrl-C); then the forecast against actual and what the caps cut."""
     from sweeper.confirm import confirm_best

@@ -24,7 +24,8 @@ from pathlib import Path
 
 from sweeper.errors import UserError
 
-__all__ = ["UnreadableCheckpoint", "check_study", "check_tune_state", "unreadable_checkpoints", "set_aside", "set_aside_for_rebuild", "restart_unreadable_trials"]
+__all__ = ["UnreadableCheckpoint", "check_study", "check_tune_state", "unreadable_checkpoints", "set_aside", "set_aside_for_rebuild",
+           "forget_unfinished", "restart_unreadable_trials"]
 
 UNREADABLE_SUFFIX = ".unreadable"
 
@@ -160,6 +161,23 @@ def set_aside_for_rebuild(storage_uri: str, trial_ids: list[str]) -> None:
     for trial_id in trial_ids:
         if (trials_folder / trial_id).exists():
             set_aside(trials_folder, trial_id)
+
+
+def forget_unfinished(search_alg, book, unfinished: list) -> None:
+    """A rebuilt sweep's study checked against the book; the Optuna trials of the
+    unfinished trials, started again as new trials, end here as failed."""
+    import optuna
+
+    from sweeper.search import optuna_searcher
+
+    searcher = optuna_searcher(search_alg)
+    if searcher is None:
+        return
+    searcher.reconcile(book)
+    for record in unfinished:
+        if record.trial_id in searcher.trials and record.trial_id not in searcher.finished:
+            searcher.study.tell(searcher.trials[record.trial_id][0], state=optuna.trial.TrialState.FAIL)
+            searcher.finished.add(record.trial_id)
 
 
 def restart_unreadable_trials(spec, tracker, unreadable: list[UnreadableCheckpoint], console) -> None:

@@ -5,9 +5,10 @@ from it (`markdown_reference`). Pure pydantic and YAML: no file checks beyond re
 YAML, no Ray, torch or MLflow.
 
 The private modules: `_schema` (`SweepSpec` and its cross-field rules), `_sections` (the
-driver's own sections: search, early_stopping, tracking, storage, cost, budget), `_paths`
-(dotted paths into the file), `_load` (YAML file -> `SweepSpec`, every problem as one
-keyed line), `_overrides`, `_reference`.
+driver's own sections: search, early_stopping, tracking, storage, cost, budget), `_notify`
+(the webhooks a sweep posts its events to, their URLs kept secret; `notify_problems`, each
+url_env set), `_paths` (dotted paths into the file), `_load` (YAML file -> `SweepSpec`,
+every problem as one keyed line), `_overrides`, `_reference`.
 """
 
 from sweeper._lazy import lazy_getattr
@@ -19,6 +20,7 @@ __all__ = [
     "read_yaml", "revalidate_spec", "spec_hash", "spec_to_yaml", "validate_spec", "calibration_spec",
     "single_run_spec", "with_overrides", "section_model", "markdown_reference",
     "COST_METRICS", "picked_by", "prune_metric", "reported_every_evaluation", "conditional_value", "searched_paths",
+    "NotifySpec", "WebhookSpec", "NOTIFY_EVENTS", "WITHHELD", "url_problem", "notify_problems",
 ]
 
 # Each public name's private module, imported on first use (sweeper/_lazy.py).
@@ -40,6 +42,8 @@ _HOME = {
     "reported_every_evaluation": "_objectives",
     "conditional_value": "_schema",
     "searched_paths": "_schema",
+    "NotifySpec": "_notify", "WebhookSpec": "_notify", "NOTIFY_EVENTS": "_notify", "WITHHELD": "_notify",
+    "url_problem": "_notify", "notify_problems": "_notify",
 }
 
 __getattr__ = lazy_getattr(__name__, _HOME)

@@ -259,6 +259,8 @@ def _nearest_key(loc: list[str]) -> str:
     for part in loc[:-1]:
         if part in ("parameters",) and model is SearchSpec:
             return "valid keys: distribution, low, high, step, log, values"
+        if part.isdigit():  # an item of a list of sections (search.objectives, notify.webhooks)
+            continue
         field = model.model_fields.get(part) if isinstance(model, type) else None
         section = section_model(field.annotation) if field else None
         if section:

@@ -20,15 +20,9 @@ from typing import Any
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from sweeper.spec._objectives import generation_problems, metric_problems, objectives_problems
-from sweeper.spec._paths import (
-    SEARCHABLE_SECTIONS,
-    is_int_field,
-    open_field_problem,
-    override_error,
-    path_exists,
-    set_path,
-    suggest_path,
-)
+from sweeper.spec._notify import NotifySpec
+from sweeper.spec._paths import (SEARCHABLE_SECTIONS, is_int_field, open_field_problem, override_error, path_exists,
+                                 set_path, suggest_path)
 from sweeper.spec._sections import (
     PRICE_TABLE,
     BudgetSpec,
@@ -87,6 +81,7 @@ class SweepSpec(StrictModel):
     cost: CostSpec = Field(default_factory=CostSpec)
     budget: BudgetSpec | None = Field(None, description="Caps on what the sweep may spend (none by default).")
     storage: StorageSpec = Field(default_factory=StorageSpec)
+    notify: NotifySpec | None = Field(None, description="Webhooks the sweep posts its events to (none by default).")
     output_dir: Path | None = Field(
         None, description="Where the sweep's files go (Tune results, checkpoints, Optuna study); default ./sweeps/<name>."
     )

@@ -1,7 +1,8 @@
 """What a sweep records and how it is read back: the in-memory book of trials
 (`SweepBook`, `TrialRecord`), the one MLflow writer (`MlflowTracker`), the MLflow
 connection (`resolve_tracking_uri`, `client_for`, ...), the read side (`SweepStore`), the
-live terminal table (`LiveTable`) and the closing summary (`print_summary`). The read side
+live terminal table (`LiveTable`), the closing summary (`print_summary`) and how the sweep
+ended (`how_it_ended`). The read side
 loads neither Ray nor torch: `sweep list`, `status` and `report` use only it.
 
 The private modules: `_book`; `_tracker` (every MLflow write of a sweep) and `_backlog`
@@ -14,7 +15,7 @@ frames); `_console` and `_summary`.
 from sweeper._lazy import lazy_getattr
 
 __all__ = [
-    "SweepBook", "TrialRecord", "MlflowTracker", "LiveTable", "print_summary", "SweepStore", "SweepRecord",
+    "SweepBook", "TrialRecord", "MlflowTracker", "LiveTable", "print_summary", "how_it_ended", "SweepStore", "SweepRecord",
     "best_trial_row", "check_tracking_uri", "check_tracking_writable", "client_for", "ensure_experiment",
     "hardware_description", "resolve_tracking_uri", "alias_problem", "model_name_problem",
 ]
@@ -24,7 +25,7 @@ _HOME = {
     "SweepBook": "_book", "TrialRecord": "_book",
     "MlflowTracker": "_tracker",
     "LiveTable": "_console",
-    "print_summary": "_summary",
+    "print_summary": "_summary", "how_it_ended": "_summary",
     "SweepStore": "_store", "SweepRecord": "_store", "best_trial_row": "_store",
     "check_tracking_uri": "_mlflow_store", "check_tracking_writable": "_mlflow_store",
     "client_for": "_mlflow_store", "ensure_experiment": "_mlflow_store",

@@ -1,4 +1,5 @@
-"""The end-of-sweep summary: best trial, counts, setup time, where everything went."""
+"""The end-of-sweep summary: best trial, counts, setup time, where everything went; and how
+the sweep ended, in the line the terminal shows after it (`how_it_ended`)."""
 
 from __future__ import annotations
 
@@ -52,3 +53,20 @@ def print_summary(run, console: Console) -> None:
         console.print(note, highlight=False, soft_wrap=True)
     console.print(f"MLflow: {run.tracking_uri} (experiment {spec.tracking.experiment!r}, run {spec.name!r})")
     console.print(f"Sweep files: {spec.sweep_dir}")
+
+
+def how_it_ended(run) -> tuple[str, str | None]:
+    """How a sweep whose tuner returned ended: ("failed", the line) when a fault stopped it
+    (a full disk: its line says what to do) or no trial completed, ("stopped", the line)
+    when it was stopped (`sweep stop`, Ctrl-C, SIGTERM), else ("finished", None). The CLI
+    ends with these lines, and the notifications quote them."""
+    if run.stopped_for:
+        return "failed", run.stopped_for
+    if run.interrupted:
+        return "stopped", f"Sweep stopped; continue it with: sweep resume {run.spec.name}"
+    book = run.book
+    if book.count(TrialState.COMPLETED) == 0:
+        failed = [t.status_text for t in book.trials.values() if t.state == TrialState.FAILED]
+        reason = f"; first failure: {failed[0]}" if failed else ""
+        return "failed", f"no trial completed ({len(book.trials)} started){reason}"
+    return "finished", None
