@@ -3,7 +3,11 @@ built-in tiny model is built once into the user cache and reused."""
 
 from __future__ import annotations
 
+import json
+import socket
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -96,3 +100,74 @@ def wait_for(condition, timeout: float, what: str, every: float = 2):
             return value
         time.sleep(every)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+# ---------------------------------------------------------------- webhooks on loopback (notify)
+
+# In the path of every test webhook's URL: a secret that no output, file or store may hold.
+WEBHOOK_SECRET = "T000/B000/s3cr3t-t0ken"
+
+
+class WebhookServer:
+    """An HTTP server on loopback (port 0: the system picks a free one) that records each
+    POST's JSON and answers each with the next status of `statuses` (200 once they run out)."""
+
+    def __init__(self, statuses: tuple[int, ...] = ()):
+        self.received: list[dict] = []
+        self.statuses = list(statuses)
+        self.arrived = threading.Condition()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                status = outer.statuses.pop(0) if outer.statuses else 200
+                with outer.arrived:
+                    outer.received.append(body)
+                    outer.arrived.notify_all()
+                self.send_response(status)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/services/{WEBHOOK_SECRET}"
+
+    def wait_for(self, count: int, timeout_s: float = 60) -> list[dict]:
+        """What it received, once `count` posts arrived (within moments; `timeout_s` is generous)."""
+        with self.arrived:
+            assert self.arrived.wait_for(lambda: len(self.received) >= count, timeout_s), self.received
+            return list(self.received)
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def answering_webhook():
+    """A webhook that answers 200 to every post; its URL holds WEBHOOK_SECRET."""
+    server = WebhookServer()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def hanging_webhook():
+    """A port that takes connections (the kernel's backlog) and never answers; its URL."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    yield f"http://127.0.0.1:{sock.getsockname()[1]}/hang/{WEBHOOK_SECRET}"
+    sock.close()
+
+
+@pytest.fixture
+def refusing_webhook():
+    """A port held (bound, so no one else takes it) where nothing listens: refused."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    yield f"http://127.0.0.1:{sock.getsockname()[1]}/refuse/{WEBHOOK_SECRET}"
+    sock.close()

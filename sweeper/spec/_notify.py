@@ -1,9 +1,9 @@
 """The sweep file's `notify` section: the webhooks a sweep posts its events to (their
 delivery is `sweeper.notify`'s), and `notify_problems`: the url_env variables that the
-environment lacks. A webhook's URL is a secret: given in the file (`url`,
-kept as a `SecretStr`, so that every dump of the spec, the sweep folder's sweep.yaml and
-MLflow's params and artifact included, holds `WITHHELD` instead), or named by an
-environment variable (`url_env`), read when the sweep starts or resumes."""
+environment lacks. A webhook's URL is a secret: given in the file (`url`, kept as a
+`WebhookUrl`, so that every dump and pickle of the spec, the sweep folder's sweep.yaml,
+Tune's saved state and MLflow's params and artifact included, holds `WITHHELD` instead),
+or named by an environment variable (`url_env`), read when the sweep starts or resumes."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from pydantic import Field, SecretStr, model_validator
 from trainables.errors import FieldProblems
 from trainables.sections import StrictModel
 
-__all__ = ["NOTIFY_EVENTS", "NotifySpec", "WITHHELD", "WebhookSpec", "notify_problems", "url_problem"]
+__all__ = ["NOTIFY_EVENTS", "NotifySpec", "WITHHELD", "WebhookSpec", "WebhookUrl", "notify_problems", "url_problem"]
 
 NotifyEvent = Literal["started", "new_best", "trial_failed", "budget_cap", "finished", "failed", "stopped"]
 NOTIFY_EVENTS: tuple[str, ...] = typing.get_args(NotifyEvent)
@@ -24,6 +24,21 @@ NOTIFY_EVENTS: tuple[str, ...] = typing.get_args(NotifyEvent)
 # What pydantic writes for a SecretStr in every dump: a spec read back from its sweep.yaml
 # or MLflow holds it in place of a literal url (the webhook is then left out, with a note).
 WITHHELD = "**********"
+
+
+class WebhookUrl(SecretStr):
+    """A webhook's URL: a SecretStr (masked in every dump, repr and str) that also pickles
+    as WITHHELD, since Tune saves its callbacks (the tracker holds the spec) in the sweep's
+    folder and Ray ships what it runs elsewhere by pickling. Copies are the same value."""
+
+    def __reduce__(self):
+        return type(self), (WITHHELD,)
+
+    def __copy__(self) -> "WebhookUrl":
+        return self
+
+    def __deepcopy__(self, memo: dict) -> "WebhookUrl":
+        return self
 
 
 def url_problem(url: str) -> str | None:
@@ -38,7 +53,7 @@ def url_problem(url: str) -> str | None:
 
 
 class WebhookSpec(StrictModel):
-    url: SecretStr | None = Field(
+    url: WebhookUrl | None = Field(
         None,
         description="The webhook's http(s) URL, e.g. a Slack incoming webhook. A secret: never printed or logged, "
         "and stored masked with the sweep (a resumed sweep cannot post to it: prefer url_env).",

@@ -6,14 +6,10 @@ from __future__ import annotations
 
 import json
 import pickle
-import socket
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import SimpleNamespace
 
-import pytest
 from typer.testing import CliRunner
 
 from sweeper.cli import app
@@ -23,73 +19,10 @@ from sweeper.names import TrialState
 from sweeper.notify import Notifier, Webhook, WebhookSender, resolve_webhooks
 from sweeper.spec import NOTIFY_EVENTS, spec_to_yaml, validate_spec
 from sweeper.track import SweepBook, TrialRecord
-from tests.conftest import small_sweep, write_yaml
+from tests.conftest import WEBHOOK_SECRET as SECRET
+from tests.conftest import WebhookServer, small_sweep, write_yaml
 
-SECRET = "T000/B000/s3cr3t-t0ken"
 DEADLINE_S = 60  # for an event that comes within moments; a generous bound, not a measure
-
-
-class Answering:
-    """An HTTP server on loopback that records each POST's JSON and answers each with the
-    next status of `statuses` (200 once they run out)."""
-
-    def __init__(self, statuses: tuple[int, ...] = ()):
-        self.received: list[dict] = []
-        self.statuses = list(statuses)
-        self.arrived = threading.Condition()
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                status = outer.statuses.pop(0) if outer.statuses else 200
-                with outer.arrived:
-                    outer.received.append(body)
-                    outer.arrived.notify_all()
-                self.send_response(status)
-                self.end_headers()
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/services/{SECRET}"
-
-    def wait_for(self, count: int) -> list[dict]:
-        with self.arrived:
-            assert self.arrived.wait_for(lambda: len(self.received) >= count, DEADLINE_S), self.received
-            return list(self.received)
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
-
-
-@pytest.fixture
-def answering():
-    server = Answering()
-    yield server
-    server.close()
-
-
-@pytest.fixture
-def hanging():
-    """A port that takes connections (the kernel's backlog) and never answers; its URL."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(16)
-    yield f"http://127.0.0.1:{sock.getsockname()[1]}/hang/{SECRET}"
-    sock.close()
-
-
-@pytest.fixture
-def refusing():
-    """A port held (bound, so no one else takes it) where nothing listens: refused."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    yield f"http://127.0.0.1:{sock.getsockname()[1]}/refuse/{SECRET}"
-    sock.close()
 
 
 def notify_section(timeout_seconds: float = 0.5, attempts: int = 2):
@@ -118,18 +51,18 @@ def finished_run(book: SweepBook, **fields) -> SimpleNamespace:
 # ---------------------------------------------------------------- the posts
 
 
-def test_posts_json_with_a_text_in_order(answering):
-    sender = WebhookSender(webhook("notify.webhooks.0", answering.url), timeout_s=5, attempts=1)
+def test_posts_json_with_a_text_in_order(answering_webhook):
+    sender = WebhookSender(webhook("notify.webhooks.0", answering_webhook.url), timeout_s=5, attempts=1)
     for n in range(3):
         sender.send("started", {"text": f"message {n}", "event": "started", "sweep": "s"})
-    received = answering.wait_for(3)
+    received = answering_webhook.wait_for(3)
     assert [body["text"] for body in received] == ["message 0", "message 1", "message 2"]
     assert sender.close(time.monotonic() + DEADLINE_S) == []
     assert sender.delivered == ["started"] * 3
 
 
 def test_a_5xx_is_tried_again_and_a_404_is_not():
-    server = Answering(statuses=(503, 404))
+    server = WebhookServer(statuses=(503, 404))
     try:
         sender = WebhookSender(webhook("notify.webhooks.0", server.url), timeout_s=5, attempts=3)
         sender.send("started", {"text": "one"})  # 503, then 404: refused for good after two posts
@@ -141,26 +74,26 @@ def test_a_5xx_is_tried_again_and_a_404_is_not():
         server.close()
 
 
-def test_a_refused_webhook_is_named_with_why(refusing):
-    sender = WebhookSender(webhook("notify.webhooks.0 (url_env HOOK)", refusing), timeout_s=5, attempts=2)
+def test_a_refused_webhook_is_named_with_why(refusing_webhook):
+    sender = WebhookSender(webhook("notify.webhooks.0 (url_env HOOK)", refusing_webhook), timeout_s=5, attempts=2)
     sender.send("started", {"text": "one"})
     failed = sender.close(time.monotonic() + DEADLINE_S)
     assert failed == [("started", "connection refused; 2 tries")]
 
 
-def test_a_hanging_webhook_holds_up_neither_the_sweep_nor_the_other_webhook(answering, hanging):
-    notifier = Notifier("s", book_with(), [webhook("notify.webhooks.0", answering.url),
-                                           webhook("notify.webhooks.1 (url_env HANG)", hanging)],
+def test_a_hanging_webhook_holds_up_neither_the_sweep_nor_the_other_webhook(answering_webhook, hanging_webhook):
+    notifier = Notifier("s", book_with(), [webhook("notify.webhooks.0", answering_webhook.url),
+                                           webhook("notify.webhooks.1 (url_env HANG)", hanging_webhook)],
                         notify_section(timeout_seconds=1, attempts=2), cap_line=lambda ended: None)
     notifier.sweep_started("4 trials, 2 at a time", resumed=False)
     notifier.trial_finished(book_with((0, TrialState.FAILED, None)).trials["t0"])
     # The answering webhook gets both while the hanging one still holds its first post.
-    assert [body["event"] for body in answering.wait_for(2)] == ["started", "trial_failed"]
+    assert [body["event"] for body in answering_webhook.wait_for(2)] == ["started", "trial_failed"]
     run = finished_run(book_with((0, TrialState.COMPLETED, 1.5)))
     began = time.monotonic()
     notifier.sweep_ended(run)
     assert time.monotonic() - began < DEADLINE_S  # bounded by notify.timeout_seconds, generously
-    assert [body["event"] for body in answering.wait_for(3)] == ["started", "trial_failed", "finished"]
+    assert [body["event"] for body in answering_webhook.wait_for(3)] == ["started", "trial_failed", "finished"]
     [line] = run.notes
     assert line.startswith("Notifications: 3 not delivered: notify.webhooks.1 (url_env HANG): "), line
     # Each of its three, whether tried and timed out or still waiting when the wait ended.
@@ -172,10 +105,10 @@ def test_a_hanging_webhook_holds_up_neither_the_sweep_nor_the_other_webhook(answ
 # ---------------------------------------------------------------- the events
 
 
-def test_the_events_of_a_sweep(answering):
+def test_the_events_of_a_sweep(answering_webhook):
     cap = []
     book = book_with()
-    notifier = Notifier("s", book, [webhook("notify.webhooks.0", answering.url)], notify_section(),
+    notifier = Notifier("s", book, [webhook("notify.webhooks.0", answering_webhook.url)], notify_section(),
                         cap_line=lambda ended: cap[0] if cap else None)
     notifier.sweep_started("4 trials, 2 at a time", resumed=False)
     for number, state, loss in [(0, TrialState.COMPLETED, 2.0), (1, TrialState.PRUNED, 1.0),
@@ -186,7 +119,7 @@ def test_the_events_of_a_sweep(answering):
     notifier.trial_result(book.trials["t3"])
     notifier.trial_result(book.trials["t3"])  # said once
     notifier.sweep_ended(finished_run(book))
-    received = answering.wait_for(5)
+    received = answering_webhook.wait_for(5)
     assert [body["event"] for body in received] == ["started", "new_best", "new_best", "budget_cap", "finished"]
     assert all(body["sweep"] == "s" and body["text"].startswith("Sweep 's'") for body in received)
     assert received[0]["text"] == "Sweep 's' started: 4 trials, 2 at a time" and received[0]["resumed"] is False
@@ -199,52 +132,54 @@ def test_the_events_of_a_sweep(answering):
     assert (finished["best_trial"], finished["metric"], finished["value"], finished["usd"]) == (3, "eval_loss", 1.2, 0.0123)
 
 
-def test_each_webhook_gets_only_its_events_and_a_stop_says_how_to_resume(answering):
-    notifier = Notifier("s", book_with(), [webhook("notify.webhooks.0", answering.url, events=["stopped"])],
+def test_each_webhook_gets_only_its_events_and_a_stop_says_how_to_resume(answering_webhook):
+    notifier = Notifier("s", book_with(), [webhook("notify.webhooks.0", answering_webhook.url, events=["stopped"])],
                         notify_section(), cap_line=lambda ended: None)
     notifier.sweep_started("4 trials", resumed=False)
     notifier.sweep_ended(finished_run(book_with((0, TrialState.RUNNING, None)), interrupted=True))
-    [stopped] = answering.wait_for(1)
+    [stopped] = answering_webhook.wait_for(1)
     assert stopped["event"] == "stopped" and stopped["resume"] == "sweep resume s"
     assert stopped["line"] == "Sweep stopped; continue it with: sweep resume s"
 
 
-def test_a_broken_sweep_is_failed_with_its_line(answering, refusing):
-    notifier = Notifier("s", book_with(), [webhook("notify.webhooks.0", answering.url),
-                                           webhook("notify.webhooks.1", refusing)],
+def test_a_broken_sweep_is_failed_with_its_line(answering_webhook, refusing_webhook):
+    notifier = Notifier("s", book_with(), [webhook("notify.webhooks.0", answering_webhook.url),
+                                           webhook("notify.webhooks.1", refusing_webhook)],
                         notify_section(attempts=1), cap_line=lambda ended: None)
     printed = []
     notifier.sweep_broke(UserError("tracking.uri: the MLflow store is on a full disk"),
                          SimpleNamespace(print=lambda line, **kwargs: printed.append(line)))
-    [failed] = answering.wait_for(1)
+    [failed] = answering_webhook.wait_for(1)
     assert failed["event"] == "failed" and failed["line"] == "tracking.uri: the MLflow store is on a full disk"
     assert failed["text"].endswith("; continue it with: sweep resume s")
     assert printed == ["Notifications: 1 not delivered: notify.webhooks.1: failed (connection refused; 1 try)"]
 
 
-def test_a_resumed_sweep_does_not_announce_its_old_best(answering):
+def test_a_resumed_sweep_does_not_announce_its_old_best(answering_webhook):
     book = book_with((0, TrialState.COMPLETED, 1.0))
-    notifier = Notifier("s", book, [webhook("notify.webhooks.0", answering.url)], notify_section(),
+    notifier = Notifier("s", book, [webhook("notify.webhooks.0", answering_webhook.url)], notify_section(),
                         cap_line=lambda ended: None)
     notifier.sweep_started("4 trials", resumed=True)
     book.trials["t1"] = book_with((1, TrialState.COMPLETED, 3.0)).trials["t1"]
     notifier.trial_finished(book.trials["t1"])
     notifier.close()
-    assert [body["event"] for body in answering.received] == ["started"]
-    assert answering.received[0]["text"] == "Sweep 's' resumed: 4 trials"
+    assert [body["event"] for body in answering_webhook.received] == ["started"]
+    assert answering_webhook.received[0]["text"] == "Sweep 's' resumed: 4 trials"
 
 
 # ---------------------------------------------------------------- the secret
 
 
-def test_the_url_is_in_no_line_dump_or_pickle(tmp_path, refusing, capsys):
+def test_the_url_is_in_no_line_dump_or_pickle(tmp_path, refusing_webhook, capsys):
     raw = small_sweep("s", notify={"webhooks": [{"url": f"https://hooks.example.com/services/{SECRET}"},
                                                  {"url_env": "HOOK", "events": ["finished"]}]})
     spec = validate_spec(raw, base_dir=tmp_path)
     from sweeper.track._mlflow_store import flat_params
 
-    dumps = [spec_to_yaml(spec), spec.model_dump_json(), repr(spec), str(spec), json.dumps(flat_params(spec))]
-    webhooks, notes = resolve_webhooks(spec.notify, {"HOOK": refusing})
+    dumps = [spec_to_yaml(spec), spec.model_dump_json(), repr(spec), str(spec), json.dumps(flat_params(spec)),
+             pickle.dumps(spec).decode("latin-1")]  # Tune saves the tracker, which holds the spec, in tuner.pkl
+    assert spec.model_copy(deep=True).notify.webhooks[0].url.get_secret_value().endswith(SECRET)
+    webhooks, notes = resolve_webhooks(spec.notify, {"HOOK": refusing_webhook})
     notifier = Notifier("s", book_with(), webhooks, spec.notify, cap_line=lambda ended: None)
     dumps += [repr(webhooks), pickle.dumps(notifier).decode("latin-1")]
     notifier.sweep_started("4 trials", resumed=False)
@@ -254,7 +189,7 @@ def test_the_url_is_in_no_line_dump_or_pickle(tmp_path, refusing, capsys):
     assert run.notes and all(SECRET not in text for text in dumps), [t for t in dumps if SECRET in t]
     # What a resumed sweep reads back holds the mask: that webhook is left out, with a note.
     stored = validate_spec(__import__("yaml").safe_load(spec_to_yaml(spec)), base_dir=tmp_path)
-    webhooks, notes = resolve_webhooks(stored.notify, {"HOOK": refusing})
+    webhooks, notes = resolve_webhooks(stored.notify, {"HOOK": refusing_webhook})
     assert [hook.key for hook in webhooks] == ["notify.webhooks.1 (url_env HOOK)"]
     assert notes == ["notify.webhooks.0: not notified: its url is a secret, not stored with the sweep; give the URL "
                      "in an environment variable (url_env) for a sweep that is resumed"]
