@@ -105,9 +105,9 @@ class Notifier:
 
     def sweep_broke(self, error: BaseException, console) -> None:
         """The launch raised `error` while the sweep ran: failed (or stopped, for a second
-        Ctrl-C), with the line the terminal shows; then the wait, as `sweep_ended`, and the
+        Ctrl-C or an exit), with the line the terminal shows; then the wait, as `sweep_ended`, and the
         line naming what was not delivered printed on `console` (no summary follows)."""
-        stopped = isinstance(error, KeyboardInterrupt)
+        stopped = isinstance(error, (KeyboardInterrupt, SystemExit))
         line = "; ".join(getattr(error, "lines", None) or [f"{type(error).__name__}: {error}".rstrip(": ")])
         ended = "stopped" if stopped else "failed"
         resume = f"sweep resume {self.name}"
