@@ -339,3 +339,17 @@ def test_an_open_ended_search_ends_at_its_cap_and_the_summary_says_how():
     tags, metrics = guard.as_tags_and_metrics()
     assert tags["sweeper.budget_stop"] == "max_steps" and metrics["budget_max_steps"] == 45
     assert metrics["budget_trials_not_started"] == 0
+
+
+def test_the_cap_line_the_notifications_quote_comes_once_a_cap_stopped_or_cut_the_sweep():
+    from sweeper.budget import SweepBudget
+
+    assert SweepBudget().cap_line(ended=True) is None  # no budget
+    held = guard_with(book_with(running_trial(1, 10, 10)), max_usd=0.015)
+    BudgetSearcher(Counting(), held).suggest("b")  # held back while a trial runs: it may yet start
+    assert SweepBudget(guard=held).cap_line(ended=False) is None
+    assert "9 of 10 trials not started" in SweepBudget(guard=held).cap_line(ended=True)
+    reached = guard_with(book_with(running_trial(1, 30, 20)), max_usd=0.01)
+    BudgetStopper(reached).stop_all()
+    assert SweepBudget(guard=reached).cap_line(ended=False) == reached.summary()
+    assert "budget.max_usd (0.01 USD) reached" in reached.summary()
