@@ -73,3 +73,14 @@ def test_a_spec_that_cannot_be_rebuilt_is_a_keyed_line_naming_what_was_built():
     (line,) = caught.value.lines
     assert line.startswith("training.eval_every: ")
     assert line.endswith("(in the calibration run built from the sweep's YAML)")
+
+
+def test_a_notify_section_builds_every_spec_and_is_stored_masked():
+    hooks = [{"url": "https://hooks.example.com/services/T0/B0/secret"}, {"url_env": "HOOK", "events": ["finished"]}]
+    spec = validate_spec(small_sweep("shape", notify={"webhooks": hooks}), base_dir=REPO)
+    assert calibration_spec(spec, steps=5, accumulation=1).notify == spec.notify
+    single = single_run_spec(spec, {"training.learning_rate": 1e-3}, name="shape-trial-1")
+    assert single.notify.webhooks[0].url.get_secret_value() == hooks[0]["url"]
+    stored = revalidate_spec(parse_yaml(spec_to_yaml(spec), "sweep.yaml"), "the stored sweep.yaml")
+    assert stored.notify.webhooks[0].url.get_secret_value() == "**********"
+    assert stored.notify.webhooks[1] == spec.notify.webhooks[1]
