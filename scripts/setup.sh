@@ -13,6 +13,7 @@
 #                    would serve a CUDA build (pip's configuration decides otherwise).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+bash scripts/browser.sh
 
 python_bin=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
