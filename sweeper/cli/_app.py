@@ -8,6 +8,7 @@ from __future__ import annotations
 # First: its exit callback is registered before any library's, so that it runs after them.
 from sweeper.cli._process_exit import exit_process, exit_status  # isort: skip
 
+import inspect
 import os
 from typing import NoReturn
 
@@ -73,8 +74,21 @@ COMMANDS = [
     (running.logs, None), (reading.list_sweeps, "list"), (reading.status, None), (promoting.promote, None),
     (promoting.export, None), (reading.report, None), (environment.doctor, None),
 ]
+
+
+def help_from_docstring(docstring: str | None) -> str:
+    """A command's help: its docstring's paragraphs, each joined into one line, so that the
+    terminal's width alone decides where lines break. Typer 0.29's rich help keeps a
+    docstring's own line breaks in the command list and in every paragraph after the first
+    (`typer.rich_utils._make_command_help`, `_fix_linebreaks`), which broke sentences
+    mid-line at the source's wrapping. A paragraph that opens with click's `\\b` is kept
+    as written."""
+    paragraphs = inspect.cleandoc(docstring or "").split("\n\n")
+    return "\n\n".join(p if p.startswith("\b") else " ".join(p.split()) for p in paragraphs)
+
+
 for command, name in COMMANDS:
-    app.command(name)(command)
+    app.command(name, help=help_from_docstring(command.__doc__))(command)
 
 
 def run() -> NoReturn:
