@@ -22,7 +22,7 @@ import sweeper.cli._promoting as promoting
 import sweeper.cli._reading as reading
 import sweeper.cli._running as running
 import sweeper.cli._scaffolding as scaffolding
-from sweeper.cli._common import errors
+from sweeper.cli._common import JSON_COMMAND, errors
 from sweeper.errors import SweepFailed
 from trainables.errors import InputError
 
@@ -42,9 +42,14 @@ class SweepCommands(TyperGroup):
         except tuple(EXIT_STATUS) as exc:
             if ctx.params.get("debug"):
                 raise
-            for line in getattr(exc, "lines", None) or [str(exc)]:
+            lines = getattr(exc, "lines", None) or [str(exc)]
+            for line in lines:
                 # Escaped: a line quotes user input, which may hold brackets.
                 errors.print(f"[red]error:[/red] {escape(line)}", highlight=False, soft_wrap=True)
+            if ctx.meta.get(JSON_COMMAND):  # --json: the refusal as a document on stdout too
+                from sweeper.output import error_document
+
+                typer.echo(error_document(ctx.meta[JSON_COMMAND], _exit_status(exc), lines))
             raise typer.Exit(_exit_status(exc)) from None
 
 
