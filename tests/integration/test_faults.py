@@ -156,6 +156,12 @@ def test_a_disk_that_fills_mid_sweep_stops_it_with_a_line_and_resume_finishes_it
         assert driver.returncode == 1, out
         assert f"error: output_dir: the file system of {disk / name} is full (" in flat, out
         assert f"continue it with: sweep resume {name}" in flat
+        # driver.log is on the full disk too: the records it could not write are counted in
+        # one note, never printed as logging's tracebacks, and the keyed line is the last word.
+        assert "--- Logging error ---" not in out and "Traceback" not in out, out
+        lines = [line for line in out.splitlines() if line.strip()]
+        last_error = max(i for i, line in enumerate(lines) if line.startswith("error: output_dir:"))
+        assert not [line for line in lines[last_error:] if line.startswith(("note:", "warning:"))], lines[last_error:]
         (parent,), children = sweep_runs(uri, name)
         assert parent.info.status == "KILLED"
         assert all(c.info.status != "RUNNING" for c in children)
