@@ -6,6 +6,9 @@ A page asks for a generated part with a marker line, `<!-- generated: NAME -->`:
 - `yaml-reference`: the YAML reference, `sweeper.spec._reference.markdown_reference()`
   (what `sweep reference` prints);
 - `cli-reference`: every `sweep` command, read from the Typer app's click commands;
+- `exit-status`: every command's exit status and its meaning, `sweeper.cli.EXIT_CODES`;
+- `json-output`: the JSON documents of `--json` and `--summary-json`, from their models
+  (`sweeper.output.markdown_schema()`);
 - `keyed-errors`: every keyed message the code can refuse with, read from its syntax tree;
 - `stage-packages`: each `sweeper/` stage package's docstring, from its `__init__.py`;
 - `python-api`: the signatures and docstrings of `sweeper.api`'s public functions;
@@ -60,6 +63,20 @@ def cli_reference() -> str:
         table = _param_table(command.params) if any(p.name != "help" for p in command.params) else ""
         parts += [f"## `sweep {name}`", "", "```", usage, "```", "", help_text, "", table]
     return "\n".join(parts)
+
+
+def exit_status() -> str:
+    from sweeper.cli import EXIT_CODES
+
+    rows = ["| exit status | meaning |", "|---|---|"]
+    rows += [f"| {status} | {meaning} |" for status, meaning in EXIT_CODES.items()]
+    return "\n".join(rows) + "\n"
+
+
+def json_output() -> str:
+    from sweeper.output import markdown_schema
+
+    return markdown_schema()
 
 
 def _context(command, name: str, parent):
@@ -462,6 +479,8 @@ def _cell(text: str) -> str:
 GENERATORS = {
     "yaml-reference": yaml_reference,
     "cli-reference": cli_reference,
+    "exit-status": exit_status,
+    "json-output": json_output,
     "keyed-errors": keyed_errors_markdown,
     "stage-packages": stage_packages,
     "python-api": python_api,

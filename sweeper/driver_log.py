@@ -6,7 +6,9 @@ progress bars, warnings) goes to `<sweep folder>/driver.log`, and with `--verbos
 terminal too. Only the libraries' public switches are used: Python logging and warnings,
 `optuna.logging`, and documented environment variables, which the driver's processes
 inherit. The log is held in memory until the launch has made the sweep's folder
-(`write_to`), then written there.
+(`write_to`), then written there. A record that cannot be written there (a full disk, a
+removed folder) is counted, not reported with Python logging's traceback on the terminal;
+one line at the end says how many were lost.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import os
 import sys
 from pathlib import Path
 
-__all__ = ["QUIET_ENVIRONMENT", "DriverLog", "write_to", "route_ray_logger"]
+__all__ = ["QUIET_ENVIRONMENT", "DriverLog", "LogFile", "write_to", "route_ray_logger"]
 
 # Documented switches the libraries read from the environment, in the driver and in the
 # processes it starts: transformers' warnings at error level only; no Hugging Face Hub or
@@ -34,6 +36,49 @@ FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 _active: "DriverLog | None" = None
 
 
+class LogFile(logging.FileHandler):
+    """driver.log, appended to: a record it cannot write is counted (`unwritten`, with the
+    last error) instead of Python logging's "--- Logging error ---" traceback on stderr,
+    which on a full disk came before the sweep's own keyed line. The file is opened at the
+    first record and, after a failed write, closed and opened again at the next, so that a
+    freed disk or a folder made again is written to."""
+
+    def __init__(self, path: Path):
+        super().__init__(path, mode="a", encoding="utf-8", delay=True)
+        self.unwritten = 0
+        self.last_error: BaseException | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:  # FileHandler opens the file outside StreamHandler's own try
+            super().emit(record)
+        except Exception:
+            self.handleError(record)
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        self.unwritten += 1
+        self.last_error = sys.exc_info()[1]
+        stream, self.stream = self.stream, None
+        if stream is not None:
+            try:
+                stream.close()  # flushes what it holds: fails again on a full disk
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        try:
+            super().close()
+        except OSError:  # a record's failed flush closed the stream already: nothing is held
+            pass
+
+    def lost_line(self) -> str | None:
+        """One line saying how many records could not be written, and why; None: none."""
+        if not self.unwritten:
+            return None
+        why = getattr(self.last_error, "strerror", None) or str(self.last_error or "")
+        return f"note: {self.unwritten} log record(s) could not be written to {self.baseFilename}" + (
+            f": {why}" if why else "")
+
+
 class DriverLog:
     """Entered around a sweep's driver: the libraries' logging goes to a buffer and then to
     driver.log (`verbose`: to the terminal's stderr as well)."""
@@ -43,7 +88,7 @@ class DriverLog:
         self.path: Path | None = None
         self.buffer = logging.handlers.MemoryHandler(capacity=10**6, flushLevel=logging.CRITICAL + 1)
         self.buffer.setFormatter(logging.Formatter(FORMAT))
-        self.file: logging.FileHandler | None = None
+        self.file: LogFile | None = None
         self.terminal: logging.Handler | None = None
         self._saved_env: dict[str, str | None] = {}
         self._saved_level = logging.root.level
@@ -73,7 +118,7 @@ class DriverLog:
         if self.file is not None:
             return
         self.path = path
-        self.file = logging.FileHandler(path, mode="a", encoding="utf-8", delay=False)
+        self.file = LogFile(path)
         self.file.setFormatter(logging.Formatter(FORMAT))
         self.buffer.setTarget(self.file)
         self.buffer.flush()
@@ -92,6 +137,9 @@ class DriverLog:
             if handler is not None:
                 logging.root.removeHandler(handler)
                 handler.close()
+        lost = self.file.lost_line() if self.file is not None else None
+        if lost:  # before the command's summary and its last line
+            sys.stderr.write(lost + "\n")
         logging.root.setLevel(self._saved_level)
         logging.captureWarnings(False)
         for name, value in self._saved_env.items():

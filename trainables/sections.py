@@ -302,10 +302,10 @@ class TrainingSpec(StrictModel):
     )
     compile: bool = Field(
         False,
-        description="Compile the model's forward with torch.compile (inductor; resources.strategy ddp). "
-        "On an H100 a 1B LoRA step ran 1.7x faster (MFU 18.5% -> 31.6%) and held 26% less memory; the "
-        "first steps and the first evaluation pay the compile (about a minute for a 1B model, seconds "
-        "for the built-in one). Losses are unchanged. Needs a C++ compiler on a CPU.",
+        description="Compile the model's forward with torch.compile (inductor; resources.strategy ddp): "
+        "the first steps and the first evaluation pay the compile, the steps after it run faster and "
+        "hold less memory (measured: benchmarks/README.md, GPU check). Losses are unchanged. Needs a "
+        "C++ compiler on a CPU.",
     )
 
     @model_validator(mode="after")

@@ -3,5 +3,6 @@ Typer group it runs; each subcommand parses its arguments and calls one module o
 stages."""
 
 from sweeper.cli._app import app, run
+from sweeper.cli._process_exit import EXIT_CODES
 
-__all__ = ["app", "run"]
+__all__ = ["EXIT_CODES", "app", "run"]

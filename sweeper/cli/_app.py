@@ -8,6 +8,7 @@ from __future__ import annotations
 # First: its exit callback is registered before any library's, so that it runs after them.
 from sweeper.cli._process_exit import exit_process, exit_status  # isort: skip
 
+import inspect
 import os
 from typing import NoReturn
 
@@ -21,7 +22,7 @@ import sweeper.cli._promoting as promoting
 import sweeper.cli._reading as reading
 import sweeper.cli._running as running
 import sweeper.cli._scaffolding as scaffolding
-from sweeper.cli._common import errors
+from sweeper.cli._common import JSON_COMMAND, errors
 from sweeper.errors import SweepFailed
 from trainables.errors import InputError
 
@@ -41,9 +42,14 @@ class SweepCommands(TyperGroup):
         except tuple(EXIT_STATUS) as exc:
             if ctx.params.get("debug"):
                 raise
-            for line in getattr(exc, "lines", None) or [str(exc)]:
+            lines = getattr(exc, "lines", None) or [str(exc)]
+            for line in lines:
                 # Escaped: a line quotes user input, which may hold brackets.
                 errors.print(f"[red]error:[/red] {escape(line)}", highlight=False, soft_wrap=True)
+            if ctx.meta.get(JSON_COMMAND):  # --json: the refusal as a document on stdout too
+                from sweeper.output import error_document
+
+                typer.echo(error_document(ctx.meta[JSON_COMMAND], _exit_status(exc), lines))
             raise typer.Exit(_exit_status(exc)) from None
 
 
@@ -73,8 +79,21 @@ COMMANDS = [
     (running.logs, None), (reading.list_sweeps, "list"), (reading.status, None), (promoting.promote, None),
     (promoting.export, None), (reading.report, None), (environment.doctor, None),
 ]
+
+
+def help_from_docstring(docstring: str | None) -> str:
+    """A command's help: its docstring's paragraphs, each joined into one line, so that the
+    terminal's width alone decides where lines break. Typer 0.29's rich help keeps a
+    docstring's own line breaks in the command list and in every paragraph after the first
+    (`typer.rich_utils._make_command_help`, `_fix_linebreaks`), which broke sentences
+    mid-line at the source's wrapping. A paragraph that opens with click's `\\b` is kept
+    as written."""
+    paragraphs = inspect.cleandoc(docstring or "").split("\n\n")
+    return "\n\n".join(p if p.startswith("\b") else " ".join(p.split()) for p in paragraphs)
+
+
 for command, name in COMMANDS:
-    app.command(name)(command)
+    app.command(name, help=help_from_docstring(command.__doc__))(command)
 
 
 def run() -> NoReturn:

@@ -17,7 +17,20 @@ import os
 import sys
 from typing import NoReturn
 
-__all__ = ["exit_process", "exit_status"]
+__all__ = ["EXIT_CODES", "exit_process", "exit_status"]
+
+# Every command's exit status, and what each means (docs/reference/cli.md shows this table).
+EXIT_CODES: dict[int, str] = {
+    0: "The command did its job; for `sweep start` and `sweep resume`: the sweep ended and at least one trial "
+       "completed.",
+    1: "A sweep ran and did not finish: no trial completed, or a fault stopped it (the last line says which and how "
+       "to go on: `sweep resume NAME`); also a bug, with its traceback.",
+    2: "Your input was refused before anything ran: one keyed line per problem (YAML key or argument, the value "
+       "given, what would be valid), or click's usage line for a wrong option.",
+    130: "The sweep was stopped by `sweep stop` or Ctrl-C (SIGINT): its trials were stopped and recorded; "
+         "`sweep resume NAME` continues it.",
+    143: "The sweep was stopped by SIGTERM (a scheduler or `kill`), as for 130: `sweep resume NAME` continues it.",
+}
 
 # The status `exit_process` ends with; None: not ending through it (Python's whole exit).
 _ending_with: list[int] = []

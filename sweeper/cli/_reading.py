@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from sweeper.cli._common import SWEEP_DIR_HELP, TRACKING_URI_HELP, console, errors, store_at
+from sweeper.cli._common import SWEEP_DIR_HELP, TRACKING_URI_HELP, console, errors, json_option, store_at
 from sweeper.errors import UserError
 
 
@@ -38,11 +38,20 @@ def dashboard(
         pass
 
 
-def list_sweeps(tracking_uri: Optional[str] = typer.Option(None, "--tracking-uri", help=TRACKING_URI_HELP)) -> None:
+def list_sweeps(
+    tracking_uri: Optional[str] = typer.Option(None, "--tracking-uri", help=TRACKING_URI_HELP),
+    as_json: bool = json_option(),
+) -> None:
     """Sweeps in the MLflow store: status, trials, best metric, cost (works while they run)."""
     from sweeper.views import sweeps_table
 
-    console.print(sweeps_table(store_at(tracking_uri).sweeps()))
+    sweeps = store_at(tracking_uri).sweeps()
+    if as_json:
+        from sweeper.output import list_document
+
+        typer.echo(list_document(sweeps))
+        return
+    console.print(sweeps_table(sweeps))
 
 
 def status(
@@ -51,6 +60,7 @@ def status(
     show_all: bool = typer.Option(
         False, "--all", help="Every trial, also in a sweep of more than 50 (by default: the running ones and the 20 best)."
     ),
+    as_json: bool = json_option(),
 ) -> None:
     """The trial table of sweep NAME from the MLflow store (works while it runs)."""
     from sweeper.confirm import confirmation_lines, confirmation_table, from_trials
@@ -61,12 +71,17 @@ def status(
     store = store_at(tracking_uri)
     run = store.sweep_run(name)
     trials = store.trials(run=run)
-    shown, note = trials_shown(run, trials, show_all)
-    console.print(trials_table(run, shown))
     # search.objectives: the Pareto front, from the study in the sweep folder (none for a
     # sweep of one objective or a folder not on this machine).
     sweep_dir = run.data.tags.get(Tag.SWEEP_DIR)
     front = study_front(sweep_dir, run.data.tags.get(Tag.SWEEP_NAME)) if sweep_dir else None
+    if as_json:  # every trial, whatever --all says
+        from sweeper.output import status_document
+
+        typer.echo(status_document(run, trials, front))
+        return
+    shown, note = trials_shown(run, trials, show_all)
+    console.print(trials_table(run, shown))
     if front is not None:
         console.print(front_table(front, trials))
     confirmation = from_trials(trials, run.data.tags.get(Tag.METRIC, "eval_loss"), run.data.tags.get(Tag.GOAL, "minimize"))

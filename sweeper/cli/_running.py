@@ -14,10 +14,13 @@ from rich.markup import escape
 from sweeper.cli._common import (
     JOB_ADDRESS_HELP,
     SWEEP_DIR_HELP,
+    check_summary_path,
     console,
     errors,
     finish_run,
+    json_option,
     ray_address,
+    summary_json_option,
     sweep_folder_and_spec,
 )
 
@@ -28,7 +31,7 @@ VERBOSE_HELP = (
 )
 
 
-def validate(file: Path = typer.Argument(..., help="Sweep YAML file.")) -> None:
+def validate(file: Path = typer.Argument(..., help="Sweep YAML file."), as_json: bool = json_option()) -> None:
     """Check a sweep file without starting anything; every problem is listed (exit 2)."""
     from sweeper.cost import forecast_trial_memory
     from sweeper.plan import load_checked_spec
@@ -36,9 +39,15 @@ def validate(file: Path = typer.Argument(..., help="Sweep YAML file.")) -> None:
     from sweeper.spec import searched_paths, trials_text
 
     spec = load_checked_spec(file)
-    for note in read_warm_start(spec).notes:
+    notes = read_warm_start(spec).notes
+    for note in notes:
         errors.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False, soft_wrap=True)
     memory = forecast_trial_memory(spec) if spec.resources.use_gpu else None
+    if as_json:
+        from sweeper.output import validate_document
+
+        typer.echo(validate_document(file, spec, trials_text(spec), searched_paths(spec), memory, notes))
+        return
     console.print(
         f"[green]ok[/green] {file}: sweep {spec.name!r}, task {spec.task}, {trials_text(spec)} "
         f"over {', '.join(searched_paths(spec))}"
@@ -54,6 +63,7 @@ def start(
     ),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing sweep of the same name."),
     verbose: bool = typer.Option(False, "--verbose", help=VERBOSE_HELP),
+    summary_json: Optional[Path] = summary_json_option(),
 ) -> None:
     """Validate FILE, then run the sweep: a live table while it runs, a summary at the end."""
     from sweeper.cluster import cluster_address
@@ -61,6 +71,7 @@ def start(
     from sweeper.plan import load_checked_spec
     from sweeper.run import run_sweep
 
+    check_summary_path(summary_json)
     spec = load_checked_spec(file)
     with DriverLog(verbose):
         run = run_sweep(
@@ -70,7 +81,7 @@ def start(
             overwrite=overwrite,
             console=console,
         )
-    finish_run(run)
+    finish_run(run, "start", summary_json)
 
 
 def plan(
@@ -82,6 +93,7 @@ def plan(
         True, "--calibrate/--no-calibrate",
         help="Measure the step and evaluation time (a few steps, on the cluster); or use the throughput model.",
     ),
+    as_json: bool = json_option(),
 ) -> None:
     """Validate FILE and forecast the sweep without running it: step budget by rung, step
     time, expected and worst-case wall time, accelerator-hours and USD, budget caps."""
@@ -90,7 +102,14 @@ def plan(
 
     spec = load_checked_spec(file)
     read_warm_start(spec)  # as `sweep start` reads it: an earlier sweep it cannot read is the same keyed line
-    plan_sweep(spec, file, address=ray_address(address), calibrate=calibrate, console=console)
+    # With --json the terminal's lines go to stderr and stdout holds the document alone.
+    forecast = plan_sweep(spec, file, address=ray_address(address), calibrate=calibrate,
+                          console=errors if as_json else console)
+    if as_json:
+        from sweeper.output import plan_document
+        from sweeper.spec import trials_text
+
+        typer.echo(plan_document(file, spec, forecast, trials_text(spec)))
 
 
 def resume(
@@ -106,6 +125,7 @@ def resume(
         "study (finished trials kept, unfinished ones started again from step 0).",
     ),
     verbose: bool = typer.Option(False, "--verbose", help=VERBOSE_HELP),
+    summary_json: Optional[Path] = summary_json_option(),
 ) -> None:
     """Continue a sweep after its driver died or was stopped: finished trials are kept,
     unfinished ones continue from their latest checkpoint, the search keeps its history."""
@@ -113,6 +133,7 @@ def resume(
     from sweeper.driver_log import DriverLog
     from sweeper.run import resume_sweep
 
+    check_summary_path(summary_json)
     if address and address.startswith(("http://", "https://")):
         from sweeper.cluster import jobs
 
@@ -132,7 +153,7 @@ def resume(
     go_on = rebuild_sweep if rebuild else resume_sweep
     with DriverLog(verbose):
         run = go_on(folder, address=cluster_address(address, os.environ), console=console)
-    finish_run(run)
+    finish_run(run, "resume", summary_json)
 
 
 def stop(

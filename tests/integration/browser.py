@@ -25,7 +25,7 @@ FLAGS = [
 
 @dataclass
 class PageVisit:
-    text: str  # document.body.innerText once the expected text showed (or at the timeout)
+    text: str  # document.body.innerText once the expected text showed
     console_errors: list[str] = field(default_factory=list)
     screenshot: Path | None = None
 
@@ -41,7 +41,8 @@ def visit(
     size: tuple[int, int] = (1400, 900),
 ) -> PageVisit:
     """Load `url` in a fresh headless Chromium, wait until every string of `expect` is in
-    the page's text (or `timeout_s`), then screenshot it to `screenshot`."""
+    the page's text, then screenshot it to `screenshot`. A page that does not show them
+    within `timeout_s` fails the test with what it showed instead."""
     process = subprocess.Popen(
         [chromium, *FLAGS, f"--user-data-dir={profile}", "--remote-debugging-port=0",
          f"--window-size={size[0]},{size[1]}", "about:blank"],
@@ -82,11 +83,14 @@ async def _visit(endpoint, url, screenshot, expect, cookies, timeout_s, size) ->
             await page.call("Page.navigate", url=url)
             deadline = time.monotonic() + timeout_s
             text = ""
-            while time.monotonic() < deadline:
+            while True:
                 result = await page.call("Runtime.evaluate", expression="document.body ? document.body.innerText : ''")
                 text = result.get("result", {}).get("value", "") or ""
-                if expect and all(item in text for item in expect):
+                if all(item in text for item in expect):
                     break
+                if time.monotonic() > deadline:
+                    missing = [item for item in expect if item not in text]
+                    raise AssertionError(f"{url} did not show {missing} within {timeout_s:.0f} s; it showed:\n{text[:2000]}")
                 await asyncio.sleep(1)
             await asyncio.sleep(2)  # let charts finish their transitions
             shot = await page.call("Page.captureScreenshot", format="png")

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-from filelock import FileLock
 
 from tests.conftest import small_sweep, wait_for, write_yaml
 from tests.integration import cli_process
@@ -195,16 +194,9 @@ def finished_sweep(tmp_path_factory) -> FinishedSweep:
 
 @pytest.fixture(scope="session")
 def chromium() -> str:
-    """Debian's chromium, installed here when it is missing and apt-get can (as root): the
-    browser the report test opens index.html in, and kaleido's for the static plots."""
+    """Debian's chromium, which scripts/setup.sh installs where it can (apt-get, as root):
+    the browser the report test opens index.html in, and kaleido's for the static plots."""
     path = shutil.which("chromium")
-    if path is None and shutil.which("apt-get") and os.geteuid() == 0:
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        with FileLock("/tmp/sweeper-apt.lock"):
-            if shutil.which("chromium") is None:
-                subprocess.run(["apt-get", "update", "-qq"], env=env, capture_output=True, timeout=600)
-                subprocess.run(["apt-get", "install", "-y", "-qq", "chromium"], env=env, capture_output=True, timeout=900)
-        path = shutil.which("chromium")
     if path is None:
-        pytest.skip("Debian's chromium is missing and could not be installed (apt-get install chromium needs root)")
+        pytest.skip("Debian's chromium is missing: scripts/setup.sh installs it as root (apt-get install chromium)")
     return path

@@ -78,14 +78,15 @@ def test_readonly_benchmark_times_the_commands_on_a_written_sweep(tmp_path):
 def test_search_quality_benchmark_compares_methods_on_steps_and_best_loss(tmp_path):
     figures = run_benchmark(
         "search_quality", tmp_path, "--seeds", "0", "--trials", "3", "--max-steps", "18", "--eval-every", "9",
-        "--methods", "random,optuna,asha,asha_budget50", "--loop-share", "0.5", "--results", str(tmp_path / "runs"),
+        "--methods", "random,optuna,asha_budget50", "--loop-share", "0.5", "--results", str(tmp_path / "runs"),
         "--plot", str(tmp_path / "anytime.html"),
     )
     methods = figures["methods"]
-    assert set(methods) == {"random", "optuna", "asha", "asha_budget50"}
+    # The two loops run in this process and one sweep, the default under a cap: the other
+    # sweep methods differ from it only in the sections they start it with (the default's
+    # step arithmetic is the pruning benchmark's test).
+    assert set(methods) == {"random", "optuna", "asha_budget50"}
     assert methods["random"]["steps"] == [3 * 18]  # every trial to max_steps
-    # ASHA by promotion, the default: 3 trials to step 9, max(1, floor(3/4)) = 1 on to 18
-    assert methods["asha"]["steps"] == [3 * 9 + 9]
     # No trial count, a budget.max_steps cap of half random search's 54 steps: no trial
     # starts, or goes on from the rung, past it.
     assert methods["asha_budget50"]["steps"][0] <= 27

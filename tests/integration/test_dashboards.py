@@ -10,7 +10,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import urllib.error
@@ -23,17 +22,12 @@ from mlflow.tracking import MlflowClient
 from tests.conftest import small_sweep, wait_for, write_yaml
 from tests.integration.browser import visit
 from tests.integration.conftest import run_cli
+from tests.ports import free_port
 
 pytestmark = pytest.mark.integration
 
 NAME = "watched"
 RAY = str(Path(sys.executable).with_name("ray"))
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def get_json(url: str, token: str | None = None):

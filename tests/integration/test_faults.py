@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +16,7 @@ import pytest
 
 from tests.conftest import small_sweep, wait_for, write_yaml
 from tests.integration.conftest import run_cli, start_driver, sweep_runs
+from tests.ports import free_port
 
 pytestmark = [pytest.mark.integration]
 
@@ -41,12 +41,18 @@ def _assert_every_trial_ended_once(uri: str, name: str, trials: int) -> None:
     assert {c.data.tags["sweeper.state"] for c in children} <= {"completed", "pruned"}
 
 
-def test_sigterm_stops_start_and_resume_as_sigint_does_and_resume_finishes(tmp_path):
+def test_sigterm_stops_start_and_resume_a_corrupted_state_is_said_and_a_broken_checkpoint_restarts_its_trial(tmp_path):
+    """One 4-trial sweep: `start` and then `resume` stopped with SIGTERM as SIGINT stops them
+    (exit 143, the resume line, no run left RUNNING); Tune's state cut in half refused
+    before anything starts; a stopped trial's adapter truncated to 0 bytes restarted from
+    step 0, said and tagged; the last resume finishes every trial once."""
     name, trials = "sigterm", 4
-    raw = small_sweep(name, search={"num_trials": trials, "seed": 3}, training={"max_steps": 30, "eval_every": 10})
+    raw = small_sweep(name, search={"num_trials": trials, "seed": 6}, training={"max_steps": 40, "eval_every": 10},
+                      early_stopping={"scheduler": "none"})
     path = write_yaml(tmp_path / f"{name}.yaml", raw)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
 
+    # 1. SIGTERM once a new checkpoint is written, in `start` and in `resume`.
     folder = tmp_path / "sweeps" / name
     for command in (("start", str(path)), ("resume", name)):
         checkpoints = _Checkpoints(folder)
@@ -62,10 +68,42 @@ def test_sigterm_stops_start_and_resume_as_sigint_does_and_resume_finishes(tmp_p
         assert parent.info.status == "KILLED" and parent.data.tags["sweeper.status"] == "stopped"
         assert all(c.info.status != "RUNNING" for c in children)
 
+    # 2. Tune's experiment state cut in half: one line naming it, nothing started.
+    tune = folder / "tune"
+    (state,) = sorted(tune.glob("experiment_state-*.json"))[-1:]
+    whole = state.read_bytes()
+    state.write_bytes(whole[: len(whole) // 2])
+    result = run_cli("resume", name, cwd=tmp_path, timeout=300)
+    print(result.stdout, result.stderr)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert f"error: NAME: Tune's state {state} is unreadable (not JSON" in " ".join(result.stderr.split())
+    assert "Traceback" not in result.stdout + result.stderr
+    assert "Ray dashboard" not in result.stdout  # refused before the cluster started
+    state.write_bytes(whole)
+
+    # 3. A stopped trial's adapter truncated to 0 bytes: it starts again from step 0, said and tagged.
+    _, children = sweep_runs(uri, name)
+    trials_folder = folder / "trials"
+
+    def adapters(child):
+        return sorted((trials_folder / child.data.tags["sweeper.trial_id"]).glob("checkpoint_*/adapter_model.safetensors"))
+
+    stopped = [c for c in children if c.data.tags["sweeper.state"] == "stopped" and adapters(c)]
+    assert stopped, [c.data.tags for c in children]
+    victim = stopped[0]
+    adapters(victim)[-1].write_bytes(b"")
     result = run_cli("resume", name, cwd=tmp_path, timeout=900)
+    print(result.stdout, result.stderr)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert f"Sweep '{name}' finished in" in result.stdout
+    flat = " ".join(result.stdout.split())
+    number = victim.data.tags["sweeper.trial_number"]
+    assert f"note: trial {number}: its checkpoint " in flat and "it starts again from step 0" in flat, result.stdout
+    assert f"Sweep '{name}' finished in" in flat and "Sweep stopped" not in flat
     _assert_every_trial_ended_once(uri, name, trials)
+    (_,), children = sweep_runs(uri, name)
+    again = next(c for c in children if c.info.run_id == victim.info.run_id)
+    assert again.data.tags["sweeper.restarted"].startswith("from step 0: checkpoint unreadable")
+    assert again.data.tags["sweeper.state"] == "completed" and again.data.metrics["steps_trained"] == 40
 
 
 @contextlib.contextmanager
@@ -118,6 +156,12 @@ def test_a_disk_that_fills_mid_sweep_stops_it_with_a_line_and_resume_finishes_it
         assert driver.returncode == 1, out
         assert f"error: output_dir: the file system of {disk / name} is full (" in flat, out
         assert f"continue it with: sweep resume {name}" in flat
+        # driver.log is on the full disk too: the records it could not write are counted in
+        # one note, never printed as logging's tracebacks, and the keyed line is the last word.
+        assert "--- Logging error ---" not in out and "Traceback" not in out, out
+        lines = [line for line in out.splitlines() if line.strip()]
+        last_error = max(i for i, line in enumerate(lines) if line.startswith("error: output_dir:"))
+        assert not [line for line in lines[last_error:] if line.startswith(("note:", "warning:"))], lines[last_error:]
         (parent,), children = sweep_runs(uri, name)
         assert parent.info.status == "KILLED"
         assert all(c.info.status != "RUNNING" for c in children)
@@ -135,68 +179,12 @@ def test_a_disk_that_fills_mid_sweep_stops_it_with_a_line_and_resume_finishes_it
         _assert_every_trial_ended_once(uri, name, trials)
 
 
-def test_a_corrupted_sweep_state_is_said_before_anything_starts_and_a_broken_checkpoint_restarts_its_trial(tmp_path):
-    name, trials = "broken", 4
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    raw = small_sweep(name, search={"num_trials": trials, "seed": 6}, training={"max_steps": 40, "eval_every": 10},
-                      early_stopping={"scheduler": "none"})
-    path = write_yaml(tmp_path / f"{name}.yaml", raw)
-    driver = start_driver("start", str(path), cwd=tmp_path)
-    wait_for(lambda: _reported(uri, name) or driver.poll() is not None, 600, "a report", every=0.5)
-    driver.send_signal(signal.SIGINT)
-    out, _ = driver.communicate(timeout=180)
-    assert driver.returncode == 130, out
-
-    # 1. Tune's experiment state cut in half: one line naming it, nothing started.
-    tune = tmp_path / "sweeps" / name / "tune"
-    (state,) = sorted(tune.glob("experiment_state-*.json"))[-1:]
-    whole = state.read_bytes()
-    state.write_bytes(whole[: len(whole) // 2])
-    result = run_cli("resume", name, cwd=tmp_path, timeout=300)
-    print(result.stdout, result.stderr)
-    assert result.returncode == 2, result.stdout + result.stderr
-    assert f"error: NAME: Tune's state {state} is unreadable (not JSON" in " ".join(result.stderr.split())
-    assert "Traceback" not in result.stdout + result.stderr
-    assert "Ray dashboard" not in result.stdout  # refused before the cluster started
-    state.write_bytes(whole)
-
-    # 2. A stopped trial's adapter truncated to 0 bytes: it starts again from step 0, said and tagged.
-    _, children = sweep_runs(uri, name)
-    trials_folder = tmp_path / "sweeps" / name / "trials"
-
-    def adapters(child):
-        return sorted((trials_folder / child.data.tags["sweeper.trial_id"]).glob("checkpoint_*/adapter_model.safetensors"))
-
-    stopped = [c for c in children if c.data.tags["sweeper.state"] == "stopped" and adapters(c)]
-    assert stopped, [c.data.tags for c in children]
-    victim = stopped[0]
-    adapters(victim)[-1].write_bytes(b"")
-    result = run_cli("resume", name, cwd=tmp_path, timeout=900)
-    print(result.stdout, result.stderr)
-    assert result.returncode == 0, result.stdout + result.stderr
-    flat = " ".join(result.stdout.split())
-    number = victim.data.tags["sweeper.trial_number"]
-    assert f"note: trial {number}: its checkpoint " in flat and "it starts again from step 0" in flat, result.stdout
-    assert f"Sweep '{name}' finished in" in flat and "Sweep stopped" not in flat
-    _assert_every_trial_ended_once(uri, name, trials)
-    (_,), children = sweep_runs(uri, name)
-    again = next(c for c in children if c.info.run_id == victim.info.run_id)
-    assert again.data.tags["sweeper.restarted"].startswith("from step 0: checkpoint unreadable")
-    assert again.data.tags["sweeper.state"] == "completed" and again.data.metrics["steps_trained"] == 40
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class _MlflowServer:
     """`mlflow server` on loopback over a SQLite store in `folder`, killed (-9, with its
     workers) and started again on the same port and store."""
 
     def __init__(self, folder: Path):
-        self.folder, self.port, self.process = folder, _free_port(), None
+        self.folder, self.port, self.process = folder, free_port(), None
         self.uri = f"http://127.0.0.1:{self.port}"
 
     def start(self) -> None:
@@ -260,7 +248,11 @@ def _assert_served_trials_ended_once(uri: str, name: str, trials: int) -> None:
         assert "eval_loss" in child.data.metrics and "steps_trained" in child.data.metrics
 
 
+@pytest.mark.fresh_store
 def test_the_tracking_server_away_for_a_while_loses_nothing_and_the_summary_says_so(tmp_path):
+    """A sweep logged to `mlflow server` over HTTP (its runs, and its files as the server's
+    artifacts, nothing in a local store), with the server killed -9 mid-sweep and started
+    again a while later."""
     name, trials = "away", 3
     server = _MlflowServer(tmp_path)
     server.start()
@@ -283,6 +275,13 @@ def test_the_tracking_server_away_for_a_while_loses_nothing_and_the_summary_says
         assert "were kept here and logged once it was back: nothing lost" in flat
         assert not (folder / "tracking_backlog.pkl").exists()
         _assert_served_trials_ended_once(server.uri, name, trials)
+        (parent,), _ = _server_runs(server.uri, name)
+        # sweep.yaml and best_config.yaml went to the server's artifacts; no local store.
+        from mlflow.tracking import MlflowClient
+
+        artifacts = {a.path for a in MlflowClient(server.uri).list_artifacts(parent.info.run_id)}
+        assert artifacts >= {"sweep.yaml", "best_config.yaml"}, artifacts
+        assert not (tmp_path / "mlflow.db").exists()
     finally:
         server.kill()
 

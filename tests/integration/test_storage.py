@@ -1,10 +1,9 @@
-"""`storage.uri: s3://bucket/prefix` on a real S3-compatible server (moto on loopback): a
-sweep's Tune state and every Train checkpoint go to the bucket, not to the sweep folder,
-and `sweep promote`, `sweep export` and `sweep report` work from another folder after the
-sweep folder is gone, reading the checkpoint and the tokenizer from the bucket. The
-credentials appear in no output and no MLflow run. Storage that cannot be written is
-one keyed line before anything starts, also where only the cluster's nodes cannot write
-it (a head started without the keys); the endpoint travels to the nodes with the job."""
+"""`storage.uri: s3://bucket/prefix` on a real S3-compatible server (moto on loopback):
+storage that cannot be written is one keyed line before anything starts, also where only
+the cluster's nodes cannot write it (a head started without the keys); the endpoint
+travels to a head started before it was set. (A sweep whose Tune state and checkpoints go
+to the bucket, then promoted, exported and reported from another folder with its own
+folder gone, is test_multinode's `spread` sweep.)"""
 
 from __future__ import annotations
 
@@ -16,7 +15,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
 from pathlib import Path
 
@@ -25,7 +23,8 @@ import pytest
 from tests.conftest import small_sweep, write_yaml
 from tests.integration import cli_process
 from tests.integration.conftest import NODE_ENV, RAY, end_process_group, wait_for_port
-from tests.integration.s3_server import free_port, s3_server
+from tests.integration.s3_server import s3_server
+from tests.ports import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -47,58 +46,6 @@ def clean_env(**extra) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "RAY_ADDRESS", "MLFLOW_"))}
     env.update(COLUMNS="200", **extra)
     return env
-
-
-def test_a_sweep_on_s3_storage_is_promoted_from_another_folder_after_its_folder_is_gone(s3, tmp_path, monkeypatch):
-    workdir, elsewhere = tmp_path / "work", tmp_path / "elsewhere"
-    workdir.mkdir()
-    elsewhere.mkdir()
-    raw = small_sweep(
-        "ons3",
-        training={"max_steps": 20, "eval_every": 10},
-        search={"num_trials": 2, "seed": 1},
-        early_stopping={"scheduler": "none"},
-        storage={"uri": f"s3://{BUCKET}/team/ons3"},
-    )
-    path = write_yaml(workdir / "ons3.yaml", raw)
-    env = clean_env(**s3.env)
-    started = sweep_cli("start", str(path), cwd=workdir, env=env)
-    assert started.returncode == 0, started.stdout + started.stderr
-
-    keys = s3.keys(BUCKET, "team/ons3/")
-    assert "team/ons3/tune/tuner.pkl" in keys, keys
-    assert "team/ons3/sweep.yaml" in keys and "team/ons3/tokenizer/tokenizer_config.json" in keys
-    adapters = [k for k in keys if k.startswith("team/ons3/trials/") and k.endswith("/adapter_config.json")]
-    assert len(adapters) == 2, keys  # one checkpoint kept per trial, both trials completed
-    local = workdir / "sweeps" / "ons3"
-    assert (local / "sweep.yaml").is_file() and not (local / "trials").exists() and not (local / "tune").exists()
-
-    tracking = f"sqlite:///{workdir / 'mlflow.db'}"
-    import mlflow
-
-    client = mlflow.MlflowClient(tracking)
-    runs = client.search_runs([client.get_experiment_by_name("sweeper").experiment_id])
-    recorded = " ".join(f"{run.data.tags} {run.data.params}" for run in runs)
-    assert f"s3://{BUCKET}/team/ons3/trials/" in recorded  # checkpoint URIs on the trial runs
-    assert s3.env["AWS_SECRET_ACCESS_KEY"] not in recorded + started.stdout + started.stderr
-
-    shutil.rmtree(workdir / "sweeps")  # promote, export and report need only MLflow and the bucket
-    promoted = sweep_cli("promote", "ons3", "--tracking-uri", tracking, cwd=elsewhere, env=env)
-    assert promoted.returncode == 0, promoted.stdout + promoted.stderr
-    assert "registered ons3 version 1" in promoted.stdout
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", tracking)  # MLflow resolves models:/ URIs through it
-    model = Path(mlflow.artifacts.download_artifacts("models:/ons3@champion", dst_path=str(tmp_path / "model")))
-    assert (model / "artifacts" / "adapter" / "adapter_config.json").is_file()
-
-    exported = sweep_cli("export", "ons3", "--tracking-uri", tracking, cwd=elsewhere, env=env)
-    assert exported.returncode == 0 and "learning_rate" in exported.stdout, exported.stdout + exported.stderr
-    reported = sweep_cli("report", "ons3", "--tracking-uri", tracking, "--out", "r", cwd=elsewhere, env=env)
-    assert reported.returncode == 0, reported.stdout + reported.stderr
-    assert (elsewhere / "r" / "index.html").is_file()
-
-    # Without the credentials and the endpoint, the checkpoint cannot be read: a keyed line.
-    blind = sweep_cli("promote", "ons3", "--tracking-uri", tracking, cwd=elsewhere, env=clean_env())
-    assert blind.returncode == 2 and "error: --trial: the adapter checkpoint of trial" in blind.stderr, blind.stderr
 
 
 @pytest.mark.fresh_store
@@ -192,12 +139,10 @@ def test_the_endpoint_travels_to_a_head_started_before_it_was_set(s3, tmp_path):
 @pytest.mark.fresh_store
 def test_storage_the_nodes_cannot_write_is_one_keyed_line_before_any_trial(s3, tmp_path):
     """A head started without the keys: this machine writes the bucket, the node cannot.
-    One keyed line, exit 2, within seconds of joining; no sweep folder, no MLflow run."""
+    One keyed line, exit 2, before any trial; no sweep folder, no MLflow run."""
     with head_started_without(tmp_path, s3.env, keys=False) as (address, dashboard, env):
-        started = time.time()
         refused = sweep_cli("start", str(one_trial_on_s3("blind", tmp_path)), "--address", address,
                             cwd=tmp_path, env=env, timeout=240)
-        seconds = time.time() - started
     errors = [line for line in refused.stderr.splitlines() if line.startswith("error:")]
     assert refused.returncode == 2, refused.stdout + refused.stderr
     assert len(errors) == 1 and re.match(
@@ -208,7 +153,6 @@ def test_storage_the_nodes_cannot_write_is_one_keyed_line_before_any_trial(s3, t
     assert "Traceback" not in refused.stderr and s3.env["AWS_SECRET_ACCESS_KEY"] not in refused.stderr
     assert not (tmp_path / "sweeps").exists() and not (tmp_path / "mlflow.db").exists()
     assert "Sweep 'blind'" not in refused.stdout  # the tuner never started
-    assert seconds < 60, seconds
 
 
 def dashboard_jobs(dashboard: str, token_file: Path) -> list[dict]:

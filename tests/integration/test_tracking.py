@@ -1,9 +1,5 @@
 """What a sweep leaves in MLflow, checked with MlflowClient against a real store."""
 
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +10,7 @@ from sweeper.spec._load import validate_spec
 from sweeper.spec._overrides import with_overrides
 from tests.conftest import small_sweep, write_yaml
 from tests.integration.conftest import run_cli
+from tests.ports import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -110,45 +107,6 @@ def test_list_and_status_read_the_store(finished_sweep):
     unknown = run_cli("status", "nope", cwd=finished_sweep.workdir, timeout=120)
     assert unknown.returncode == 2
     assert "no sweep named 'nope'" in unknown.stderr and "known sweeps: shared" in unknown.stderr
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.mark.fresh_store
-def test_sweep_logged_to_an_mlflow_server(tmp_path):
-    port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
-         "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
-         "--artifacts-destination", str(tmp_path / "server-artifacts"), "--workers", "1"],
-        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    uri = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            try:
-                MlflowClient(uri).search_experiments()
-                break
-            except Exception:
-                time.sleep(1)
-        raw = small_sweep("served", search={"num_trials": 2}, training={"max_steps": 10, "eval_every": 10},
-                          early_stopping={"scheduler": "none"}, tracking={"uri": uri})
-        path = write_yaml(tmp_path / "served.yaml", raw)
-        result = run_cli("start", str(path), cwd=tmp_path, timeout=600)
-        assert result.returncode == 0, result.stdout + result.stderr
-        client = MlflowClient(uri)
-        (parent,), children = runs_of(client, "served")
-        assert len(children) == 2 and parent.info.status == "FINISHED"
-        assert client.list_artifacts(parent.info.run_id)  # sweep.yaml and best_config.yaml went to the server
-        assert not (tmp_path / "mlflow.db").exists()
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
 
 
 def test_unreachable_tracking_uri_fails_before_anything_starts(tmp_path):

@@ -1,6 +1,7 @@
 """The sweep's driver.log (sweeper/driver_log.py): the libraries' logging is held until the
 sweep's folder exists, then written there; nothing of it reaches the terminal unless
---verbose; on a failure before the folder exists it is shown after all."""
+--verbose; on a failure before the folder exists it is shown after all; a record it cannot
+write (a full disk, a removed folder) is counted, never a traceback, and said in one line."""
 
 import logging
 import os
@@ -99,3 +100,51 @@ def test_what_the_libraries_print_while_the_tiny_model_is_built_goes_to_the_log(
     made.warning("a later note")
     assert "a later note" in capsys.readouterr().out
     made.handlers.clear()
+
+
+# ---------------------------------------------------------------- a log that cannot be written
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full on this system")
+def test_a_log_file_on_a_full_disk_counts_what_it_could_not_write_without_a_traceback(capsys):
+    handler = driver_log.LogFile("/dev/full")  # every write: "No space left on device"
+    handler.setFormatter(logging.Formatter(driver_log.FORMAT))
+    logger = logging.getLogger("test.full.disk")
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        for n in range(3):
+            logger.warning("the checkpoint syncer's warning %d", n)
+    finally:
+        logger.removeHandler(handler)
+        handler.close()
+    seen = capsys.readouterr()
+    assert seen.err == "" and seen.out == ""
+    assert handler.unwritten == 3
+    assert handler.lost_line() == "note: 3 log record(s) could not be written to /dev/full: No space left on device"
+
+
+def test_a_removed_sweep_folder_costs_one_line_at_the_end_and_no_traceback(tmp_path, capsys):
+    folder = tmp_path / "sweep"
+    folder.mkdir()
+    with DriverLog():
+        logging.getLogger("some.library").warning("held before the folder exists")
+        folder.rmdir()  # gone before the log is opened in it (an open file would take writes)
+        driver_log.write_to(folder / "driver.log")  # the held record cannot be written
+        logging.getLogger("ray.train").warning("after the folder is gone")
+    seen = capsys.readouterr()
+    assert "Logging error" not in seen.err and "Traceback" not in seen.err
+    assert seen.err.splitlines() == [
+        f"note: 2 log record(s) could not be written to {folder / 'driver.log'}: No such file or directory"
+    ]
+
+
+def test_a_freed_disk_is_written_to_again(tmp_path, capsys):
+    folder = tmp_path / "sweep"
+    handler = driver_log.LogFile(folder / "driver.log")
+    handler.emit(logging.makeLogRecord({"msg": "lost: the folder is not there"}))
+    folder.mkdir()
+    handler.emit(logging.makeLogRecord({"msg": "written: it is back"}))
+    handler.close()
+    assert handler.unwritten == 1 and (folder / "driver.log").read_text() == "written: it is back\n"
+    assert capsys.readouterr().err == ""

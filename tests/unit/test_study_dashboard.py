@@ -21,6 +21,7 @@ from sweeper.search._space import to_optuna_distributions
 from sweeper.search._study import study_url
 from sweeper.spec._load import validate_spec
 from tests.conftest import REPO, small_sweep
+from tests.ports import free_port
 
 
 def write_study(sweep_dir):
@@ -37,12 +38,6 @@ def write_study(sweep_dir):
     search.on_trial_complete("done", {"step": 30, "eval_loss": 1.5})
     search.on_trial_complete("pruned", {"step": 10, "eval_loss": 2.9})
     search.on_trial_result("paused", {"step": 10, "eval_loss": 2.2})  # waits at a rung
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def sweep(*args, cwd):
