@@ -43,7 +43,8 @@ def resolve_webhooks(notify: NotifySpec | None, environ) -> tuple[list[Webhook],
     for index, hook in enumerate(notify.webhooks if notify is not None else []):
         key = f"notify.webhooks.{index}"
         if hook.url_env is not None:
-            webhooks.append(Webhook(f"{key} (url_env {hook.url_env})", environ[hook.url_env].strip(), frozenset(hook.events)))
+            url = environ[hook.url_env].strip()
+            webhooks.append(Webhook(f"{key} (url_env {hook.url_env})", url, frozenset(hook.events)))
         elif hook.url.get_secret_value() == WITHHELD:
             notes.append(f"{key}: not notified: its url is a secret, not stored with the sweep; give the URL in an "
                          "environment variable (url_env) for a sweep that is resumed")
@@ -85,7 +86,10 @@ class Notifier:
         ended, line = how_it_ended(run)
         if ended != "finished":
             resume = f"sweep resume {self.name}" if run.interrupted else None
-            self._post(ended, f"Sweep {self.name!r} {ended}: {line}", line=line, resume=resume)
+            # "Sweep stopped; continue it with: ..." reads "Sweep 'NAME' stopped; ..."
+            said = line.removeprefix("Sweep") if line.startswith("Sweep ") else f" {ended}: {line}"
+            text = f"Sweep {self.name!r}{said}"
+            self._post(ended, text, line=line, resume=resume)
             run.notes.extend(filter(None, [self.close()]))
             return
         book, best = run.book, run.book.best()
@@ -105,8 +109,8 @@ class Notifier:
 
     def sweep_broke(self, error: BaseException, console) -> None:
         """The launch raised `error` while the sweep ran: failed (or stopped, for a second
-        Ctrl-C or an exit), with the line the terminal shows; then the wait, as `sweep_ended`, and the
-        line naming what was not delivered printed on `console` (no summary follows)."""
+        Ctrl-C or an exit), with the line the terminal shows; then the wait, as `sweep_ended`,
+        and the line naming what was not delivered printed on `console` (no summary follows)."""
         stopped = isinstance(error, (KeyboardInterrupt, SystemExit))
         line = "; ".join(getattr(error, "lines", None) or [f"{type(error).__name__}: {error}".rstrip(": ")])
         ended = "stopped" if stopped else "failed"
