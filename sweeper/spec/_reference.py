@@ -5,7 +5,7 @@ from __future__ import annotations
 import types
 import typing
 
-from pydantic import BaseModel
+from pydantic import BaseModel, SecretStr
 from pydantic_core import PydanticUndefined
 
 from sweeper.spec._schema import SweepSpec
@@ -22,6 +22,8 @@ def _type_name(annotation) -> str:
         return f"list of {_type_name(typing.get_args(annotation)[0])}"
     if origin is dict:
         return "mapping"
+    if isinstance(annotation, type) and issubclass(annotation, SecretStr):
+        return "str (a secret)"
     return getattr(annotation, "__name__", str(annotation))
 
 
