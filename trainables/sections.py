@@ -227,6 +227,14 @@ class DataSpec(StrictModel):
         "{'prompt', 'chosen', 'rejected'}, all plain strings or all lists of chat messages."
     )
     eval: DataSource = Field(description="Evaluation split, same format as `train`.")
+    eval_samples: int | None = Field(
+        None,
+        ge=1,
+        description="Evaluate on this many rows of the eval split, drawn once per sweep with a fixed seed: the "
+        "same rows for every trial, every evaluation and the calibration; generation.samples are drawn from "
+        "within them. Where the split holds fewer rows (those with a target within data.max_length), all of "
+        "them. Unset: the whole split.",
+    )
     max_length: int = Field(
         256, ge=16, le=131072, description="Examples are truncated to this many tokens."
     )
