@@ -161,15 +161,17 @@ def measure(
 
 def measure_start(spec: SweepSpec, data: dict, model_source: str, step_seconds: float) -> float:
     """The loop's start in this process (from now to the end of its first step, less a
-    steady step of `step_seconds`): one step of `spec`, its evaluation on one eval row,
-    no generation."""
-    spec = calibration_spec(spec, 1, min(spec.training.gradient_accumulation_steps, MEASURED_MICRO_BATCHES))
+    steady step: `step_seconds`, a whole step as `measure` gives it, at the micro-batches
+    measured): one step of `spec`, its evaluation on one eval row, no generation."""
+    accumulation = spec.training.gradient_accumulation_steps
+    measured_accumulation = min(accumulation, MEASURED_MICRO_BATCHES)
+    spec = calibration_spec(spec, 1, measured_accumulation)
     one_row = {key: value for key, value in data.items() if key != "generation"}
     one_row["eval"] = data["eval"].rows([0])
     if "eval_rows" in data:
         one_row["eval_rows"] = data["eval_rows"][:1]
     _, report = _one_report(spec, one_row, model_source, time.time())
-    return max(0.0, report[SETUP_SECONDS] - step_seconds)
+    return max(0.0, report[SETUP_SECONDS] - step_seconds * measured_accumulation / accumulation)
 
 
 def _one_report(spec: SweepSpec, data: dict, model_source: str, started_at: float) -> tuple[float, dict]:

@@ -223,6 +223,10 @@ def test_a_later_start_is_one_step_evaluated_on_one_row_without_generation(monke
     start = calibration.measure_start(quickstart_like(), {"eval": split, "generation": sample}, "model", 0.05)
     assert seen == [(1, 1, False)]
     assert start == pytest.approx(1.3 - 0.05)
+    # A step of 16 micro-batches, timed at 8 and scaled to 0.1 s: the start's own step was half of it.
+    clock[0] = 100.0
+    many = quickstart_like(training={"gradient_accumulation_steps": 16})
+    assert calibration.measure_start(many, {"eval": split}, "model", 0.1) == pytest.approx(1.3 - 0.05)
 
 
 def test_a_step_of_many_micro_batches_is_timed_at_a_few_and_scaled(monkeypatch):
