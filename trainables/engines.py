@@ -175,6 +175,9 @@ class TrlSpec(StrictModel):
         if self.method == "grpo" and not self.reward_funcs:
             problems.append(("reward_funcs", "trl.method grpo needs at least one reward function: "
                                              "reward_funcs: [FILE.py:FUNCTION] (docs/guides/grpo.md)"))
+        elif isinstance(weights := self.fields.get("reward_weights"), list) and len(weights) != len(self.reward_funcs):
+            problems.append(("reward_weights", f"one weight per reward function: {len(self.reward_funcs)} in "
+                                               f"trl.reward_funcs, got {len(weights)} weights"))
         elif self.method != "grpo" and self.reward_funcs is not None:
             problems.append(("reward_funcs", f"only trl.method grpo reads reward functions, got method "
                                              f"{self.method!r}; remove it"))

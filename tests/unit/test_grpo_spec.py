@@ -83,6 +83,8 @@ def test_the_shipped_grpo_sweep_validates_and_its_rewards_score_the_references()
     ("not FILE.py:FUNCTION", REWARD, {"reward_funcs": ["rewards:correct"]},
      "trl.reward_funcs: trl.reward_funcs.0: expected FILE.py:FUNCTION, got 'rewards:correct'"),
     ("no reward function", REWARD, {"reward_funcs": []}, "trl.reward_funcs: trl.method grpo needs at least one"),
+    ("a weight too many", REWARD, {"reward_weights": [1.0, 0.5]},
+     "trl.reward_weights: one weight per reward function: 1 in trl.reward_funcs, got 2 weights"),
 ])
 def test_a_reward_function_that_cannot_score_is_one_keyed_line_exit_2(tmp_path, case, reward, trl, line):
     raw = grpo_sweep(tmp_path, reward or "", **trl)
