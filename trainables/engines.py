@@ -144,10 +144,13 @@ class TrlSpec(StrictModel):
         for index, entry in enumerate(value):
             file, sep, name = str(entry).rpartition(":")
             if not sep or not file.endswith(".py") or not name.isidentifier():
-                raise ValueError(f"trl.reward_funcs.{index}: expected FILE.py:FUNCTION, got {entry!r}")
+                raise ValueError(f"entry {index}: expected FILE.py:FUNCTION, got {entry!r}")
             path = Path(file).expanduser()
             if base_dir is not None and not path.is_absolute():
                 path = (Path(base_dir) / path).resolve()
+            if name in [entry.rpartition(":")[2] for entry in resolved] + ["std"]:
+                raise ValueError(f"entry {index}: a function named {name!r} is reported as eval_reward_{name}, the name "
+                                 "of another's (or of eval_reward_std); give each reward function its own name")
             resolved.append(f"{path}:{name}")
         return resolved
 
