@@ -1,8 +1,9 @@
 """A GRPO sweep for real (trainer: trl, trl.method: grpo): the shipped
 search_spaces/grpo-tiny.yaml on a real local Ray cluster, real MLflow and the built-in
 model, with its toy verifiable rewards (examples/grpo_rewards.py). Every evaluation
-reports the mean reward, each reward function's and GRPO's diagnostics to MLflow, and the
-best trial is the one with the highest eval reward."""
+reports the mean reward, each reward function's and GRPO's diagnostics (KL to the base
+with trl.beta > 0) to MLflow, ASHA ranks by the eval reward, and the best trial is the one
+with the highest."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from tests.integration.conftest import run_cli as sweep
 pytestmark = pytest.mark.integration
 
 GRPO_KEYS = ("eval_reward", "eval_reward_correct", "eval_reward_prefix", "eval_reward_std",
-             "eval_frac_reward_zero_std", "eval_completion_length", "train_reward")
+             "eval_frac_reward_zero_std", "eval_completion_length", "eval_kl", "train_reward")
 
 
 @pytest.mark.story
@@ -24,6 +25,7 @@ def test_a_grpo_sweep_reports_rewards_and_picks_the_best_trial_by_eval_reward(tm
     raw = yaml.safe_load((REPO / "search_spaces" / "grpo-tiny.yaml").read_text())
     raw["trl"]["reward_funcs"] = [f"{REPO / 'examples' / 'grpo_rewards.py'}:{name}" for name in ("correct", "prefix")]
     raw["data"].update(train=str(REPO / "data" / "sft" / "train.jsonl"), eval=str(REPO / "data" / "sft" / "eval.jsonl"))
+    raw["trl"]["beta"] = 0.04  # a KL term: eval_kl is reported
     raw["search"].update(num_trials=3, seed=0)
     raw["output_dir"] = str(tmp_path / "sweeps" / "grpo-tiny")
     result = sweep("start", str(write_yaml(tmp_path / "grpo.yaml", raw)), cwd=tmp_path, timeout=600)
