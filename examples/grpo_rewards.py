@@ -31,3 +31,14 @@ def prefix(completions, reference, **kwargs) -> list[float]:
         matched = next((i for i, (a, b) in enumerate(zip(text, answer)) if a != b), min(len(text), len(answer)))
         scores.append(matched / max(len(answer), len(text), 1))
     return scores
+
+
+def answer_first(completions, **kwargs) -> list[float]:
+    """1.0 for a completion whose first line is the answer alone (no leading blank line,
+    no "A:" label), else 0.0: a format rule the built-in model learns within steps."""
+    scores = []
+    for completion in completions:
+        text = completion[-1]["content"] if isinstance(completion, list) else completion
+        first = text.split("\n", 1)[0].strip()
+        scores.append(float(bool(first) and not first.startswith("A:")))
+    return scores

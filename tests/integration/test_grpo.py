@@ -16,14 +16,14 @@ from tests.integration.conftest import run_cli as sweep
 
 pytestmark = pytest.mark.integration
 
-GRPO_KEYS = ("eval_reward", "eval_reward_correct", "eval_reward_prefix", "eval_reward_std",
+GRPO_KEYS = ("eval_reward", "eval_reward_answer_first", "eval_reward_correct", "eval_reward_std",
              "eval_frac_reward_zero_std", "eval_completion_length", "eval_kl", "train_reward")
 
 
 @pytest.mark.story
 def test_a_grpo_sweep_reports_rewards_and_picks_the_best_trial_by_eval_reward(tmp_path):
     raw = yaml.safe_load((REPO / "search_spaces" / "grpo-tiny.yaml").read_text())
-    raw["trl"]["reward_funcs"] = [f"{REPO / 'examples' / 'grpo_rewards.py'}:{name}" for name in ("correct", "prefix")]
+    raw["trl"]["reward_funcs"] = [f"{REPO / 'examples' / 'grpo_rewards.py'}:{name}" for name in ("answer_first", "correct")]
     raw["data"].update(train=str(REPO / "data" / "sft" / "train.jsonl"), eval=str(REPO / "data" / "sft" / "eval.jsonl"))
     raw["trl"]["beta"] = 0.04  # a KL term: eval_kl is reported
     raw["search"].update(num_trials=3, seed=0)
@@ -40,7 +40,8 @@ def test_a_grpo_sweep_reports_rewards_and_picks_the_best_trial_by_eval_reward(tm
     first_rung = store.history(keys=GRPO_KEYS, trials=trials).filter(step=4)
     for key in GRPO_KEYS:  # every trial reported each at the first rung
         assert first_rung.filter(key=key).height == len(trials), (key, first_rung)
-    assert first_rung.filter(key="eval_reward")["value"].is_between(0.0, 2.0).all()  # two rewards in [0, 1]
+    rewards_at_first_rung = first_rung.filter(key="eval_reward")["value"]
+    assert rewards_at_first_rung.is_between(0.0, 2.0).all() and rewards_at_first_rung.max() > 0  # two rewards in [0, 1]
 
     rewards = {row["trial_id"]: row["metric"] for row in trials.filter(state="completed").to_dicts()}
     best = best_trial_row(trials, "maximize")
