@@ -14,7 +14,7 @@ user's reward functions, and the batch rules of trl's `GRPOConfig`.
   steps_per_generation, which defaults to the gradient accumulation; or
   generation_batch_size) holds whole groups of num_generations completions, at least two;
   the eval batch (micro-batch x workers) holds whole groups of num_generations_eval
-  (default num_generations). `batch_problems` checks one config; `space_problems` every
+  (default num_generations). `batch_problems` checks one config; `space_problem` every
   combination a search may draw.
 
 Pure Python at import: the schema and the driver import it without torch or trl.
@@ -117,10 +117,10 @@ def _values_problem(values: Any, count: int) -> str | None:
 
 
 def batch_problems(values: dict[str, Any], workers: int) -> list[tuple[str, str]]:
-    """The GRPO batch rules `values` (BATCH_FIELDS -> value, trl's fields None where not set)
-    break: (the key to change, the rule and the values)."""
+    """The GRPO batch rules `values` (BATCH_FIELDS -> value; trl's fields as given, else
+    GRPOConfig's defaults) break: (the key to change, the rule and the values)."""
     micro, accumulation = values["training.per_device_batch_size"], values["training.gradient_accumulation_steps"]
-    generations = values["trl.num_generations"] or 8
+    generations = values["trl.num_generations"]
     generations_eval = values["trl.num_generations_eval"] or generations
     given_batch, steps = values["trl.generation_batch_size"], values["trl.steps_per_generation"]
     problems = []

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from sweeper.spec._sections import CategoricalDist, IntUniformDist
-from trainables.engines import METHOD_TASK, engine_problems
+from trainables.engines import METHOD_TASK, engine_problems, trl_config_fields
 from trainables.grpo import BATCH_FIELDS, batch_problems, range_values, space_problem
 from trainables.metrics import EVAL_REWARD, EVAL_REWARDS_ACCURACY
 from trainables.sections import DpoSpec
@@ -90,11 +90,12 @@ def _grpo_batch_problems(spec: Any) -> list[Problem]:
     """GRPO's batch rules for the fixed values, or for every combination of the searched ones."""
     if not is_grpo(spec):
         return []
-    fields = spec.trl.fields
+    fields, defaults = spec.trl.fields, trl_config_fields("grpo")
     fixed = {
         "training.per_device_batch_size": spec.training.per_device_batch_size,
         "training.gradient_accumulation_steps": spec.training.gradient_accumulation_steps,
-        **{path: fields.get(path.split(".", 1)[1]) for path in BATCH_FIELDS if path.startswith("trl.")},
+        **{path: fields.get(name, defaults[name].default) for path in BATCH_FIELDS
+           if (name := path.removeprefix("trl.")) != path},
     }
     workers = spec.resources.workers_per_trial
     searched = {path: _drawn_values(dist) for path, dist in spec.search.parameters.items() if path in BATCH_FIELDS}
