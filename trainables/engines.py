@@ -36,12 +36,12 @@ from trainables.sections import StrictModel, checks_files
 
 __all__ = [
     "Engine", "TrlMethod", "TRL_METHODS", "PREFERENCE_METHODS", "TrlSpec", "FunctionSpec", "OWNED_FIELDS",
-    "ENGINE_FIELDS", "train_module", "preference_rows", "trl_config_class", "trl_trainer_class", "trl_config_fields", "load_entry_point",
+    "ENGINE_FIELDS", "METHOD_TASK", "train_module", "preference_rows", "trl_config_class", "trl_trainer_class", "trl_config_fields", "load_entry_point",
     "engine_problems",
 ]
 
 Engine = Literal["builtin", "trl", "function"]
-TrlMethod = Literal["sft", "dpo", "kto", "orpo", "cpo", "simpo"]
+TrlMethod = Literal["sft", "dpo", "kto", "orpo", "cpo", "simpo", "grpo"]
 
 # method -> (module, config class, trainer class); SimPO is CPO with loss_type "simpo".
 TRL_METHODS: dict[str, tuple[str, str, str]] = {
@@ -51,11 +51,15 @@ TRL_METHODS: dict[str, tuple[str, str, str]] = {
     "orpo": ("trl.experimental.orpo", "ORPOConfig", "ORPOTrainer"),
     "cpo": ("trl.experimental.cpo", "CPOConfig", "CPOTrainer"),
     "simpo": ("trl.experimental.cpo", "CPOConfig", "CPOTrainer"),
+    "grpo": ("trl", "GRPOConfig", "GRPOTrainer"),
 }
 # What a method sets on its config before the user's fields (SimPO as trl's CPO docs give it).
 METHOD_DEFAULTS: dict[str, dict[str, Any]] = {"simpo": {"loss_type": "simpo", "cpo_alpha": 0.0}}
 # Methods that train on preference pairs (task dpo's data: prompt, chosen, rejected).
 PREFERENCE_METHODS = ("dpo", "kto", "orpo", "cpo", "simpo")
+# The task whose data each method trains on: grpo samples completions for the prompts of
+# task sft's rows (trainables/grpo.py).
+METHOD_TASK = {"sft": "sft", "grpo": "sft", **{method: "dpo" for method in PREFERENCE_METHODS}}
 
 # Fields of the trainer's config that the sweep's own sections set: one key for each knob,
 # so that the search, the rungs and the cost forecast read the same value as the trainer.
@@ -99,10 +103,11 @@ ENGINE_FIELDS: dict[str, str] = {
 
 
 class TrlSpec(StrictModel):
-    """trl's trainer for each trial (trainer: trl). `method` picks the trainer; every
-    other key is a field of that trainer's config dataclass (SFTConfig, DPOConfig,
-    KTOConfig, ORPOConfig, CPOConfig), e.g. `loss_type`, `beta`, `packing`, and may be
-    searched as `trl.<field>`."""
+    """trl's trainer for each trial (trainer: trl). `method` picks the trainer; grpo
+    also takes `reward_funcs` and `eval_prompts`; every other key is a field of that
+    trainer's config dataclass (SFTConfig, DPOConfig, KTOConfig, ORPOConfig, CPOConfig,
+    GRPOConfig), e.g. `loss_type`, `beta`, `num_generations`, and may be searched as
+    `trl.<field>`."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -110,10 +115,44 @@ class TrlSpec(StrictModel):
         "sft",
         description="trl trainer: sft (SFTTrainer), dpo (DPOTrainer, every loss_type), kto (KTOTrainer, on the "
         "pairs unpaired), orpo (ORPOTrainer), cpo (CPOTrainer), simpo (CPOTrainer with loss_type simpo and "
-        "cpo_alpha 0). Searchable among the preference methods. Any other key of the trl section is a field "
-        "of the method's config dataclass (e.g. trl.beta, trl.loss_type, trl.simpo_gamma, trl.packing); "
-        "searchable as trl.<field>.",
+        "cpo_alpha 0), grpo (GRPOTrainer on the prompts of task sft's rows, rewarded by trl.reward_funcs; "
+        "docs/guides/grpo.md). Searchable among the preference methods. Any other key of the trl section is a "
+        "field of the method's config dataclass (e.g. trl.beta, trl.loss_type, trl.simpo_gamma, trl.packing, "
+        "trl.num_generations); searchable as trl.<field>.",
     )
+    reward_funcs: list[str] | None = Field(
+        None,
+        description="trl.method grpo: the reward functions, each FILE.py:FUNCTION (relative to the sweep file), "
+        "called by trl as FUNCTION(prompts, completions, reference=[...], **kwargs) and returning one float (or "
+        "None) per completion; `reference` is each row's reference answer. Each is called once on a few eval "
+        "rows before any trial. Each evaluation reports eval_reward (their weighted sum's mean) and "
+        "eval_reward_<FUNCTION> per function.",
+    )
+    eval_prompts: int = Field(
+        16, ge=1,
+        description="trl.method grpo: eval prompts every evaluation samples completions for and rewards, the same "
+        "draw of data.eval for every trial.",
+    )
+
+    @field_validator("reward_funcs", mode="before")
+    @classmethod
+    def _relative_to_yaml(cls, value: Any, info: ValidationInfo) -> Any:
+        if not isinstance(value, list):
+            return value
+        base_dir = (info.context or {}).get("base_dir")
+        resolved = []
+        for index, entry in enumerate(value):
+            file, sep, name = str(entry).rpartition(":")
+            if not sep or not file.endswith(".py") or not name.isidentifier():
+                raise ValueError(f"entry {index}: expected FILE.py:FUNCTION, got {entry!r}")
+            path = Path(file).expanduser()
+            if base_dir is not None and not path.is_absolute():
+                path = (Path(base_dir) / path).resolve()
+            if name in [entry.rpartition(":")[2] for entry in resolved] + ["std"]:
+                raise ValueError(f"entry {index}: a function named {name!r} is reported as eval_reward_{name}, the name "
+                                 "of another's (or of eval_reward_std); give each reward function its own name")
+            resolved.append(f"{path}:{name}")
+        return resolved
 
     @model_validator(mode="before")
     @classmethod
@@ -136,6 +175,15 @@ class TrlSpec(StrictModel):
     def _fields_of_the_method(self) -> "TrlSpec":
         problems = [(name, problem) for name, value in self.fields.items()
                     if (problem := self.field_problem(name, value)) is not None]
+        if self.method == "grpo" and not self.reward_funcs:
+            problems.append(("reward_funcs", "trl.method grpo needs at least one reward function: "
+                                             "reward_funcs: [FILE.py:FUNCTION] (docs/guides/grpo.md)"))
+        elif isinstance(weights := self.fields.get("reward_weights"), list) and len(weights) != len(self.reward_funcs):
+            problems.append(("reward_weights", f"one weight per reward function: {len(self.reward_funcs)} in "
+                                               f"trl.reward_funcs, got {len(weights)} weights"))
+        elif self.method != "grpo" and self.reward_funcs is not None:
+            problems.append(("reward_funcs", f"only trl.method grpo reads reward functions, got method "
+                                             f"{self.method!r}; remove it"))
         if problems:
             raise FieldProblems(problems)
         return self
@@ -346,7 +394,7 @@ def engine_problems(trainer: str, task: str, trl: TrlSpec | None, function: Func
     if trainer == "function" and function is None:
         problems.append(("function", "trainer function needs function.entry_point: 'path/to/file.py:fn'"))
     if trainer == "trl" and trl is not None:
-        wanted = "sft" if trl.method == "sft" else "dpo"
+        wanted = METHOD_TASK[trl.method]
         if task != wanted:
             problems.append(("task", f"trl.method {trl.method} trains on "
                              + ("chat or prompt/completion examples" if wanted == "sft" else "preference pairs")

@@ -22,6 +22,7 @@ from transformers import TrainerCallback
 
 from trainables.common import REPORT_FILE
 from trainables.metrics import (
+    EVAL_COMPLETION_LENGTH, EVAL_FRAC_REWARD_ZERO_STD, EVAL_KL, EVAL_REWARD, EVAL_REWARD_STD, TRAIN_REWARD, reward_metric,
     EVAL_LOSS, EVAL_PERPLEXITY, EVAL_REWARDS_ACCURACY, EVAL_REWARDS_CHOSEN, EVAL_REWARDS_MARGIN,
     EVAL_REWARDS_REJECTED, FIRST_STEP_SECONDS, LEARNING_RATE, SETUP_SECONDS, STEP, TOKENS_PER_SECOND, TRAIN_CPU_SHARE, TRAIN_LOSS,
     TRAIN_SECONDS, TRAIN_TOKENS,
@@ -36,18 +37,30 @@ _EVAL_NAMES = {
     "eval_rewards/rejected": EVAL_REWARDS_REJECTED,
     "eval_rewards/margins": EVAL_REWARDS_MARGIN,
     "eval_rewards/accuracies": EVAL_REWARDS_ACCURACY,
+    # GRPOTrainer's (trainables/grpo.py); its per-function eval_rewards/<fn>/mean below.
+    "eval_reward": EVAL_REWARD,
+    "eval_reward_std": EVAL_REWARD_STD,
+    "eval_frac_reward_zero_std": EVAL_FRAC_REWARD_ZERO_STD,
+    "eval_kl": EVAL_KL,
+    "eval_completions/mean_length": EVAL_COMPLETION_LENGTH,
+    "reward": TRAIN_REWARD,
 }
 
 
 def sweep_metrics(trainer_metrics: dict) -> dict:
     """A Trainer's evaluation metrics under the sweep's names (eval_loss, the rewards of
-    the preference methods), with eval_perplexity from an SFT eval_loss; the Trainer's others
-    (runtime, entropy, ...) are left out."""
+    the preference methods, GRPO's reward and its diagnostics, each reward function's mean
+    as eval_reward_<function>), with eval_perplexity from an SFT eval_loss; the Trainer's
+    others (runtime, entropy, ...) are left out."""
     metrics = {
         _EVAL_NAMES[name]: float(value) for name, value in trainer_metrics.items()
         if name in _EVAL_NAMES and isinstance(value, (int, float))
     }
-    if EVAL_LOSS in metrics and EVAL_REWARDS_CHOSEN not in metrics:  # a language-model loss, not a preference loss
+    metrics.update({
+        reward_metric(name[len("eval_rewards/"):-len("/mean")]): float(value) for name, value in trainer_metrics.items()
+        if name.startswith("eval_rewards/") and name.endswith("/mean") and isinstance(value, (int, float))
+    })
+    if EVAL_LOSS in metrics and EVAL_REWARDS_CHOSEN not in metrics and EVAL_REWARD not in metrics:  # a language-model loss
         metrics[EVAL_PERPLEXITY] = math.exp(min(metrics[EVAL_LOSS], 50.0))
     return metrics
 

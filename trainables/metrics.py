@@ -13,6 +13,8 @@ __all__ = [
     "OUT_OF_MEMORY_AT_MICRO_BATCH", "MICRO_BATCH", "EVAL_REWARDS_CHOSEN",
     "EVAL_REWARDS_REJECTED", "EVAL_REWARDS_MARGIN", "EVAL_REWARDS_ACCURACY", "TASK_METRICS", "REPORTED_KEYS",
     "GENERATION_PREFIX", "GENERATED_ANSWERS", "GENERATION_METRICS", "GENERATION_SECONDS", "is_reported",
+    "EVAL_REWARD", "EVAL_REWARD_STD", "EVAL_FRAC_REWARD_ZERO_STD", "EVAL_KL", "EVAL_COMPLETION_LENGTH", "TRAIN_REWARD",
+    "REWARD_PREFIX", "GRPO_METRICS", "reward_metric",
 ]
 
 STEP = "step"  # the optimizer step a report was taken at (Tune's time attribute)
@@ -52,6 +54,25 @@ EVAL_REWARDS_REJECTED = "eval_rewards_rejected"
 EVAL_REWARDS_MARGIN = "eval_rewards_margin"
 EVAL_REWARDS_ACCURACY = "eval_rewards_accuracy"
 
+# GRPO (trl.method grpo, trainables/grpo.py): at each evaluation the mean reward of the
+# completions sampled for the fixed eval prompts, its std, the share of prompt groups whose
+# rewards are all equal (no advantage, nothing learnt from them), the KL to the base
+# (trl.beta > 0 only) and the mean completion length; each reward function's mean as
+# eval_reward_<function>; train_reward: the mean reward of the training completions.
+EVAL_REWARD = "eval_reward"
+EVAL_REWARD_STD = "eval_reward_std"
+EVAL_FRAC_REWARD_ZERO_STD = "eval_frac_reward_zero_std"
+EVAL_KL = "eval_kl"
+EVAL_COMPLETION_LENGTH = "eval_completion_length"
+TRAIN_REWARD = "train_reward"
+REWARD_PREFIX = EVAL_REWARD + "_"
+
+
+def reward_metric(function_name: str) -> str:
+    """The reported name of one reward function's mean: `correct` -> `eval_reward_correct`."""
+    return REWARD_PREFIX + function_name
+
+
 # Task metrics from generation (trainables/task_metrics.py), at the steps generation.when
 # names: the built-in scores, and a user scorer's keys, each under this prefix.
 GENERATION_PREFIX = "gen_"
@@ -78,6 +99,13 @@ TASK_METRICS: dict[str, dict[str, str]] = {
         TRAIN_LOSS: "minimize",
     },
 }
+# What a GRPO trial reports at every evaluation that search.metric may name (each reward
+# function's eval_reward_<function> too, maximize); its loss is no measure of progress.
+GRPO_METRICS: dict[str, str] = {
+    EVAL_REWARD: "maximize",
+    EVAL_FRAC_REWARD_ZERO_STD: "minimize",
+    TRAIN_REWARD: "maximize",
+}
 
 # Every key a trial's report may carry; everything else in a Tune result is Tune's.
 REPORTED_KEYS: tuple[str, ...] = (
@@ -88,6 +116,12 @@ REPORTED_KEYS: tuple[str, ...] = (
     EVAL_REWARDS_REJECTED,
     EVAL_REWARDS_MARGIN,
     EVAL_REWARDS_ACCURACY,
+    EVAL_REWARD,
+    EVAL_REWARD_STD,
+    EVAL_FRAC_REWARD_ZERO_STD,
+    EVAL_KL,
+    EVAL_COMPLETION_LENGTH,
+    TRAIN_REWARD,
     TRAIN_LOSS,
     LEARNING_RATE,
     TOKENS_PER_SECOND,
@@ -110,5 +144,5 @@ REPORTED_KEYS: tuple[str, ...] = (
 
 def is_reported(key: str) -> bool:
     """Whether `key` of a Tune result is the trial's own report (a user scorer's gen_
-    metrics included), not Tune's."""
-    return key in REPORTED_KEYS or key.startswith(GENERATION_PREFIX)
+    metrics and each GRPO reward function's mean included), not Tune's."""
+    return key in REPORTED_KEYS or key.startswith((GENERATION_PREFIX, REWARD_PREFIX))

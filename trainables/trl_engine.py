@@ -14,7 +14,9 @@ inside each Train worker (`ray.train.huggingface.transformers.prepare_trainer`),
   token ids and loss labels the built-in loop trains on, so trl tokenizes nothing; for the
   preference methods the rows as read (prompt, chosen, rejected; plain or chat), rendered
   by trl with the same tokenizer and chat template; kto gets them unpaired
-  (trl.unpair_preference_dataset).
+  (trl.unpair_preference_dataset); grpo gets each row's prompt and reference answer
+  (trainables/grpo.py), its eval split the sweep's fixed sample of trl.eval_prompts rows,
+  and the reward functions of trl.reward_funcs.
 - Resume: from a checkpoint folder the trainer wrote (`resume_from_checkpoint`).
 
 Same signature as trainables/sft.py::train; what the built-in loop does and this engine
@@ -29,6 +31,7 @@ import tempfile
 from trainables.common import Reporter, current_workers, seed_everything
 from trainables.config import TrialConfig
 from trainables.engines import PREFERENCE_METHODS, trl_config_class, trl_trainer_class
+from trainables.grpo import reward_functions
 from trainables.hf_reporting import ReportEvaluations
 from trainables.models import load_base_model, load_tokenizer
 from trainables.preemption import NO_NOTICE, PreemptionNotice
@@ -51,7 +54,7 @@ def train(
 ) -> None:
     """Train `model_source` with trl's trainer for trl.method, reporting at each
     evaluation. Arguments as in trainables/sft.py::train; `data` also holds the rows of
-    each split ("train_rows", "eval_rows") for the preference methods."""
+    each split ("train_rows", "eval_rows") for the preference methods and grpo."""
     from peft import LoraConfig
     from transformers import PrinterCallback
 
@@ -75,9 +78,10 @@ def train(
     seed_everything(training.seed)  # the adapters start as the built-in loop's do: peft draws them in the trainer
     callback = ReportEvaluations(report, training.max_steps, started_at, is_main=workers.is_main,
                                  eval_every=training.eval_every)
+    rewards = {"reward_funcs": reward_functions(config.trl.reward_funcs)} if method == "grpo" else {}
     trainer = trl_trainer_class(method)(
         model=model, args=args, train_dataset=train_set, eval_dataset=eval_set, processing_class=tokenizer,
-        peft_config=peft_config, callbacks=[callback],
+        peft_config=peft_config, callbacks=[callback], **rewards,
     )
     trainer.remove_callback(PrinterCallback)  # the sweep's live table and MLflow show the metrics
     trainer = _prepared_for_ray(trainer)
@@ -91,7 +95,7 @@ def trainer_arguments(config: TrialConfig, output_dir: str) -> dict:
     """The trainer config's fields that the sweep's own sections set, and those the engine
     sets for evaluation, checkpoints and reports at every training.eval_every steps."""
     training = config.training
-    return {
+    arguments = {
         "output_dir": output_dir,
         "max_steps": training.max_steps,
         "learning_rate": training.learning_rate,
@@ -123,13 +127,19 @@ def trainer_arguments(config: TrialConfig, output_dir: str) -> dict:
         "disable_tqdm": True,
         "dataloader_num_workers": 0,
     }
+    if config.trl.method == "grpo":
+        # GRPOConfig has no max_length (trl.max_completion_length bounds a completion), and
+        # GRPOTrainer counts its prompt and completion tokens itself.
+        del arguments["max_length"]
+        arguments["include_num_input_tokens_seen"] = "no"
+    return arguments
 
 
 def trl_datasets(method: str, data: dict):
     """The train and eval datasets in the form trl's trainer for `method` takes."""
     from datasets import Dataset
 
-    if method not in PREFERENCE_METHODS:  # sft: the driver's token ids and labels
+    if method not in (*PREFERENCE_METHODS, "grpo"):  # sft: the driver's token ids and labels
         return tuple(
             Dataset.from_dict({"input_ids": data[split].input_ids, "labels": data[split].labels})
             for split in ("train", "eval")

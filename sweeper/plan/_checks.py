@@ -1,7 +1,9 @@
 """The one validation pass of `sweep validate`, `sweep plan` and `sweep start`: the schema
 (`sweeper.spec`), then the checks that read the disk: the output folder (and a storage.uri
 folder) can be made and written, each budget cap can pay for one trial, a GPU trial fits
-the card `cost.accelerator` names; and the environment: each notify webhook's url_env holds a URL. Every problem is one keyed line, all raised together.
+the card `cost.accelerator` names, a GRPO sweep's reward functions import and score a
+few eval rows; and the environment: each notify webhook's url_env holds a URL. Every
+problem is one keyed line, all raised together.
 The checks that need the cluster run in the launch, once Ray is up."""
 
 from __future__ import annotations
@@ -32,7 +34,10 @@ def check_spec(spec: SweepSpec) -> None:
     card_gib = gpu_memory_gib(spec.cost.accelerator)
     spec, packing_lines = _packed_for_checks(spec, card_gib)
     unfit = [] if packing_lines else unfit_problems(spec, card_gib)  # the packing's line says it already
-    problems = [*_output_dir_problems(spec), *budget_problems(spec), *unfit, *notify_problems(spec.notify, os.environ)]
+    problems = [
+        *_output_dir_problems(spec), *budget_problems(spec), *unfit, *_reward_function_problems(spec),
+        *notify_problems(spec.notify, os.environ),
+    ]
     if problems or packing_lines:
         raise UserError(*packing_lines, *(f"{key}: {message}" for key, message in problems))
 
@@ -68,3 +73,23 @@ def _output_dir_problems(spec: SweepSpec) -> list[tuple[str, str]]:
         if problem:
             problems.append(("storage.uri", f"{problem}; give a folder you can write to, or s3://bucket/prefix"))
     return problems
+
+
+# Eval rows each reward function is called on before any trial.
+_REWARD_CHECK_ROWS = 4
+
+
+def _reward_function_problems(spec: SweepSpec) -> list[tuple[str, str]]:
+    """trl.reward_funcs, each imported and called on the first eval rows with their
+    references as completions (trainables/grpo.py)."""
+    if spec.trainer != "trl" or spec.trl is None or spec.trl.method != "grpo" or not spec.trl.reward_funcs:
+        return []
+    from trainables.data import read_records
+    from trainables.errors import InputError
+    from trainables.grpo import grpo_rows, reward_function_problems
+
+    try:
+        rows = grpo_rows(read_records(spec.data.eval, "data.eval")[:_REWARD_CHECK_ROWS], "data.eval")
+    except InputError as exc:
+        return [("data.eval", str(exc).removeprefix("data.eval: "))]
+    return reward_function_problems(spec.trl.reward_funcs, rows)

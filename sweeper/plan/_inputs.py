@@ -57,11 +57,26 @@ def prepare_inputs(spec: SweepSpec, cache_root: Path) -> SweepInputs:
         data["eval"] = data["eval"].rows(rows)
         if "eval_rows" in data:
             data["eval_rows"] = [data["eval_rows"][i] for i in rows]
+    if spec.trainer == "trl" and spec.trl.method == "grpo":
+        data.update(grpo_prompts(spec))
     sample = generation_sample(spec, tokenizer, within=rows)
     if sample is not None:
         data["generation"] = sample
     check_batch_fits_the_data(spec, len(data["train"]))
     return SweepInputs(str(source), tokenizer, data)
+
+
+def grpo_prompts(spec: SweepSpec) -> dict:
+    """GRPO's rows (prompt, reference): every row of data.train, and the fixed sample of
+    trl.eval_prompts rows of data.eval that every trial's evaluations reward."""
+    from trainables.data import read_records
+    from trainables.grpo import EVAL_PROMPTS_SEED, grpo_rows
+    from trainables.task_metrics import draw_sample
+
+    train = grpo_rows(read_records(spec.data.train, "data.train"), "data.train")
+    evaluated = grpo_rows(read_records(spec.data.eval, "data.eval"), "data.eval")
+    chosen = draw_sample(spec.trl.eval_prompts, len(evaluated), EVAL_PROMPTS_SEED)
+    return {"train_rows": train, "eval_rows": [evaluated[i] for i in chosen]}
 
 
 def check_batch_fits_the_data(spec: SweepSpec, train_examples: int) -> None:

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainables.metrics import EVAL_LOSS, TASK_METRICS
+from trainables.metrics import EVAL_LOSS, EVAL_REWARD, GRPO_METRICS, TASK_METRICS, reward_metric
 from trainables.task_metrics import BUILTIN_SCORES, GENERATION_PREFIX, generation_metric, is_generation_metric
 
 __all__ = [
     "COST_METRICS", "metric_problems", "generation_problems", "objectives_problems", "prune_metric",
-    "reported_every_evaluation", "metric_goal", "picked_by",
+    "reported_every_evaluation", "metric_goal", "picked_by", "rankable_metrics",
 ]
 
 # Objectives worked out on the driver from a trial's wall time and config, not reported by
@@ -27,6 +27,16 @@ COST_METRICS: dict[str, str] = {"cost_usd": "minimize", "accelerator_hours": "mi
 Problem = tuple[str, str]
 
 
+def rankable_metrics(spec: Any) -> dict[str, str]:
+    """Metric -> goal for what every evaluation of the sweep's trials reports: the task's,
+    or for trl.method grpo the rewards (each reward function's eval_reward_<function> too)."""
+    trl = getattr(spec, "trl", None)
+    if spec.trainer != "trl" or trl is None or trl.method != "grpo":
+        return TASK_METRICS[spec.task]
+    functions = [entry.rpartition(":")[2] for entry in trl.reward_funcs or []]
+    return {**GRPO_METRICS, **{reward_metric(name): "maximize" for name in functions}}
+
+
 def metric_goal(spec: Any, metric: str) -> str | None:
     """The direction that makes sense for `metric` (a gen_ metric: maximize for the
     built-in scores, None for a user scorer's: search.goal says)."""
@@ -35,13 +45,17 @@ def metric_goal(spec: Any, metric: str) -> str | None:
     if is_generation_metric(metric):
         score = metric[len(GENERATION_PREFIX):]
         return "maximize" if score in BUILTIN_SCORES else None
-    return TASK_METRICS[spec.task].get(metric)
+    return rankable_metrics(spec).get(metric)
 
 
 def metric_problems(spec: Any, key: str, metric: str, goal: str, goal_key: str) -> list[Problem]:
     """Whether the trials report `metric` (named at YAML key `key`) and `goal` (at
     `goal_key`) is its direction."""
-    metrics = TASK_METRICS[spec.task]
+    metrics = rankable_metrics(spec)
+    if metric == EVAL_LOSS and EVAL_LOSS not in metrics:
+        return [(key, f"a GRPO trial's loss is no measure of progress (with trl.beta 0 it stays near 0 while the "
+                      f"model learns), so trials ranked by it are ranked at random; use {EVAL_REWARD} (goal maximize) "
+                      f"or another of {', '.join(metrics)}")]
     if metric in COST_METRICS and spec.search.objectives:
         pass  # objectives_problems checks a cost objective
     elif is_generation_metric(metric):
@@ -76,9 +90,9 @@ def generation_problems(spec: Any) -> list[Problem]:
                                        f"task {spec.task!r}, trainer {spec.trainer!r}; remove the section"))
     chosen = spec.early_stopping.metric
     if chosen is not None:
-        if chosen not in TASK_METRICS[spec.task] and not (is_generation_metric(chosen) and _every_eval(spec)):
+        if chosen not in rankable_metrics(spec) and not (is_generation_metric(chosen) and _every_eval(spec)):
             problems.append(("early_stopping.metric", f"the rungs rank by a metric reported at every evaluation, got "
-                                                      f"{chosen!r}; valid: {', '.join(TASK_METRICS[spec.task])}"))
+                                                      f"{chosen!r}; valid: {', '.join(rankable_metrics(spec))}"))
     return problems
 
 

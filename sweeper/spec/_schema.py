@@ -19,6 +19,7 @@ from typing import Any
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
+from sweeper.spec._engines import engine_section_problems, grpo_defaults
 from sweeper.spec._objectives import generation_problems, metric_problems, objectives_problems
 from sweeper.spec._notify import NotifySpec
 from sweeper.spec._paths import (SEARCHABLE_SECTIONS, is_int_field, open_field_problem, override_error, path_exists,
@@ -36,12 +37,11 @@ from sweeper.spec._sections import (
     UniformDist,
 )
 from trainables.config import TrialConfig, trial_problems
-from trainables.engines import Engine, FunctionSpec, TrlSpec, engine_problems
+from trainables.engines import Engine, FunctionSpec, TrlSpec
 from trainables.resources import ResourcesSpec
 from trainables.sections import ChaosSpec, DataSpec, DpoSpec, LoraSpec, ModelSpec, StrictModel, Task, TrainingSpec
 from trainables.sections import resolve_relative_path
 from trainables.errors import FieldProblems
-from trainables.metrics import EVAL_REWARDS_ACCURACY
 from trainables.task_metrics import GenerationSpec
 
 
@@ -93,10 +93,10 @@ class SweepSpec(StrictModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _dpo_defaults_for_dpo_task(cls, raw: Any) -> Any:
+    def _method_defaults(cls, raw: Any) -> Any:
         if isinstance(raw, dict) and raw.get("task") == "dpo" and raw.get("dpo") is None:
-            return {**raw, "dpo": {}}
-        return raw
+            raw = {**raw, "dpo": {}}
+        return grpo_defaults(raw)
 
     @property
     def sweep_dir(self) -> Path:
@@ -131,7 +131,7 @@ class SweepSpec(StrictModel):
             *_search_problems(self),
             *_cost_problems(self),
             *_task_problems(self),
-            *_engine_problems(self),
+            *engine_section_problems(self),
             *trial_problems(self.model, self.training, self.resources),
         ]
         if problems:
@@ -164,42 +164,6 @@ def _task_problems(spec: SweepSpec) -> list[Problem]:
             "lower it or raise data.max_length",
         )]
     return []
-
-
-def _engine_problems(spec: SweepSpec) -> list[Problem]:
-    problems = engine_problems(
-        spec.trainer, spec.task, spec.trl, spec.function,
-        given={name for name in ("trl", "function") if getattr(spec, name) is not None},
-        searched=list(spec.search.parameters), strategy=spec.resources.strategy,
-        quantization=spec.model.quantization, fault=spec.chaos.fault,
-    )
-    if spec.trainer == "trl" and spec.trl is not None and spec.trl.method == "kto" and spec.search.metric == EVAL_REWARDS_ACCURACY:
-        problems.append(("search.metric", "trl's KTOTrainer reports no eval_rewards_accuracy (its pairs are unpaired); "
-                                          "use eval_loss, eval_rewards_margin or eval_rewards_chosen"))
-    searched_methods = spec.search.parameters.get("trl.method")
-    if spec.trainer == "trl" and isinstance(searched_methods, CategoricalDist):
-        other_task = [str(m) for m in searched_methods.values if (m == "sft") != (spec.task == "sft")]
-        if other_task:
-            trains_on = ("chat or prompt/completion examples (task sft)" if spec.task != "sft"
-                         else "preference pairs (task dpo)")
-            problems.append(("search.parameters.trl.method", f"{', '.join(other_task)} train(s) on {trains_on}, "
-                             f"not on task {spec.task}'s data; search the methods of one task: sft alone, or among "
-                             "dpo, kto, orpo, cpo, simpo"))
-    if spec.cost.calibrate and spec.trainer == "function":
-        problems.append((
-            "cost.calibrate",
-            "the calibration times a trial's first steps from the training time its loop reports "
-            "(train_seconds, or train_tokens and tokens_per_second), which a function reports only if it chooses "
-            "to; set cost.calibrate: false (the forecast then comes from the throughput model)",
-        ))
-    if spec.trainer == "trl" and spec.dpo is not None:
-        # A rebuilt spec sets every field; only a value other than the default is the user's.
-        defaults = DpoSpec()
-        problems += [
-            (f"dpo.{name}", f"the built-in loop's; with trainer trl set trl.{name} (a field of trl's config)")
-            for name in ("beta", "loss_type") if getattr(spec.dpo, name) != getattr(defaults, name)
-        ]
-    return problems
 
 
 def _schedule_problems(spec: SweepSpec) -> list[Problem]:
@@ -310,7 +274,7 @@ def _search_problems(spec: SweepSpec) -> list[Problem]:
 def _parameter_problems(spec: SweepSpec, key: str, path: str, dist: Any) -> list[Problem]:
     """What is wrong with searching `dist` at `path` of `spec` (keyed `key`), at most one line."""
     if getattr(spec, path.split(".")[0], True) is None and path.split(".")[0] in ("dpo", "trl", "function"):
-        return []  # _task_problems and _engine_problems say why
+        return []  # _task_problems and engine_section_problems say why
     if not path_exists(spec, path):
         return [(key, f"no such config field; {suggest_path(path, spec)}")]
     if path.split(".")[0] not in SEARCHABLE_SECTIONS:

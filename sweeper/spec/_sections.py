@@ -130,8 +130,8 @@ class SearchSpec(StrictModel):
     metric: str = Field(
         "eval_loss",
         description="Reported metric to optimise: one the task reports at every evaluation (eval_loss, "
-        "eval_perplexity, train_loss; DPO's eval_rewards_*), or a task metric from generation, gen_<score> "
-        "(the generation section).",
+        "eval_perplexity, train_loss; DPO's eval_rewards_*; GRPO's eval_reward, its default with goal maximize), "
+        "or a task metric from generation, gen_<score> (the generation section).",
     )
     goal: Literal["minimize", "maximize"] = Field("minimize", description="Direction of `metric`.")
     objectives: list[ObjectiveSpec] = Field(

@@ -30,7 +30,7 @@ from sweeper.track._mlflow_store import RUN_STATUS, client_for, default_artifact
 from sweeper.track._mlflow_store import flat_params, git_commit, package_versions
 from sweeper.names import RunKind, RunMetric, SweepStatus, Tag, TrialState
 from sweeper.spec import SweepSpec, picked_by, single_run_spec, spec_hash, spec_to_yaml
-from trainables.metrics import GENERATED_ANSWERS, GENERATION_PREFIX, OUT_OF_MEMORY_AT_MICRO_BATCH, REPORTED_KEYS, SETUP_SECONDS, STEP
+from trainables.metrics import GENERATED_ANSWERS, OUT_OF_MEMORY_AT_MICRO_BATCH, REPORTED_KEYS, SETUP_SECONDS, STEP, is_reported
 
 # The experiment tag MLflow 3's UI reads to pick an experiment's landing page: without it
 # the UI opens on the GenAI overview (traces), with this on the training runs.
@@ -174,8 +174,9 @@ class MlflowTracker:
     def _record_from_run(self, run) -> TrialRecord:
         tags, metrics = run.data.tags, run.data.metrics
         by_step: dict[int, dict] = {}
-        # A user scorer's gen_ metrics (generation.scorer) are reported under names of its own.
-        scored = [key for key in metrics if key.startswith(GENERATION_PREFIX) and key not in REPORTED_KEYS]
+        # A user scorer's gen_ metrics (generation.scorer) and each GRPO reward function's mean
+        # are reported under names of their own.
+        scored = [key for key in metrics if is_reported(key) and key not in REPORTED_KEYS]
         for key in (*REPORTED_KEYS, *scored):
             if key in (STEP, SETUP_SECONDS):
                 continue
