@@ -2,8 +2,9 @@
 daemon thread of its own, in order, each try bounded by a timeout and tried again after a
 timeout, a refused connection, a 5xx or a 429 answer. The sweep's thread only queues a
 message; a webhook that is down, refuses or hangs holds up its own thread and nothing
-else. `close` waits for what is queued until a deadline and returns what was not
-delivered, each message as (event, why). No text it returns holds the URL (a secret): a webhook is named by its key."""
+else. `close` waits for what is queued until a deadline (not at all for a webhook whose
+last post got no answer, timed out or refused: one known to be down must not hold the
+sweep's end) and returns what was not delivered, each message as (event, why). No text it returns holds the URL (a secret): a webhook is named by its key."""
 
 from __future__ import annotations
 
@@ -65,6 +66,7 @@ class WebhookSender:
         self.failed: list[tuple[str, str]] = []  # (event, why) of each message not delivered
         self._queue: deque[tuple[str, dict]] = deque()
         self._in_flight: str | None = None
+        self._down = False  # its last post got no answer at all (timed out, refused)
         self._lock = threading.Condition()
         self._closing = False  # no more messages: the thread ends once the queue is empty
         self._abandoned = threading.Event()  # the deadline passed: the thread stops at once
@@ -83,12 +85,13 @@ class WebhookSender:
             self._lock.notify()
 
     def close(self, deadline: float) -> list[tuple[str, str]]:
-        """Wait until every queued message was tried or `deadline` (time.monotonic()) passed;
-        the messages not delivered, as (event, why)."""
+        """Wait until every queued message was tried or `deadline` (time.monotonic()) passed,
+        or not at all where the last post got no answer; the messages not delivered, as (event, why)."""
         with self._lock:
             self._closing = True
             self._lock.notify()
-        self._thread.join(max(0.0, deadline - time.monotonic()))
+            wait_s = 0.0 if self._down else max(0.0, deadline - time.monotonic())
+        self._thread.join(wait_s)
         with self._lock:
             self._abandoned.set()
             left = ([self._in_flight] if self._in_flight else []) + [event for event, _ in self._queue]
@@ -123,12 +126,15 @@ class WebhookSender:
                 break
             try:
                 self.post(self.webhook.url, payload, self.timeout_s)
+                self._down = False
                 return None
             except urllib.error.HTTPError as exc:
+                self._down = False
                 why = _why(exc, self.timeout_s)
                 if 400 <= exc.code < 500 and exc.code != 429:
                     return why
             except Exception as exc:  # noqa: BLE001 - any failure of a post is the webhook's, never the sweep's
+                self._down = True
                 why = _why(exc, self.timeout_s)
         tries = f"{self.attempts} tries" if self.attempts > 1 else "1 try"
         return f"{why}; {tries}"

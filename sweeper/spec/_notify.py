@@ -94,7 +94,7 @@ class NotifySpec(StrictModel):
     timeout_seconds: float = Field(
         5.0, gt=0, le=60,
         description="How long one post may take; also how long the sweep waits at its end for posts still "
-        "under way, before it names those not delivered.",
+        "under way (not at all for a webhook whose last post got no answer), before it names those not delivered.",
     )
     attempts: int = Field(
         3, ge=1, le=10,

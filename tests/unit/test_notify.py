@@ -20,7 +20,7 @@ from sweeper.notify import Notifier, Webhook, WebhookSender, resolve_webhooks
 from sweeper.spec import NOTIFY_EVENTS, spec_to_yaml, validate_spec
 from sweeper.track import SweepBook, TrialRecord
 from tests.conftest import WEBHOOK_SECRET as SECRET
-from tests.conftest import WebhookServer, small_sweep, write_yaml
+from tests.conftest import WebhookServer, small_sweep, wait_for, write_yaml
 
 DEADLINE_S = 60  # for an event that comes within moments; a generous bound, not a measure
 
@@ -100,6 +100,17 @@ def test_a_hanging_webhook_holds_up_neither_the_sweep_nor_the_other_webhook(answ
     assert all(event in line for event in ("started", "trial_failed", "finished")), line
     assert "notify.webhooks.0" not in line
     assert SECRET not in line and "127.0.0.1" not in line
+
+
+def test_a_webhook_whose_last_post_failed_is_not_waited_for_at_the_end(hanging_webhook):
+    sender = WebhookSender(webhook("notify.webhooks.0", hanging_webhook), timeout_s=0.5, attempts=1)
+    sender.send("started", {"text": "started"})
+    wait_for(lambda: sender.failed, DEADLINE_S, "the first post to time out", every=0.1)
+    sender.send("finished", {"text": "finished"})
+    # With a deadline far off, the post under way is not waited for: had close waited, it
+    # would have timed out and said so ("no answer within 0.5 s").
+    failed = sender.close(time.monotonic() + DEADLINE_S)
+    assert failed == [("started", "no answer within 0.5 s; 1 try"), ("finished", "not sent before the sweep ended")]
 
 
 # ---------------------------------------------------------------- the events
