@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import logging
 import os
 import time
 from dataclasses import dataclass, replace
@@ -27,9 +26,6 @@ from trainables.engines import train_module
 from trainables.metrics import (
     FIRST_STEP_SECONDS, GENERATION_SECONDS, SETUP_SECONDS, TOKENS_PER_SECOND, TRAIN_SECONDS, TRAIN_TOKENS,
 )
-
-# Without a logging handler, Python prints bitsandbytes' import-time note to the terminal.
-logging.getLogger("bitsandbytes").addHandler(logging.NullHandler())
 
 __all__ = ["Calibration", "calibrate", "costliest_overrides", "run_training", "measure", "measure_start",
            "COST_PARAMETERS"]
