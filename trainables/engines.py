@@ -104,7 +104,7 @@ ENGINE_FIELDS: dict[str, str] = {
 
 class TrlSpec(StrictModel):
     """trl's trainer for each trial (trainer: trl). `method` picks the trainer; grpo
-    also takes `reward_funcs` and `eval_prompts`; every other key is a field of that
+    also takes `reward_funcs`; every other key is a field of that
     trainer's config dataclass (SFTConfig, DPOConfig, KTOConfig, ORPOConfig, CPOConfig,
     GRPOConfig), e.g. `loss_type`, `beta`, `num_generations`, and may be searched as
     `trl.<field>`."""
@@ -127,11 +127,6 @@ class TrlSpec(StrictModel):
         "None) per completion; `reference` is each row's reference answer. Each is called once on a few eval "
         "rows before any trial. Each evaluation reports eval_reward (their weighted sum's mean) and "
         "eval_reward_<FUNCTION> per function.",
-    )
-    eval_prompts: int = Field(
-        16, ge=1,
-        description="trl.method grpo: eval prompts every evaluation samples completions for and rewards, the same "
-        "draw of data.eval for every trial.",
     )
 
     @field_validator("reward_funcs", mode="before")

@@ -30,12 +30,15 @@ from trainables.errors import InputError
 from trainables.task_metrics import load_scorer
 
 __all__ = [
-    "REFERENCE_COLUMN", "EVAL_PROMPTS_SEED", "BATCH_FIELDS", "grpo_row", "grpo_rows", "reward_functions",
+    "REFERENCE_COLUMN", "GRPO_EVAL_SAMPLES", "BATCH_FIELDS", "grpo_row", "grpo_rows", "reward_functions",
     "reward_function_problems", "batch_problems", "space_problem", "range_values",
 ]
 
 REFERENCE_COLUMN = "reference"
-EVAL_PROMPTS_SEED = 0  # every trial evaluates on the same draw of eval prompts
+# data.eval_samples where a GRPO sweep leaves it unset: every evaluation samples a group of
+# completions for each of its rows (rollouts, most of a GRPO step's time), so the whole
+# split is rarely affordable.
+GRPO_EVAL_SAMPLES = 16
 
 # The values the batch rules read: the sweep's own keys and trl's fields.
 BATCH_FIELDS = (

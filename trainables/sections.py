@@ -242,7 +242,8 @@ class DataSpec(StrictModel):
         description="Evaluate on this many rows of the eval split, drawn once per sweep with a fixed seed: the "
         "same rows for every trial, every evaluation and the calibration; generation.samples are drawn from "
         "within them. Where the split holds fewer rows (those with a target within data.max_length), all of "
-        "them. Unset: the whole split.",
+        "them. Unset: the whole split; for trl.method grpo, whose evaluations sample completions for every row, "
+        "16 rows.",
     )
     max_length: int = Field(
         256, ge=16, le=131072, description="Examples are truncated to this many tokens."

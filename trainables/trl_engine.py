@@ -15,7 +15,7 @@ inside each Train worker (`ray.train.huggingface.transformers.prepare_trainer`),
   preference methods the rows as read (prompt, chosen, rejected; plain or chat), rendered
   by trl with the same tokenizer and chat template; kto gets them unpaired
   (trl.unpair_preference_dataset); grpo gets each row's prompt and reference answer
-  (trainables/grpo.py), its eval split the sweep's fixed sample of trl.eval_prompts rows,
+  (trainables/grpo.py), its eval split the sweep's eval sample (data.eval_samples, 16 rows unset),
   and the reward functions of trl.reward_funcs.
 - Resume: from a checkpoint folder the trainer wrote (`resume_from_checkpoint`).
 

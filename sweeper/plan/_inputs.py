@@ -67,15 +67,15 @@ def prepare_inputs(spec: SweepSpec, cache_root: Path) -> SweepInputs:
 
 
 def grpo_prompts(spec: SweepSpec) -> dict:
-    """GRPO's rows (prompt, reference): every row of data.train, and the fixed sample of
-    trl.eval_prompts rows of data.eval that every trial's evaluations reward."""
-    from trainables.data import read_records
-    from trainables.grpo import EVAL_PROMPTS_SEED, grpo_rows
-    from trainables.task_metrics import draw_sample
+    """GRPO's rows (prompt, reference): every row of data.train, and the eval sample
+    (data.eval_samples rows of data.eval, GRPO_EVAL_SAMPLES where it is unset) that every
+    trial's evaluations reward."""
+    from trainables.data import eval_sample_rows, read_records
+    from trainables.grpo import GRPO_EVAL_SAMPLES, grpo_rows
 
     train = grpo_rows(read_records(spec.data.train, "data.train"), "data.train")
     evaluated = grpo_rows(read_records(spec.data.eval, "data.eval"), "data.eval")
-    chosen = draw_sample(spec.trl.eval_prompts, len(evaluated), EVAL_PROMPTS_SEED)
+    chosen = eval_sample_rows(spec.data.eval_samples or GRPO_EVAL_SAMPLES, len(evaluated))
     return {"train_rows": train, "eval_rows": [evaluated[i] for i in chosen]}
 
 

@@ -45,6 +45,23 @@ def test_a_chat_rows_prompt_is_every_turn_before_its_last_assistant_turn():
     assert grpo_row({"prompt": "Add: 1+1", "completion": "2"}, "x") == {"prompt": "Add: 1+1", "reference": "2"}
 
 
+def test_a_grpo_sweep_rewards_the_eval_sample_of_data_eval_samples_16_rows_where_unset(tmp_path):
+    from sweeper.plan._inputs import grpo_prompts
+    from trainables.data import eval_sample_rows, read_records
+    from trainables.grpo import GRPO_EVAL_SAMPLES, grpo_rows
+
+    raw = grpo_sweep(tmp_path)
+    every = grpo_rows(read_records(validate_spec(raw, base_dir=tmp_path).data.eval, "data.eval"), "data.eval")
+    assert len(every) > GRPO_EVAL_SAMPLES
+    unset = grpo_prompts(validate_spec(raw, base_dir=tmp_path))["eval_rows"]
+    assert unset == [every[i] for i in eval_sample_rows(GRPO_EVAL_SAMPLES, len(every))]
+    raw["data"]["eval_samples"] = 5
+    five = grpo_prompts(validate_spec(raw, base_dir=tmp_path))["eval_rows"]
+    # The rows of the sweep's eval sample, the same draw a trial's evaluation and calibration use.
+    assert five == [every[i] for i in eval_sample_rows(5, len(every))] and len(five) == 5
+    assert five == grpo_prompts(validate_spec(raw, base_dir=tmp_path))["eval_rows"]
+
+
 def test_grpo_ranks_by_the_eval_reward_and_trl_fields_reach_the_trial(tmp_path):
     raw = grpo_sweep(tmp_path, max_completion_length=8)
     raw["search"]["parameters"]["trl.beta"] = {"distribution": "uniform", "low": 0.0, "high": 0.1}
