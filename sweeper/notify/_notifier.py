@@ -13,7 +13,8 @@ show), `event`, `sweep`, `time` (UTC, ISO 8601) and the event's own fields:
   continues the sweep, or null where there is nothing to continue).
 
 Posting is `_webhook.WebhookSender`'s, in the background; at the end the notifier waits
-at most `notify.timeout_seconds` and says in one line which messages were not delivered.
+at most `notify.timeout_seconds` (not at all for a webhook whose last post got no answer)
+and says in one line which messages were not delivered.
 """
 
 from __future__ import annotations
