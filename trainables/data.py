@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -12,7 +13,6 @@ from pathlib import Path
 from trainables.config import TrialConfig
 from trainables.errors import InputError
 from trainables.sections import HubSplit
-from trainables.task_metrics import draw_sample
 
 IGNORE_INDEX = -100
 # The seed of the draw of data.eval_samples: fixed, so that a sweep, its resume, its
@@ -343,6 +343,14 @@ def tokenize_preference(path: Path, tokenizer, max_length: int, max_prompt_lengt
             split.input_ids.append(prompt + answer)
             split.labels.append([IGNORE_INDEX] * len(prompt) + answer)
     return PreferenceSplit(chosen, rejected)
+
+
+def draw_sample(count: int, available: int, seed: int) -> list[int]:
+    """`count` indices of `available` rows (all of them where there are fewer), in order:
+    the same draw for the same seed."""
+    if count >= available:
+        return list(range(available))
+    return sorted(random.Random(seed).sample(range(available), count))
 
 
 def eval_sample_rows(count: int | None, available: int) -> list[int] | None:

@@ -32,7 +32,7 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field, TypeAdapter, ValidationError, ValidationInfo, field_validator, model_validator
 
 from trainables.errors import FieldProblems
-from trainables.sections import StrictModel, checks_files
+from trainables.sections import StrictModel, checks_files, resolve_relative_path
 
 __all__ = [
     "Engine", "TrlMethod", "TRL_METHODS", "PREFERENCE_METHODS", "TrlSpec", "FunctionSpec", "OWNED_FIELDS",
@@ -134,15 +134,12 @@ class TrlSpec(StrictModel):
     def _relative_to_yaml(cls, value: Any, info: ValidationInfo) -> Any:
         if not isinstance(value, list):
             return value
-        base_dir = (info.context or {}).get("base_dir")
         resolved = []
         for index, entry in enumerate(value):
             file, sep, name = str(entry).rpartition(":")
             if not sep or not file.endswith(".py") or not name.isidentifier():
                 raise ValueError(f"entry {index}: expected FILE.py:FUNCTION, got {entry!r}")
-            path = Path(file).expanduser()
-            if base_dir is not None and not path.is_absolute():
-                path = (Path(base_dir) / path).resolve()
+            path = resolve_relative_path(file, info)
             if name in [entry.rpartition(":")[2] for entry in resolved] + ["std"]:
                 raise ValueError(f"entry {index}: a function named {name!r} is reported as eval_reward_{name}, the name "
                                  "of another's (or of eval_reward_std); give each reward function its own name")

@@ -18,7 +18,6 @@ from __future__ import annotations
 import functools
 import importlib.util
 import math
-import random
 import re
 import sys
 from collections.abc import Callable, Sequence
@@ -35,7 +34,7 @@ from trainables.sections import StrictModel
 __all__ = [
     "GENERATION_PREFIX", "BUILTIN_SCORES", "GENERATED_ANSWERS", "GenerationSpec", "GenerationSample",
     "generation_metric", "is_generation_metric", "exact_match", "contains", "chrf", "score_answers",
-    "load_scorer", "scorer_metric_names", "draw_sample", "build_sample",
+    "load_scorer", "scorer_metric_names", "build_sample",
 ]
 
 
@@ -147,14 +146,6 @@ class GenerationSample:
         return step == max_steps or self.steps is None or step in self.steps
 
 
-def draw_sample(count: int, available: int, seed: int) -> list[int]:
-    """`count` indices of `available` rows (all of them where there are fewer), in order:
-    the same draw for the same seed."""
-    if count >= available:
-        return list(range(available))
-    return sorted(random.Random(seed).sample(range(available), count))
-
-
 @functools.cache
 def load_scorer(entry_point: str, key: str = "generation.scorer") -> Callable:
     """The function FILE.py:FUNCTION names; InputError naming `key` where it cannot be
@@ -223,7 +214,7 @@ def build_sample(
     left out). A row whose prompt fills data.max_length has no room for an answer and
     is not drawn. `within`: the indices, among those rows, that may be drawn (the eval
     sample of data.eval_samples, which counts the same rows); None: any of them."""
-    from trainables.data import IGNORE_INDEX, read_records, sft_example
+    from trainables.data import IGNORE_INDEX, draw_sample, read_records, sft_example
 
     prompts, references, rows = [], [], []
     for number, record in read_records(eval_path, "data.eval"):

@@ -8,13 +8,13 @@ import json
 import pytest
 
 from tests.conftest import SFT_EVAL
+from trainables.data import draw_sample
 from trainables.errors import InputError
 from trainables.task_metrics import (
     GENERATED_ANSWERS,
     GenerationSpec,
     build_sample,
     contains,
-    draw_sample,
     exact_match,
     score_answers,
     scorer_metric_names,
