@@ -11,7 +11,8 @@
 #                    a driver older than R580; without a GPU PyTorch's CPU index
 #                    (https://download.pytorch.org/whl/cpu) where the configured index
 #                    would serve a CUDA build (pip's configuration decides otherwise).
-# It prints only its own lines ("setup: ..."): what pip, torch and setuptools print goes to
+# Packages are installed at the versions in constraints.txt, the ones the tests last passed
+# with. It prints only its own lines ("setup: ..."): what pip, torch and setuptools print goes to
 # .venv/setup.log, which is printed if a step fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,7 +25,7 @@ fi
 # shellcheck disable=SC1091
 . .venv/bin/activate
 
-stamp=".venv/.sweeper-installed-$( (cat pyproject.toml scripts/setup.sh; echo "${TORCH_INDEX_URL:-}") | sha256sum | cut -c1-16)"
+stamp=".venv/.sweeper-installed-$( (cat pyproject.toml constraints.txt scripts/setup.sh; echo "${TORCH_INDEX_URL:-}") | sha256sum | cut -c1-16)"
 if [ -f "$stamp" ]; then
   exit 0
 fi
@@ -44,6 +45,8 @@ quietly() {
 }
 
 torch_version="2.13.0"
+# Every package at the version the suite last passed with (constraints.txt says why).
+export PIP_CONSTRAINT="$PWD/constraints.txt"
 quietly python -m pip install --quiet --upgrade pip
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
   # What torch is there: missing, cpu (a CPU build), or the CUDA version it was built for.

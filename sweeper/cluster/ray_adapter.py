@@ -1,6 +1,6 @@
-"""Where sweeper relies on parts of Ray that no public API offers (MLflow's: sweeper/track/
-_mlflow_adapter.py): attributes of Tune's objects and two of Ray's own constants, each
-entry saying what it relies on and why. No private module of Ray is imported here or
+"""Where sweeper relies on parts of Ray that no public API offers: attributes of Tune's
+objects and two of Ray's own constants, each entry saying what it relies on and why. No
+private module of Ray is imported here or
 anywhere in sweeper; a trial runs on Ray Train's public API (sweeper/run/_trial.py).
 tests/unit/test_ray_adapter.py and tests/integration/test_ray_adapter.py check each entry
 against the installed Ray. Nothing is imported at module level.

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import tempfile
 import warnings
 from dataclasses import dataclass
@@ -162,11 +163,38 @@ def _readable(uri: str) -> bool:
         return False
 
 
+# MLflow's documented rules for a registered model's name and a version's alias. MLflow
+# checks them only when a name or alias is written, after the model was logged: checked
+# here first, a bad name costs nothing. tests/unit/test_registry_names.py holds them
+# against the installed MLflow's own refusals.
+ALIAS_CHARACTERS = re.compile(r"[\w-]+")
+VERSION_ALIAS = re.compile(r"[vV]\d+")
+MAX_ALIAS_LENGTH = 255
+
+
+def model_name_problem(name: str) -> str | None:
+    """What MLflow would refuse in `name` as a registered model's name, or None."""
+    if not name.strip():
+        return "a registered model's name cannot be empty"
+    if "/" in name or ":" in name:
+        return "a registered model's name cannot contain '/' or ':'"
+    return None
+
+
+def alias_problem(alias: str) -> str | None:
+    """What MLflow would refuse in `alias` as a model version's alias, or None."""
+    if not ALIAS_CHARACTERS.fullmatch(alias):
+        return "an alias may only contain letters, digits, '_' and '-'"
+    if len(alias) > MAX_ALIAS_LENGTH:
+        return f"an alias is at most {MAX_ALIAS_LENGTH} characters"
+    if alias.lower() == "latest" or VERSION_ALIAS.fullmatch(alias):
+        return "'latest' and version names such as 'v3' are reserved by MLflow"
+    return None
+
+
 def check_registry(client, model_name: str, alias: str) -> None:
     """The model name and alias are valid and the store has a Model Registry (reads only)."""
     from mlflow.exceptions import MlflowException
-
-    from sweeper.track import alias_problem, model_name_problem
 
     problems = []
     if (problem := model_name_problem(model_name)) is not None:

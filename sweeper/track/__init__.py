@@ -7,8 +7,7 @@ loads neither Ray nor torch: `sweep list`, `status` and `report` use only it.
 
 The private modules: `_book`; `_tracker` (every MLflow write of a sweep) and `_backlog`
 (its writes held while the tracking server is away); `_mlflow_store` (tracking URI, client,
-experiment, what a parent run records of its config and machine); `_mlflow_adapter` (the
-private MLflow names, and only those); `_store` (sweeps and trials read back as polars
+experiment, what a parent run records of its config and machine); `_store` (sweeps and trials read back as polars
 frames); `_console` and `_summary`.
 """
 
@@ -17,7 +16,7 @@ from sweeper._lazy import lazy_getattr
 __all__ = [
     "SweepBook", "TrialRecord", "MlflowTracker", "LiveTable", "print_summary", "how_it_ended", "SweepStore", "SweepRecord",
     "best_trial_row", "check_tracking_uri", "check_tracking_writable", "client_for", "ensure_experiment",
-    "hardware_description", "resolve_tracking_uri", "alias_problem", "model_name_problem",
+    "hardware_description", "resolve_tracking_uri",
 ]
 
 # Each public name's private module, imported on first use (sweeper/_lazy.py).
@@ -30,7 +29,6 @@ _HOME = {
     "check_tracking_uri": "_mlflow_store", "check_tracking_writable": "_mlflow_store",
     "client_for": "_mlflow_store", "ensure_experiment": "_mlflow_store",
     "hardware_description": "_mlflow_store", "resolve_tracking_uri": "_mlflow_store",
-    "alias_problem": "_mlflow_adapter", "model_name_problem": "_mlflow_adapter",
 }
 
 __getattr__ = lazy_getattr(__name__, _HOME)

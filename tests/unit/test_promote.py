@@ -55,10 +55,10 @@ def test_state_refusal_gives_the_reason():
 @pytest.mark.parametrize(
     "model_name, alias, expected",
     [
-        ("a/b", "champion", "--model-name: Invalid model name 'a/b'. Names cannot contain '/' or ':'. (got 'a/b')"),
-        ("m", "latest", "--alias: 'latest' alias name (case insensitive) is reserved. (got 'latest')"),
-        ("m", "v3", "--alias: Version alias name 'v3' is reserved. (got 'v3')"),
-        ("m", "has space", "--alias: Invalid alias name: 'has space'."),
+        ("a/b", "champion", "--model-name: a registered model's name cannot contain '/' or ':' (got 'a/b')"),
+        ("m", "latest", "--alias: 'latest' and version names such as 'v3' are reserved by MLflow (got 'latest')"),
+        ("m", "v3", "--alias: 'latest' and version names such as 'v3' are reserved by MLflow (got 'v3')"),
+        ("m", "has space", "--alias: an alias may only contain letters, digits, '_' and '-' (got 'has space')"),
     ],
 )
 def test_registry_names_are_checked_before_the_store_is_asked(model_name, alias, expected):

@@ -1,25 +1,4 @@
-"""What sweeper/track/_mlflow_adapter.py relies on in MLflow (its checks of registered-model
-names and aliases), and the SQLite store MLflow creates for `client_for`."""
-
-import pytest
-
-from sweeper.track import _mlflow_adapter as mlflow_adapter
-
-
-@pytest.mark.parametrize("name", ["", " ", "a/b", "a:b", "../x"])
-def test_mlflow_refuses_bad_model_names(name):
-    assert mlflow_adapter.model_name_problem(name)
-
-
-@pytest.mark.parametrize("alias", ["latest", "v3", "a/b"])
-def test_mlflow_refuses_reserved_and_bad_aliases(alias):
-    assert mlflow_adapter.alias_problem(alias)
-
-
-def test_good_names_pass():
-    assert mlflow_adapter.model_name_problem("qa-lora") is None
-    assert mlflow_adapter.alias_problem("champion") is None
-
+"""The SQLite store MLflow creates for `client_for`, and the one it opens as it is."""
 
 def test_a_new_sqlite_store_is_created_by_mlflow_and_an_existing_one_opened_as_it_is(tmp_path):
     from sweeper.track import _mlflow_store as mlflow_store
