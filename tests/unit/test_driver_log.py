@@ -13,9 +13,20 @@ from sweeper import driver_log
 from sweeper.driver_log import QUIET_ENVIRONMENT, DriverLog
 
 
-def test_library_logging_goes_to_the_sweeps_driver_log_not_the_terminal(tmp_path, capsys):
+@pytest.fixture
+def optuna_at_info():
+    """Optuna at its default verbosity (INFO), whatever an earlier test in this process set
+    (reading a study's front sets WARNING)."""
     import optuna
 
+    verbosity = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.INFO)
+    yield optuna
+    optuna.logging.set_verbosity(verbosity)
+
+
+def test_library_logging_goes_to_the_sweeps_driver_log_not_the_terminal(tmp_path, capsys, optuna_at_info):
+    optuna = optuna_at_info
     before = {name: os.environ.get(name) for name in QUIET_ENVIRONMENT}
     with DriverLog():
         logging.getLogger("some.library").warning("a note before the folder exists")
