@@ -22,23 +22,23 @@ def together(folder) -> list[tuple[str, list[str]]]:
         ("readonly", ["--trials", "12", "--repeats", "1", "--keep", str(folder / "readonly-sweep")]),
         ("pruning", ["--trials", "3", "--max-steps", "18", "--grace-period", "2"]),
         # The second cold sweep would run the earlier sweep's code again.
-        ("warm_start", ["--trials", "1", "--max-steps", "18", "--eval-every", "6", "--no-cold"]),
+        ("warm_start", ["--trials", "1", "--max-steps", "6", "--eval-every", "3", "--no-cold"]),
         ("confirm_winner", ["--seeds", "0", "--trials", "2", "--top", "2", "--confirm-seeds", "2",
-                            "--max-steps", "12", "--eval-every", "6"]),
+                            "--max-steps", "6", "--eval-every", "3"]),
         # No confirmation here (its reruns double the sweeps' time): confirm_winner above
         # and tests/integration/test_confirm.py run search.confirm.
         ("selection", ["--seeds", "0", "--trials", "2", "--max-steps", "8", "--eval-every", "4",
                        "--confirm-top", "0", "--samples", "8", "--test-examples", "8", "--base-steps", "10",
                        "--train-examples", "64", "--results", str(folder / "selection-runs")]),
-        ("search_quality", ["--seeds", "0", "--trials", "3", "--max-steps", "18", "--eval-every", "9",
+        ("search_quality", ["--seeds", "0", "--trials", "3", "--max-steps", "9", "--eval-every", "3",
                             "--methods", "random,optuna,asha_budget50", "--loop-share", "0.5",
                             "--base-steps", "10", "--train-examples", "64",
                             "--results", str(folder / "search-quality-runs"),
                             "--plot", str(folder / "anytime.html")]),
         # Each ends with Ray shut down (its plain runs get the machine without it): last.
-        ("throughput", ["--steps", "20", "--rounds", "1"]),
+        ("throughput", ["--steps", "10", "--eval-every", "5", "--rounds", "1"]),
         # Its plain run before its own cluster starts, as on its own.
-        ("overhead", ["--trials", "2", "--steps", "20"]),
+        ("overhead", ["--trials", "2", "--steps", "10", "--eval-every", "5"]),
     ]
 
 
@@ -65,7 +65,7 @@ def figures_of(benchmarks_run, name: str) -> dict:
 
 def test_overhead_benchmark_reports_setup_and_its_phases(benchmarks_run):
     figures = figures_of(benchmarks_run, "overhead")
-    assert figures["completed"] == 2 and figures["steps_trained"] == 40
+    assert figures["completed"] == 2 and figures["steps_trained"] == 20
     phases = figures["setup_phases_median_s"]
     # One-worker trials in one reused process (2 trials, 2 slots: one each, or both in one).
     assert "worker_process_started" not in phases
@@ -122,10 +122,10 @@ def test_search_quality_benchmark_compares_methods_on_steps_and_best_loss(benchm
     # sweep methods differ from it only in the sections they start it with (the default's
     # step arithmetic is the pruning benchmark's test).
     assert set(methods) == {"random", "optuna", "asha_budget50"}
-    assert methods["random"]["steps"] == [3 * 18]  # every trial to max_steps
-    # No trial count, a budget.max_steps cap of half random search's 54 steps: no trial
-    # starts, or goes on from the rung, past it.
-    assert methods["asha_budget50"]["steps"][0] <= 27
+    assert methods["random"]["steps"] == [3 * 9]  # every trial to max_steps
+    # No trial count, a budget.max_steps cap of half random search's 27 steps (14): no
+    # trial starts, or goes on from the rung, past it.
+    assert methods["asha_budget50"]["steps"][0] <= 14
     assert all(0 < best < 20 for runs in methods.values() for best in runs["best"])
     # The anytime figures: each method's best so far at 0.1x, 0.25x, 0.5x and 1x of random's steps,
     # never worse at a larger share.
@@ -144,7 +144,7 @@ def test_warm_start_benchmark_counts_trials_to_the_earlier_best(benchmarks_run):
     # evaluations (a rerun need not match the earlier loss exactly: see README); only it
     # is marked warm-started.
     first = results["warm"]["trials"][0]
-    assert (first["number"], first["state"], first["steps"]) == (1, "completed", 18)
+    assert (first["number"], first["state"], first["steps"]) == (1, "completed", 6)
     assert list(results["warm"]["warm_marks"]) == ["1"]  # trial numbers as JSON keys
     assert results["warm_history"]["warm_marks"] == {} and results["earlier"]["warm_marks"] == {}
     assert set(results) == {"earlier", "warm", "warm_history"}  # --no-cold
