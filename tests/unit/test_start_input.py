@@ -39,9 +39,10 @@ def workdir(tmp_path, monkeypatch):
     return tmp_path
 
 
-def refused(workdir: Path, *args: str, within_s: float = 10) -> str:
+def refused(workdir: Path, *args: str, within_s: float | None = 10) -> str:
     """Run `sweep ARGS` and assert: exit 2, one error line and no traceback, within
-    seconds, nothing new in `workdir`. Returns the error line without its 'error: '."""
+    seconds (None: no bound), nothing new in `workdir`. Returns the error line without
+    its 'error: '."""
     before = sorted(workdir.rglob("*"))
     started = time.monotonic()
     result = runner.invoke(app, list(args))
@@ -50,7 +51,7 @@ def refused(workdir: Path, *args: str, within_s: float = 10) -> str:
     assert result.exit_code == 2, result.output
     assert len(lines) == 1 and "Traceback" not in result.output, result.output
     assert sorted(workdir.rglob("*")) == before, "bad input left files behind"
-    assert seconds < within_s, seconds
+    assert within_s is None or seconds < within_s, seconds
     return lines[0].removeprefix("error: ")
 
 
@@ -237,7 +238,8 @@ def test_plan_refuses_a_warm_start_from_a_sweep_that_is_not_there_as_start_does(
     assert line.startswith(f"search.warm_start.0.sweep: no earlier sweep 'nope' at {workdir / 'sweeps' / 'nope'} (no optuna.db)")
 
 
-# Refusals that hold before Ray starts, once run on the integration tier's local cluster.
+# Refusals that hold before Ray starts, once run on the integration tier's local cluster
+# (which bounded no time).
 
 
 def test_a_sweep_file_naming_missing_data_starts_nothing(workdir):
@@ -254,12 +256,12 @@ def test_an_existing_sweep_is_not_overwritten(workdir):
     existing = workdir / "sweeps" / "x"
     existing.mkdir(parents=True)
     (existing / "keep.txt").write_text("finished work")
-    assert "name: a sweep named 'x' already exists" in refused(workdir, "start", sweep_file(workdir))
+    assert "name: a sweep named 'x' already exists" in refused(workdir, "start", sweep_file(workdir), within_s=None)
     assert (existing / "keep.txt").read_text() == "finished work"
 
 
 def test_an_unreachable_tracking_server_is_one_keyed_line_before_anything_starts(workdir):
-    line = refused(workdir, "start", sweep_file(workdir, tracking={"uri": f"http://127.0.0.1:{free_port()}"}))
+    line = refused(workdir, "start", sweep_file(workdir, tracking={"uri": f"http://127.0.0.1:{free_port()}"}), within_s=None)
     assert line.startswith("tracking.uri: cannot reach MLflow at http://127.0.0.1:"), line
 
 
@@ -273,5 +275,5 @@ def test_data_or_a_model_that_cannot_be_read_is_one_keyed_line(workdir, sections
     (workdir / "broken.jsonl").write_text(json.dumps({"prompt": "a", "completion": "b"}) + "\n{oops\n")
     if "data" in sections:
         sections = {"data": {"train": str(workdir / sections["data"]["train"])}}
-    line = refused(workdir, "start", sweep_file(workdir, **sections), within_s=60)
+    line = refused(workdir, "start", sweep_file(workdir, **sections), within_s=None)
     assert re.match(expected, line), line
