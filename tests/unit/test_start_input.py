@@ -277,3 +277,15 @@ def test_data_or_a_model_that_cannot_be_read_is_one_keyed_line(workdir, sections
         sections = {"data": {"train": str(workdir / sections["data"]["train"])}}
     line = refused(workdir, "start", sweep_file(workdir, **sections), within_s=None)
     assert re.match(expected, line), line
+
+
+def test_auto_with_an_address_file_naming_a_dead_head_is_one_keyed_line(workdir, monkeypatch, tmp_path_factory):
+    # What `ray start --head` leaves behind when its head is ended without `ray stop`.
+    ray_tmp = tmp_path_factory.mktemp("ray-tmp")
+    (ray_tmp / "ray").mkdir()
+    port = free_port()
+    (ray_tmp / "ray" / "ray_current_cluster").write_text(f"127.0.0.1:{port}\n")
+    monkeypatch.setenv("RAY_TMPDIR", str(ray_tmp))
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    line = refused(workdir, "start", sweep_file(workdir), "--address", "auto", within_s=None)
+    assert line.startswith(f"--address: no Ray cluster answers at 127.0.0.1:{port}"), line
