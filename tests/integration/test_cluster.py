@@ -221,15 +221,20 @@ def test_a_sweep_joins_a_token_cluster_with_the_token_where_ray_looks(head, tmp_
     assert token not in joined.stdout + joined.stderr
 
 
+# A refused client retries its connection to the head's GCS once a second, 20 times, before
+# ray.init gives up (ray._private.node); the refusal is the same after 2.
+REFUSED_JOIN = {"RAY_NUM_REDIS_GET_RETRIES": "2"}
+
+
 def test_without_a_token_the_refusal_is_one_keyed_line_naming_ray_get_auth_token(head, tmp_path):
     address, token_file = head
-    refused = join(address, tmp_path)
+    refused = join(address, tmp_path, **REFUSED_JOIN)
     assert refused.returncode == 2, refused.stdout + refused.stderr
     assert f"USER ERROR --address: the Ray cluster at {address} requires an authentication token" in refused.stdout
     assert "ray get-auth-token" in refused.stdout
     # A token where Ray looks, but RAY_AUTH_MODE=disabled set here: the token is never sent,
     # so the line names the mode, not a refused token.
-    refused = join(address, tmp_path, RAY_AUTH_TOKEN_PATH=str(token_file), RAY_AUTH_MODE="disabled")
+    refused = join(address, tmp_path, RAY_AUTH_TOKEN_PATH=str(token_file), RAY_AUTH_MODE="disabled", **REFUSED_JOIN)
     assert refused.returncode == 2, refused.stdout + refused.stderr
     assert (
         f"USER ERROR --address: the Ray cluster at {address} requires an authentication token, but "
