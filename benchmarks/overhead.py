@@ -55,14 +55,14 @@ def busy_cpu_seconds() -> float:
     return times.user + times.nice + times.system + getattr(times, "irq", 0.0) + getattr(times, "softirq", 0.0)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=8, help="N: trials in the sweep")
     parser.add_argument("--steps", type=int, default=30, help="K: optimizer steps per trial")
     parser.add_argument("--eval-every", type=int, default=10)
     parser.add_argument("--address", help="a running cluster to join (default: a local cluster of its own)")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     spec = bench_spec(
         "bench-overhead",

@@ -75,7 +75,7 @@ def stop_lags(clock: ResultClock, max_steps: int) -> list[float]:
     return lags
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=9, help="N: trials in the sweep")
     parser.add_argument("--max-steps", type=int, default=90, help="R: steps of a trial that is never stopped")
@@ -92,7 +92,7 @@ def main() -> None:
     )
     parser.add_argument("--seed", type=int, default=0, help="search.seed: compare schedulers over several")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     spec = bench_spec(
         "bench-pruning",

@@ -126,7 +126,7 @@ def time_command(args: list[str], cwd: Path, uri: str, repeats: int, code: Path 
     return seconds
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=200)
     parser.add_argument("--repeats", type=int, default=3)
@@ -135,7 +135,7 @@ def main() -> None:
     parser.add_argument("--code", type=Path, default=REPO,
                         help="Time the commands of this checkout (e.g. an older one, for before/after) on the same store.")
     parser.add_argument("--json", type=Path)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     folder = args.keep or Path(tempfile.mkdtemp(prefix="sweeper-bench-readonly-"))
     folder.mkdir(parents=True, exist_ok=True)

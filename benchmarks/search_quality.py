@@ -639,7 +639,7 @@ def load_outcome(folder: Path, method: str, seed: int) -> tuple[Outcome, list] |
     return outcome, [[tuple(r) for r in h] for h in data["histories"] or []]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--methods", default=",".join(DEFAULT_METHODS), help=f"comma-separated, of {', '.join(METHODS)}")
     parser.add_argument("--seeds", default="0,1,2")
@@ -687,7 +687,7 @@ def main() -> None:
         "benchmark can be split over several commands (one seed each) and its table printed from all",
     )
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     for option, value in TASKS[args.task].items():
         if getattr(args, option) is None:
             setattr(args, option, value)

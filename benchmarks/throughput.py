@@ -56,13 +56,13 @@ def one_round(steps: int, eval_every: int) -> dict:
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=90, help="optimizer steps in the trial and the plain run")
     parser.add_argument("--eval-every", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=3, help="trial + plain pairs; the median ratio is the figure")
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     rounds = [one_round(args.steps, args.eval_every) for _ in range(args.rounds)]
     ratios = [r["trial_tokens_per_s"] / r["plain_tokens_per_s"] for r in rounds]

@@ -16,7 +16,7 @@ which trials the report (`sweeper.report`'s leaderboard) marks as warm-started.
 
     python -m benchmarks.warm_start                 # 10 trials, search seed 0
     python -m benchmarks.warm_start --trials 6 --seed 1 --json warm.json
-    python -m benchmarks.warm_start --trials 1 --max-steps 18 --eval-every 6   # its test
+    python -m benchmarks.warm_start --trials 1 --max-steps 18 --eval-every 6 --no-cold   # its test
 """
 
 from __future__ import annotations
@@ -87,6 +87,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-steps", type=int, help="default: the quickstart's (90)")
     parser.add_argument("--eval-every", type=int, default=10, help="with --max-steps: also ASHA's grace period")
+    parser.add_argument(
+        "--no-cold", action="store_true",
+        help="skip the second cold sweep (its test: the cold sweep runs the earlier sweep's code again)",
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     root = Path(tempfile.mkdtemp(prefix="sweeper-bench-warm-"))
@@ -95,7 +99,7 @@ def main(argv: list[str] | None = None) -> dict:
     target = best(earlier)
     results = [
         earlier,
-        run("cold", root, args),
+        *([] if args.no_cold else [run("cold", root, args)]),
         run("warm", root, args, {"sweep": "earlier", "top_k": 1, "sweep_dir": earlier_dir}),
         run("warm_history", root, args, {"sweep": "earlier", "top_k": 0, "sweep_dir": earlier_dir}),
     ]

@@ -8,7 +8,6 @@ import json
 import re
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -213,42 +212,3 @@ def test_bad_input_is_one_clear_line_and_exit_2(finished_sweep, tmp_path):
     unwritable = run_cli("report", "shared", "--out", str(blocker / "r"), cwd=finished_sweep.workdir, timeout=300)
     assert unwritable.returncode == 2 and "Traceback" not in unwritable.stderr
     assert unwritable.stderr.startswith(f"error: --out: cannot create {blocker / 'r'}: {blocker} is a file; ")
-
-
-def test_sweep_without_a_completed_trial_is_reported_and_exits_2(tmp_path, monkeypatch):
-    """A sweep whose trials were all pruned or failed, written by the real MLflow writer."""
-    from sweeper.track._book import SweepBook, TrialRecord
-    from sweeper.spec._load import validate_spec
-    from sweeper.track._tracker import MlflowTracker
-
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    spec = validate_spec(small_sweep("stalled", output_dir=str(tmp_path / "sweeps")), base_dir=tmp_path)
-    book = SweepBook(metric="eval_loss", goal="minimize", max_steps=30)
-    monkeypatch.chdir(tmp_path)  # the tracker puts a SQLite store's artifacts in ./mlartifacts
-    tracker = MlflowTracker(spec, book, uri, hardware="test")
-    tracker.start_sweep(tmp_path)
-    now = time.time()
-    for trial_id, number, status, history in (
-        ("a", 1, "pruned", [{"step": 10, "eval_loss": 5.5, "setup_seconds": 1.0, "train_tokens": 100}]),
-        ("b", 2, "failed", []),
-    ):
-        record = book.trials[trial_id] = TrialRecord(trial_id, number, {"training.learning_rate": 1e-3 * number}, started_at=now - 30)
-        tracker.trial_started(record)
-        for report in history:
-            record.history.append(report)
-            tracker.trial_result(record)
-        record.state, record.ended_at = status, now
-        record.error = "RuntimeError: boom" if status == "failed" else None
-        tracker.trial_finished(record)
-    tracker.finish_sweep()
-
-    out = tmp_path / "report"
-    result = run_cli("report", "stalled", "--tracking-uri", uri, "--out", str(out), cwd=tmp_path, timeout=300)
-    assert result.returncode == 2, result.stdout + result.stderr
-    assert f"error: NAME: sweep 'stalled' has no completed trial; the report in {out} shows what exists" in result.stderr
-    text = (out / "report.md").read_text()
-    assert "has no completed trial (1 pruned, 1 failed)" in text
-    statuses = [row["status"] for row in markdown_table(text, "### Leaderboard")]
-    assert statuses == ["pruned at step 10", "failed: RuntimeError: boom"]
-    assert "No best config: no trial completed." in text
-    assert (out / "index.html").is_file()

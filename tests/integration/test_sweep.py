@@ -5,7 +5,6 @@ import os
 
 import polars as pl
 import pytest
-import yaml
 
 from sweeper.plan._rungs import milestone_counts, steps_trained
 from sweeper.track._store import SweepStore
@@ -105,27 +104,6 @@ def test_trials_with_two_ddp_workers(sweep_yaml, tmp_path):
     assert trials["state"].to_list() == ["completed", "completed"]
     assert trials["steps"].to_list() == [20, 20]
     assert most_at_once(trials) == 1  # 2 workers of 1 CPU each: one trial fills the 2-CPU cluster
-
-
-def test_existing_sweep_is_not_overwritten(sweep_yaml, tmp_path):
-    path = sweep_yaml("again")
-    existing = tmp_path / "sweeps" / "again"
-    existing.mkdir(parents=True)
-    (existing / "keep.txt").write_text("finished work")
-    result = sweep("start", str(path), cwd=tmp_path, timeout=120)
-    assert result.returncode == 2
-    assert "name: a sweep named 'again' already exists" in result.stderr
-    assert (existing / "keep.txt").read_text() == "finished work"
-
-
-def test_start_validates_before_starting_anything(tmp_path):
-    bad = tmp_path / "bad.yaml"
-    bad.write_text(yaml.safe_dump({"name": "bad", "data": {"train": "missing.jsonl", "eval": "missing.jsonl"}}))
-    result = sweep("start", str(bad), cwd=tmp_path, timeout=120)
-    assert result.returncode == 2
-    assert "data.train: file" in result.stderr
-    assert "Ray dashboard" not in result.stdout
-    assert not (tmp_path / "sweeps").exists()
 
 
 def test_a_paused_trial_continues_from_its_checkpoint(sweep_yaml, tmp_path):

@@ -8,9 +8,7 @@ from mlflow.tracking import MlflowClient
 
 from sweeper.spec._load import validate_spec
 from sweeper.spec._overrides import with_overrides
-from tests.conftest import small_sweep, write_yaml
 from tests.integration.conftest import run_cli
-from tests.ports import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -107,14 +105,3 @@ def test_list_and_status_read_the_store(finished_sweep):
     unknown = run_cli("status", "nope", cwd=finished_sweep.workdir, timeout=120)
     assert unknown.returncode == 2
     assert "no sweep named 'nope'" in unknown.stderr and "known sweeps: shared" in unknown.stderr
-
-
-def test_unreachable_tracking_uri_fails_before_anything_starts(tmp_path):
-    raw = small_sweep("unreachable", tracking={"uri": f"http://127.0.0.1:{free_port()}"})
-    path = write_yaml(tmp_path / "u.yaml", raw)
-    result = run_cli("start", str(path), cwd=tmp_path, timeout=120)
-    assert result.returncode == 2
-    (line,) = [l for l in result.stderr.splitlines() if l.startswith("error:")]
-    assert line.startswith("error: tracking.uri: cannot reach MLflow at http://127.0.0.1:")
-    assert "Ray dashboard" not in result.stdout
-    assert not (tmp_path / "sweeps").exists()
