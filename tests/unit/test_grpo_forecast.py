@@ -1,7 +1,7 @@
 """The forecast of a GRPO sweep (trl.method grpo) counts its generation: every step samples
 its completions token by token before it trains on them (rollouts), and every evaluation
 samples and rewards a group of completions per eval prompt. The throughput model's
-arithmetic."""
+arithmetic, and calibration timing a GRPO step as it is."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from sweeper.cost._architecture import parameter_count
 from sweeper.cost._throughput import (
     DECODE_LAYER_SECONDS, MEMORY_BANDWIDTH, PEAK_TFLOPS, UTILISATION, Decoder, decoding_seconds, modelled_timing,
 )
+from sweeper.plan import _calibrate as calibration
 from sweeper.plan._forecast import forecast_sweep
 from sweeper.plan._sweep_plan import make_plan
 from sweeper.spec import load_spec, with_overrides
@@ -106,3 +107,53 @@ def test_the_grpo_forecast_counts_its_rollouts_in_every_case():
         20 * timing.step_seconds + evaluations * timing.eval_seconds + starts * timing.setup_seconds)
     assert forecast.worst.trial_seconds == pytest.approx(
         32 * timing.step_seconds + 8 * timing.eval_seconds + 4 * timing.setup_seconds)
+
+
+def test_calibration_times_the_costliest_group_size_and_completion_length():
+    spec = grpo_tiny(**{"search.parameters": {
+        **{path: dist.model_dump() for path, dist in grpo_tiny().search.parameters.items()},
+        "trl.max_completion_length": {"distribution": "categorical", "values": [8, 32]},
+    }})
+    assert calibration.costliest_overrides(spec) == {"trl.num_generations": 8, "trl.max_completion_length": 32}
+
+
+# One config (no search): micro-batches of 2 completions, groups of 8 (2 at evaluation).
+ONE_CONFIG = {"search.num_trials": 1, "search.parameters": {}, "training.per_device_batch_size": 2,
+              "trl.num_generations": 8, "trl.num_generations_eval": 2}
+
+
+@pytest.mark.parametrize(
+    "overrides, micro_batches, steps",
+    [
+        ({}, 1, calibration.CALIBRATION_STEPS),  # a step samples its own completions
+        # 16 micro-batches of 2 completions, groups of 8: timed at 8 micro-batches (16 completions).
+        ({**ONE_CONFIG, "training.gradient_accumulation_steps": 16}, 8, calibration.CALIBRATION_STEPS),
+        # Groups of 6 from micro-batches of 2 at accumulation 12: not 8 micro-batches (16
+        # completions, no whole groups) but 9 (18 completions: 3 groups).
+        ({**ONE_CONFIG, "trl.num_generations": 6, "training.gradient_accumulation_steps": 12}, 9,
+         calibration.CALIBRATION_STEPS),
+        # A generation batch serves 2 steps: the warm-up samples, then 2 whole cycles of 2 steps.
+        ({"trl.steps_per_generation": 2}, 1, 5),
+        # Each generation batch trains 3 times: a warm-up, then one whole cycle of 3 steps.
+        ({"trl.num_iterations": 3}, 1, 4),
+    ],
+)
+def test_a_calibrated_grpo_step_holds_whole_groups_and_whole_sampling_cycles(overrides, micro_batches, steps):
+    spec = grpo_tiny(**overrides)
+    assert calibration.measured_micro_batches(spec) == micro_batches
+    assert calibration.calibration_steps(spec, micro_batches) == steps
+
+
+def test_measure_runs_a_grpo_calibration_over_whole_sampling_cycles(monkeypatch):
+    from tests.unit.test_forecast import steps_and_one_report
+
+    clock, runs = [100.0], []
+    monkeypatch.setattr(calibration.time, "time", lambda: clock[0])
+
+    def fake_training(spec, data, source, report, started_at):
+        runs.append((spec.training.max_steps, spec.training.gradient_accumulation_steps))
+        steps_and_one_report(clock, spec.training.max_steps)(report)  # steps of 50 ms
+
+    monkeypatch.setattr(calibration, "run_training", fake_training)
+    timing = calibration.measure(grpo_tiny(**{"trl.steps_per_generation": 2}), {}, "model", started_at=100.0)
+    assert runs == [(5, 1)] and timing.step_seconds == pytest.approx(0.05)
