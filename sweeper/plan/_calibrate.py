@@ -10,25 +10,31 @@ Its cost is bounded by the sweep's own figures: CALIBRATION_STEPS steps and one 
 (on data.eval_samples' rows where set), with one generation pass; where Tune reuses trial
 processes, one more step in the same process, evaluated on one row, times a later trial's
 start.
+
+A GRPO step (trl.method grpo) is timed as it is: its rollouts, scoring and training, at the
+costliest group size and completion length searched; the timed steps span whole cycles of
+sampling where a generation batch serves several steps (`calibration_steps`), and a step
+timed at fewer micro-batches still holds whole groups of completions (`measured_micro_batches`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib
+import math
 import os
 import time
 from dataclasses import dataclass, replace
 
 from sweeper.cost import RAY_TRIAL_START_SECONDS, REUSED_TRIAL_START_SECONDS, TrialTiming
-from sweeper.spec import calibration_spec, with_overrides, CategoricalDist, SweepSpec, IntUniformDist
+from sweeper.spec import calibration_spec, grpo_costliest, is_grpo, with_overrides, CategoricalDist, SweepSpec, IntUniformDist
 from trainables.engines import train_module
 from trainables.metrics import (
     FIRST_STEP_SECONDS, GENERATION_SECONDS, SETUP_SECONDS, TOKENS_PER_SECOND, TRAIN_SECONDS, TRAIN_TOKENS,
 )
 
 __all__ = ["Calibration", "calibrate", "costliest_overrides", "run_training", "measure", "measure_start",
-           "COST_PARAMETERS"]
+           "COST_PARAMETERS", "calibration_steps", "measured_micro_batches"]
 
 # Steps of the calibration run, evaluated once after the last: the first (whose own time
 # the loop reports) warms up, the others are timed.
@@ -37,8 +43,11 @@ CALIBRATION_STEPS = 4
 # and scaled (a step's time is its micro-batches', the optimizer's update a small part).
 MEASURED_MICRO_BATCHES = 8
 
-# Searched parameters whose higher values make a step dearer.
-COST_PARAMETERS = ("lora.r", "training.per_device_batch_size", "training.gradient_accumulation_steps")
+# Searched parameters whose higher values make a step or an evaluation dearer: GRPO's
+# completions are decoded token by token, and each evaluation samples a group of
+# trl.num_generations_eval (default trl.num_generations) for each eval prompt.
+COST_PARAMETERS = ("lora.r", "training.per_device_batch_size", "training.gradient_accumulation_steps",
+                   "trl.num_generations", "trl.num_generations_eval", "trl.max_completion_length")
 # trl methods whose step also runs a reference model.
 REFERENCE_METHODS = ("dpo", "kto")
 
@@ -123,8 +132,43 @@ def costliest_overrides(spec: SweepSpec) -> dict:
     return overrides
 
 
+def measured_micro_batches(spec: SweepSpec) -> int:
+    """Micro-batches a calibration step accumulates: the step's own, at most
+    MEASURED_MICRO_BATCHES. A GRPO step samples its completions for its micro-batches (where
+    trl.steps_per_generation and trl.generation_batch_size are unset), in whole groups of
+    trl.num_generations on the one worker that calibrates: the count is rounded up to one
+    whose completions hold whole groups (its time is scaled to the step's as any other)."""
+    accumulation = spec.training.gradient_accumulation_steps
+    measured = min(accumulation, MEASURED_MICRO_BATCHES)
+    if not is_grpo(spec):
+        return measured
+    grpo = grpo_costliest(spec)
+    if grpo["steps_per_generation"] is not None or grpo["generation_batch_size"] is not None:
+        return measured
+    micro = spec.training.per_device_batch_size
+    whole_groups = grpo["num_generations"] // math.gcd(micro, grpo["num_generations"])
+    return math.ceil(measured / whole_groups) * whole_groups
+
+
+def calibration_steps(spec: SweepSpec, micro_batches: int) -> int:
+    """Steps of a calibration run at `micro_batches` a step: CALIBRATION_STEPS, or for GRPO a
+    warm-up step and whole cycles of sampling after it (at least CALIBRATION_STEPS - 1
+    steps), where a generation batch serves several steps (trl.steps_per_generation or
+    trl.generation_batch_size beyond a step's completions, or trl.num_iterations > 1): the
+    warm-up step samples, and the timed steps sample as often as a trial's do."""
+    if not is_grpo(spec):
+        return CALIBRATION_STEPS
+    grpo, micro = grpo_costliest(spec), spec.training.per_device_batch_size
+    if grpo["generation_batch_size"] is not None:
+        generation_batch = grpo["generation_batch_size"] / spec.resources.workers_per_trial
+    else:
+        generation_batch = micro * (grpo["steps_per_generation"] or micro_batches)
+    cycle = max(1, math.ceil(generation_batch / (micro * micro_batches))) * grpo["num_iterations"]
+    return 1 + cycle * math.ceil((CALIBRATION_STEPS - 1) / cycle)
+
+
 def measure(
-    spec: SweepSpec, data: dict, model_source: str, steps: int = CALIBRATION_STEPS, started_at: float | None = None
+    spec: SweepSpec, data: dict, model_source: str, steps: int | None = None, started_at: float | None = None
 ) -> TrialTiming:
     """Train `spec` in this process for `steps` steps and one evaluation after the last,
     and time: a steady step (the loop's own training time less its first step's, over the
@@ -132,9 +176,10 @@ def measure(
     `data` has one), and the rest of the time from the last step to the report
     (evaluation, checkpoint, report). The start runs from `started_at` (now when None) to
     the end of the first step, less a steady step's time (the loop's own: what Ray adds is
-    the caller's to add)."""
+    the caller's to add). `steps`: `calibration_steps` where None."""
     accumulation = spec.training.gradient_accumulation_steps
-    measured_accumulation = min(accumulation, MEASURED_MICRO_BATCHES)
+    measured_accumulation = measured_micro_batches(spec)
+    steps = calibration_steps(spec, measured_accumulation) if steps is None else steps
     spec = calibration_spec(spec, steps, measured_accumulation)
     if data.get("generation") is not None:  # one generation pass, at the report
         data = {**data, "generation": replace(data["generation"], steps=frozenset())}
@@ -160,7 +205,7 @@ def measure_start(spec: SweepSpec, data: dict, model_source: str, step_seconds: 
     steady step: `step_seconds`, a whole step as `measure` gives it, at the micro-batches
     measured): one step of `spec`, its evaluation on one eval row, no generation."""
     accumulation = spec.training.gradient_accumulation_steps
-    measured_accumulation = min(accumulation, MEASURED_MICRO_BATCHES)
+    measured_accumulation = measured_micro_batches(spec)
     spec = calibration_spec(spec, 1, measured_accumulation)
     one_row = {key: value for key, value in data.items() if key != "generation"}
     one_row["eval"] = data["eval"].rows([0])
@@ -224,7 +269,8 @@ def calibrate(spec: SweepSpec, data: dict, model_source: str) -> Calibration:
         raise (error.cause if isinstance(error.cause, Exception) else error) from None
     workers = resources.workers_per_trial
     config = ", ".join(f"{k}={v}" for k, v in overrides.items()) or "the YAML's config"
-    source = f"calibrated at {config}: {CALIBRATION_STEPS - 1} steps after a warm-up step, one evaluation"
+    steps = calibration_steps(spec, measured_micro_batches(spec))
+    source = f"calibrated at {config}: {steps - 1} steps after a warm-up step, one evaluation"
     source += " in a Ray task with one worker's resources"
     if workers > 1:
         source += f" (one worker of {workers}; their communication not included)"

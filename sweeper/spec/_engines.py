@@ -19,13 +19,38 @@ from trainables.grpo import BATCH_FIELDS, batch_problems, range_values, space_pr
 from trainables.metrics import EVAL_REWARD, EVAL_REWARDS_ACCURACY
 from trainables.sections import DpoSpec
 
-__all__ = ["engine_section_problems", "grpo_defaults", "is_grpo"]
+__all__ = ["engine_section_problems", "grpo_defaults", "is_grpo", "grpo_costliest", "GRPO_COST_FIELDS"]
 
 Problem = tuple[str, str]
 
 
 def is_grpo(spec: Any) -> bool:
     return spec.trainer == "trl" and spec.trl is not None and spec.trl.method == "grpo"
+
+
+# GRPOConfig's fields that the cost of a GRPO step and evaluation reads (the throughput
+# model, sweeper/cost/_throughput.py): the group size, the completions' length, how often a
+# generation batch is sampled and how often it is trained on, and the KL term (beta > 0: a
+# reference model scores every completion).
+GRPO_COST_FIELDS = ("num_generations", "num_generations_eval", "max_completion_length", "steps_per_generation",
+                    "generation_batch_size", "num_iterations", "beta")
+
+
+def grpo_costliest(spec: Any) -> dict[str, Any]:
+    """GRPO_COST_FIELDS of the costliest config a GRPO sweep runs: trl.<field> where given
+    (its largest value where searched), else GRPOConfig's default."""
+    fields, defaults = spec.trl.fields, trl_config_fields("grpo")
+    values = {name: fields.get(name, defaults[name].default) for name in GRPO_COST_FIELDS}
+    for name in GRPO_COST_FIELDS:
+        dist = spec.search.parameters.get(f"trl.{name}")
+        if dist is None:
+            continue
+        # Every value a search may draw; a range too wide to list (or a float range): its top.
+        drawn = [v for v in (_drawn_values(dist) or [getattr(dist, "high", None)])
+                 if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        if drawn:
+            values[name] = max(drawn)
+    return values
 
 
 def grpo_defaults(raw: Any) -> Any:

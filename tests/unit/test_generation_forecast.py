@@ -7,7 +7,7 @@ import pytest
 
 from sweeper.budget._guard import make_guard
 from sweeper.plan import _calibrate as calibration
-from sweeper.cost._throughput import PEAK_TFLOPS, UTILISATION, modelled_timing
+from sweeper.cost._throughput import DECODE_LAYER_SECONDS, MEMORY_BANDWIDTH, PEAK_TFLOPS, UTILISATION, modelled_timing
 from sweeper.plan._forecast import forecast_lines, forecast_sweep
 from sweeper.plan._rungs import generations_between
 from sweeper.plan._sweep_plan import generation_steps, make_plan
@@ -69,12 +69,21 @@ def test_the_step_time_line_names_the_generation_pass_only_where_there_is_one():
 
 
 def test_the_throughput_model_times_a_pass_as_a_forward_per_generated_token():
+    """Greedy decoding of the sample's 4 prompts in one batch: a forward over the prompts,
+    then one of the batch per new token, each the longer of its FLOPs and reading every
+    weight once, plus the layers' host work (for 4 rows the weights' read is the longer)."""
     spec = quickstart_like(generation={"when": "end", "samples": 4, "max_new_tokens": 8})
     timing = modelled_timing(spec, "cpu", 2)
     flops_per_second = PEAK_TFLOPS["cpu"][1] * 1e12 * UTILISATION["cpu"] * 2
     parameters = parameter_count(spec.model.name_or_path)
+    host = 2 * DECODE_LAYER_SECONDS  # the built-in model's 2 layers
+    prefill = 4 * spec.data.max_length * 2 * parameters / flops_per_second + host
+    weights_read = parameters * 4 / (MEMORY_BANDWIDTH["cpu"] * 2)  # fp32, two cores' bandwidth
+    assert weights_read > 4 * 2 * parameters / flops_per_second
+    token = weights_read + host
     assert timing.generation_prompts == 4
-    assert timing.generation_seconds == pytest.approx(4 * 8 * 2 * parameters / flops_per_second)
+    assert timing.generation_seconds == pytest.approx(prefill + 8 * token)
+    assert timing.generation_seconds > 8 * host  # never faster than the host work of its 8 forwards
     assert modelled_timing(quickstart_like(), "cpu", 2).generation_seconds == 0
 
 
