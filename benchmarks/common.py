@@ -23,10 +23,11 @@ REPO = Path(__file__).resolve().parent.parent
 QUICKSTART = REPO / "search_spaces" / "quickstart.yaml"
 
 
-def bench_spec(name: str, output_dir: Path | None = None, **sections) -> SweepSpec:
-    """The quickstart sweep (built-in model, shipped data, its batch and length) with
-    `sections` merged over it, writing into `output_dir` (a new temporary folder if None)."""
-    raw = read_yaml(QUICKSTART)
+def bench_spec(name: str, output_dir: Path | None = None, yaml: Path = QUICKSTART, **sections) -> SweepSpec:
+    """The quickstart sweep (built-in model, shipped data, its batch and length), or another
+    shipped sweep of search_spaces/ (`yaml`), with `sections` merged over it, writing into
+    `output_dir` (a new temporary folder if None)."""
+    raw = read_yaml(yaml)
     raw["name"] = name
     # These benchmarks time the trials (the sweep's clock starts after the forecast), not
     # the forecast: no calibration before each sweep (benchmarks.forecast calibrates).
@@ -37,7 +38,7 @@ def bench_spec(name: str, output_dir: Path | None = None, **sections) -> SweepSp
     raw["output_dir"] = str(output_dir)
     # Its own MLflow store, not the one of the folder the benchmark is run from.
     raw.setdefault("tracking", {})["uri"] = f"sqlite:///{output_dir}/mlflow.db"
-    return validate_spec(raw, base_dir=QUICKSTART.parent, source=str(QUICKSTART))
+    return validate_spec(raw, base_dir=yaml.parent, source=str(yaml))
 
 
 def run_bench_sweep(spec: SweepSpec, extra_callbacks: list | None = None, address: str | None = None):

@@ -37,6 +37,16 @@ its best); with `--plot`, the curves.
 Defaults: 27 trials of at most 243 steps, evaluated every 9, enough steps after the
 ladder's last rung (81) for the methods to separate.
 
+The real task (`--task real`): a pretrained chat model instead of a tiny base built here,
+search_spaces/smollm2-cpu.yaml's model (SmolLM2-135M-Instruct), data, batch, eval sample
+and generation, and its space (learning rate and LoRA rank). Every trial that reaches
+max_steps answers the YAML's generation sample, so each method also reports the best
+exact match it found, and the benchmark the untrained model's eval loss and exact match
+on the same rows (what the search improves over) and the rank correlation between a
+trial's eval loss at each rung and its exact match at the end. Its size (TASKS) is one a
+2-core CPU runs: 6 trials of the YAML's 20 steps, evaluated every 5 (rungs 5 and 15).
+Every method searches by eval loss, as on the tiny tasks.
+
 Per method: median and spread (min-max) of the best eval loss seen at any evaluation,
 total steps relative to random search, the best found within a quarter of random
 search's steps, steps until the best-so-far first reaches random search's median best,
@@ -47,6 +57,7 @@ wall time; then each sweeper method minus the loop seed by seed (the mean, a boo
     python -m benchmarks.search_quality --task misleading --seeds 0,1 --methods random   # rank correlations
     python -m benchmarks.search_quality --task headroom --seeds 0,1,2 \
         --methods random,optuna,asha_budget10,asha_budget25,asha_budget50,asha_budget100 --plot anytime.html
+    python -m benchmarks.search_quality --task real --seeds 0,1 --methods random,optuna,asha --loop-share 0 --results runs/sq-real
 """
 
 from __future__ import annotations
@@ -66,7 +77,7 @@ from pathlib import Path
 
 from ray.tune import Callback
 
-from benchmarks.common import bench_spec, machine, run_bench_sweep, save_json
+from benchmarks.common import QUICKSTART, REPO, bench_spec, machine, run_bench_sweep, save_json
 from trainables.metrics import STEP
 
 SPACE = {
@@ -82,8 +93,17 @@ SPACES = {
     "issue": SPACE,
     "lora": {**SPACE, "training.learning_rate": {"distribution": "log_uniform", "low": 1.0e-4, "high": 1.0e-2}},
     "upper_lr": {**SPACE, "training.learning_rate": {"distribution": "log_uniform", "low": 1.0e-4, "high": 1.0e-1}},
+    # The real task's: search_spaces/smollm2-cpu.yaml's (a unit test holds them equal).
+    "smollm2": {
+        "training.learning_rate": {"distribution": "log_uniform", "low": 1.0e-4, "high": 3.0e-3},
+        "lora.r": {"distribution": "categorical", "values": [4, 16]},
+    },
 }
 METRIC = "eval_loss"
+# What the real task's trials also report at max_steps: the share of exactly right answers.
+EXACT_MATCH = "gen_exact_match"
+# The real task's sweep: a pretrained chat model, its data, batch, eval sample and generation.
+REAL_YAML = REPO / "search_spaces" / "smollm2-cpu.yaml"
 # The issue's compute target: a quarter of random search's total steps. The table gives
 # every method's best at that compute too, the loop's and random search's included (their
 # first quarter), which compares the methods at equal steps.
@@ -128,6 +148,8 @@ LOOP_WARMUP = 27
 BASE_STEPS = 80
 TRAIN_EXAMPLES = 2000
 BASE_SHAPE = "64x2"
+# The tiny tasks' size: trials, max_steps, evaluations and the loop's pruner warmup.
+TINY_SIZE = {"trials": 27, "max_steps": 243, "eval_every": 9, "loop_warmup": LOOP_WARMUP}
 
 # The benchmark's tasks (`--task`), each a base, fine-tuning data and a space; an option
 # given on the command line overrides its task's value. benchmarks/README.md gives each
@@ -140,10 +162,17 @@ BASE_SHAPE = "64x2"
 #   no trial whose learning rate is too low to move (those rank last at every step), and
 #   many high enough to lead at the first rung and end behind, while from step 81 a
 #   trial's rank holds to the end.
+# - real: SmolLM2-135M-Instruct on the shipped chat tasks (REAL_YAML), no base built; a size
+#   that runs on a 2-core CPU (a step about 1.7 s, an evaluation of 32 rows about 5 s), the
+#   loop's pruner waiting to the second evaluation.
 TASKS = {
-    "small": {"base_shape": BASE_SHAPE, "base_steps": BASE_STEPS, "train_examples": TRAIN_EXAMPLES, "sft": "same", "space": "issue"},
-    "headroom": {"base_shape": BASE_SHAPE, "base_steps": 1000, "train_examples": TRAIN_EXAMPLES, "sft": "new", "space": "issue"},
-    "misleading": {"base_shape": BASE_SHAPE, "base_steps": 1000, "train_examples": TRAIN_EXAMPLES, "sft": "new", "space": "upper_lr"},
+    "small": {**TINY_SIZE, "base_shape": BASE_SHAPE, "base_steps": BASE_STEPS, "train_examples": TRAIN_EXAMPLES, "sft": "same",
+              "space": "issue"},
+    "headroom": {**TINY_SIZE, "base_shape": BASE_SHAPE, "base_steps": 1000, "train_examples": TRAIN_EXAMPLES, "sft": "new",
+                 "space": "issue"},
+    "misleading": {**TINY_SIZE, "base_shape": BASE_SHAPE, "base_steps": 1000, "train_examples": TRAIN_EXAMPLES, "sft": "new",
+                   "space": "upper_lr"},
+    "real": {"trials": 6, "max_steps": 20, "eval_every": 5, "loop_warmup": 10, "space": "smollm2"},
 }
 
 
@@ -264,7 +293,7 @@ class Settings:
     trials: int
     max_steps: int
     eval_every: int
-    task: tuple[Path, Path, Path]  # train, eval, base model
+    task: tuple[Path, Path, Path] | None  # train, eval, base model; None: the real task (REAL_YAML's)
     space: dict = field(default_factory=lambda: SPACE)
     loop_warmup: int = 0  # the Optuna loop's MedianPruner(n_warmup_steps=)
     loop_share: float = 0.0  # the loop trains at least this share of random search's steps
@@ -274,13 +303,25 @@ class Settings:
         """Random search's steps: every trial to max_steps."""
         return self.trials * self.max_steps
 
+    @property
+    def yaml(self) -> Path:
+        """The shipped sweep whose sections the benchmark's specs start from."""
+        return REAL_YAML if self.task is None else QUICKSTART
+
     def sections(self, seed: int, method: str = "tpe") -> dict:
+        search = {"num_trials": self.trials, "method": method, "seed": seed, "parameters": self.space}
+        steps = {"max_steps": self.max_steps, "eval_every": self.eval_every}
+        if self.task is None:  # REAL_YAML's model, data, batch, LoRA and generation; searched by eval loss
+            return dict(
+                training=steps, search={**search, "metric": METRIC, "goal": "minimize"},
+                early_stopping={"scheduler": "asha"},  # the defaults, where the YAML runs every trial to the end
+            )
         return dict(
             model={"name_or_path": str(self.task[2])},
             data={"train": str(self.task[0]), "eval": str(self.task[1]), "max_length": 64},
-            training={"max_steps": self.max_steps, "eval_every": self.eval_every, "per_device_batch_size": 8},
+            training={**steps, "per_device_batch_size": 8},
             lora={"r": 8, "alpha_per_rank": 2},
-            search={"num_trials": self.trials, "method": method, "seed": seed, "parameters": self.space},
+            search=search,
             early_stopping={},  # the defaults (grace_period: max_steps / 27 on an evaluation, 9 here)
         )
 
@@ -295,6 +336,8 @@ class Outcome:
     evaluations: list[tuple[float, str, int, float]] = field(default_factory=list)
     wall_s: float = 0.0
     notes: list[str] = field(default_factory=list)  # a sweep's budget line: how a cap ended it
+    # (trial, step, exact match): the real task's answers, scored where a trial reached max_steps
+    exact_matches: list[tuple[str, int, float]] = field(default_factory=list)
 
     @property
     def trials(self) -> int:
@@ -311,73 +354,81 @@ class Outcome:
             reached[trial] = max(reached[trial], step)
         return sum(reached.values())
 
+    @property
+    def best_exact_match(self) -> float | None:
+        """The highest exact match of any trial that reached max_steps; None without one."""
+        return max((value for _, _, value in self.exact_matches), default=None)
+
     def _in_order(self):
-        """(total steps trained so far, all trials as far as each had reported; the value)
-        for each evaluation, in the order they arrived."""
+        """(total steps trained so far, all trials as far as each had reported; the trial,
+        its step and the value) for each evaluation, in the order they arrived."""
         reached: dict[str, int] = defaultdict(int)
         for _, trial, step, value in sorted(self.evaluations):
             reached[trial] = max(reached[trial], step)
-            yield sum(reached.values()), value
+            yield sum(reached.values()), trial, step, value
 
     def best_within(self, budget: float) -> float:
         """The best eval loss seen before the total steps trained passed `budget`: what the
         method had found at that compute."""
         best = math.inf
-        for steps, value in self._in_order():
+        for steps, _, _, value in self._in_order():
             if steps > budget:
                 break
             best = min(best, value)
         return best
 
+    def best_exact_match_within(self, budget: float) -> float | None:
+        """The highest exact match scored before the total steps trained passed `budget`
+        (answers are scored with the evaluation at the same step); None before the first."""
+        scored = {(trial, step): value for trial, step, value in self.exact_matches}
+        best = None
+        for steps, trial, step, _ in self._in_order():
+            if steps > budget:
+                break
+            if (trial, step) in scored:
+                best = max(scored[trial, step], best if best is not None else -math.inf)
+        return best
+
     def steps_to_reach(self, target: float) -> int | None:
         """Total steps trained when the best-so-far first reached `target`; None if it never did."""
-        return next((steps for steps, value in self._in_order() if value <= target), None)
+        return next((steps for steps, _, _, value in self._in_order() if value <= target), None)
 
 
-def _plain_trial(args) -> list[tuple[int, float]]:
+def _plain_trial(args) -> tuple[list[tuple[int, float]], float | None]:
     """One trial of the random search, to max_steps, in a worker process."""
-    spec_sections, values, seed = args
-    return _train_in_process(spec_sections, values, seed, prune=None)
+    spec_sections, yaml, values, seed = args
+    return _train_in_process(spec_sections, yaml, values, seed, prune=None)
 
 
-def _train_in_process(spec_sections: dict, values: dict, seed: int, prune) -> list[tuple[int, float]]:
+def _train_in_process(spec_sections: dict, yaml: Path, values: dict, seed: int, prune) -> tuple[list[tuple[int, float]], float | None]:
+    """One trial in this process, its inputs prepared as a sweep prepares them (the eval
+    sample and the generation sample included): its (step, eval loss) at each evaluation
+    and its exact match at max_steps (None where it was pruned or generates nothing)."""
     import torch
 
-    from trainables.data import tokenize_sft
-    from trainables.models import DEFAULT_CACHE_ROOT, load_tokenizer, resolve_model_source
+    from sweeper.plan._inputs import prepare_inputs
+    from trainables.models import DEFAULT_CACHE_ROOT
     from trainables.sft import train
 
     torch.set_num_threads(1)
-    spec = bench_spec(f"bench-sq-plain-{seed}", Path(tempfile.mkdtemp(prefix="sweeper-bench-sq-")), **spec_sections)
-    config = spec.trial_config().with_values(values)
-    source = resolve_model_source(spec.model.name_or_path, DEFAULT_CACHE_ROOT)
-    tokenizer = _tokenizer(source, load_tokenizer)
-    data = {
-        "train": tokenize_sft(spec.data.train, tokenizer, spec.data.max_length, "data.train"),
-        "eval": tokenize_sft(spec.data.eval, tokenizer, spec.data.max_length, "data.eval"),
-    }
+    spec = bench_spec(f"bench-sq-plain-{seed}", Path(tempfile.mkdtemp(prefix="sweeper-bench-sq-")), yaml, **spec_sections)
+    inputs = prepare_inputs(spec, DEFAULT_CACHE_ROOT)
     history: list[tuple[int, float]] = []
+    exact_match = None
 
     def report(metrics, checkpoint):
+        nonlocal exact_match
         history.append((metrics[STEP], metrics[METRIC]))
+        exact_match = metrics.get(EXACT_MATCH, exact_match)
         if prune is not None:
             prune(metrics[STEP], metrics[METRIC])
 
     try:
-        train(config, data, source, report=report, started_at=time.time())
+        train(spec.trial_config().with_values(values), inputs.data, inputs.model_source, report=report, started_at=time.time())
     except Exception as error:  # noqa: BLE001 - a pruned trial ends by an exception from report
         if type(error).__name__ != "TrialPruned":
             raise
-    return history
-
-
-_TOKENIZERS: dict = {}
-
-
-def _tokenizer(source, load):
-    if str(source) not in _TOKENIZERS:
-        _TOKENIZERS[str(source)] = load(source)
-    return _TOKENIZERS[str(source)]
+    return history, exact_match
 
 
 def random_configs(settings: Settings, seed: int) -> list[dict]:
@@ -406,12 +457,15 @@ def run_random(settings: Settings, seed: int) -> tuple[Outcome, list[list[tuple[
     import multiprocessing
 
     with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
-        histories = list(pool.map(_plain_trial, [(settings.sections(seed), c, seed) for c in configs]))
+        trials = list(pool.map(_plain_trial, [(settings.sections(seed), settings.yaml, c, seed) for c in configs]))
     outcome.wall_s = time.time() - started
     # Arrival order as two slots would see it: trial i's evaluations in the i-th pair.
-    for index, history in enumerate(histories):
+    histories = [history for history, _ in trials]
+    for index, (history, exact_match) in enumerate(trials):
         for step, value in history:
             outcome.evaluations.append((index // 2 * settings.max_steps + step, str(index), step, value))
+        if exact_match is not None:
+            outcome.exact_matches.append((str(index), history[-1][0], exact_match))
     return outcome, histories
 
 
@@ -441,9 +495,11 @@ def run_optuna_loop(settings: Settings, seed: int) -> Outcome:
             if trial.should_prune():
                 raise optuna.TrialPruned()
 
-        history = _train_in_process(settings.sections(seed), values, seed, prune)
+        history, exact_match = _train_in_process(settings.sections(seed), settings.yaml, values, seed, prune)
         if len(history) and history[-1][0] < settings.max_steps:
             raise optuna.TrialPruned()
+        if exact_match is not None:
+            outcome.exact_matches.append((str(trial.number), history[-1][0], exact_match))
         return history[-1][1]
 
     def enough(study, trial):
@@ -463,7 +519,8 @@ def suggest(trial, path: str, dist: dict):
 
 
 class EvaluationClock(Callback):
-    """Every result as the driver receives it: (arrival time, trial, step, value)."""
+    """Every result as the driver receives it: (arrival time, trial, step, value), and the
+    exact match of the results that carry one."""
 
     def __init__(self, outcome: Outcome):
         self.outcome = outcome
@@ -471,6 +528,8 @@ class EvaluationClock(Callback):
     def on_trial_result(self, iteration, trials, trial, result, **info):
         if result.get(METRIC) is not None:
             self.outcome.evaluations.append((time.time(), trial.trial_id, result[STEP], result[METRIC]))
+        if result.get(EXACT_MATCH) is not None:
+            self.outcome.exact_matches.append((trial.trial_id, result[STEP], result[EXACT_MATCH]))
 
 
 def sweep_sections(settings: Settings, seed: int, name: str) -> dict:
@@ -489,7 +548,7 @@ def sweep_sections(settings: Settings, seed: int, name: str) -> dict:
 
 def run_sweeper(settings: Settings, seed: int, name: str) -> Outcome:
     """One sweep through `run_sweep`, as `sweep start` runs it."""
-    spec = bench_spec(f"bench-sq-{name}-{seed}", **sweep_sections(settings, seed, name))
+    spec = bench_spec(f"bench-sq-{name}-{seed}", yaml=settings.yaml, **sweep_sections(settings, seed, name))
     outcome = Outcome(name, seed)
     run = run_bench_sweep(spec, extra_callbacks=[EvaluationClock(outcome)])
     outcome.wall_s = run.wall_seconds
@@ -536,6 +595,22 @@ def rank_correlations(
     found = {}
     for step in steps:
         pairs = [(dict(h)[step], end(h)) for h in chosen if step in dict(h)]
+        found[step] = spearman([a for a, _ in pairs], [b for _, b in pairs])
+    return found
+
+
+def exact_match_correlations(
+    histories: list[list[tuple[int, float]]], exact_matches: list[float | None], steps: list[int],
+) -> dict[int, float]:
+    """Spearman between a trial's eval loss at each step in `steps` and its exact match at
+    the end (`exact_matches[i]` is trial i's; None: it has none), the sign turned so that 1
+    means the lower a trial's loss at the step, the more right answers it gives at the end:
+    how far a rung that ranks by eval loss ranks by what the user wants. Over the trials
+    that have both."""
+    found = {}
+    for step in steps:
+        pairs = [(dict(h)[step], -answers) for h, answers in zip(histories, exact_matches, strict=True)
+                 if answers is not None and step in dict(h)]
         found[step] = spearman([a for a, _ in pairs], [b for _, b in pairs])
     return found
 
@@ -626,7 +701,8 @@ def plot_anytime(outcomes: dict[str, list[Outcome]], random_steps: float, path: 
 
 def save_outcome(folder: Path, outcome: Outcome, histories=None) -> None:
     data = {"method": outcome.method, "seed": outcome.seed, "wall_s": outcome.wall_s,
-            "evaluations": outcome.evaluations, "histories": histories, "notes": outcome.notes}
+            "evaluations": outcome.evaluations, "histories": histories, "notes": outcome.notes,
+            "exact_matches": outcome.exact_matches}
     (folder / f"{outcome.method}-{outcome.seed}.json").write_text(json.dumps(data))
 
 
@@ -635,24 +711,57 @@ def load_outcome(folder: Path, method: str, seed: int) -> tuple[Outcome, list] |
     if not path.exists():
         return None
     data = json.loads(path.read_text())
-    outcome = Outcome(method, seed, [tuple(e) for e in data["evaluations"]], data["wall_s"], data.get("notes", []))
+    outcome = Outcome(method, seed, [tuple(e) for e in data["evaluations"]], data["wall_s"], data.get("notes", []),
+                      [tuple(e) for e in data.get("exact_matches", [])])
     return outcome, [[tuple(r) for r in h] for h in data["histories"] or []]
+
+
+def untrained(settings: Settings, results: Path) -> dict[str, float]:
+    """The real task's base model before any fine-tuning, on the rows every trial is judged
+    by: its eval loss on the eval sample and its exact match on the generation sample, as a
+    trial's evaluation and generation take them (one thread); kept in `results`."""
+    kept = results / "untrained.json"
+    if kept.exists():
+        return json.loads(kept.read_text())
+    import torch
+
+    from sweeper.plan._inputs import prepare_inputs
+    from trainables.common import Workers
+    from trainables.generation import task_metrics
+    from trainables.models import DEFAULT_CACHE_ROOT, load_base_model
+    from trainables.sft import evaluate
+
+    print(f"[{time.strftime('%H:%M:%S')}] the untrained model", flush=True)
+    torch.set_num_threads(1)
+    spec = bench_spec("bench-sq-untrained", Path(tempfile.mkdtemp(prefix="sweeper-bench-sq-")), settings.yaml, **settings.sections(0))
+    inputs = prepare_inputs(spec, DEFAULT_CACHE_ROOT)
+    model = load_base_model(inputs.model_source)
+    workers = Workers(0, 1, torch.device("cpu"))
+    training = spec.trial_config().training
+    found = {
+        "eval_loss": evaluate(model, inputs.data["eval"], training, workers, batch_size=2 * training.per_device_batch_size),
+        "exact_match": task_metrics(model, inputs.data["generation"], workers)[EXACT_MATCH],
+    }
+    kept.write_text(json.dumps(found))
+    return found
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--methods", default=",".join(DEFAULT_METHODS), help=f"comma-separated, of {', '.join(METHODS)}")
     parser.add_argument("--seeds", default="0,1,2")
-    parser.add_argument("--trials", type=int, default=27)
-    parser.add_argument("--max-steps", type=int, default=243)
+    parser.add_argument("--trials", type=int, help="trials per search (the task's unless given)")
+    parser.add_argument("--max-steps", type=int, help="steps of a trial that is not stopped (the task's unless given)")
     parser.add_argument(
-        "--eval-every", type=int, default=9,
-        help="the grace period (ASHA's first rung) is the default: max_steps / 27 on an evaluation, this one at 243 steps",
+        "--eval-every", type=int,
+        help="steps between evaluations (the task's unless given); the grace period (ASHA's first rung) is the "
+        "default: max_steps / 27 on an evaluation",
     )
     parser.add_argument(
         "--task", choices=TASKS, default="small",
-        help="the task: its base's shape and pretraining, its fine-tuning data and space (TASKS); "
-        "--base-shape, --base-steps, --train-examples, --sft and --space given here override its values",
+        help="the task: its size, its base's shape and pretraining, its fine-tuning data and space (TASKS); "
+        "the options given here override its values; real: a pretrained chat model (search_spaces/smollm2-cpu.yaml's), "
+        "no base built",
     )
     parser.add_argument("--base-steps", type=int, help="pretraining steps of the task's base model")
     parser.add_argument(
@@ -672,8 +781,9 @@ def main(argv: list[str] | None = None) -> None:
         "(a task with headroom: good and bad configs end far apart)",
     )
     parser.add_argument(
-        "--loop-warmup", type=int, default=LOOP_WARMUP,
-        help="the Optuna loop's MedianPruner(n_warmup_steps=): no trial is pruned before this step, as users' loops wait",
+        "--loop-warmup", type=int,
+        help="the Optuna loop's MedianPruner(n_warmup_steps=): no trial is pruned before this step, as users' loops "
+        "wait (the task's unless given)",
     )
     parser.add_argument(
         "--loop-share", type=float, default=ANYTIME_SHARES[-1],
@@ -688,6 +798,10 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args(argv)
+    real = args.task == "real"
+    built_base = ("base_steps", "train_examples", "base_shape", "sft")
+    if real and any(getattr(args, option) is not None for option in built_base):
+        parser.error("--base-steps, --train-examples, --base-shape and --sft build a tiny task's base; --task real builds none")
     for option, value in TASKS[args.task].items():
         if getattr(args, option) is None:
             setattr(args, option, value)
@@ -696,10 +810,11 @@ def main(argv: list[str] | None = None) -> None:
     methods = args.methods.split(",")
     if args.loop_warmup < 0 or not 0 <= args.loop_share <= 1:
         parser.error(f"--loop-warmup: at least 0 steps, and --loop-share: 0 to 1; got {args.loop_warmup} and {args.loop_share}")
-    if args.train_examples < 8:  # one batch of the fine-tuning (per_device_batch_size 8)
+    if not real and args.train_examples < 8:  # one batch of the fine-tuning (per_device_batch_size 8)
         parser.error(f"--train-examples: at least 8 (one batch), got {args.train_examples}")
     try:
-        parse_shape(args.base_shape)
+        if not real:
+            parse_shape(args.base_shape)
     except ValueError as error:
         parser.error(f"--base-shape: {error}")
     unknown = [m for m in methods if m not in METHODS]
@@ -712,11 +827,11 @@ def main(argv: list[str] | None = None) -> None:
     task_settings = {"trials": args.trials, "max_steps": args.max_steps, "eval_every": args.eval_every,
                      "base_steps": args.base_steps, "space": args.space,
                      "loop_warmup": args.loop_warmup, "loop_share": args.loop_share}
-    if args.train_examples != TRAIN_EXAMPLES:  # so the folders of runs before the option stay readable
+    if not real and args.train_examples != TRAIN_EXAMPLES:  # so the folders of runs before the option stay readable
         task_settings["train_examples"] = args.train_examples
-    if args.base_shape != BASE_SHAPE:
+    if not real and args.base_shape != BASE_SHAPE:
         task_settings["base_shape"] = args.base_shape
-    if args.sft != "same":
+    if not real and args.sft != "same":
         task_settings["sft"] = args.sft
     kept = results / "settings.json"
     if kept.exists() and json.loads(kept.read_text()) != task_settings:
@@ -724,9 +839,10 @@ def main(argv: list[str] | None = None) -> None:
     kept.write_text(json.dumps(task_settings))
     settings = Settings(
         args.trials, args.max_steps, args.eval_every,
-        write_task(results / "task", args.base_steps, args.train_examples, base_shape=args.base_shape, sft=args.sft),
+        None if real else write_task(results / "task", args.base_steps, args.train_examples, base_shape=args.base_shape, sft=args.sft),
         SPACES[args.space], args.loop_warmup, args.loop_share,
     )
+    baseline = untrained(settings, results) if real else None
 
     outcomes: dict[str, list[Outcome]] = defaultdict(list)
     random_by_seed: dict[int, list] = {}
@@ -748,7 +864,7 @@ def main(argv: list[str] | None = None) -> None:
             outcomes[method].append(saved[0])
             if method == "random":
                 random_by_seed[seed] = saved[1]
-    print_table(args, settings, methods, outcomes, random_by_seed)
+    print_table(args, settings, methods, outcomes, random_by_seed, baseline)
 
 
 def print_anytime(console, settings: Settings, methods: list[str], outcomes: dict, random_by_seed: dict, figures: dict) -> None:
@@ -822,9 +938,78 @@ def print_anytime(console, settings: Settings, methods: list[str], outcomes: dic
             console.print(f"{method} seed {o.seed}: {o.trials} trials, {o.steps} steps; {' '.join(o.notes) or 'no budget line'}")
 
 
-def print_table(args, settings: Settings, methods: list[str], outcomes: dict, random_by_seed: dict) -> None:
+def print_exact_match(
+    console, settings: Settings, methods: list[str], outcomes: dict, random_by_seed: dict, baseline: dict, figures: dict,
+) -> None:
+    """The real task's answers: the untrained model's eval loss and exact match, each method's
+    trials and best exact match per seed with its best so far at each share of random
+    search's steps, and the rank correlation between a trial's eval loss at each rung (and
+    at max_steps) and its exact match at the end, over random search's trials."""
+    from rich.table import Table
+
+    from sweeper.plan import asha_rungs
+    from sweeper.spec import default_grace_period
+
+    random_steps = settings.random_steps
+    table = Table(
+        title=f"exact match at max_steps ({settings.max_steps}); the untrained model: eval loss {baseline['eval_loss']:.3f}, "
+        f"exact match {baseline['exact_match']:.3f}",
+        title_justify="left",
+    )
+    for column in ("method", "trials, per seed", "best exact match, median", "per seed",
+                   *(f"at {share:g}x, median (per seed)" for share in ANYTIME_SHARES)):
+        table.add_column(column)
+    table.add_row("untrained model", "0", f"{baseline['exact_match']:.3f}", "", *("" for _ in ANYTIME_SHARES))
+    figures["untrained"] = baseline
+    figures["exact_match"] = {}
+
+    def shown(values):
+        return " ".join("-" if v is None else f"{v:.3f}" for v in values)
+
+    def median(values):
+        found = [v for v in values if v is not None]
+        return f"{statistics.median(found):.3f}" if found else "-"
+
+    for method in methods:
+        runs = outcomes[method]
+        bests = [o.best_exact_match for o in runs]
+        at = {share: [o.best_exact_match_within(share * random_steps) for o in runs] for share in ANYTIME_SHARES}
+        figures["exact_match"][method] = {"trials": [o.trials for o in runs], "best": bests,
+                                          "anytime": {str(share): values for share, values in at.items()}}
+        table.add_row(method, " ".join(str(o.trials) for o in runs), median(bests), shown(bests),
+                      *(f"{median(values)} ({shown(values)})" for values in at.values()))
+    console.print(table)
+
+    rungs = asha_rungs(default_grace_period(settings.max_steps, settings.eval_every), settings.max_steps, RANK_ETA)
+    steps = [*rungs, settings.max_steps]
+    answers = {seed: random_exact_matches(outcomes["random"], seed, len(h)) for seed, h in random_by_seed.items()}
+    pooled = exact_match_correlations(
+        [trial for _, trials in sorted(random_by_seed.items()) for trial in trials],
+        [value for _, values in sorted(answers.items()) for value in values], steps,
+    )
+    per_seed = {seed: exact_match_correlations(random_by_seed[seed], answers[seed], steps) for seed in sorted(random_by_seed)}
+    figures["exact_match_correlation"], figures["exact_match_correlation_per_seed"] = pooled, per_seed
+    console.print(
+        "rank correlation of a trial's eval loss at each step with its exact match at max_steps (Spearman, sign turned: "
+        "1 = the lower the loss there, the more right answers; random search's trials of all seeds): "
+        + ", ".join(f"step {s}: {c:.2f}" for s, c in pooled.items())
+        + "; per seed: " + "; ".join(f"seed {seed}: " + ", ".join(f"{c:.2f}" for c in found.values()) for seed, found in per_seed.items())
+    )
+
+
+def random_exact_matches(runs: list[Outcome], seed: int, trials: int) -> list[float | None]:
+    """Random search's exact matches for `seed`, in its trials' order (trial i is "i")."""
+    run = next(o for o in runs if o.seed == seed)
+    scored = {trial: value for trial, _, value in run.exact_matches}
+    return [scored.get(str(index)) for index in range(trials)]
+
+
+def print_table(
+    args, settings: Settings, methods: list[str], outcomes: dict, random_by_seed: dict, baseline: dict | None = None,
+) -> None:
     """The methods' table, the anytime figures and the rank figures, from random search's trials
-    of every seed (`random_by_seed`: seed -> its trials' histories)."""
+    of every seed (`random_by_seed`: seed -> its trials' histories); with the real task's
+    `baseline` (the untrained model's figures), its exact-match figures."""
     from rich.console import Console
     from rich.table import Table
 
@@ -890,6 +1075,8 @@ def print_table(args, settings: Settings, methods: list[str], outcomes: dict, ra
                 f"worse on {paired['worse']}, equal on {paired['equal']} seeds"
             )
     print_anytime(console, settings, methods, outcomes, random_by_seed, figures)
+    if baseline is not None:
+        print_exact_match(console, settings, methods, outcomes, random_by_seed, baseline, figures)
     if args.plot:
         png = plot_anytime(
             {m: outcomes[m] for m in methods}, settings.random_steps, args.plot,

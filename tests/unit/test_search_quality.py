@@ -7,7 +7,8 @@ import math
 import pytest
 
 from benchmarks.search_quality import (
-    Outcome, anytime, headroom, new_family_example, paired_difference, parse_shape, rank_correlations, spearman,
+    Outcome, anytime, exact_match_correlations, headroom, new_family_example, paired_difference, parse_shape,
+    random_exact_matches, rank_correlations, spearman,
 )
 
 # Four trials evaluated at steps 1, 2 and 4 (max_steps 4); trial 3 starts slowly and ends best.
@@ -25,6 +26,32 @@ def test_a_methods_best_within_a_budget_counts_every_trials_steps_so_far():
     assert outcome.best_within(3) == 1.9
     assert outcome.best_within(4) == 1.7
     assert outcome.best_within(0) == float("inf")
+
+
+def test_the_best_exact_match_within_a_budget_counts_only_answers_scored_by_then():
+    # Trials a and b end at step 2 with exact matches 0.25 and 0.5; b's answers come last.
+    outcome = Outcome("m", 0, [(0, "a", 1, 2.0), (1, "b", 1, 2.5), (2, "a", 2, 1.9), (3, "b", 2, 1.7)],
+                      exact_matches=[("a", 2, 0.25), ("b", 2, 0.5)])
+    assert outcome.best_exact_match == 0.5
+    assert outcome.best_exact_match_within(2) is None  # no trial at its end yet
+    assert outcome.best_exact_match_within(3) == 0.25
+    assert outcome.best_exact_match_within(4) == 0.5
+    assert Outcome("m", 0, [(0, "a", 1, 2.0)]).best_exact_match is None  # pruned before it answered
+
+
+def test_exact_match_correlation_turns_the_sign_so_that_1_means_the_rung_ranks_as_the_answers_do():
+    # Ranked by loss at step 1: trials 0, 1, 2; by exact match at the end 0, 2, 1; trial 3 has no answers.
+    histories = [[(1, 2.0), (4, 1.5)], [(1, 2.1), (4, 1.6)], [(1, 2.2), (4, 1.7)], [(1, 1.0)]]
+    found = exact_match_correlations(histories, [0.5, 0.1, 0.3, None], [1, 4])
+    assert found == {1: pytest.approx(0.5), 4: pytest.approx(0.5)}  # Spearman of ranks (0, 1, 2) and (0, 2, 1)
+    assert exact_match_correlations(histories[:3], [0.5, 0.3, 0.1], [1]) == {1: pytest.approx(1.0)}
+    assert exact_match_correlations(histories[:3], [0.1, 0.3, 0.5], [1]) == {1: pytest.approx(-1.0)}
+
+
+def test_random_searchs_exact_matches_line_up_with_its_trials_order():
+    runs = [Outcome("random", 0, exact_matches=[("2", 4, 0.3), ("0", 4, 0.1)]), Outcome("random", 1, exact_matches=[("1", 4, 0.9)])]
+    assert random_exact_matches(runs, 0, 3) == [0.1, None, 0.3]
+    assert random_exact_matches(runs, 1, 2) == [None, 0.9]
 
 
 def test_rank_correlation_against_the_best_or_the_final_eval_loss():
@@ -121,14 +148,30 @@ def test_spearman_ranks_ties_at_their_mean_and_is_undefined_without_spread():
 def test_every_task_names_a_space_a_fine_tuning_set_and_a_base_the_benchmark_can_build():
     from benchmarks.search_quality import SFT_EXAMPLES, SPACES, TASKS
 
-    assert set(TASKS) == {"small", "headroom", "misleading"}
+    assert set(TASKS) == {"small", "headroom", "misleading", "real"}
     for name, task in TASKS.items():
-        assert task["space"] in SPACES and task["sft"] in SFT_EXAMPLES, name
-        parse_shape(task["base_shape"])
+        assert task["space"] in SPACES, name
+        if name != "real":  # a pretrained chat model: no base to build
+            assert task["sft"] in SFT_EXAMPLES, name
+            parse_shape(task["base_shape"])
     # The misleading task is the headroom task with no learning rate below 1e-4.
     differs = {k for k in TASKS["misleading"] if TASKS["misleading"][k] != TASKS["headroom"][k]}
     assert differs == {"space"}
     assert SPACES["upper_lr"]["training.learning_rate"]["low"] == 1e-4
+
+
+def test_the_real_task_searches_its_yamls_space_and_builds_a_spec_that_answers_at_the_end():
+    from benchmarks.common import bench_spec
+    from benchmarks.search_quality import REAL_YAML, SPACES, TASKS, Settings, sweep_sections
+    from sweeper.spec import read_yaml
+
+    assert SPACES["smollm2"] == read_yaml(REAL_YAML)["search"]["parameters"]
+    size = TASKS["real"]
+    settings = Settings(size["trials"], size["max_steps"], size["eval_every"], None, SPACES["smollm2"], size["loop_warmup"], 0.0)
+    spec = bench_spec("bench-sq-asha-0", yaml=settings.yaml, **sweep_sections(settings, 0, "asha"))
+    assert spec.model.name_or_path == "builtin:smollm2-135m-instruct" and spec.data.eval_samples
+    assert (spec.search.metric, spec.early_stopping.scheduler) == ("eval_loss", "asha")
+    assert spec.generation.when == "end" and spec.training.max_steps == size["max_steps"]
 
 
 def test_every_sweeper_method_builds_a_spec_the_current_schema_accepts():
