@@ -220,6 +220,7 @@ def grpo_step_and_evaluation(spec, decoder: Decoder) -> tuple[float, float, str]
     sampling = decoding_seconds(decoder, eval_batches, micro, prompt, completion)
     scored = eval_batches * micro * sequence * (1 + reference) * 2 * decoder.parameters / decoder.flops_per_second
     words = (f"GRPO: {sampled:g} completions of up to {completion} tokens sampled a step and a worker, "
+             f"generation {rollouts / step:.0%} of a step, "
              f"{prompts} eval prompts x {generations_eval} at each evaluation, decoded token by token "
              f"({DECODE_LAYER_SECONDS * 1000:g} ms a layer a forward of host work)")
     return step, sampling + scored, words

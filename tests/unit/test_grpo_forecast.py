@@ -59,6 +59,8 @@ def test_a_grpo_step_decodes_its_completions_then_trains_on_prompt_and_completio
     # The SFT arithmetic alone (6 x P x data.max_length a row) misses the rollouts' decoding.
     assert timing.step_seconds > 8 * 96 * 6 * parameters / FLOPS + 8 * 2 * DECODE_LAYER_SECONDS
     assert "GRPO: 8 completions of up to 8 tokens sampled a step" in timing.source
+    # `sweep plan` says how much of a step is generation.
+    assert f"generation {rollouts / (rollouts + training):.0%} of a step" in timing.source
 
 
 def test_a_grpo_step_grows_with_the_completion_length_and_the_kl_term_and_shrinks_with_reused_batches():
