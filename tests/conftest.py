@@ -70,6 +70,18 @@ PREFERENCE_TRAIN = REPO / "data" / "preference" / "train.jsonl"
 PREFERENCE_EVAL = REPO / "data" / "preference" / "eval.jsonl"
 
 
+def markdown_table(text: str, heading: str) -> list[dict[str, str]]:
+    """The first table after `heading` in a Markdown file, as dicts."""
+    after = text.split(heading, 1)[1].splitlines()
+    start = next(i for i, line in enumerate(after) if line.startswith("|"))
+    table = []
+    for line in after[start:]:
+        if not line.startswith("|"):
+            break
+        table.append([cell.strip() for cell in line.strip()[1:-1].split(" | ")])
+    return [dict(zip(table[0], row)) for row in table[2:]]
+
+
 def small_dpo_sweep(name: str, **sections) -> dict:
     """A small DPO sweep over beta and learning rate on the shipped preference data."""
     raw = small_sweep(

@@ -13,8 +13,8 @@ import pytest
 from sweeper.search._objectives import dominates
 from sweeper.search._study import TUNE_TRIAL_ID_ATTR, study_url
 from sweeper.track._store import SweepStore
+from tests.conftest import markdown_table
 from tests.integration.conftest import run_cli as sweep
-from tests.integration.test_reports import markdown_table
 
 pytestmark = pytest.mark.integration
 

@@ -15,7 +15,7 @@ from mlflow.tracking import MlflowClient
 from PIL import Image, ImageStat
 
 from sweeper.views import usd
-from tests.conftest import small_sweep, write_yaml
+from tests.conftest import markdown_table, small_sweep, write_yaml
 from tests.integration.conftest import run_cli
 
 pytestmark = pytest.mark.integration
@@ -82,18 +82,6 @@ def assert_renders(chromium: str, page: Path, workdir: Path, expected: set[str])
     not_white = sum(count for value, count in enumerate(image.histogram()) if value < 200)
     assert not_white > 0.01 * image.size[0] * image.size[1]  # ... but text, tables, lines and bars
     return seen
-
-
-def markdown_table(text: str, heading: str) -> list[dict[str, str]]:
-    """The first table after `heading` in a Markdown file, as dicts."""
-    after = text.split(heading, 1)[1].splitlines()
-    start = next(i for i, line in enumerate(after) if line.startswith("|"))
-    table = []
-    for line in after[start:]:
-        if not line.startswith("|"):
-            break
-        table.append([cell.strip() for cell in line.strip()[1:-1].split(" | ")])
-    return [dict(zip(table[0], row)) for row in table[2:]]
 
 
 def runs_of(client: MlflowClient, sweep_name: str):

@@ -9,21 +9,9 @@ from sweeper.cli import app
 from sweeper.spec._load import validate_spec
 from sweeper.track._book import SweepBook, TrialRecord
 from sweeper.track._tracker import MlflowTracker
-from tests.conftest import small_sweep
+from tests.conftest import markdown_table, small_sweep
 
 runner = CliRunner()
-
-
-def markdown_table(text: str, heading: str) -> list[dict[str, str]]:
-    """The first table after `heading` in a Markdown file, as dicts."""
-    after = text.split(heading, 1)[1].splitlines()
-    start = next(i for i, line in enumerate(after) if line.startswith("|"))
-    table = []
-    for line in after[start:]:
-        if not line.startswith("|"):
-            break
-        table.append([cell.strip() for cell in line.strip()[1:-1].split(" | ")])
-    return [dict(zip(table[0], row)) for row in table[2:]]
 
 
 def test_sweep_without_a_completed_trial_is_reported_and_exits_2(tmp_path, monkeypatch):
