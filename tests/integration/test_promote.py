@@ -75,7 +75,8 @@ def test_promote_loads_back_and_moves_the_alias(finished_sweep, monkeypatch, tmp
     assert registry_state(client)[0] == {}
     assert_refused(finished_sweep, client, "nope", says="NAME: no sweep named 'nope'")
     assert_refused(finished_sweep, client, "shared", "--trial", "99", says="--trial: sweep 'shared' has no trial '99'")
-    assert_refused(finished_sweep, client, "shared", "--alias", "latest", says="--alias: 'latest' alias name")
+    assert_refused(finished_sweep, client, "shared", "--alias", "latest",
+                   says="--alias: 'latest' and version names such as 'v3' are reserved by MLflow")
     assert_refused(finished_sweep, client, "shared", "--tracking-uri", f"file://{finished_sweep.workdir}/mlruns",
                    says="is a file store")
     pruned = [c for c in children.values() if c.data.tags["sweeper.state"] == "pruned"]
