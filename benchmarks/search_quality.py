@@ -400,19 +400,35 @@ def _plain_trial(args) -> tuple[list[tuple[int, float]], float | None]:
     return _train_in_process(spec_sections, yaml, values, seed, prune=None)
 
 
-def _train_in_process(spec_sections: dict, yaml: Path, values: dict, seed: int, prune) -> tuple[list[tuple[int, float]], float | None]:
-    """One trial in this process, its inputs prepared as a sweep prepares them (the eval
-    sample and the generation sample included): its (step, eval loss) at each evaluation
-    and its exact match at max_steps (None where it was pruned or generates nothing)."""
-    import torch
+# A process's prepared inputs by (yaml, sections): its trials of one search share them, as
+# a sweep's trials share the sweep's (searched values change no input).
+_PREPARED: dict = {}
 
+
+def _prepared(spec_sections: dict, yaml: Path, name: str):
+    """(spec, inputs) of the sweep `spec_sections` over `yaml`, its inputs prepared as a
+    sweep prepares them (tokenized data, the eval sample and the generation sample), once
+    a process."""
     from sweeper.plan._inputs import prepare_inputs
     from trainables.models import DEFAULT_CACHE_ROOT
+
+    key = (str(yaml), json.dumps(spec_sections, sort_keys=True))
+    if key not in _PREPARED:
+        spec = bench_spec(name, Path(tempfile.mkdtemp(prefix="sweeper-bench-sq-")), yaml, **spec_sections)
+        _PREPARED[key] = spec, prepare_inputs(spec, DEFAULT_CACHE_ROOT)
+    return _PREPARED[key]
+
+
+def _train_in_process(spec_sections: dict, yaml: Path, values: dict, seed: int, prune) -> tuple[list[tuple[int, float]], float | None]:
+    """One trial in this process on the search's prepared inputs (`_prepared`): its (step,
+    eval loss) at each evaluation and its exact match at max_steps (None where it was
+    pruned or generates nothing)."""
+    import torch
+
     from trainables.sft import train
 
     torch.set_num_threads(1)
-    spec = bench_spec(f"bench-sq-plain-{seed}", Path(tempfile.mkdtemp(prefix="sweeper-bench-sq-")), yaml, **spec_sections)
-    inputs = prepare_inputs(spec, DEFAULT_CACHE_ROOT)
+    spec, inputs = _prepared(spec_sections, yaml, f"bench-sq-plain-{seed}")
     history: list[tuple[int, float]] = []
     exact_match = None
 
@@ -725,16 +741,14 @@ def untrained(settings: Settings, results: Path) -> dict[str, float]:
         return json.loads(kept.read_text())
     import torch
 
-    from sweeper.plan._inputs import prepare_inputs
     from trainables.common import Workers
     from trainables.generation import task_metrics
-    from trainables.models import DEFAULT_CACHE_ROOT, load_base_model
+    from trainables.models import load_base_model
     from trainables.sft import evaluate
 
     print(f"[{time.strftime('%H:%M:%S')}] the untrained model", flush=True)
     torch.set_num_threads(1)
-    spec = bench_spec("bench-sq-untrained", Path(tempfile.mkdtemp(prefix="sweeper-bench-sq-")), settings.yaml, **settings.sections(0))
-    inputs = prepare_inputs(spec, DEFAULT_CACHE_ROOT)
+    spec, inputs = _prepared(settings.sections(0), settings.yaml, "bench-sq-untrained")
     model = load_base_model(inputs.model_source)
     workers = Workers(0, 1, torch.device("cpu"))
     training = spec.trial_config().training
