@@ -192,17 +192,14 @@ def grpo_step_and_evaluation(spec, decoder: Decoder) -> tuple[float, float, str]
     then scores them with the policy (and the reference). A prompt counts data.max_length
     tokens and a completion trl.max_completion_length. The reward functions are Python
     (`trl.reward_funcs`): their time is not modelled; calibration measures it."""
-    from sweeper.spec import grpo_costliest
+    from sweeper.spec import grpo_costliest, grpo_generation_batch
 
     grpo, training = grpo_costliest(spec), spec.training
     micro, accumulation, workers = (training.per_device_batch_size, training.gradient_accumulation_steps,
                                     spec.resources.workers_per_trial)
     prompt, completion = spec.data.max_length, grpo["max_completion_length"]
     sequence = prompt + completion
-    if grpo["generation_batch_size"] is not None:
-        generation_batch = grpo["generation_batch_size"] // workers
-    else:
-        generation_batch = micro * (grpo["steps_per_generation"] or accumulation)
+    generation_batch = grpo_generation_batch(spec, grpo, accumulation)
     trained = micro * accumulation
     sampled = trained / grpo["num_iterations"]
     reference = 1 if grpo["beta"] else 0

@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass, replace
 
 from sweeper.cost import RAY_TRIAL_START_SECONDS, REUSED_TRIAL_START_SECONDS, TrialTiming
-from sweeper.spec import calibration_spec, grpo_costliest, is_grpo, with_overrides, CategoricalDist, SweepSpec, IntUniformDist
+from sweeper.spec import calibration_spec, grpo_costliest, grpo_generation_batch, is_grpo, with_overrides, CategoricalDist, SweepSpec, IntUniformDist
 from trainables.engines import train_module
 from trainables.metrics import (
     FIRST_STEP_SECONDS, GENERATION_SECONDS, SETUP_SECONDS, TOKENS_PER_SECOND, TRAIN_SECONDS, TRAIN_TOKENS,
@@ -159,10 +159,7 @@ def calibration_steps(spec: SweepSpec, micro_batches: int) -> int:
     if not is_grpo(spec):
         return CALIBRATION_STEPS
     grpo, micro = grpo_costliest(spec), spec.training.per_device_batch_size
-    if grpo["generation_batch_size"] is not None:
-        generation_batch = grpo["generation_batch_size"] / spec.resources.workers_per_trial
-    else:
-        generation_batch = micro * (grpo["steps_per_generation"] or micro_batches)
+    generation_batch = grpo_generation_batch(spec, grpo, micro_batches)
     cycle = max(1, math.ceil(generation_batch / (micro * micro_batches))) * grpo["num_iterations"]
     return 1 + cycle * math.ceil((CALIBRATION_STEPS - 1) / cycle)
 

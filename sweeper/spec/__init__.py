@@ -21,7 +21,7 @@ __all__ = [
     "single_run_spec", "with_overrides", "section_model", "markdown_reference",
     "COST_METRICS", "picked_by", "prune_metric", "reported_every_evaluation", "conditional_value", "searched_paths",
     "NotifySpec", "WebhookSpec", "NOTIFY_EVENTS", "WITHHELD", "url_problem", "notify_problems",
-    "is_grpo", "grpo_costliest",
+    "is_grpo", "grpo_costliest", "grpo_generation_batch",
 ]
 
 # Each public name's private module, imported on first use (sweeper/_lazy.py).
@@ -45,7 +45,7 @@ _HOME = {
     "searched_paths": "_schema",
     "NotifySpec": "_notify", "WebhookSpec": "_notify", "NOTIFY_EVENTS": "_notify", "WITHHELD": "_notify",
     "url_problem": "_notify", "notify_problems": "_notify",
-    "is_grpo": "_engines", "grpo_costliest": "_engines",
+    "is_grpo": "_engines", "grpo_costliest": "_engines", "grpo_generation_batch": "_engines",
 }
 
 __getattr__ = lazy_getattr(__name__, _HOME)

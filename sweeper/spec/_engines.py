@@ -19,7 +19,8 @@ from trainables.grpo import BATCH_FIELDS, batch_problems, range_values, space_pr
 from trainables.metrics import EVAL_REWARD, EVAL_REWARDS_ACCURACY
 from trainables.sections import DpoSpec
 
-__all__ = ["engine_section_problems", "grpo_defaults", "is_grpo", "grpo_costliest", "GRPO_COST_FIELDS"]
+__all__ = ["engine_section_problems", "grpo_defaults", "is_grpo", "grpo_costliest", "grpo_generation_batch",
+           "GRPO_COST_FIELDS"]
 
 Problem = tuple[str, str]
 
@@ -51,6 +52,15 @@ def grpo_costliest(spec: Any) -> dict[str, Any]:
         if drawn:
             values[name] = max(drawn)
     return values
+
+
+def grpo_generation_batch(spec: Any, grpo: dict[str, Any], micro_batches: int) -> int:
+    """Completions one worker samples at a time, of `grpo` (`grpo_costliest`'s values):
+    trl.generation_batch_size over the workers (the batch rules keep it divisible), else
+    the micro-batch x trl.steps_per_generation, which defaults to a step's `micro_batches`."""
+    if grpo["generation_batch_size"] is not None:
+        return grpo["generation_batch_size"] // spec.resources.workers_per_trial
+    return spec.training.per_device_batch_size * (grpo["steps_per_generation"] or micro_batches)
 
 
 def grpo_defaults(raw: Any) -> Any:
