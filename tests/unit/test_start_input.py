@@ -5,7 +5,6 @@ the CLI as a user runs it. No Ray: the launch's Ray entry points fail the test i
 import json
 import math
 import re
-import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,9 @@ from tests.conftest import SFT_TRAIN, small_sweep, write_yaml
 from tests.ports import free_port
 
 runner = CliRunner()
+# A refusal that waits instead of refusing (a store that retries, a server that does not
+# answer) fails here as a hang rather than holding the tier up.
+pytestmark = pytest.mark.timeout(120)
 
 # Nine lines of nested aliases: 9^9 (387 million) strings once expanded.
 BILLION_LAUGHS = "".join(
@@ -39,19 +41,16 @@ def workdir(tmp_path, monkeypatch):
     return tmp_path
 
 
-def refused(workdir: Path, *args: str, within_s: float | None = 10) -> str:
-    """Run `sweep ARGS` and assert: exit 2, one error line and no traceback, within
-    seconds (None: no bound), nothing new in `workdir`. Returns the error line without
-    its 'error: '."""
+def refused(workdir: Path, *args: str) -> str:
+    """Run `sweep ARGS` and assert: exit 2, one error line and no traceback, nothing new
+    in `workdir`. Returns the error line without its 'error: '. (A refusal that waits
+    instead, e.g. on a store that retries, is a hang this module's timeout fails.)"""
     before = sorted(workdir.rglob("*"))
-    started = time.monotonic()
     result = runner.invoke(app, list(args))
-    seconds = time.monotonic() - started
     lines = [line for line in result.output.splitlines() if line.startswith("error:")]
     assert result.exit_code == 2, result.output
     assert len(lines) == 1 and "Traceback" not in result.output, result.output
     assert sorted(workdir.rglob("*")) == before, "bad input left files behind"
-    assert within_s is None or seconds < within_s, seconds
     return lines[0].removeprefix("error: ")
 
 
@@ -103,8 +102,8 @@ def test_a_tracking_store_sweeper_cannot_use_is_one_keyed_line(workdir, uri, mes
     assert refused(workdir, *args).startswith(message)
 
 
-def test_a_sqlite_store_that_is_a_folder_is_refused_by_a_read_within_seconds(workdir):
-    # SQLite retried opening it for minutes.
+def test_a_sqlite_store_that_is_a_folder_is_refused_naming_the_file_to_give(workdir):
+    # SQLite would retry opening it for minutes.
     line = refused(workdir, "list", "--tracking-uri", f"sqlite:///{workdir}")
     assert line == f"tracking.uri: {workdir} is a folder; name the SQLite file in it, sqlite:///{workdir}/mlflow.db"
 
@@ -214,7 +213,7 @@ def test_a_micro_batch_larger_than_the_training_set_is_refused(workdir, sections
     # `plan` reads the data as `start` does (prepare_inputs); its time is torch's and transformers' imports, not hours.
     train = workdir / "train.jsonl"
     train.write_text("".join(SFT_TRAIN.read_text().splitlines(keepends=True)[:20]))
-    line = refused(workdir, "plan", sweep_file(workdir, data={"train": str(train)}, **sections), within_s=60)
+    line = refused(workdir, "plan", sweep_file(workdir, data={"train": str(train)}, **sections))
     assert line.startswith(f"{key}: 100 examples a micro-batch, but data.train holds 20; give at most 20"), line
 
 
@@ -256,12 +255,12 @@ def test_an_existing_sweep_is_not_overwritten(workdir):
     existing = workdir / "sweeps" / "x"
     existing.mkdir(parents=True)
     (existing / "keep.txt").write_text("finished work")
-    assert "name: a sweep named 'x' already exists" in refused(workdir, "start", sweep_file(workdir), within_s=None)
+    assert "name: a sweep named 'x' already exists" in refused(workdir, "start", sweep_file(workdir))
     assert (existing / "keep.txt").read_text() == "finished work"
 
 
 def test_an_unreachable_tracking_server_is_one_keyed_line_before_anything_starts(workdir):
-    line = refused(workdir, "start", sweep_file(workdir, tracking={"uri": f"http://127.0.0.1:{free_port()}"}), within_s=None)
+    line = refused(workdir, "start", sweep_file(workdir, tracking={"uri": f"http://127.0.0.1:{free_port()}"}))
     assert line.startswith("tracking.uri: cannot reach MLflow at http://127.0.0.1:"), line
 
 
@@ -275,7 +274,7 @@ def test_data_or_a_model_that_cannot_be_read_is_one_keyed_line(workdir, sections
     (workdir / "broken.jsonl").write_text(json.dumps({"prompt": "a", "completion": "b"}) + "\n{oops\n")
     if "data" in sections:
         sections = {"data": {"train": str(workdir / sections["data"]["train"])}}
-    line = refused(workdir, "start", sweep_file(workdir, **sections), within_s=None)
+    line = refused(workdir, "start", sweep_file(workdir, **sections))
     assert re.match(expected, line), line
 
 
@@ -287,5 +286,5 @@ def test_auto_with_an_address_file_naming_a_dead_head_is_one_keyed_line(workdir,
     (ray_tmp / "ray" / "ray_current_cluster").write_text(f"127.0.0.1:{port}\n")
     monkeypatch.setenv("RAY_TMPDIR", str(ray_tmp))
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    line = refused(workdir, "start", sweep_file(workdir), "--address", "auto", within_s=None)
+    line = refused(workdir, "start", sweep_file(workdir), "--address", "auto")
     assert line.startswith(f"--address: no Ray cluster answers at 127.0.0.1:{port}"), line
