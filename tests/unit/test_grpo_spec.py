@@ -98,9 +98,10 @@ def test_the_shipped_grpo_sweep_validates_and_its_rewards_score_the_references()
     ("not a list", "def correct(completions, **kwargs):\n    return 1.0\n", {},
      "trl.reward_funcs.0: returned float 1.0, not a list"),
     ("not FILE.py:FUNCTION", REWARD, {"reward_funcs": ["rewards:correct"]},
-     "trl.reward_funcs: entry 0: expected FILE.py:FUNCTION, got 'rewards:correct'"),
+     "trl.reward_funcs: entry 0: expected FILE.py:FUNCTION or a reward model (a hub id like org/name, or a local "
+     "folder), got 'rewards:correct'"),
     ("two of one name", REWARD, {"reward_funcs": ["rewards.py:correct", "other.py:correct"]},
-     "trl.reward_funcs: entry 1: a function named 'correct' is reported as eval_reward_correct, the name of another's"),
+     "trl.reward_funcs: entry 1: a reward named 'correct' is reported as eval_reward_correct, the name of another's"),
     ("no reward function", REWARD, {"reward_funcs": []}, "trl.reward_funcs: trl.method grpo needs at least one"),
     ("a weight too many", REWARD, {"reward_weights": [1.0, 0.5]},
      "trl.reward_weights: one weight per reward function: 1 in trl.reward_funcs, got 2 weights"),
