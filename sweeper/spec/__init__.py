@@ -41,7 +41,7 @@ _HOME = {
     "picked_by": "_objectives",
     "prune_metric": "_objectives",
     "reported_every_evaluation": "_objectives",
-    "conditional_value": "_schema",
+    "conditional_value": "_paths",
     "searched_paths": "_schema",
     "NotifySpec": "_notify", "WebhookSpec": "_notify", "NOTIFY_EVENTS": "_notify", "WITHHELD": "_notify",
     "url_problem": "_notify", "notify_problems": "_notify",
