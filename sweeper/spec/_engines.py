@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sweeper.spec._paths import _NO_VALUE, conditional_value
+from sweeper.spec._paths import _NO_VALUE, conditional_value, searched_distributions
 from sweeper.spec._sections import CategoricalDist, IntUniformDist
 from trainables.engines import METHOD_TASK, engine_problems, trl_config_fields
 from trainables.grpo import BATCH_FIELDS, batch_problems, range_values, space_problem
@@ -41,15 +41,15 @@ GRPO_COST_FIELDS = ("num_generations", "num_generations_eval", "max_completion_l
 
 def grpo_costliest(spec: Any) -> dict[str, Any]:
     """GRPO_COST_FIELDS of the costliest config a GRPO sweep runs: trl.<field> where given
-    (its largest value where searched), else GRPOConfig's default."""
+    (its largest value where searched, at the top level or in a conditional branch), else
+    GRPOConfig's default."""
     fields, defaults = spec.trl.fields, trl_config_fields("grpo")
     values = {name: fields.get(name, defaults[name].default) for name in GRPO_COST_FIELDS}
     for name in GRPO_COST_FIELDS:
-        dist = spec.search.parameters.get(f"trl.{name}")
-        if dist is None:
-            continue
-        # Every value a search may draw; a range too wide to list (or a float range): its top.
-        drawn = [v for v in (_drawn_values(dist) or [getattr(dist, "high", None)])
+        # Every value a search may draw (a conditional branch's too); a range too wide to
+        # list (or a float range): its top.
+        drawn = [v for dist in searched_distributions(spec.search.parameters, f"trl.{name}")
+                 for v in (_drawn_values(dist) or [getattr(dist, "high", None)])
                  if isinstance(v, (int, float)) and not isinstance(v, bool)]
         if drawn:
             values[name] = max(drawn)

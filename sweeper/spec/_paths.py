@@ -1,7 +1,7 @@
 """Dotted paths into the sweep file (`lora.r`, `training.learning_rate`): which exist,
 which sections `search.parameters` may name, the nearest valid path to a typo, a value
-set at a path and checked against its section alone, and the value of a categorical that
-a `conditional` key names."""
+set at a path and checked against its section alone, the value of a categorical that a
+`conditional` key names, and every distribution a path is searched by."""
 
 from __future__ import annotations
 
@@ -146,3 +146,14 @@ def conditional_value(dist: CategoricalDist, given: Any) -> Any:
         if (str(value).lower() if isinstance(value, bool) else str(value)) == text:
             return value
     return _NO_VALUE
+
+
+def searched_distributions(parameters: dict[str, Any], path: str) -> list[Any]:
+    """Every distribution `path` is searched by in `parameters` (search.parameters): its
+    top-level one and those of each categorical's `conditional` branches."""
+    found = [parameters[path]] if path in parameters else []
+    for dist in parameters.values():
+        for branch in (getattr(dist, "conditional", None) or {}).values():
+            if path in branch:
+                found.append(branch[path])
+    return found
