@@ -32,6 +32,7 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field, TypeAdapter, ValidationError, ValidationInfo, field_validator, model_validator
 
 from trainables.errors import FieldProblems
+from trainables.grpo import is_function_entry, reward_name
 from trainables.sections import StrictModel, checks_files, resolve_relative_path
 
 __all__ = [
@@ -122,11 +123,14 @@ class TrlSpec(StrictModel):
     )
     reward_funcs: list[str] | None = Field(
         None,
-        description="trl.method grpo: the reward functions, each FILE.py:FUNCTION (relative to the sweep file), "
-        "called by trl as FUNCTION(prompts, completions, reference=[...], **kwargs) and returning one float (or "
-        "None) per completion; `reference` is each row's reference answer. Each is called once on a few eval "
-        "rows before any trial. Each evaluation reports eval_reward (their weighted sum's mean) and "
-        "eval_reward_<FUNCTION> per function.",
+        description="trl.method grpo: the rewards, each FILE.py:FUNCTION (relative to the sweep file), called by "
+        "trl as FUNCTION(prompts, completions, reference=[...], **kwargs) and returning one float (or None) per "
+        "completion, `reference` being each row's reference answer; or a reward model, the hub id or local folder "
+        "(relative to the sweep file) of a sequence-classification model with one label and its tokenizer, which "
+        "trl loads (with trl.model_init_kwargs) and scores each prompt + completion with. Each is called (loaded) "
+        "once on a few eval rows before any trial. Each evaluation reports eval_reward (their weighted sum's "
+        "mean) and eval_reward_<NAME> per entry: the function's name, or the model's id or folder name after its "
+        "last '/'.",
     )
 
     @field_validator("reward_funcs", mode="before")
@@ -136,14 +140,23 @@ class TrlSpec(StrictModel):
             return value
         resolved = []
         for index, entry in enumerate(value):
-            file, sep, name = str(entry).rpartition(":")
-            if not sep or not file.endswith(".py") or not name.isidentifier():
-                raise ValueError(f"entry {index}: expected FILE.py:FUNCTION, got {entry!r}")
-            path = resolve_relative_path(file, info)
-            if name in [entry.rpartition(":")[2] for entry in resolved] + ["std"]:
-                raise ValueError(f"entry {index}: a function named {name!r} is reported as eval_reward_{name}, the name "
-                                 "of another's (or of eval_reward_std); give each reward function its own name")
-            resolved.append(f"{path}:{name}")
+            entry = str(entry)
+            if is_function_entry(entry):
+                file, _, name = entry.rpartition(":")
+                resolved.append(f"{resolve_relative_path(file, info)}:{name}")
+            elif ":" in entry or entry.endswith(".py") or not entry.strip("/"):
+                raise ValueError(f"entry {index}: expected FILE.py:FUNCTION or a reward model (a hub id like "
+                                 f"org/name, or a local folder), got {entry!r}")
+            else:
+                resolved.append(_model_source(entry, info))
+            name = reward_name(resolved[-1])
+            if not re.fullmatch(r"[\w.-]+", name):
+                raise ValueError(f"entry {index}: its reward is reported as eval_reward_{name}, which is no metric "
+                                 "name; give the model a folder name of letters, digits, '_', '-' and '.'")
+            if name in [reward_name(other) for other in resolved[:-1]] + ["std"]:
+                raise ValueError(f"entry {index}: a reward named {name!r} is reported as eval_reward_{name}, the name "
+                                 "of another's (or of eval_reward_std); give each reward function (or reward model "
+                                 "folder) its own name")
         return resolved
 
     @model_validator(mode="before")
@@ -230,6 +243,15 @@ class FunctionSpec(StrictModel):
 
     def field_problem(self, name: str, value: Any = dataclasses.MISSING) -> str | None:
         return None if name.isidentifier() else f"{name!r} is not a name a function's config can take"
+
+
+def _model_source(entry: str, info: ValidationInfo) -> str:
+    """A reward model's entry: a local folder (relative to the YAML file) resolved, a hub
+    id as given; "org/name" is a hub id unless such a folder lies beside the YAML file (as
+    model.name_or_path)."""
+    path = resolve_relative_path(entry, info)
+    looks_local = entry.startswith(("/", "./", "../", "~")) or entry.count("/") > 1 or Path(path).is_dir()
+    return str(path) if looks_local else entry
 
 
 def train_module(trainer: str, task: str) -> str:

@@ -6,10 +6,12 @@ user's reward functions, and the batch rules of trl's `GRPOConfig`.
   prompt and reference. Each reward function gets the references as the column
   `reference` (trl passes every dataset column but the prompt to the reward functions).
 - Reward functions: `trl.reward_funcs`, each `FILE.py:FUNCTION`, called by trl as
-  FUNCTION(prompts, completions, reference=[...], **kwargs) -> list of float or None.
-  Before any trial each is imported and called once on a few eval rows, with the
-  references as completions, so that one that does not import, fails or returns no
-  number stops the sweep with one keyed line.
+  FUNCTION(prompts, completions, reference=[...], **kwargs) -> list of float or None, or
+  a reward model (a hub id or local folder of a sequence-classification model with one
+  label), which trl loads itself and scores each prompt + completion with
+  (trainables/reward_models.py). Before any trial each is imported (loaded) and called
+  once on a few eval rows, with the references as completions, so that one that does not
+  import, fails or returns no number stops the sweep with one keyed line.
 - Batch rules (`GRPOConfig.__post_init__`): the generation batch (micro-batch x workers x
   steps_per_generation, which defaults to the gradient accumulation; or
   generation_batch_size) holds whole groups of num_generations completions, at least two;
@@ -30,8 +32,8 @@ from trainables.errors import InputError
 from trainables.task_metrics import load_scorer
 
 __all__ = [
-    "REFERENCE_COLUMN", "GRPO_EVAL_SAMPLES", "BATCH_FIELDS", "grpo_row", "grpo_rows", "reward_functions",
-    "reward_function_problems", "batch_problems", "space_problem", "range_values",
+    "REFERENCE_COLUMN", "GRPO_EVAL_SAMPLES", "BATCH_FIELDS", "grpo_row", "grpo_rows", "is_function_entry",
+    "reward_name", "reward_functions", "reward_function_problems", "batch_problems", "space_problem", "range_values",
 ]
 
 REFERENCE_COLUMN = "reference"
@@ -70,16 +72,36 @@ def grpo_rows(records: Sequence[tuple[int, dict]], key: str) -> list[dict]:
     return [grpo_row(record, f"{key} line {number}") for number, record in records]
 
 
-def reward_functions(entry_points: Sequence[str]) -> list[Callable]:
-    """The functions `trl.reward_funcs` names, imported (InputError keyed by position)."""
-    return [load_scorer(entry_point, f"trl.reward_funcs.{index}") for index, entry_point in enumerate(entry_points)]
+def is_function_entry(entry: str) -> bool:
+    """Whether an entry of `trl.reward_funcs` names a function (FILE.py:FUNCTION) rather
+    than a reward model (a hub id or a local folder)."""
+    file, sep, name = entry.rpartition(":")
+    return bool(sep) and file.endswith(".py") and name.isidentifier()
 
 
-def reward_function_problems(entry_points: Sequence[str], rows: Sequence[dict]) -> list[tuple[str, str]]:
+def reward_name(entry: str) -> str:
+    """The name trl logs an entry's reward under, and the sweep reports it as
+    eval_reward_<name>: a function's name; a reward model's id or folder name after its
+    last "/" (trl: the model config's name_or_path, split at "/")."""
+    if is_function_entry(entry):
+        return entry.rpartition(":")[2]
+    return entry.rstrip("/").rsplit("/", 1)[-1]
+
+
+def reward_functions(entries: Sequence[str]) -> list[Callable | str]:
+    """What GRPOTrainer takes for `trl.reward_funcs`: each function imported (InputError
+    keyed by position), each reward model by its id or folder, which trl loads."""
+    return [load_scorer(entry, f"trl.reward_funcs.{index}") if is_function_entry(entry) else entry
+            for index, entry in enumerate(entries)]
+
+
+def reward_function_problems(entry_points: Sequence[str], rows: Sequence[dict],
+                             trl_fields: dict[str, Any] | None = None) -> list[tuple[str, str]]:
     """Each reward function imported and called on `rows` (GRPO rows) with their references
     as completions, in the form trl passes them: (key, problem) for one that does not
     import, fails, or returns anything but one number (or None) per completion with at
-    least one number."""
+    least one number. A reward model is loaded as trl loads it (with `trl_fields`, the trl
+    section's model_init_kwargs, trust_remote_code, chat_template_kwargs) and scores them (trainables/reward_models.py)."""
     problems = []
     prompts = [row["prompt"] for row in rows]
     references = [row[REFERENCE_COLUMN] for row in rows]
@@ -87,6 +109,13 @@ def reward_function_problems(entry_points: Sequence[str], rows: Sequence[dict]) 
                    for p, r in zip(prompts, references)]
     for index, entry_point in enumerate(entry_points):
         key = f"trl.reward_funcs.{index}"
+        if not is_function_entry(entry_point):
+            from trainables.reward_models import reward_model_problem
+
+            problem = reward_model_problem(entry_point, prompts, completions, trl_fields or {})
+            if problem:
+                problems.append((key, problem))
+            continue
         try:
             function = load_scorer(entry_point, key)
         except InputError as exc:

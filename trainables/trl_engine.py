@@ -16,7 +16,7 @@ inside each Train worker (`ray.train.huggingface.transformers.prepare_trainer`),
   by trl with the same tokenizer and chat template; kto gets them unpaired
   (trl.unpair_preference_dataset); grpo gets each row's prompt and reference answer
   (trainables/grpo.py), its eval split the sweep's eval sample (data.eval_samples, 16 rows unset),
-  and the reward functions of trl.reward_funcs.
+  and the reward functions of trl.reward_funcs (a reward model by its id or folder, which trl loads).
 - Resume: from a checkpoint folder the trainer wrote (`resume_from_checkpoint`).
 
 Same signature as trainables/sft.py::train; what the built-in loop does and this engine

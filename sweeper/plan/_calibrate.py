@@ -27,7 +27,8 @@ import time
 from dataclasses import dataclass, replace
 
 from sweeper.cost import RAY_TRIAL_START_SECONDS, REUSED_TRIAL_START_SECONDS, TrialTiming
-from sweeper.spec import calibration_spec, grpo_costliest, grpo_generation_batch, is_grpo, with_overrides, CategoricalDist, SweepSpec, IntUniformDist
+from sweeper.spec import (calibration_spec, grpo_costliest, grpo_generation_batch, is_grpo, searched_distributions,
+                          with_overrides, CategoricalDist, SweepSpec, IntUniformDist)
 from trainables.engines import train_module
 from trainables.metrics import (
     FIRST_STEP_SECONDS, GENERATION_SECONDS, SETUP_SECONDS, TOKENS_PER_SECOND, TRAIN_SECONDS, TRAIN_TOKENS,
@@ -113,8 +114,8 @@ def process_group_of_one(strategy: str):
 
 
 def costliest_overrides(spec: SweepSpec) -> dict:
-    """The highest value of each searched cost parameter (categorical: the largest number),
-    and a searched trl.method with a reference model where one is among its values."""
+    """The highest value of each searched cost parameter (categorical: the largest number;
+    at the top level or in a conditional branch), and a searched trl.method with a reference model where one is among its values."""
     overrides = {}
     methods = spec.search.parameters.get("trl.method")
     if isinstance(methods, CategoricalDist) and spec.trl is not None and spec.trl.method not in REFERENCE_METHODS:
@@ -122,13 +123,14 @@ def costliest_overrides(spec: SweepSpec) -> dict:
         if dearer:
             overrides["trl.method"] = dearer[0]
     for path in COST_PARAMETERS:
-        dist = spec.search.parameters.get(path)
-        if isinstance(dist, CategoricalDist):
-            numbers = [v for v in dist.values if isinstance(v, (int, float)) and not isinstance(v, bool)]
-            if numbers:
-                overrides[path] = max(numbers)
-        elif isinstance(dist, IntUniformDist):
-            overrides[path] = dist.high - (dist.high - dist.low) % dist.step
+        highest = []  # of each distribution it is searched by (a conditional branch's too)
+        for dist in searched_distributions(spec.search.parameters, path):
+            if isinstance(dist, CategoricalDist):
+                highest += [v for v in dist.values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+            elif isinstance(dist, IntUniformDist):
+                highest.append(dist.high - (dist.high - dist.low) % dist.step)
+        if highest:
+            overrides[path] = max(highest)
     return overrides
 
 

@@ -80,8 +80,8 @@ _REWARD_CHECK_ROWS = 4
 
 
 def _reward_function_problems(spec: SweepSpec) -> list[tuple[str, str]]:
-    """trl.reward_funcs, each imported and called on the first eval rows with their
-    references as completions (trainables/grpo.py)."""
+    """trl.reward_funcs, each imported (a reward model loaded as trl loads it) and called
+    on the first eval rows with their references as completions (trainables/grpo.py)."""
     if spec.trainer != "trl" or spec.trl is None or spec.trl.method != "grpo" or not spec.trl.reward_funcs:
         return []
     from trainables.data import read_records
@@ -92,4 +92,4 @@ def _reward_function_problems(spec: SweepSpec) -> list[tuple[str, str]]:
         rows = grpo_rows(read_records(spec.data.eval, "data.eval")[:_REWARD_CHECK_ROWS], "data.eval")
     except InputError as exc:
         return [("data.eval", str(exc).removeprefix("data.eval: "))]
-    return reward_function_problems(spec.trl.reward_funcs, rows)
+    return reward_function_problems(spec.trl.reward_funcs, rows, spec.trl.fields)

@@ -20,6 +20,7 @@ __all__ = [
     "read_yaml", "revalidate_spec", "spec_hash", "spec_to_yaml", "validate_spec", "calibration_spec",
     "single_run_spec", "with_overrides", "section_model", "markdown_reference",
     "COST_METRICS", "picked_by", "prune_metric", "reported_every_evaluation", "conditional_value", "searched_paths",
+    "searched_distributions",
     "NotifySpec", "WebhookSpec", "NOTIFY_EVENTS", "WITHHELD", "url_problem", "notify_problems",
     "is_grpo", "grpo_costliest", "grpo_generation_batch",
 ]
@@ -41,7 +42,8 @@ _HOME = {
     "picked_by": "_objectives",
     "prune_metric": "_objectives",
     "reported_every_evaluation": "_objectives",
-    "conditional_value": "_schema",
+    "conditional_value": "_paths",
+    "searched_distributions": "_paths",
     "searched_paths": "_schema",
     "NotifySpec": "_notify", "WebhookSpec": "_notify", "NOTIFY_EVENTS": "_notify", "WITHHELD": "_notify",
     "url_problem": "_notify", "notify_problems": "_notify",

@@ -4,8 +4,9 @@ of the sweep than the engine's own section: what the chosen engine cannot do
 sweep's (trl.method: grpo) defaults and batch rules.
 
 A GRPO sweep's search.metric defaults to the mean eval reward (maximize): its loss is no
-measure of progress. No config it runs or a search may draw breaks the batch rules of
-trl's GRPOConfig (trainables/grpo.py), so that no trial fails on them. Pure functions of
+measure of progress. No config it runs or a search may draw (a `conditional` branch's
+values with the top-level ones) breaks the batch rules of trl's GRPOConfig
+(trainables/grpo.py), so that no trial fails on them. Pure functions of
 the raw YAML or a validated spec.
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from sweeper.spec._paths import _NO_VALUE, conditional_value, searched_distributions
 from sweeper.spec._sections import CategoricalDist, IntUniformDist
 from trainables.engines import METHOD_TASK, engine_problems, trl_config_fields
 from trainables.grpo import BATCH_FIELDS, batch_problems, range_values, space_problem
@@ -39,15 +41,15 @@ GRPO_COST_FIELDS = ("num_generations", "num_generations_eval", "max_completion_l
 
 def grpo_costliest(spec: Any) -> dict[str, Any]:
     """GRPO_COST_FIELDS of the costliest config a GRPO sweep runs: trl.<field> where given
-    (its largest value where searched), else GRPOConfig's default."""
+    (its largest value where searched, at the top level or in a conditional branch), else
+    GRPOConfig's default."""
     fields, defaults = spec.trl.fields, trl_config_fields("grpo")
     values = {name: fields.get(name, defaults[name].default) for name in GRPO_COST_FIELDS}
     for name in GRPO_COST_FIELDS:
-        dist = spec.search.parameters.get(f"trl.{name}")
-        if dist is None:
-            continue
-        # Every value a search may draw; a range too wide to list (or a float range): its top.
-        drawn = [v for v in (_drawn_values(dist) or [getattr(dist, "high", None)])
+        # Every value a search may draw (a conditional branch's too); a range too wide to
+        # list (or a float range): its top.
+        drawn = [v for dist in searched_distributions(spec.search.parameters, f"trl.{name}")
+                 for v in (_drawn_values(dist) or [getattr(dist, "high", None)])
                  if isinstance(v, (int, float)) and not isinstance(v, bool)]
         if drawn:
             values[name] = max(drawn)
@@ -122,7 +124,9 @@ def _searched_method_problems(spec: Any) -> list[Problem]:
 
 
 def _grpo_batch_problems(spec: Any) -> list[Problem]:
-    """GRPO's batch rules for the fixed values, or for every combination of the searched ones."""
+    """GRPO's batch rules for the fixed values, or for every combination of the searched
+    ones: the top-level parameters, and each `conditional` branch that searches a batch
+    field with them (its categorical at the branch's value)."""
     if not is_grpo(spec):
         return []
     fields, defaults = spec.trl.fields, trl_config_fields("grpo")
@@ -133,11 +137,41 @@ def _grpo_batch_problems(spec: Any) -> list[Problem]:
            if (name := path.removeprefix("trl.")) != path},
     }
     workers = spec.resources.workers_per_trial
-    searched = {path: _drawn_values(dist) for path, dist in spec.search.parameters.items() if path in BATCH_FIELDS}
-    if not searched:
-        return batch_problems(fixed, workers)
-    problem = space_problem(fixed, searched, workers)
-    return [(f"search.parameters.{next(iter(searched))}", problem)] if problem else []
+    parameters = spec.search.parameters
+    top = {path: _drawn_values(dist) for path, dist in parameters.items() if path in BATCH_FIELDS}
+    problems, top_only = [], True  # top_only: whether some trial draws no branch that sets a batch field
+    for parent, dist in parameters.items():
+        branches = _batch_branches(dist)
+        if not branches:
+            continue
+        top_only = top_only and len(branches) < len(dist.values)
+        if parent in top and top[parent] is not None:  # a value with a branch is checked with it
+            top[parent] = [v for v in top[parent] if v not in branches]
+        for value, (given, searched) in branches.items():
+            drawn = {**top, **({parent: [value]} if parent in BATCH_FIELDS else {}), **searched}
+            problem = space_problem(fixed, drawn, workers)
+            if problem:
+                problems.append((f"search.parameters.{parent}.conditional.{given}.{next(iter(searched))}", problem))
+    if not top_only:
+        return problems
+    if not top:
+        return batch_problems(fixed, workers) + problems
+    problem = space_problem(fixed, top, workers)
+    return ([(f"search.parameters.{next(iter(top))}", problem)] if problem else []) + problems
+
+
+def _batch_branches(dist: Any) -> dict[Any, tuple[Any, dict[str, list[Any] | None]]]:
+    """A categorical's values whose `conditional` branch searches a batch field: value ->
+    (its key in the YAML, batch field -> the values the branch may draw)."""
+    if not isinstance(dist, CategoricalDist) or not dist.conditional:
+        return {}
+    branches = {}
+    for given, parameters in dist.conditional.items():
+        value = conditional_value(dist, given)
+        searched = {path: _drawn_values(nested) for path, nested in parameters.items() if path in BATCH_FIELDS}
+        if searched and value is not _NO_VALUE:  # a key that names no value is keyed by _conditional_problems
+            branches[value] = (given, searched)
+    return branches
 
 
 def _drawn_values(dist: Any) -> list[Any] | None:

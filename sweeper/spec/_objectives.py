@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from trainables.grpo import reward_name
 from trainables.metrics import EVAL_LOSS, EVAL_REWARD, GRPO_METRICS, TASK_METRICS, reward_metric
 from trainables.task_metrics import BUILTIN_SCORES, GENERATION_PREFIX, generation_metric, is_generation_metric
 
@@ -33,7 +34,7 @@ def rankable_metrics(spec: Any) -> dict[str, str]:
     trl = getattr(spec, "trl", None)
     if spec.trainer != "trl" or trl is None or trl.method != "grpo":
         return TASK_METRICS[spec.task]
-    functions = [entry.rpartition(":")[2] for entry in trl.reward_funcs or []]
+    functions = [reward_name(entry) for entry in trl.reward_funcs or []]
     return {**GRPO_METRICS, **{reward_metric(name): "maximize" for name in functions}}
 
 

@@ -1,6 +1,7 @@
 """Dotted paths into the sweep file (`lora.r`, `training.learning_rate`): which exist,
-which sections `search.parameters` may name, the nearest valid path to a typo, and a
-value set at a path and checked against its section alone."""
+which sections `search.parameters` may name, the nearest valid path to a typo, a value
+set at a path and checked against its section alone, the value of a categorical that a
+`conditional` key names, and every distribution a path is searched by."""
 
 from __future__ import annotations
 
@@ -12,6 +13,9 @@ from pydantic import BaseModel, ValidationError
 
 from trainables.engines import FunctionSpec, TrlSpec
 from trainables.sections import ChaosSpec, DpoSpec, LoraSpec, TrainingSpec
+
+if typing.TYPE_CHECKING:
+    from sweeper.spec._sections import CategoricalDist
 
 
 # Config sections whose fields `search.parameters` may name by dotted path.
@@ -125,3 +129,31 @@ def set_path(raw: dict, path: str, value: Any) -> None:
 def error_text(err: dict) -> str:
     """A pydantic error's message without pydantic's "Value error, " prefix."""
     return err["msg"].removeprefix("Value error, ")
+
+
+# What conditional_value returns for a key that names none of the values.
+_NO_VALUE = object()
+
+
+def conditional_value(dist: CategoricalDist, given: Any) -> Any:
+    """The value of `dist` that the `conditional` key `given` names (a key read back from
+    JSON is text: "true", "8"), or _NO_VALUE."""
+    for value in dist.values:
+        if type(given) is type(value) and given == value:
+            return value
+    text = str(given).lower() if isinstance(given, bool) else str(given)
+    for value in dist.values:
+        if (str(value).lower() if isinstance(value, bool) else str(value)) == text:
+            return value
+    return _NO_VALUE
+
+
+def searched_distributions(parameters: dict[str, Any], path: str) -> list[Any]:
+    """Every distribution `path` is searched by in `parameters` (search.parameters): its
+    top-level one and those of each categorical's `conditional` branches."""
+    found = [parameters[path]] if path in parameters else []
+    for dist in parameters.values():
+        for branch in (getattr(dist, "conditional", None) or {}).values():
+            if path in branch:
+                found.append(branch[path])
+    return found

@@ -22,8 +22,8 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 from sweeper.spec._engines import engine_section_problems, grpo_defaults
 from sweeper.spec._objectives import generation_problems, metric_problems, objectives_problems
 from sweeper.spec._notify import NotifySpec
-from sweeper.spec._paths import (SEARCHABLE_SECTIONS, is_int_field, open_field_problem, override_error, path_exists,
-                                 set_path, suggest_path)
+from sweeper.spec._paths import (_NO_VALUE, SEARCHABLE_SECTIONS, conditional_value, is_int_field, open_field_problem,
+                                 override_error, path_exists, set_path, suggest_path)
 from sweeper.spec._sections import (
     PRICE_TABLE,
     BudgetSpec,
@@ -290,10 +290,6 @@ def _parameter_problems(spec: SweepSpec, key: str, path: str, dist: Any) -> list
     return []
 
 
-# What conditional_value returns for a key that names none of the values.
-_NO_VALUE = object()
-
-
 def _conditional_problems(spec: SweepSpec) -> list[Problem]:
     """The conditional parameters of each categorical (`conditional: {VALUE: {path: dist}}`),
     each checked as a searched parameter of the config with VALUE set (trl.beta under
@@ -353,19 +349,6 @@ def searched_paths(spec: SweepSpec) -> list[str]:
         for parameters in (dist.conditional or {}).values() if isinstance(dist, CategoricalDist) else ():
             paths += [path for path in parameters if path not in paths]
     return paths
-
-
-def conditional_value(dist: CategoricalDist, given: Any) -> Any:
-    """The value of `dist` that the `conditional` key `given` names (a key read back from
-    JSON is text: "true", "8"), or _NO_VALUE."""
-    for value in dist.values:
-        if type(given) is type(value) and given == value:
-            return value
-    text = str(given).lower() if isinstance(given, bool) else str(given)
-    for value in dist.values:
-        if (str(value).lower() if isinstance(value, bool) else str(value)) == text:
-            return value
-    return _NO_VALUE
 
 
 def _spec_with(spec: SweepSpec, path: str, value: Any) -> SweepSpec | None:

@@ -119,6 +119,18 @@ def test_calibration_times_the_costliest_group_size_and_completion_length():
     assert calibration.costliest_overrides(spec) == {"trl.num_generations": 8, "trl.max_completion_length": 32}
 
 
+def test_the_costliest_config_counts_the_values_a_conditional_branch_searches():
+    from sweeper.spec import grpo_costliest
+
+    spec = grpo_tiny(**{"search.parameters": {
+        **{path: dist.model_dump() for path, dist in grpo_tiny().search.parameters.items()},
+        "trl.loss_type": {"distribution": "categorical", "values": ["dapo", "grpo"], "conditional": {
+            "grpo": {"trl.max_completion_length": {"distribution": "categorical", "values": [8, 32]}}}},
+    }})
+    assert calibration.costliest_overrides(spec) == {"trl.num_generations": 8, "trl.max_completion_length": 32}
+    assert grpo_costliest(spec)["max_completion_length"] == 32
+
+
 # One config (no search): micro-batches of 2 completions, groups of 8 (2 at evaluation).
 ONE_CONFIG = {"search.num_trials": 1, "search.parameters": {}, "training.per_device_batch_size": 2,
               "trl.num_generations": 8, "trl.num_generations_eval": 2}

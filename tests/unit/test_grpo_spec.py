@@ -98,9 +98,10 @@ def test_the_shipped_grpo_sweep_validates_and_its_rewards_score_the_references()
     ("not a list", "def correct(completions, **kwargs):\n    return 1.0\n", {},
      "trl.reward_funcs.0: returned float 1.0, not a list"),
     ("not FILE.py:FUNCTION", REWARD, {"reward_funcs": ["rewards:correct"]},
-     "trl.reward_funcs: entry 0: expected FILE.py:FUNCTION, got 'rewards:correct'"),
+     "trl.reward_funcs: entry 0: expected FILE.py:FUNCTION or a reward model (a hub id like org/name, or a local "
+     "folder), got 'rewards:correct'"),
     ("two of one name", REWARD, {"reward_funcs": ["rewards.py:correct", "other.py:correct"]},
-     "trl.reward_funcs: entry 1: a function named 'correct' is reported as eval_reward_correct, the name of another's"),
+     "trl.reward_funcs: entry 1: a reward named 'correct' is reported as eval_reward_correct, the name of another's"),
     ("no reward function", REWARD, {"reward_funcs": []}, "trl.reward_funcs: trl.method grpo needs at least one"),
     ("a weight too many", REWARD, {"reward_weights": [1.0, 0.5]},
      "trl.reward_weights: one weight per reward function: 1 in trl.reward_funcs, got 2 weights"),
@@ -148,6 +149,42 @@ def test_a_search_that_could_draw_a_config_breaking_a_batch_rule_is_refused_nami
     raw["search"]["parameters"]["training.per_device_batch_size"]["values"] = [4, 8]
     spec = validate_spec(raw, base_dir=tmp_path)  # every combination meets the rules
     assert "trl.num_generations" in spec.search.parameters
+
+
+def categorical(values, conditional=None) -> dict:
+    return {"distribution": "categorical", "values": values, **({"conditional": conditional} if conditional else {})}
+
+
+def test_a_batch_field_searched_in_a_conditional_branch_is_checked_with_the_top_level_values(tmp_path):
+    raw = grpo_sweep(tmp_path)
+    parameters = raw["search"]["parameters"]
+    parameters["trl.loss_type"] = categorical(["dapo", "grpo"], {"dapo": {"trl.num_generations": categorical([4, 3])}})
+    assert refused(tmp_path, raw).startswith(
+        "search.parameters.trl.loss_type.conditional.dapo.trl.num_generations: a trial could draw "
+        "trl.num_generations=3, and then trl.num_generations: the generation batch (training.per_device_batch_size 8 "
+        "x 1 workers x training.gradient_accumulation_steps 1 = 8) must be divisible by trl.num_generations (3)")
+    # The branch's values combine with the top-level search: 8 generations need a batch of 8.
+    parameters["trl.loss_type"]["conditional"]["dapo"]["trl.num_generations"]["values"] = [2, 8]
+    parameters["training.per_device_batch_size"] = categorical([4, 8])
+    assert refused(tmp_path, raw).startswith(
+        "search.parameters.trl.loss_type.conditional.dapo.trl.num_generations: a trial could draw "
+        "training.per_device_batch_size=4, trl.num_generations=8, and then trl.num_generations: the generation batch")
+    parameters["training.per_device_batch_size"]["values"] = [8, 16]
+    assert validate_spec(raw, base_dir=tmp_path).search.parameters["trl.loss_type"].conditional
+
+
+def test_a_batch_fields_value_with_a_branch_is_checked_with_its_branch_only(tmp_path):
+    """A trial that draws per_device_batch_size 6 draws num_generations from its branch (3
+    or 6), never the fixed 4: 6 with 4 is no config any trial runs."""
+    raw = grpo_sweep(tmp_path)  # trl.num_generations: 4
+    raw["search"]["parameters"]["training.per_device_batch_size"] = categorical(
+        [4, 6], {6: {"trl.num_generations": categorical([3, 6])}})
+    assert "training.per_device_batch_size" in validate_spec(raw, base_dir=tmp_path).search.parameters
+    raw["search"]["parameters"]["training.per_device_batch_size"]["conditional"][6]["trl.num_generations"] = \
+        categorical([3, 4])
+    assert refused(tmp_path, raw).startswith(
+        "search.parameters.training.per_device_batch_size.conditional.6.trl.num_generations: a trial could draw "
+        "training.per_device_batch_size=6, trl.num_generations=4, and then trl.num_generations")
 
 
 def test_a_grpo_sweep_ranked_by_its_loss_is_refused_saying_why(tmp_path):
