@@ -4,13 +4,11 @@ when it runs in token mode, how an address that does not answer is refused; and 
 import json
 import socket
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import yaml
 
 from sweeper.cluster import _connect as connect
-from sweeper.run import _sweep_dir as sweep_dir
 from sweeper.errors import UserError
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,7 +9,7 @@ import pytest
 
 from sweeper.cost._architecture import parameter_count
 from sweeper.cost._throughput import (
-    DECODE_LAYER_SECONDS, MEMORY_BANDWIDTH, PEAK_TFLOPS, UTILISATION, Decoder, decoding_seconds, modelled_timing,
+    DECODE_LAYER_SECONDS, PEAK_TFLOPS, UTILISATION, Decoder, decoding_seconds, modelled_timing,
 )
 from sweeper.plan import _calibrate as calibration
 from sweeper.plan._forecast import forecast_sweep
