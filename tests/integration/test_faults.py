@@ -20,6 +20,10 @@ from tests.ports import free_port
 
 pytestmark = [pytest.mark.integration]
 
+# What these tests assert is a fault's end state, not the losses: their trials evaluate on
+# 32 of the eval split's 200 rows (data.eval_samples: the same seeded rows every evaluation).
+FEW_EVAL_ROWS = {"eval_samples": 32}
+
 
 def _children(uri: str, name: str):
     try:
@@ -47,7 +51,8 @@ def test_sigterm_stops_start_and_resume_a_corrupted_state_is_said_and_a_broken_c
     before anything starts; a stopped trial's adapter truncated to 0 bytes restarted from
     step 0, said and tagged; the last resume finishes every trial once."""
     name, trials = "sigterm", 4
-    raw = small_sweep(name, search={"num_trials": trials, "seed": 6}, training={"max_steps": 40, "eval_every": 10},
+    raw = small_sweep(name, data=FEW_EVAL_ROWS, search={"num_trials": trials, "seed": 6},
+                      training={"max_steps": 40, "eval_every": 10},
                       early_stopping={"scheduler": "none"})
     path = write_yaml(tmp_path / f"{name}.yaml", raw)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -144,8 +149,8 @@ def test_a_disk_that_fills_mid_sweep_stops_it_with_a_line_and_resume_finishes_it
     name, trials = "fills", 4
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     with _small_file_system(tmp_path / "disk", "32m") as disk:
-        raw = small_sweep(name, output_dir=str(disk / name), search={"num_trials": trials, "seed": 4},
-                          training={"max_steps": 40, "eval_every": 10})
+        raw = small_sweep(name, output_dir=str(disk / name), data=FEW_EVAL_ROWS,
+                          search={"num_trials": trials, "seed": 4}, training={"max_steps": 40, "eval_every": 10})
         path = write_yaml(tmp_path / f"{name}.yaml", raw)
         driver = start_driver("start", str(path), cwd=tmp_path)
         wait_for(lambda: _reported(uri, name) or driver.poll() is not None, 600, "a report", every=0.5)
@@ -291,9 +296,11 @@ def test_a_tracking_server_that_does_not_come_back_stops_the_sweep_resumable(tmp
     server = _MlflowServer(tmp_path)
     server.start()
     try:
-        # Trials long enough (300 steps) to outlast the limit once the server is gone.
-        raw = small_sweep(name, search={"num_trials": trials, "seed": 8}, training={"max_steps": 300, "eval_every": 20},
-                          early_stopping={"scheduler": "none"}, tracking={"uri": server.uri, "away_limit_s": 10})
+        # Trials long enough (200 steps) to outlast the limit (2 s from the first write that
+        # found the server gone, after MLflow's retries) once the server is gone.
+        raw = small_sweep(name, data=FEW_EVAL_ROWS, search={"num_trials": trials, "seed": 8},
+                          training={"max_steps": 200, "eval_every": 20},
+                          early_stopping={"scheduler": "none"}, tracking={"uri": server.uri, "away_limit_s": 2})
         driver = start_driver("start", str(write_yaml(tmp_path / f"{name}.yaml", raw)), cwd=tmp_path)
         wait_for(lambda: _reported_to(server.uri, name) or driver.poll() is not None, 600, "a report", every=0.5)
         server.kill()
@@ -324,7 +331,8 @@ def _reported_to(uri: str, name: str) -> bool:
 def test_a_sweep_whose_tune_state_is_gone_is_rebuilt_from_mlflow_and_the_study(tmp_path):
     name, trials = "rebuilt", 4
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    raw = small_sweep(name, search={"num_trials": trials, "seed": 9}, training={"max_steps": 30, "eval_every": 10},
+    raw = small_sweep(name, data=FEW_EVAL_ROWS, search={"num_trials": trials, "seed": 9},
+                      training={"max_steps": 30, "eval_every": 10},
                       early_stopping={"scheduler": "none"})
     driver = start_driver("start", str(write_yaml(tmp_path / f"{name}.yaml", raw)), cwd=tmp_path)
 
