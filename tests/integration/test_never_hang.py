@@ -177,7 +177,7 @@ def test_a_trial_whose_workers_cannot_be_placed_fails_within_its_bound_saying_wh
     address, env = cluster
     raw = small_sweep("unplaced", search={"num_trials": 1}, cost={"calibrate": False},
                       resources={"workers_per_trial": 2, "cpus_per_worker": 0.5, "custom": {"trainer": 0.5},
-                                 "worker_start_timeout_s": 10})
+                                 "worker_start_timeout_s": 5})
     raw["output_dir"] = str(tmp_path / "sweeps" / "unplaced")
     spec = write_yaml(tmp_path / "unplaced.yaml", raw)
     with joined(HOLDER, address, env, "HOLDING", tmp_path / "holder.log"):
@@ -190,7 +190,7 @@ def test_a_trial_whose_workers_cannot_be_placed_fails_within_its_bound_saying_wh
     out = done.stdout + done.stderr
     assert done.returncode == 1, out[-3000:]
     reason = (
-        "WorkersNotPlaced: its 2 worker(s) of 0.5 CPU, 0.5 trainer each were not placed within 10 s "
+        "WorkersNotPlaced: its 2 worker(s) of 0.5 CPU, 0.5 trainer each were not placed within 5 s "
         "(resources.worker_start_timeout_s); the cluster had free: "
     )
     assert "error: no trial completed (1 started)" in out and reason in " ".join(out.split()), out[-3000:]
