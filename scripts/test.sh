@@ -3,7 +3,8 @@
 #   scripts/test.sh          the quick tier: the unit tests (no Ray, seconds each) on two
 #                            processes, then one integration test per user story (marked
 #                            `story`: start, stop and resume after kill -9, bad input, report,
-#                            promote, DPO, each strategy, cluster join, a budget-driven sweep)
+#                            promote, DPO, GRPO, kill -9 under ZeRO-3 and FSDP, cluster
+#                            join, a budget-driven sweep)
 #   scripts/test.sh --all    every test: the unit tests, then every integration test (real
 #                            Ray cluster, real MLflow store, real training of the built-in tiny
 #                            model). This is what CI runs (.ci/run).

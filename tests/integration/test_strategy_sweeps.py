@@ -59,9 +59,15 @@ def eval_losses(client: MlflowClient, run_id: str) -> list[tuple[int, float]]:
     return [(m.step, m.value) for m in sorted(client.get_metric_history(run_id, "eval_loss"), key=lambda m: (m.timestamp, m.step))]
 
 
+# The quick tier's story is a ZeRO-3 trial's driver killed (DeepSpeed's sharded checkpoint,
+# DPO's reference model) and an FSDP trial's worker killed (the state Tune's retry reads
+# back); ZeRO-2 and QLoRA run in the full tier.
+STORY_CASES = {"dpo-zero3", "fsdp"}
+
+
 @pytest.mark.timeout(600)  # a hang fails the test instead of blocking CI
-@pytest.mark.parametrize("case", list(CASES))
-@pytest.mark.story
+@pytest.mark.parametrize("case", [pytest.param(case, marks=[pytest.mark.story] if case in STORY_CASES else [])
+                                  for case in CASES])
 def test_a_sweep_trains_checkpoints_and_goes_on_from_its_checkpoint_after_a_kill_9(tmp_path, case):
     name = f"strategy-{case}"
     sweep, strategy_sections, resume_state, killed = CASES[case]
