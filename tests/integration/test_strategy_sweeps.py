@@ -61,7 +61,7 @@ def eval_losses(client: MlflowClient, run_id: str) -> list[tuple[int, float]]:
 
 # The quick tier's story is a ZeRO-3 trial's driver killed (DeepSpeed's sharded checkpoint,
 # DPO's reference model) and an FSDP trial's worker killed (the state Tune's retry reads
-# back); ZeRO-2 and QLoRA run in the full tier.
+# back); ZeRO-2, ZeRO-3 with a worker killed, and QLoRA run in the full tier only.
 STORY_CASES = {"dpo-zero3", "fsdp"}
 
 
