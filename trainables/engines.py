@@ -32,7 +32,7 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field, TypeAdapter, ValidationError, ValidationInfo, field_validator, model_validator
 
 from trainables.errors import FieldProblems
-from trainables.grpo import is_function_entry, reward_name
+from trainables.reward_models import is_function_entry, reward_name
 from trainables.sections import StrictModel, checks_files, resolve_relative_path
 
 __all__ = [

@@ -29,11 +29,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from trainables.errors import InputError
+from trainables.reward_models import is_function_entry
 from trainables.task_metrics import load_scorer
 
 __all__ = [
-    "REFERENCE_COLUMN", "GRPO_EVAL_SAMPLES", "BATCH_FIELDS", "grpo_row", "grpo_rows", "is_function_entry",
-    "reward_name", "reward_functions", "reward_function_problems", "batch_problems", "space_problem", "range_values",
+    "REFERENCE_COLUMN", "GRPO_EVAL_SAMPLES", "BATCH_FIELDS", "grpo_row", "grpo_rows",
+    "reward_functions", "reward_function_problems", "batch_problems", "space_problem", "range_values",
 ]
 
 REFERENCE_COLUMN = "reference"
@@ -70,22 +71,6 @@ def grpo_row(record: dict, where: str) -> dict:
 def grpo_rows(records: Sequence[tuple[int, dict]], key: str) -> list[dict]:
     """The rows of a split (`read_records`' (line number, record) pairs) as GRPO prompts."""
     return [grpo_row(record, f"{key} line {number}") for number, record in records]
-
-
-def is_function_entry(entry: str) -> bool:
-    """Whether an entry of `trl.reward_funcs` names a function (FILE.py:FUNCTION) rather
-    than a reward model (a hub id or a local folder)."""
-    file, sep, name = entry.rpartition(":")
-    return bool(sep) and file.endswith(".py") and name.isidentifier()
-
-
-def reward_name(entry: str) -> str:
-    """The name trl logs an entry's reward under, and the sweep reports it as
-    eval_reward_<name>: a function's name; a reward model's id or folder name after its
-    last "/" (trl: the model config's name_or_path, split at "/")."""
-    if is_function_entry(entry):
-        return entry.rpartition(":")[2]
-    return entry.rstrip("/").rsplit("/", 1)[-1]
 
 
 def reward_functions(entries: Sequence[str]) -> list[Callable | str]:

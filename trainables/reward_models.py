@@ -1,7 +1,8 @@
-"""Reward models in `trl.reward_funcs`: an entry that is not FILE.py:FUNCTION is the hub id
-or local folder of a sequence-classification model with one label, which trl 1.16's
-GRPOTrainer loads itself (`AutoModelForSequenceClassification.from_pretrained(id,
-num_labels=1, **model_init_kwargs)`, its tokenizer by `AutoTokenizer.from_pretrained`,
+"""Reward models in `trl.reward_funcs`, and the entries' names (`is_function_entry`,
+`reward_name`: a leaf module, read by the config's schema as well as by trials): an
+entry that is not FILE.py:FUNCTION is the hub id or local folder of a
+sequence-classification model with one label, which trl 1.16's GRPOTrainer loads itself
+(`AutoModelForSequenceClassification.from_pretrained(id, num_labels=1, **model_init_kwargs)`, its tokenizer by `AutoTokenizer.from_pretrained`,
 the eos as pad where it has none) and scores each prompt + completion with (the text
 padded on the right, a chat one rendered with the reward model's own chat template; the
 reward is the logit at the last token that is not padding).
@@ -18,10 +19,26 @@ import math
 from pathlib import Path
 from typing import Any
 
-__all__ = ["reward_model_problem"]
+__all__ = ["is_function_entry", "reward_model_problem", "reward_name"]
 
 _FIX = ("give a sequence-classification model with one label (e.g. LlamaForSequenceClassification, num_labels=1, "
         "saved with its tokenizer), or FILE.py:FUNCTION")
+
+
+def is_function_entry(entry: str) -> bool:
+    """Whether an entry of `trl.reward_funcs` names a function (FILE.py:FUNCTION) rather
+    than a reward model (a hub id or a local folder)."""
+    file, sep, name = entry.rpartition(":")
+    return bool(sep) and file.endswith(".py") and name.isidentifier()
+
+
+def reward_name(entry: str) -> str:
+    """The name trl logs an entry's reward under, and the sweep reports it as
+    eval_reward_<name>: a function's name; a reward model's id or folder name after its
+    last "/" (trl: the model config's name_or_path, split at "/")."""
+    if is_function_entry(entry):
+        return entry.rpartition(":")[2]
+    return entry.rstrip("/").rsplit("/", 1)[-1]
 
 
 def reward_model_problem(source: str, prompts: list, completions: list, trl_fields: dict[str, Any]) -> str | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainables.grpo import reward_name
+from trainables.reward_models import reward_name
 from trainables.metrics import EVAL_LOSS, EVAL_REWARD, GRPO_METRICS, TASK_METRICS, reward_metric
 from trainables.task_metrics import BUILTIN_SCORES, GENERATION_PREFIX, generation_metric, is_generation_metric
 

@@ -57,7 +57,7 @@ def test_a_reward_model_folder_beside_the_sweep_file_validates_and_reports_under
 
 
 def test_a_hub_id_stays_a_hub_id_and_names_its_reward_after_the_last_part(tmp_path):
-    from trainables.grpo import reward_name
+    from trainables.reward_models import reward_name
 
     raw = grpo_sweep(tmp_path)
     raw["trl"]["reward_funcs"] = ["OpenAssistant/reward-model-deberta-v3-large-v2"]
@@ -138,7 +138,7 @@ def test_grpo_trainer_loads_the_folder_and_logs_its_reward_as_the_sweep_reports_
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from trainables.engines import trl_config_class, trl_trainer_class
-    from trainables.grpo import reward_name
+    from trainables.reward_models import reward_name
     from trainables.hf_reporting import sweep_metrics
     from trainables.tiny import build_tokenizer, shape
 
