@@ -4,8 +4,9 @@ entry that is not FILE.py:FUNCTION is the hub id or local folder of a
 sequence-classification model with one label, which trl 1.16's GRPOTrainer loads itself
 (`AutoModelForSequenceClassification.from_pretrained(id, num_labels=1,
 **model_init_kwargs)`, its tokenizer by `AutoTokenizer.from_pretrained`, the eos as pad
-where it has none) and scores each prompt + completion with (the text padded on the right, a chat one rendered with the reward model's own chat template; the
-reward is the logit at the last token that is not padding).
+where it has none) and scores each prompt + completion with (the text padded on the
+right, a chat one rendered with the reward model's own chat template; the reward is the
+logit at the last token that is not padding).
 
 `reward_model_problem` does the same once, before any trial, on a few eval rows with the
 references as completions: a model that is not found, is no sequence-classification model
