@@ -12,10 +12,11 @@ ASHA, and the searcher) as a Tune report. Two shapes, both through Ray's public 
   resume and the adapter janitor read one layout. What one trial may change in the
   process, it gives back (`trial_process`).
 - **Several workers** (DDP, ZeRO, FSDP): a Ray Train `TorchTrainer` whose controller and
-  worker group are Train's own; reports reach the trial through Ray's
-  `TuneReportCallback`; the trial's own process only waits (no CPU, on the head node).
-  Tune does not reuse these processes: a stopped trial's actor ends, and its Train run
-  with it.
+  worker group are Train's own; the controller hands each report to the trial's own
+  process through a Ray queue, and the trial reports it to Tune itself, every one of them
+  before it returns (`fit_reporting_to_tune`); the trial's process holds no CPU and stays
+  on the head node. Tune does not reuse these processes: a stopped trial's actor ends,
+  and its Train run with it.
 
 Either way a trial whose training fails is retried by Tune from its latest checkpoint, up
 to `search.max_failures` times (`tune.FailureConfig`, sweeper/run/_launch.py): the
@@ -35,12 +36,13 @@ import logging
 import os
 import random
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 from ray import tune
-from ray.train import CheckpointConfig, ControllerError, FailureConfig, RunConfig, ScalingConfig
-from ray.tune.integration.ray_train import TuneReportCallback
+from ray.train import CheckpointConfig, ControllerError, FailureConfig, RunConfig, ScalingConfig, UserCallback
+from ray.util.queue import Empty, Queue
 
 from sweeper.cluster import storage, free_resources_text, resources_text
 from sweeper.cluster.ray_adapter import ON_THE_HEAD_NODE, tune_trial_number
@@ -70,6 +72,9 @@ NO_VISIBLE_DEVICE = {"CUDA_VISIBLE_DEVICES": ""}
 # A one-worker trial's checkpoint folders in its trials folder: the optimizer step, padded,
 # so that the latest sorts last.
 CHECKPOINT_PREFIX = "checkpoint_"
+# How often a several-worker trial looks at its Train run between reports: how late it
+# notices the run has ended.
+REPORT_WAIT_S = 0.5
 
 
 def trainable_name(spec) -> str:
@@ -201,6 +206,7 @@ def train_on_worker_group(train_loop, train_loop_config: dict, trial, trial_id: 
         per_worker["GPU"] = resources.gpus_per_worker
     storage_filesystem, storage_path = storage.filesystem(trials_dir)
     os.environ[WORKER_START_TIMEOUT_ENV] = f"{worker_start_timeout_s:g}"
+    reports = report_queue()
     trainer = TorchTrainer(
         train_loop,
         train_loop_config=train_loop_config,
@@ -212,7 +218,7 @@ def train_on_worker_group(train_loop, train_loop_config: dict, trial, trial_id: 
             storage_path=storage_path,
             storage_filesystem=storage_filesystem,
             worker_runtime_env=worker_runtime_env(resources),
-            callbacks=[ReportToTune()],
+            callbacks=[ReportToTrial(reports)],
             checkpoint_config=CheckpointConfig(num_to_keep=1),
             # Tune retries a failed trial (search.max_failures), not Train: one retry rule
             # for both shapes of trial. A node being drained moves the run (Train's own
@@ -221,7 +227,7 @@ def train_on_worker_group(train_loop, train_loop_config: dict, trial, trial_id: 
         ),
     )
     try:
-        trainer.fit()
+        fit_reporting_to_tune(trainer, reports)
     except ControllerError as error:
         if "timed out" not in str(error.controller_failure):
             raise
@@ -232,16 +238,62 @@ def train_on_worker_group(train_loop, train_loop_config: dict, trial, trial_id: 
         ) from error
 
 
-class ReportToTune(TuneReportCallback):
-    """Each report of a several-worker trial's Train run becomes a Tune report of the trial
-    (Ray's TuneReportCallback carries it), with the path of its checkpoint (a URI for
-    object storage). A checkpoint kept because the trial's node is being taken away is
-    Train's alone: no Tune report (trainables/preemption.py)."""
+def report_queue() -> Queue:
+    """Where a several-worker trial's Train controller puts its reports for the trial: a
+    Ray queue on the trial's own node (the head), holding one report, so that the run
+    trains at most a report ahead of Tune, as a one-worker trial does."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    return Queue(maxsize=1, actor_options={"num_cpus": 0, "scheduling_strategy": here})
+
+
+class ReportToTrial(UserCallback):
+    """Each report of a several-worker trial's Train run, put on the trial's queue as the
+    Tune report it becomes (`tune_result`). Runs in the Train controller."""
+
+    def __init__(self, reports: Queue):
+        self.reports = reports
 
     def after_report(self, run_context, metrics, checkpoint) -> None:
         result = tune_result(metrics, checkpoint)
         if result is not None:
-            TuneReportCallback.after_report(self, run_context, [result], None)
+            self.reports.put(result)
+
+
+def fit_reporting_to_tune(trainer, reports: Queue) -> None:
+    """Run `trainer` in a thread while this one, the trial's, reports each of its reports to
+    Tune in order, the last one included, then return (or raise the run's error). Tune
+    takes a trial's function returning as its end. Ray's own TuneReportCallback leaves the
+    reports to the trial actor's main thread, which looks for a report and for the
+    function's end one after the other: where the controller notices the run's end soon
+    after its last report (it polls every 0.1 s, TRIAL_SETTINGS), the end can overtake that
+    report, and a trial that trained to max_steps is recorded as stopped at its previous
+    evaluation. The controller puts each report before its run ends, so a run seen ended
+    has nothing left to put."""
+    outcome: dict[str, BaseException] = {}
+
+    def fit() -> None:
+        try:
+            trainer.fit()
+        except BaseException as error:  # raised below, in the trial's thread
+            outcome["error"] = error
+
+    run = threading.Thread(target=fit, name="train-run", daemon=True)
+    run.start()
+    try:
+        while True:
+            ended = not run.is_alive()
+            try:
+                tune.report(reports.get(timeout=REPORT_WAIT_S))
+            except Empty:
+                if ended:
+                    break
+    finally:
+        reports.shutdown(force=True)  # the run has ended, or the trial is being stopped
+    if "error" in outcome:
+        raise outcome["error"]
 
 
 def tune_result(metrics: list[dict], checkpoint) -> dict | None:

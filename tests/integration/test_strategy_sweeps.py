@@ -43,15 +43,16 @@ CASES = {
 
 def training_processes(driver) -> list[psutil.Process]:
     """The processes that train, in the driver's own local cluster (Ray titles them): the
-    Train workers of a several-worker trial, or the trial's own process (Tune's function
-    trainable) where one worker trains in it."""
-    found = []
+    Train workers of a several-worker trial (its own process, Tune's function trainable,
+    only waits on them), or the trial's own process where one worker trains in it."""
+    titled: dict[str, list[psutil.Process]] = {"RayTrainWorker": [], "ImplicitFunc": []}
     for process in psutil.Process(driver.pid).children(recursive=True):
         with contextlib.suppress(psutil.Error):
             title = " ".join(process.cmdline())
-            if "RayTrainWorker" in title or "ImplicitFunc" in title:
-                found.append(process)
-    return found
+            for name, found in titled.items():
+                if name in title:
+                    found.append(process)
+    return titled["RayTrainWorker"] or titled["ImplicitFunc"]
 
 
 def eval_losses(client: MlflowClient, run_id: str) -> list[tuple[int, float]]:

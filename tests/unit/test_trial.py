@@ -4,13 +4,14 @@ retried trial starts from, and what one trial gives back to the process Tune reu
 tests/integration/test_ray_adapter.py runs both shapes on a real cluster."""
 
 import os
+import queue
 import random
 
 import pytest
 
 import sweeper.run._trial
 from sweeper.cluster._connect import TRIAL_SETTINGS
-from sweeper.run._trial import TrialStorage, trial_process, trial_resources, tune_result
+from sweeper.run._trial import TrialStorage, fit_reporting_to_tune, trial_process, trial_resources, tune_result
 from trainables.common import REPORT_FILE
 from trainables.resources import ResourcesSpec
 
@@ -25,6 +26,58 @@ def test_a_train_report_reaches_tune_with_its_checkpoint_path_and_a_preemption_c
     }
     assert tune_result([{"step": 20, "eval_loss": 4.0}], None) == {"step": 20, "eval_loss": 4.0}
     assert tune_result([{"step": 7, "preemption_checkpoint": 1, "preemptions": 1}], None) is None
+
+
+class HandedOver:
+    """A several-worker trial's report queue (ray.util.queue.Queue's get and shutdown) over
+    a local queue, for a trainer that puts its reports from another thread."""
+
+    def __init__(self):
+        self.queue = queue.Queue(maxsize=1)
+        self.shut = False
+
+    def get(self, timeout):
+        from ray.util.queue import Empty
+
+        try:
+            return self.queue.get(timeout=timeout)
+        except queue.Empty:
+            raise Empty from None
+
+    def shutdown(self, force):
+        self.shut = True
+
+
+class RunThatReports:
+    """A Train run that puts `steps` reports, the last one just before it ends (as the
+    controller does), then ends, or fails with `error`."""
+
+    def __init__(self, reports: HandedOver, steps: list[int], error: Exception | None = None):
+        self.reports, self.steps, self.error = reports, steps, error
+
+    def fit(self):
+        for step in self.steps:
+            self.reports.queue.put({"step": step})
+        if self.error is not None:
+            raise self.error
+
+
+def test_every_report_of_a_several_worker_trial_reaches_tune_before_the_trial_ends(monkeypatch):
+    reported = []
+    monkeypatch.setattr(sweeper.run._trial.tune, "report", reported.append)
+    reports = HandedOver()
+    fit_reporting_to_tune(RunThatReports(reports, [30, 60, 90, 120]), reports)
+    assert reported == [{"step": 30}, {"step": 60}, {"step": 90}, {"step": 120}]
+    assert reports.shut
+
+
+def test_a_several_worker_trial_whose_run_fails_reports_what_came_before_then_raises_the_runs_error(monkeypatch):
+    reported = []
+    monkeypatch.setattr(sweeper.run._trial.tune, "report", reported.append)
+    reports = HandedOver()
+    with pytest.raises(RuntimeError, match="worker died"):
+        fit_reporting_to_tune(RunThatReports(reports, [30], RuntimeError("worker died")), reports)
+    assert reported == [{"step": 30}] and reports.shut
 
 
 def test_a_checkpoint_in_object_storage_reaches_tune_as_its_uri():
