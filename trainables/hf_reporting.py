@@ -8,6 +8,12 @@ adapter or weights, optimizer, schedule, random state, trainer_state.json); the 
 reports once that checkpoint is written, with the metrics under the sweep's names
 (trainables/metrics.py) and the checkpoint folder, so a paused, retried or resumed trial
 goes on from it with `Trainer.train(resume_from_checkpoint=...)`.
+
+An evaluation before the first step (`eval_on_start`, e.g. trl.eval_on_start) is reported
+at once as step 0, the eval metrics alone and no checkpoint: nothing has trained. The
+Trainer runs it at the start of every `train()`, a resumed one's too; there it repeats the
+evaluation of the checkpoint it resumes from, whose report was given, and is dropped (the
+trl engine turns eval_on_start off when it resumes, so that it is not run at all).
 """
 
 from __future__ import annotations
@@ -89,8 +95,10 @@ class ReportEvaluations(TrainerCallback):
         self.seconds = self.cpu_seconds = 0.0
         self.tokens_at_report = 0
         self._step_started = self._cpu_started = 0.0
+        self._stepped = False  # a step has ended in this train() call
 
     def on_train_begin(self, args, state, control, **kwargs):
+        self._stepped = False
         self.tokens_at_report = int(getattr(state, "num_input_tokens_seen", 0) or 0)
 
     def on_step_begin(self, args, state, control, **kwargs):
@@ -99,6 +107,7 @@ class ReportEvaluations(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         self.seconds += time.perf_counter() - self._step_started
         self.cpu_seconds += time.thread_time() - self._cpu_started
+        self._stepped = True
         if self.setup_seconds is None:
             self.setup_seconds = time.time() - self.started_at
             self.first_step_seconds = self.seconds
@@ -117,6 +126,14 @@ class ReportEvaluations(TrainerCallback):
 
     def on_evaluate(self, args, state, control, metrics=None, **kwargs):
         self.pending.update(sweep_metrics(metrics or {}))
+        if self._stepped:
+            return
+        # Before any step of this train() call: eval_on_start. At step 0 the base model's
+        # evaluation, reported now (no save follows it); at a resumed run's first step, a
+        # repeat of the evaluation its checkpoint was reported with: dropped.
+        if state.global_step == 0 and self.pending:
+            self.report({STEP: 0, **self.pending}, None)
+        self.pending = {}
 
     def on_save(self, args, state, control, **kwargs):
         if not self.pending:
