@@ -129,8 +129,8 @@ class ReportEvaluations(TrainerCallback):
         if self._stepped:
             return
         # Before any step of this train() call: eval_on_start. At step 0 the base model's
-        # evaluation, reported now (no save follows it); at a resumed run's first step, a
-        # repeat of the evaluation its checkpoint was reported with: dropped.
+        # evaluation, reported now (no save follows it); at a resumed run's start (its
+        # checkpoint's step), a repeat of the evaluation that checkpoint was reported with: dropped.
         if state.global_step == 0 and self.pending:
             self.report({STEP: 0, **self.pending}, None)
         self.pending = {}
