@@ -72,6 +72,26 @@ def test_an_evaluation_before_the_first_step_is_reported_at_once_as_step_0_witho
     assert "eval_kl" not in metrics and metrics["setup_seconds"] > 0  # nothing of step 0's carried over
 
 
+def test_the_step_0_evaluation_leaves_the_random_states_as_it_found_them(tmp_path):
+    """GRPO's evaluation samples completions: the trial then trains as without it."""
+    import random
+
+    import numpy
+    import torch
+
+    from trainables.hf_reporting import ReportEvaluations
+
+    callback = ReportEvaluations(lambda metrics, folder: None, 2, 0.0, eval_every=1)
+    torch.manual_seed(0), numpy.random.seed(0), random.seed(0)
+    expected = torch.rand(2), numpy.random.rand(), random.random()
+    torch.manual_seed(0), numpy.random.seed(0), random.seed(0)
+    trainer = Steps(callback, str(tmp_path))
+    torch.rand(5), numpy.random.rand(3), random.random()  # the evaluation's sampling
+    trainer.evaluate({"eval_reward": 0.25})
+    drawn = torch.rand(2), numpy.random.rand(), random.random()
+    assert torch.equal(drawn[0], expected[0]) and drawn[1:] == expected[1:]
+
+
 def test_the_evaluation_a_resumed_run_repeats_before_its_first_step_is_dropped(tmp_path):
     from trainables.hf_reporting import ReportEvaluations
 
