@@ -12,20 +12,19 @@ Per seed, one small GRPO sweep through `run_sweep` (as `sweep start` runs it), s
   `correct`, completions of at most 16 tokens, 2 trials over the learning rate, no early
   stopping (SMOLLM2).
 
-The sweep has no evaluation at step 0, so the benchmark measures it: in this process, the
-best trial's config (the highest eval_reward at max_steps) is built as the trl engine
-builds a trial (trainables/trl_engine.py: the base, LoRA adapters that start as a no-op,
-the same data, eval rows and reward functions) and `trainer.evaluate()` samples the sweep's
-eval rows before any step. The paired difference per seed is the best trial's eval_reward
-at max_steps minus that.
+Each trial evaluates before its first step (`trl.eval_on_start: true`, reported as step 0:
+the untrained model, its LoRA adapters a no-op, on the same eval rows and reward
+functions). The paired difference per seed is the best trial's (the highest eval_reward at
+max_steps) eval_reward at max_steps minus its own at step 0, both as the driver got them.
 
-The split: the same trainer then trains `--timed-steps` steps (the first a warm-up, not
-counted) on a trial worker's threads (`resources.cpus_per_worker`); each step's time is a
-`TrainerCallback`'s (step begin to step end), its generation time trl's own profiling of
-`transformers.generate` (trl.extras.profiling, logged to a throwaway MLflow run), and
-"training" is the rest of the step (rewards, log-probabilities, forward, backward,
-optimizer). Next to it, the throughput model's share (what `sweep plan --no-calibrate`
-prints: "generation N% of a step").
+The split: in this process, the best trial's config on trl's trainer as the trl engine
+builds it (trainables/trl_engine.py::build_trainer) trains `--timed-steps` steps (the
+first a warm-up, not counted) on a trial worker's threads (`resources.cpus_per_worker`);
+each step's time is a `TrainerCallback`'s (step begin to step end), its generation time
+trl's own profiling of `transformers.generate` (trl.extras.profiling, logged to a
+throwaway MLflow run), and "training" is the rest of the step (rewards,
+log-probabilities, forward, backward, optimizer). Next to it, the throughput model's
+share (what `sweep plan --no-calibrate` prints: "generation N% of a step").
 
     python -m benchmarks.grpo --model tiny --seeds 0,1,2,3
     python -m benchmarks.grpo --model smollm2 --seeds 0,1
@@ -80,14 +79,17 @@ class SeedOutcome:
 
 
 class Rewards(Callback):
-    """Each trial's eval_reward by step, and its searched values, as the driver gets them."""
+    """Each trial's eval_reward by step (step 0 its evaluation before the first step), and
+    its searched values, as the driver keeps them: a step's first report (a retried trial
+    that had not reached a checkpoint evaluates at step 0 again; the driver ignores it)."""
 
     def __init__(self, outcome: SeedOutcome, searched: list[str]):
         self.outcome, self.searched = outcome, searched
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
         if result.get(EVAL_REWARD) is not None:
-            self.outcome.rewards.setdefault(trial.trial_id, {})[int(result[STEP])] = float(result[EVAL_REWARD])
+            by_step = self.outcome.rewards.setdefault(trial.trial_id, {})
+            by_step.setdefault(int(result[STEP]), float(result[EVAL_REWARD]))
             self.outcome.configs[trial.trial_id] = {k: trial.config[k] for k in self.searched if k in trial.config}
 
 
@@ -98,6 +100,13 @@ def best_at(rewards: dict[str, dict[int, float]], max_steps: int) -> tuple[str, 
         raise RuntimeError(f"no trial reported an eval_reward at max_steps {max_steps}: {rewards}")
     trial = max(sorted(finished), key=finished.__getitem__)
     return trial, finished[trial]
+
+
+def at_step_0(rewards: dict[str, dict[int, float]], trial: str) -> float:
+    """The trial's eval_reward at step 0: its evaluation before the first step (trl.eval_on_start)."""
+    if 0 not in rewards[trial]:
+        raise RuntimeError(f"trial {trial} reported no eval_reward at step 0 (trl.eval_on_start): {rewards[trial]}")
+    return rewards[trial][0]
 
 
 def paired(after: list[float], before: list[float]) -> dict:
@@ -133,6 +142,7 @@ def sweep_spec(model: str, seed: int):
     sections = {key: dict(value) for key, value in MODELS[model].items()}
     sections["training"] = {**sections.get("training", {}), "seed": seed}
     sections["search"] = {**sections.get("search", {}), "seed": seed}
+    sections["trl"] = {**sections.get("trl", {}), "eval_on_start": True}  # the untrained model's reward at step 0
     return bench_spec(f"bench-grpo-{model}-{seed}", yaml=GRPO_TINY, **sections)
 
 
@@ -159,52 +169,35 @@ class StepClock(TrainerCallback):
         self.seconds[state.global_step] = time.perf_counter() - self._began
 
 
-def untrained_and_split(spec, values: dict, timed_steps: int, outcome: SeedOutcome) -> None:
-    """The trial of `values` built in this process as the trl engine builds it: its eval
-    reward before any step (outcome.at_step_0), then `timed_steps` steps timed
-    (outcome.step_seconds, outcome.generation_seconds)."""
+def timed_split(spec, values: dict, timed_steps: int, outcome: SeedOutcome) -> None:
+    """The trial of `values` on trl's trainer as the trl engine builds it, in this process:
+    `timed_steps` steps timed (outcome.step_seconds, outcome.generation_seconds)."""
     import mlflow
     import torch
     from mlflow.tracking import MlflowClient
-    from peft import LoraConfig
-    from transformers import PrinterCallback
     from transformers.integrations import MLflowCallback
 
     from sweeper.plan import prepare_inputs
     from sweeper.spec import with_overrides
-    from trainables.common import seed_everything
-    from trainables.engines import trl_config_class, trl_trainer_class
-    from trainables.grpo import reward_functions
-    from trainables.hf_reporting import sweep_metrics
-    from trainables.models import DEFAULT_CACHE_ROOT, load_base_model, load_tokenizer
-    from trainables.trl_engine import trainer_arguments, trl_datasets
+    from trainables.engines import trl_config_class
+    from trainables.models import DEFAULT_CACHE_ROOT
+    from trainables.trl_engine import build_trainer, trainer_arguments
 
     spec = with_overrides(spec, values, built="the best trial's config, measured in the benchmark")
     inputs = prepare_inputs(spec, DEFAULT_CACHE_ROOT)
     config = spec.trial_config()
     folder = Path(tempfile.mkdtemp(prefix="sweeper-bench-grpo-"))
     arguments = {**trainer_arguments(config, str(folder / "trainer")), "max_steps": timed_steps,
-                 "eval_strategy": "no", "save_strategy": "no", "logging_strategy": "no", "report_to": ["mlflow"]}
-    args = trl_config_class("grpo")(**arguments, **config.trl.config_kwargs())
+                 "eval_strategy": "no", "eval_on_start": False, "save_strategy": "no", "logging_strategy": "no",
+                 "report_to": ["mlflow"]}
+    args = trl_config_class("grpo")(**{**config.trl.config_kwargs(), **arguments})
     threads = torch.get_num_threads()
     torch.set_num_threads(max(1, int(spec.resources.cpus_per_worker)))
     previous_uri = mlflow.get_tracking_uri()
     try:
-        model = load_base_model(inputs.model_source, config.training.precision)
-        lora = config.lora
-        peft_config = LoraConfig(r=lora.r, lora_alpha=lora.effective_alpha, lora_dropout=lora.dropout,
-                                 target_modules=list(lora.target_modules), task_type="CAUSAL_LM")
-        train_set, eval_set = trl_datasets("grpo", inputs.data)
-        seed_everything(config.training.seed)
         clock = StepClock()
-        trainer = trl_trainer_class("grpo")(
-            model=model, args=args, train_dataset=train_set, eval_dataset=eval_set,
-            processing_class=load_tokenizer(inputs.model_source), peft_config=peft_config, callbacks=[clock],
-            reward_funcs=reward_functions(config.trl.reward_funcs),
-        )
-        trainer.remove_callback(PrinterCallback)
+        trainer = build_trainer(config, inputs.data, inputs.model_source, args, [clock])
         trainer.remove_callback(MLflowCallback)  # only trl's profiling goes to MLflow
-        outcome.at_step_0 = sweep_metrics(trainer.evaluate())[EVAL_REWARD]
         # trl's profiling logs each generate call's seconds to the active MLflow run.
         mlflow.set_tracking_uri(f"sqlite:///{folder}/profiling.db")
         with mlflow.start_run() as run:
@@ -223,8 +216,9 @@ def run_seed(model: str, seed: int, timed_steps: int) -> SeedOutcome:
     started = time.time()
     run_bench_sweep(spec, extra_callbacks=[Rewards(outcome, list(spec.search.parameters))])
     outcome.best_trial, outcome.at_max_steps = best_at(outcome.rewards, spec.training.max_steps)
+    outcome.at_step_0 = at_step_0(outcome.rewards, outcome.best_trial)
     outcome.best_config = outcome.configs[outcome.best_trial]
-    untrained_and_split(spec, outcome.best_config, timed_steps, outcome)
+    timed_split(spec, outcome.best_config, timed_steps, outcome)
     outcome.wall_s = time.time() - started
     return outcome
 
@@ -249,7 +243,7 @@ def main(argv: list[str] | None = None) -> None:
     max_steps = spec.training.max_steps
     share = forecast(spec)
     table = Table(title=f"GRPO {args.model}: the best trial's eval_reward at step {max_steps} against step 0 "
-                  "(the untrained model, measured by the benchmark on the same eval rows and rewards)",
+                  "(the untrained model: the trial's own evaluation before its first step, trl.eval_on_start)",
                   title_justify="left")
     for column in ("seed", "best trial's values", "step 0", f"step {max_steps}", "difference",
                    "step s", "generation s", "generation share", "wall s"):

@@ -31,7 +31,9 @@ class TrialReporter:
 
     - `report(metrics, step, checkpoint_dir=None)`: one evaluation at optimizer step
       `step` (metrics under the sweep's names: eval_loss, ...; search.metric among them),
-      with a folder to keep as the trial's checkpoint; each step once, in order.
+      with a folder to keep as the trial's checkpoint; each step once, in order. Step 0
+      is an evaluation before the first step (a Trainer's eval_on_start): recorded and
+      shown, never ranked at a rung.
     - `should_stop()`: True once the trial has reported training.max_steps (its budget).
       A trial that ASHA pauses or prunes is ended by Ray: the function needs no check.
     - `resume_from`: the folder of the trial's latest checkpoint when it continues (a
@@ -52,8 +54,9 @@ class TrialReporter:
         self.reports = 0
 
     def report(self, metrics: dict[str, float], step: int, checkpoint_dir: str | None = None) -> None:
-        if not isinstance(step, int) or step < 1:
-            raise ValueError(f"reporter.report: step must be an optimizer step >= 1, got {step!r}")
+        if not isinstance(step, int) or step < 0:
+            raise ValueError(f"reporter.report: step must be an optimizer step >= 0 (0: an evaluation before the "
+                             f"first step), got {step!r}")
         if self.last_step is not None and step <= self.last_step:
             raise ValueError(f"reporter.report: step {step} comes after step {self.last_step}; report each step once, in order")
         values = {}

@@ -8,6 +8,14 @@ adapter or weights, optimizer, schedule, random state, trainer_state.json); the 
 reports once that checkpoint is written, with the metrics under the sweep's names
 (trainables/metrics.py) and the checkpoint folder, so a paused, retried or resumed trial
 goes on from it with `Trainer.train(resume_from_checkpoint=...)`.
+
+An evaluation before the first step (`eval_on_start`, e.g. trl.eval_on_start) is reported
+at once as step 0, the eval metrics alone and no checkpoint: nothing has trained. The
+Trainer runs it at the start of every `train()`, a resumed one's too; there it repeats the
+evaluation of the checkpoint it resumes from, whose report was given, and is dropped (the
+trl engine turns eval_on_start off when it resumes, so that it is not run at all). The
+random states are put back as they were before it: GRPO's evaluation samples completions,
+and the trial then trains as the same seed trains without it.
 """
 
 from __future__ import annotations
@@ -89,8 +97,12 @@ class ReportEvaluations(TrainerCallback):
         self.seconds = self.cpu_seconds = 0.0
         self.tokens_at_report = 0
         self._step_started = self._cpu_started = 0.0
+        self._stepped = False  # a step has ended in this train() call
+        self._random_states: tuple | None = None  # at the start of a train() call from step 0
 
     def on_train_begin(self, args, state, control, **kwargs):
+        self._stepped = False
+        self._random_states = _random_states() if state.global_step == 0 else None
         self.tokens_at_report = int(getattr(state, "num_input_tokens_seen", 0) or 0)
 
     def on_step_begin(self, args, state, control, **kwargs):
@@ -99,6 +111,7 @@ class ReportEvaluations(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         self.seconds += time.perf_counter() - self._step_started
         self.cpu_seconds += time.thread_time() - self._cpu_started
+        self._stepped = True
         if self.setup_seconds is None:
             self.setup_seconds = time.time() - self.started_at
             self.first_step_seconds = self.seconds
@@ -117,6 +130,16 @@ class ReportEvaluations(TrainerCallback):
 
     def on_evaluate(self, args, state, control, metrics=None, **kwargs):
         self.pending.update(sweep_metrics(metrics or {}))
+        if self._stepped:
+            return
+        # Before any step of this train() call: eval_on_start. At step 0 the base model's
+        # evaluation, reported now (no save follows it); at a resumed run's start (its
+        # checkpoint's step), a repeat of the evaluation that checkpoint was reported with: dropped.
+        if state.global_step == 0 and self.pending:
+            self.report({STEP: 0, **self.pending}, None)
+        if self._random_states is not None:
+            _set_random_states(self._random_states)
+        self.pending = {}
 
     def on_save(self, args, state, control, **kwargs):
         if not self.pending:
@@ -146,3 +169,28 @@ class ReportEvaluations(TrainerCallback):
         self.pending, self.train_losses = {}, []
         self.seconds = self.cpu_seconds = 0.0
         self.tokens_at_report = tokens
+
+
+def _random_states() -> tuple:
+    """Python's, numpy's and torch's random states (CUDA's where it is in use)."""
+    import random
+
+    import numpy
+    import torch
+
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+    return random.getstate(), numpy.random.get_state(), torch.get_rng_state(), cuda
+
+
+def _set_random_states(states: tuple) -> None:
+    import random
+
+    import numpy
+    import torch
+
+    python, numpy_state, torch_state, cuda = states
+    random.setstate(python)
+    numpy.random.set_state(numpy_state)
+    torch.set_rng_state(torch_state)
+    if cuda is not None:
+        torch.cuda.set_rng_state_all(cuda)

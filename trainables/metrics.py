@@ -14,10 +14,12 @@ __all__ = [
     "EVAL_REWARDS_REJECTED", "EVAL_REWARDS_MARGIN", "EVAL_REWARDS_ACCURACY", "TASK_METRICS", "REPORTED_KEYS",
     "GENERATION_PREFIX", "GENERATED_ANSWERS", "GENERATION_METRICS", "GENERATION_SECONDS", "is_reported",
     "EVAL_REWARD", "EVAL_REWARD_STD", "EVAL_FRAC_REWARD_ZERO_STD", "EVAL_KL", "EVAL_COMPLETION_LENGTH", "TRAIN_REWARD",
-    "REWARD_PREFIX", "GRPO_METRICS", "reward_metric",
+    "REWARD_PREFIX", "GRPO_METRICS", "reward_metric", "before_training",
 ]
 
-STEP = "step"  # the optimizer step a report was taken at (Tune's time attribute)
+# The optimizer step a report was taken at (Tune's time attribute); 0 for an evaluation
+# before the first step (before_training).
+STEP = "step"
 EVAL_LOSS = "eval_loss"
 EVAL_PERPLEXITY = "eval_perplexity"
 TRAIN_LOSS = "train_loss"
@@ -28,7 +30,9 @@ TRAIN_TOKENS = "train_tokens"
 # checkpoint): what the calibration times where a trainer counts no tokens (trl's ORPO, CPO).
 TRAIN_SECONDS = "train_seconds"
 TRAIN_CPU_SHARE = "train_cpu_share"
-SETUP_SECONDS = "setup_seconds"  # from the trial's start to the end of its first optimizer step
+# From the trial's start to the end of its first optimizer step (an evaluation before that
+# step included); in the first report after that step.
+SETUP_SECONDS = "setup_seconds"
 # The first optimizer step's own time (in setup_seconds too): the calibration takes it off
 # the training time of its one report to time a steady step.
 FIRST_STEP_SECONDS = "first_step_seconds"
@@ -146,3 +150,12 @@ def is_reported(key: str) -> bool:
     """Whether `key` of a Tune result is the trial's own report (a user scorer's gen_
     metrics and each GRPO reward function's mean included), not Tune's."""
     return key in REPORTED_KEYS or key.startswith((GENERATION_PREFIX, REWARD_PREFIX))
+
+
+def before_training(report: dict) -> bool:
+    """Whether `report` is an evaluation before the trial's first optimizer step (step 0,
+    trl.eval_on_start): the base model's, its adapters a no-op still. The driver records
+    it, MLflow keeps it at step 0 and the curves start from it; the rungs, the search's
+    intermediate values and median stopping leave it out, since it says nothing of the
+    trial's hyperparameters."""
+    return report.get(STEP) == 0

@@ -17,7 +17,10 @@ inside each Train worker (`ray.train.huggingface.transformers.prepare_trainer`),
   (trl.unpair_preference_dataset); grpo gets each row's prompt and reference answer
   (trainables/grpo.py), its eval split the sweep's eval sample (data.eval_samples, 16 rows unset),
   and the reward functions of trl.reward_funcs (a reward model by its id or folder, which trl loads).
-- Resume: from a checkpoint folder the trainer wrote (`resume_from_checkpoint`).
+- Resume: from a checkpoint folder the trainer wrote (`resume_from_checkpoint`), with
+  trl.eval_on_start off: a trial evaluates before its first step (reported as step 0)
+  in its first run only, never again when retried from, promoted at or resumed from a
+  checkpoint.
 
 Same signature as trainables/sft.py::train; what the built-in loop does and this engine
 cannot is refused before launch (trainables/engines.py::engine_problems).
@@ -36,7 +39,7 @@ from trainables.hf_reporting import ReportEvaluations
 from trainables.models import load_base_model, load_tokenizer
 from trainables.preemption import NO_NOTICE, PreemptionNotice
 
-__all__ = ["train", "trainer_arguments", "trl_datasets"]
+__all__ = ["train", "build_trainer", "trainer_arguments", "trl_fields", "trl_datasets"]
 
 # The sweep's schedules -> transformers' lr_scheduler_type (warmup comes first in each).
 _SCHEDULES = {"cosine": "cosine", "linear": "linear", "constant": "constant_with_warmup"}
@@ -55,17 +58,30 @@ def train(
     """Train `model_source` with trl's trainer for trl.method, reporting at each
     evaluation. Arguments as in trainables/sft.py::train; `data` also holds the rows of
     each split ("train_rows", "eval_rows") for the preference methods and grpo."""
-    from peft import LoraConfig
-    from transformers import PrinterCallback
-
     method, training = config.trl.method, config.training
     workers = current_workers()
     output_dir = tempfile.mkdtemp(prefix="sweeper-trl-")
 
     # Config: the sweep's sections, then trl.<field>; evaluate, save and log at the sweep's steps.
-    args = trl_config_class(method)(**trainer_arguments(config, output_dir), **config.trl.config_kwargs())
+    args = trl_config_class(method)(**trainer_arguments(config, output_dir), **trl_fields(config, resume_from))
+    callback = ReportEvaluations(report, training.max_steps, started_at, is_main=workers.is_main,
+                                 eval_every=training.eval_every)
+    trainer = _prepared_for_ray(build_trainer(config, data, model_source, args, [callback]))
+    try:
+        trainer.train(resume_from_checkpoint=resume_from)
+    finally:  # each report's checkpoint is in the sweep's storage by now
+        shutil.rmtree(output_dir, ignore_errors=True)
 
-    # Model and tokenizer: as the built-in loop loads them; LoRA as the trainer's peft_config.
+
+def build_trainer(config: TrialConfig, data: dict, model_source: str, args, callbacks: list):
+    """trl's trainer for trl.method as a trial builds it, with `args` (the method's config
+    dataclass) and `callbacks`: the base and tokenizer as the built-in loop loads them, LoRA
+    from the `lora` section as its peft_config, the data in the form the method takes,
+    grpo's reward functions; no printing (the sweep's live table and MLflow show the metrics)."""
+    from peft import LoraConfig
+    from transformers import PrinterCallback
+
+    method, training = config.trl.method, config.training
     model = load_base_model(model_source, training.precision, attn_implementation=config.model.attn_implementation)
     tokenizer = load_tokenizer(model_source)
     lora = config.lora
@@ -73,22 +89,26 @@ def train(
         r=lora.r, lora_alpha=lora.effective_alpha, lora_dropout=lora.dropout,
         target_modules=list(lora.target_modules), task_type="CAUSAL_LM",
     )
-
     train_set, eval_set = trl_datasets(method, data)
     seed_everything(training.seed)  # the adapters start as the built-in loop's do: peft draws them in the trainer
-    callback = ReportEvaluations(report, training.max_steps, started_at, is_main=workers.is_main,
-                                 eval_every=training.eval_every)
     rewards = {"reward_funcs": reward_functions(config.trl.reward_funcs)} if method == "grpo" else {}
     trainer = trl_trainer_class(method)(
         model=model, args=args, train_dataset=train_set, eval_dataset=eval_set, processing_class=tokenizer,
-        peft_config=peft_config, callbacks=[callback], **rewards,
+        peft_config=peft_config, callbacks=callbacks, **rewards,
     )
-    trainer.remove_callback(PrinterCallback)  # the sweep's live table and MLflow show the metrics
-    trainer = _prepared_for_ray(trainer)
-    try:
-        trainer.train(resume_from_checkpoint=resume_from)
-    finally:  # each report's checkpoint is in the sweep's storage by now
-        shutil.rmtree(output_dir, ignore_errors=True)
+    trainer.remove_callback(PrinterCallback)
+    return trainer
+
+
+def trl_fields(config: TrialConfig, resume_from: str | None = None) -> dict:
+    """The trl section's fields for the trainer's config (the method's defaults, then the
+    sweep's trl.<field>), with eval_on_start off for a run that resumes from a checkpoint:
+    the Trainer would evaluate again before its first step, at the checkpoint's step, whose
+    evaluation was reported; the step-0 evaluation belongs to the trial's first run only."""
+    fields = config.trl.config_kwargs()
+    if resume_from is not None:
+        fields["eval_on_start"] = False
+    return fields
 
 
 def trainer_arguments(config: TrialConfig, output_dir: str) -> dict:

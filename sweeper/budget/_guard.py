@@ -25,7 +25,7 @@ from ray.tune.search import Searcher
 
 from sweeper.cost import Rate, sweep_rate, TrialTiming
 from sweeper.names import BudgetKey, Tag, TrialState
-from sweeper.plan import CAPS, generation_steps, Scenario, stretch_seconds
+from sweeper.plan import CAPS, evaluates_on_start, generation_steps, Scenario, stretch_seconds
 from sweeper.spec import BudgetSpec, most_trials
 from trainables.metrics import STEP
 
@@ -45,6 +45,7 @@ class BudgetGuard:
     num_trials: int | None  # None: trials keep coming until a cap
     slots: int = 1  # trials at once: as many trial processes, each started once by this driver
     generates: frozenset[int] | None = frozenset()  # where a trial generates (`generation_steps`)
+    evaluates_on_start: bool = False  # a trial's first run evaluates before its first step (trl.eval_on_start)
     # What happened: the cap that stopped the sweep, and the trials it cut.
     reached_cap: str | None = None
     held_back_by: str | None = None
@@ -91,12 +92,14 @@ class BudgetGuard:
 
     def work_to_next_rung(self, step: int, start: bool = False, new_process: bool = False) -> tuple[int, float]:
         """(steps, seconds) of a trial at `step` training on to its next milestone, and
-        starting first when `start`, in a new trial process when `new_process`."""
+        starting first when `start` (at step 0, with its evaluation before the first step
+        where the sweep asks for one), in a new trial process when `new_process`."""
         end = next((m for m in self.milestones if m > step), self.milestones[-1])
         timing = self.commit_timing()
         seconds = stretch_seconds(timing, step, end, self.eval_every, self.milestones[-1], self.generates)
         if start:
             seconds += timing.setup_seconds + (timing.process_start_seconds if new_process else 0.0)
+            seconds += timing.eval_seconds if self.evaluates_on_start and step == 0 else 0.0
         return max(0, end - step), seconds
 
     def starts_a_new_process(self) -> bool:
@@ -317,5 +320,6 @@ def make_guard(spec, plan, book, forecast, live=None) -> BudgetGuard | None:
         num_trials=most_trials(spec),
         slots=plan.concurrent_trials,
         generates=generation_steps(spec),
+        evaluates_on_start=evaluates_on_start(spec),
         live=live,
     )

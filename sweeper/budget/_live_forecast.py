@@ -152,6 +152,9 @@ class LiveForecast:
             else:
                 m.evaluations += 1
                 m.eval_seconds += max(0.0, rest)
+        elif first and reported == step:  # an evaluation before the first step: the run's start and it
+            m.starts += 1
+            m.start_seconds += max(0.0, now - at - self.timing().eval_seconds)
         self._since[record.trial_id] = (now, reported, False)
         self.evaluations += 1
         self.update()

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from sweeper.cost import Rate, sweep_rate, TrialTiming
 from sweeper.names import ForecastKey
 from sweeper.plan._rungs import evaluations_between, generations_between
-from sweeper.plan._sweep_plan import generation_steps, SweepPlan
+from sweeper.plan._sweep_plan import evaluates_on_start, generation_steps, SweepPlan
 from sweeper.spec import MOST_TRIALS
 from sweeper.views import duration, usd
 
@@ -135,10 +135,13 @@ def remaining(
     Segment i of the ladder (from the milestone before to milestone i) is trained by
     ladder[i] trials: those that reached milestone i have trained it, a running trial
     inside it trains the rest of it, the trials still missing from the count train all of
-    it, each paying a start where a new Train run begins (every trial's first segment;
-    each later one of a ranked trial when `restart_per_segment`). Wall time: those
+    it, each paying a start where a new Train run begins (every trial's first segment,
+    with its evaluation before the first step where trl.eval_on_start asks for one; each
+    later one of a ranked trial when `restart_per_segment`). Wall time: those
     seconds over the slots, and at least one trial's climb still ahead."""
     every = (plan.spec.training.eval_every, plan.spec.training.max_steps, generation_steps(plan.spec))
+    # A trial's first run evaluates before its first step (trl.eval_on_start): part of its first start.
+    first_evaluation = timing.eval_seconds if evaluates_on_start(plan.spec) else 0.0
     unranked_total = plan.spec.early_stopping.startup_trials_for() if restart_per_segment else 0
     steps, trial_seconds, climb, longest_rest, previous = 0, 0.0, 0.0, 0.0, 0
     for index, (milestone, expected) in enumerate(ladder):
@@ -151,10 +154,11 @@ def remaining(
         rests = [stretch_seconds(timing, t.step, milestone, *every) for t in inside]
         segment = stretch_seconds(timing, previous, milestone, *every)
         steps += missing * (milestone - previous) + sum(milestone - t.step for t in inside)
-        trial_seconds += missing * segment + starting * timing.setup_seconds + sum(rests)
+        start = timing.setup_seconds + (first_evaluation if index == 0 else 0.0)
+        trial_seconds += missing * segment + starting * start + sum(rests)
         # A run still to start in this segment: before launch one trial climbs them all; once
         # trials stand on the ladder, the later runs may be theirs, and each run is the bound.
-        run = segment + (timing.setup_seconds if (index == 0 or restart_per_segment) else 0.0)
+        run = segment + (start if (index == 0 or restart_per_segment) else 0.0)
         if missing:
             climb = climb + run if not trials else max(climb, run)
         longest_rest = max([longest_rest, *rests])

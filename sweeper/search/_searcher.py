@@ -37,6 +37,7 @@ from sweeper.search._study import (
 )
 from sweeper.search._tune_state import SavedASHAScheduler, SavedFIFOScheduler, SavedMedianStoppingRule, SavedPromotionASHA
 from sweeper.spec import SweepSpec, most_trials, prune_metric, reported_every_evaluation
+from trainables.metrics import before_training
 
 __all__ = ["make_search", "make_searcher", "make_scheduler", "StepAwareOptunaSearch", "optuna_searcher"]
 
@@ -224,8 +225,11 @@ class StepAwareOptunaSearch(Searcher):
 
     def _report(self, trial_id: str, result: dict | None) -> None:
         """The evaluation in `result` as an intermediate value at its training step, once
-        per step (a trial continued from a checkpoint reports its last step again)."""
+        per step (a trial continued from a checkpoint reports its last step again); not
+        one before the first step (`before_training`: the base model's, the same for every config)."""
         if trial_id not in self.trials or trial_id in self.finished or not result or self.objectives:
+            return
+        if before_training(result):
             return
         value, step = result.get(self.objective), result.get(TIME_ATTR)
         if value is None or step is None or not math.isfinite(value) or step in self.reported[trial_id]:

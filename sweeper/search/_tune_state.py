@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import time
 
-from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule
+from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule, TrialScheduler
 
 from sweeper.cluster.ray_adapter import save_tune_state
 from sweeper.search._asha import PromotionASHA
+from trainables.metrics import before_training
 
 __all__ = ["NewTrialsSavedFirst", "SavedPromotionASHA", "SavedASHAScheduler", "SavedMedianStoppingRule", "SavedFIFOScheduler"]
 
@@ -84,7 +85,13 @@ class SavedASHAScheduler(NewTrialsSavedFirst, ASHAScheduler):
 
 
 class SavedMedianStoppingRule(NewTrialsSavedFirst, MedianStoppingRule):
-    """Median stopping."""
+    """Median stopping. A report before the first step (`before_training`) is not one of
+    the trial's results: Ray's rule would take the base model's value as the trial's best."""
+
+    def on_trial_result(self, tune_controller, trial, result: dict) -> str:
+        if before_training(result):
+            return TrialScheduler.CONTINUE
+        return super().on_trial_result(tune_controller, trial, result)
 
 
 class SavedFIFOScheduler(NewTrialsSavedFirst, FIFOScheduler):

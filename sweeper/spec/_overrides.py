@@ -50,7 +50,7 @@ def calibration_spec(spec: SweepSpec, steps: int, accumulation: int, values: dic
     """The run that calibration times: `values` (dotted path -> value; none: the spec's own
     config) trained for `steps` steps with one evaluation after the last, at
     `accumulation` micro-batches a step; one trial, no early stopping, no fault, no budget
-    (the sweep's budget is not this run's)."""
+    (the sweep's budget is not this run's), no evaluation before the first step."""
     return with_overrides(
         spec,
         {
@@ -62,6 +62,8 @@ def calibration_spec(spec: SweepSpec, steps: int, accumulation: int, values: dic
             **{f"search.{key}": value for key, value in ONE_TRIAL.items()},
             "chaos.fault": "none",
             "budget": None,
+            # No evaluation before the first step: one report, after the last step.
+            **({"trl.eval_on_start": False} if spec.trl is not None and spec.trl.fields.get("eval_on_start") else {}),
         },
         built="the calibration run built from the sweep's YAML",
     )

@@ -84,7 +84,9 @@ class TrialRecord:
 
     @property
     def setup_seconds(self) -> float | None:
-        return self.history[0].get(SETUP_SECONDS) if self.history else None
+        """From the first report that carries it: one at step 0 (an evaluation before the
+        first step) does not."""
+        return next((report[SETUP_SECONDS] for report in self.history if SETUP_SECONDS in report), None)
 
     @property
     def setup_phases(self) -> dict[str, float]:

@@ -3,9 +3,11 @@ search_spaces/grpo-tiny.yaml on a real local Ray cluster, real MLflow and the bu
 model, with its toy verifiable rewards (examples/grpo_rewards.py). Every evaluation
 reports the mean reward, each reward function's and GRPO's diagnostics (KL to the base
 with trl.beta > 0) to MLflow, ASHA ranks by the eval reward, and the best trial is the one
-with the highest. The sweep is killed with kill -9 (driver and cluster) once a trial has
-finished and resumed to its end: no finished trial trains again, no evaluation is lost
-or repeated, and the rung still promotes the trial with the highest reward."""
+with the highest. Each trial evaluates before its first step (trl.eval_on_start): MLflow
+holds its reward at step 0 once, and the rungs leave it out. The sweep is killed with
+kill -9 (driver and cluster) once a trial has finished and resumed to its end: no
+finished trial trains again, no evaluation is lost or repeated, and the rung still
+promotes the trial with the highest reward."""
 
 from __future__ import annotations
 
@@ -38,6 +40,7 @@ def test_a_grpo_sweep_resumes_after_kill_9_ranks_by_eval_reward_and_picks_the_be
     raw["trl"]["reward_funcs"] = [f"{REPO / 'examples' / 'grpo_rewards.py'}:{name}" for name in ("answer_first", "correct")]
     raw["data"].update(train=str(REPO / "data" / "sft" / "train.jsonl"), eval=str(REPO / "data" / "sft" / "eval.jsonl"))
     raw["trl"]["beta"] = 0.04  # a KL term: eval_kl is reported
+    raw["trl"]["eval_on_start"] = True  # the base model's reward at step 0
     raw["search"].update(num_trials=3, seed=0)
     # The startup trial trains to max_steps unranked and finishes while the two ranked trials
     # still climb to the rung at step 4, where one waits for the other and the better goes on.
@@ -86,6 +89,8 @@ def test_a_grpo_sweep_resumes_after_kill_9_ranks_by_eval_reward_and_picks_the_be
         steps = [step for step, _ in curve]
         assert steps == sorted(set(steps)), (trial_id, curve)
         assert set(curves_before.get(trial_id, [])) <= set(curve), (trial_id, curves_before[trial_id], curve)
+        # Its evaluation before the first step, once (not again when promoted, resumed or retried).
+        assert steps[0] == 0 and steps.count(0) == 1 and max(steps) > 0, (trial_id, curve)
 
     first_rung = store.history(keys=GRPO_KEYS, trials=trials).filter(step=4)
     for key in GRPO_KEYS:  # every trial reported each at the first rung
@@ -97,6 +102,9 @@ def test_a_grpo_sweep_resumes_after_kill_9_ranks_by_eval_reward_and_picks_the_be
     # there, and the one with the higher eval_reward at step 4 went on to max_steps.
     ranked = trials.filter(startup_trial=False)
     assert ranked.height == 2 and ranked["pauses"].sum() >= 1, ranked
+    # Step 0 is no rung: no trial paused there (each pause is logged at its step).
+    pauses = store.history(keys=("pauses",), trials=trials)
+    assert pauses.filter(step=4).height >= 1 and pauses.filter(step=0).height == 0, pauses
     at_rung = {trial_id: dict(curves[trial_id])[4] for trial_id in ranked["trial_id"]}
     (promoted,) = ranked.filter(steps=8)["trial_id"].to_list()
     assert at_rung[promoted] == max(at_rung.values()), at_rung
