@@ -274,3 +274,19 @@ def test_the_prior_sampler_hands_optuna_the_priors_configs_and_the_default_sampl
         study.tell(trial, trial.params["training.learning_rate"])  # any value: TPE models what it is told
     from_prior = [n for n in range(20) if prior_draw(prior, space, n, seed=1, weight=3) is not None]
     assert 0 in from_prior and len(from_prior) < 20  # some of each
+
+
+def test_a_prior_sweeps_searcher_samples_through_the_prior_sampler(tmp_path):
+    # The candidate enters the product's searcher by the one name it builds its sampler with:
+    # a rename there fails here, not in a benchmark run.
+    import sweeper.search._searcher as searcher_module
+    from benchmarks.common import bench_spec
+    from benchmarks.search_quality import SPACES, TASKS, PriorSampler, Settings, prior_sampler, sweep_sections
+
+    size = TASKS["real"]
+    settings = Settings(size["trials"], size["max_steps"], size["eval_every"], None, SPACES["smollm2"], size["loop_warmup"], 0.0)
+    spec = bench_spec("bench-sq-prior-0", tmp_path, yaml=settings.yaml, **sweep_sections(settings, 0, "prior"))
+    with prior_sampler(settings, 0):
+        searcher = searcher_module.make_searcher(spec, tmp_path / "sweep")
+    assert isinstance(searcher.sampler, PriorSampler) and searcher.sampler.weight == 2  # TPE's startup trials for 6
+    assert not isinstance(searcher_module.make_searcher(spec, tmp_path / "after").sampler, PriorSampler)
