@@ -26,7 +26,10 @@ Methods, on the same space and seeds:
   `asha_keep2_spacing4` (rungs 9, 36, 144 keeping half) the ladders the docs compare it
   with, `asha_stopping` and `median` the other schedulers, and `asha_budget10` ...
   `asha_budget100` the default with no trial count until a `budget.max_steps` cap of
-  0.1x, 0.25x, 0.5x and 1x random search's steps (its first rung then at step 27).
+  0.1x, 0.25x, 0.5x and 1x random search's steps (its first rung then at step 27);
+- prior: issue 78's candidate, the default's sweep with each new trial's config drawn from
+  a prior built from `sweep init`'s sourced ranges with a chance that falls as trials accrue
+  (PriorSampler; benchmarks/README.md: a tie with the default, not made the default).
 
 The anytime comparison: each method's best-so-far at 0.1x, 0.25x, 0.5x and 1x of random
 search's steps, seed by seed; for each method that trained to 1x, the best at 1x minus
@@ -58,6 +61,7 @@ wall time; then each sweeper method minus the loop seed by seed (the mean, a boo
     python -m benchmarks.search_quality --task headroom --seeds 0,1,2 \
         --methods random,optuna,asha_budget10,asha_budget25,asha_budget50,asha_budget100 --plot anytime.html
     python -m benchmarks.search_quality --task real --seeds 0,1 --methods random,optuna,asha --loop-share 0 --results runs/sq-real
+    python -m benchmarks.search_quality --task small --seeds 0 --methods asha,prior --results runs/sq-small   # the prior candidate
 """
 
 from __future__ import annotations
