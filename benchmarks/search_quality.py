@@ -26,7 +26,10 @@ Methods, on the same space and seeds:
   `asha_keep2_spacing4` (rungs 9, 36, 144 keeping half) the ladders the docs compare it
   with, `asha_stopping` and `median` the other schedulers, and `asha_budget10` ...
   `asha_budget100` the default with no trial count until a `budget.max_steps` cap of
-  0.1x, 0.25x, 0.5x and 1x random search's steps (its first rung then at step 27).
+  0.1x, 0.25x, 0.5x and 1x random search's steps (its first rung then at step 27);
+- prior: issue 78's candidate, the default's sweep with each new trial's config drawn from
+  a prior built from `sweep init`'s sourced ranges with a chance that falls as trials accrue
+  (PriorSampler; benchmarks/README.md: a tie with the default, not made the default).
 
 The anytime comparison: each method's best-so-far at 0.1x, 0.25x, 0.5x and 1x of random
 search's steps, seed by seed; for each method that trained to 1x, the best at 1x minus
@@ -58,11 +61,13 @@ wall time; then each sweeper method minus the loop seed by seed (the mean, a boo
     python -m benchmarks.search_quality --task headroom --seeds 0,1,2 \
         --methods random,optuna,asha_budget10,asha_budget25,asha_budget50,asha_budget100 --plot anytime.html
     python -m benchmarks.search_quality --task real --seeds 0,1 --methods random,optuna,asha --loop-share 0 --results runs/sq-real
+    python -m benchmarks.search_quality --task small --seeds 0 --methods asha,prior --results runs/sq-small   # the prior candidate
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import math
@@ -74,7 +79,9 @@ from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from unittest import mock
 
+import optuna
 from ray.tune import Callback
 
 from benchmarks.common import QUICKSTART, REPO, bench_spec, machine, run_bench_sweep, save_json
@@ -120,7 +127,11 @@ METHODS: dict[str, dict | None] = {
     "asha_keep2_spacing4": {"early_stopping": {"reduction_factor": 2, "rung_spacing": 4, "rungs": "all"}},  # 9, 36, 144
     "asha_stopping": {"early_stopping": {"scheduler": "asha_stopping"}},
     "median": {"early_stopping": {"scheduler": "median"}},
+    # The default's sweep with its sampler wrapped in PriorSampler (run_sweeper): the prior candidate.
+    "prior": {},
 }
+# The methods run_sweeper runs with the prior candidate's sampler.
+PRIOR_METHODS = {"prior"}
 # The anytime comparison: each method's best-so-far read at these shares of random search's
 # steps, and the default run with no trial count until a budget.max_steps cap of each share
 # (`asha_budget10` ...): trials keep coming until the cap.
@@ -563,13 +574,167 @@ def sweep_sections(settings: Settings, seed: int, name: str) -> dict:
 
 
 def run_sweeper(settings: Settings, seed: int, name: str) -> Outcome:
-    """One sweep through `run_sweep`, as `sweep start` runs it."""
+    """One sweep through `run_sweep`, as `sweep start` runs it; a PRIOR_METHODS sweep with
+    its sampler wrapped in PriorSampler."""
     spec = bench_spec(f"bench-sq-{name}-{seed}", yaml=settings.yaml, **sweep_sections(settings, seed, name))
     outcome = Outcome(name, seed)
-    run = run_bench_sweep(spec, extra_callbacks=[EvaluationClock(outcome)])
+    with prior_sampler(settings, seed) if name in PRIOR_METHODS else contextlib.nullcontext():
+        run = run_bench_sweep(spec, extra_callbacks=[EvaluationClock(outcome)])
     outcome.wall_s = run.wall_seconds
     outcome.notes = [note for note in run.notes if note.startswith("Budget")]
     return outcome
+
+
+# --- the prior candidate (issue 78) ---------------------------------------------------------
+# PriorBand-style (Mallik et al., 2023): each new trial's config is drawn from a prior built
+# from `sweep init`'s sourced ranges with a probability that falls as trials accrue, else
+# from the default's sampler (TPE under ASHA). Benchmark code only: a candidate.
+
+# The centres of the categorical parameters, which sweep init does not give as a centre:
+# lora.r 32 (trl's example SFT command, as sweep init's comment on the rank cites) and
+# lora.alpha_per_rank 2 (alpha = 2 x r, the convention sweep init's file offers). A
+# categorical's value nearest its centre (on a log scale) weighs CENTRE_WEIGHT against 1 for
+# each other value: half the mass over five values, 0.8 over two.
+PRIOR_CENTRES = {"lora.r": 32, "lora.alpha_per_rank": 2}
+CENTRE_WEIGHT = 4
+
+
+def sweep_init_prior(tiny: bool) -> dict[str, dict]:
+    """The prior over the parameters sweep init sources, from its SFT space
+    (sweeper/scaffold/_writer.py; `tiny`: its learning rate for builtin:tiny-llama, whose
+    shape the tiny tasks' base has): a range becomes a normal, on a log scale for a
+    log-uniform one, centred in it with the range as two standard deviations either side
+    (the learning rate: 2e-4, 4x either side, for a real model); a categorical its centre
+    (PRIOR_CENTRES)."""
+    from sweeper.scaffold._writer import _space  # sweep init's space and sources, one copy
+
+    prior = {}
+    for key, dist, _why in _space("sft", tiny=tiny)[0]:
+        if dist["distribution"] in ("log_uniform", "uniform"):
+            log = dist["distribution"] == "log_uniform"
+            low, high = (math.log(dist["low"]), math.log(dist["high"])) if log else (dist["low"], dist["high"])
+            prior[key] = {"log": log, "mean": (low + high) / 2, "sd": (high - low) / 4}
+    return {**prior, **{key: {"centre": centre} for key, centre in PRIOR_CENTRES.items()}}
+
+
+def prior_probability(number: int, weight: int) -> float:
+    """The chance that trial `number` (from 0) is drawn from the prior: 1 for the first (the
+    prior's mode, the config sweep init recommends), then weight / (weight + number), which
+    halves by the time `weight` trials exist (TPE's random startup trials: the prior stands
+    in for uniform draws while TPE knows little) and keeps falling as pi-BO's prior weight
+    does, so a wrong prior costs a shrinking share of the trials."""
+    return 1.0 if number == 0 else weight / (weight + number)
+
+
+def _nearest(values: list, centre: float):
+    return min(values, key=lambda v: abs(math.log(v / centre)))
+
+
+def prior_mode(prior: dict, space: dict) -> dict:
+    """The prior's most likely config on `space`: each centre, clipped to the space's range
+    (a parameter the prior does not cover: the middle of its range or its first value)."""
+    config = {}
+    for path, dist in space.items():
+        belief = prior.get(path)
+        if dist["distribution"] == "categorical":
+            config[path] = _nearest(dist["values"], belief["centre"]) if belief else dist["values"][0]
+        elif belief:
+            value = math.exp(belief["mean"]) if belief["log"] else belief["mean"]
+            config[path] = min(max(value, dist["low"]), dist["high"])
+        else:
+            config[path] = (dist["low"] + dist["high"]) / 2
+    return config
+
+
+def prior_config(prior: dict, space: dict, rng: random.Random) -> dict:
+    """A config on `space` drawn from `prior`: each range's normal truncated to the space
+    (redrawn until inside; clipped after 100 tries), each categorical's centre with weight
+    CENTRE_WEIGHT against 1 for each other value; a parameter the prior does not cover,
+    uniformly."""
+    config = {}
+    for path, dist in space.items():
+        belief = prior.get(path)
+        if dist["distribution"] == "categorical":
+            values = dist["values"]
+            weights = [CENTRE_WEIGHT if belief and v == _nearest(values, belief["centre"]) else 1 for v in values]
+            config[path] = rng.choices(values, weights)[0]
+            continue
+        low, high = dist["low"], dist["high"]
+        if not belief:
+            config[path] = rng.uniform(low, high)
+            continue
+        for _ in range(100):
+            drawn = rng.gauss(belief["mean"], belief["sd"])
+            value = math.exp(drawn) if belief["log"] else drawn
+            if low <= value <= high:
+                break
+        config[path] = min(max(value, low), high)
+    return config
+
+
+def prior_draw(prior: dict, space: dict, number: int, seed: int, weight: int) -> dict | None:
+    """Trial `number`'s config from the prior, or None where it is the default sampler's:
+    decided and drawn from a stream of its own (seed, number), so the same on every run
+    whatever order the trials are asked in."""
+    rng = random.Random(f"prior-{seed}-{number}")
+    if number > 0 and rng.random() >= prior_probability(number, weight):
+        return None
+    return prior_mode(prior, space) if number == 0 else prior_config(prior, space, rng)
+
+
+class PriorSampler(optuna.samplers.BaseSampler):
+    """`sampler` (the default's TPE) with each trial's config drawn from `prior` instead
+    where `prior_draw` says so; through Optuna's public sampler interface only."""
+
+    def __init__(self, sampler, prior: dict, space: dict, seed: int, weight: int):
+        self.sampler, self.prior, self.space, self.seed, self.weight = sampler, prior, space, seed, weight
+        self._drawn: tuple[int, dict | None] | None = None  # (trial number, its prior config or None)
+
+    def _from_prior(self, trial) -> dict | None:
+        if self._drawn is None or self._drawn[0] != trial.number:
+            self._drawn = (trial.number, prior_draw(self.prior, self.space, trial.number, self.seed, self.weight))
+        return self._drawn[1]
+
+    def reseed_rng(self) -> None:
+        self.sampler.reseed_rng()
+
+    def infer_relative_search_space(self, study, trial):
+        return {} if self._from_prior(trial) is not None else self.sampler.infer_relative_search_space(study, trial)
+
+    def sample_relative(self, study, trial, search_space):
+        return {} if self._from_prior(trial) is not None else self.sampler.sample_relative(study, trial, search_space)
+
+    def sample_independent(self, study, trial, param_name, param_distribution):
+        config = self._from_prior(trial)
+        if config is not None and param_name in config:
+            return config[param_name]
+        return self.sampler.sample_independent(study, trial, param_name, param_distribution)
+
+    def before_trial(self, study, trial) -> None:
+        self.sampler.before_trial(study, trial)
+
+    def after_trial(self, study, trial, state, values) -> None:
+        self.sampler.after_trial(study, trial, state, values)
+
+
+@contextlib.contextmanager
+def prior_sampler(settings: Settings, seed: int):
+    """While open, the sweeps this process (the driver) starts wrap their sampler in
+    PriorSampler: the prior from sweep init's ranges for the task's model (the tiny
+    tasks' base has builtin:tiny-llama's shape), its weight TPE's startup trials for the
+    sweep's trial count. Replaces the one name the searcher's module builds its sampler
+    with: were the candidate kept, it would be an option of make_sampler."""
+    import sweeper.search._searcher as searcher_module
+    from sweeper.search import startup_trials
+
+    build = searcher_module.make_sampler
+    prior = sweep_init_prior(tiny=settings.task is not None)
+
+    def make_sampler(spec):
+        return PriorSampler(build(spec), prior, settings.space, seed, startup_trials(spec.search.num_trials))
+
+    with mock.patch.object(searcher_module, "make_sampler", make_sampler):
+        yield
 
 
 # --- figures ------------------------------------------------------------------------------
@@ -952,6 +1117,25 @@ def print_anytime(console, settings: Settings, methods: list[str], outcomes: dic
             console.print(f"{method} seed {o.seed}: {o.trials} trials, {o.steps} steps; {' '.join(o.notes) or 'no budget line'}")
 
 
+def print_prior_against_the_default(console, settings: Settings, outcomes: dict, figures: dict) -> None:
+    """The prior candidate minus the default (asha), seed by seed: its best at each share of
+    random search's steps and at the end, beside the default's spread over the seeds (best
+    to worst seed): a difference inside that spread is a tie."""
+    prior, default = outcomes["prior"], outcomes["asha"]
+    figures["prior_against_the_default"] = {}
+    for share in (*ANYTIME_SHARES, None):
+        budget = math.inf if share is None else share * settings.random_steps
+        ours, theirs = [o.best_within(budget) for o in prior], [o.best_within(budget) for o in default]
+        paired = paired_difference(ours, theirs)
+        spread = max(theirs) - min(theirs)
+        figures["prior_against_the_default"]["end" if share is None else str(share)] = {**paired, "default_spread": spread}
+        console.print(
+            f"prior minus asha {'at the end' if share is None else f'at {share:g}x'}, seed by seed: mean {paired['mean']:+.4f} "
+            f"(95% interval {paired['low']:+.4f} to {paired['high']:+.4f}); better on {paired['better']}, worse on "
+            f"{paired['worse']}, equal on {paired['equal']}; the default's seed-to-seed spread {spread:.4f}"
+        )
+
+
 def print_exact_match(
     console, settings: Settings, methods: list[str], outcomes: dict, random_by_seed: dict, baseline: dict, figures: dict,
 ) -> None:
@@ -1088,6 +1272,8 @@ def print_table(
                 f"(95% interval {paired['low']:+.4f} to {paired['high']:+.4f}); better on {paired['better']}, "
                 f"worse on {paired['worse']}, equal on {paired['equal']} seeds"
             )
+    if "prior" in methods and "asha" in methods and len(outcomes["asha"]) > 1:
+        print_prior_against_the_default(console, settings, outcomes, figures)
     print_anytime(console, settings, methods, outcomes, random_by_seed, figures)
     if baseline is not None:
         print_exact_match(console, settings, methods, outcomes, random_by_seed, baseline, figures)
