@@ -133,10 +133,9 @@ def test_a_resumed_sweep_keeps_counting_against_its_cap(tmp_path, first_rung_usd
     both drivers' trials spent, and the resumed sweep stops at the cap."""
     # The driver is killed at the first trial's first rung: at most two first rungs and two
     # processes' starts spent, far below the cap even where the machine runs the sweep at
-    # half the calibration's speed (killed at the first finished trial instead, four first
-    # rungs, a CPU burner's slowdown reached the cap first). All 10 trials would spend well
-    # over it: ten first rungs, four processes' starts (two a driver), the promoted
-    # trials' rungs.
+    # half the calibration's speed (by the first finished trial, four first rungs, a machine
+    # under load can reach the cap). All 10 trials would spend well over it: ten first
+    # rungs, four processes' starts (two a driver), the promoted trials' rungs.
     cap = cap_of(7, first_rung_usd)
     path = capped_sweep(tmp_path, "capped_resume", num_trials=10, max_usd=cap)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
