@@ -35,6 +35,7 @@ from trainables.metrics import (
     EVAL_REWARDS_REJECTED, FIRST_STEP_SECONDS, LEARNING_RATE, SETUP_SECONDS, STEP, TOKENS_PER_SECOND, TRAIN_CPU_SHARE, TRAIN_LOSS,
     TRAIN_SECONDS, TRAIN_TOKENS,
 )
+from trainables.random_states import process_random_states, set_process_random_states
 
 __all__ = ["ReportEvaluations", "sweep_metrics"]
 
@@ -102,7 +103,7 @@ class ReportEvaluations(TrainerCallback):
 
     def on_train_begin(self, args, state, control, **kwargs):
         self._stepped = False
-        self._random_states = _random_states() if state.global_step == 0 else None
+        self._random_states = process_random_states() if state.global_step == 0 else None
         self.tokens_at_report = int(getattr(state, "num_input_tokens_seen", 0) or 0)
 
     def on_step_begin(self, args, state, control, **kwargs):
@@ -138,7 +139,7 @@ class ReportEvaluations(TrainerCallback):
         if state.global_step == 0 and self.pending:
             self.report({STEP: 0, **self.pending}, None)
         if self._random_states is not None:
-            _set_random_states(self._random_states)
+            set_process_random_states(self._random_states)
         self.pending = {}
 
     def on_save(self, args, state, control, **kwargs):
@@ -170,27 +171,3 @@ class ReportEvaluations(TrainerCallback):
         self.seconds = self.cpu_seconds = 0.0
         self.tokens_at_report = tokens
 
-
-def _random_states() -> tuple:
-    """Python's, numpy's and torch's random states (CUDA's where it is in use)."""
-    import random
-
-    import numpy
-    import torch
-
-    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
-    return random.getstate(), numpy.random.get_state(), torch.get_rng_state(), cuda
-
-
-def _set_random_states(states: tuple) -> None:
-    import random
-
-    import numpy
-    import torch
-
-    python, numpy_state, torch_state, cuda = states
-    random.setstate(python)
-    numpy.random.set_state(numpy_state)
-    torch.set_rng_state(torch_state)
-    if cuda is not None:
-        torch.cuda.set_rng_state_all(cuda)

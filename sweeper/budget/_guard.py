@@ -25,8 +25,8 @@ from ray.tune.search import Searcher
 
 from sweeper.cost import Rate, sweep_rate, TrialTiming
 from sweeper.names import BudgetKey, Tag, TrialState
-from sweeper.plan import CAPS, evaluates_on_start, generation_steps, Scenario, stretch_seconds
-from sweeper.spec import BudgetSpec, most_trials
+from sweeper.plan import CAPS, generation_steps, Scenario, stretch_seconds
+from sweeper.spec import BudgetSpec, evaluates_on_start, most_trials
 from trainables.metrics import STEP
 
 __all__ = ["BudgetGuard", "BudgetSearcher", "BudgetStopper"]

@@ -11,7 +11,7 @@ from sweeper._lazy import lazy_getattr
 __all__ = [
     "load_checked_spec", "check_spec", "SweepInputs",
     "prepare_inputs", "SweepPlan", "ClusterResources", "make_plan", "asha_rungs", "evaluations_between",
-    "milestone_counts", "promotion_steps", "rung_quota", "generation_steps", "evaluates_on_start", "Forecast", "Scenario", "TrialAt", "remaining",
+    "milestone_counts", "promotion_steps", "rung_quota", "generation_steps", "Forecast", "Scenario", "TrialAt", "remaining",
     "stretch_seconds", "within_caps", "after", "run_training", "CAPS", "plan_sweep", "start_forecast",
 ]
 
@@ -20,7 +20,7 @@ _HOME = {
     "load_checked_spec": "_checks", "check_spec": "_checks",
     "SweepInputs": "_inputs", "prepare_inputs": "_inputs",
     "SweepPlan": "_sweep_plan", "ClusterResources": "_sweep_plan", "make_plan": "_sweep_plan",
-    "generation_steps": "_sweep_plan", "evaluates_on_start": "_sweep_plan",
+    "generation_steps": "_sweep_plan",
     "asha_rungs": "_rungs", "evaluations_between": "_rungs", "milestone_counts": "_rungs",
     "promotion_steps": "_rungs", "rung_quota": "_rungs",
     "Forecast": "_forecast", "Scenario": "_forecast", "TrialAt": "_forecast", "remaining": "_forecast",

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from sweeper.cost import Rate, sweep_rate, TrialTiming
 from sweeper.names import ForecastKey
 from sweeper.plan._rungs import evaluations_between, generations_between
-from sweeper.plan._sweep_plan import evaluates_on_start, generation_steps, SweepPlan
-from sweeper.spec import MOST_TRIALS
+from sweeper.plan._sweep_plan import generation_steps, SweepPlan
+from sweeper.spec import evaluates_on_start, MOST_TRIALS
 from sweeper.views import duration, usd
 
 __all__ = [

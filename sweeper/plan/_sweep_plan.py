@@ -165,9 +165,3 @@ def generation_steps(spec: SweepSpec) -> frozenset[int] | None:
     every evaluation (every_eval), the plan's rungs (rungs), none (end, or no generation)."""
     when = spec.generation.when if spec.generation is not None else "end"
     return None if when == "every_eval" else frozenset(plan_rungs(spec) if when == "rungs" else ())
-
-
-def evaluates_on_start(spec: SweepSpec) -> bool:
-    """Whether each trial evaluates once before its first step (trl.eval_on_start, trainer
-    trl): one more evaluation a trial, in its first Train run only."""
-    return spec.trainer == "trl" and spec.trl is not None and bool(spec.trl.fields.get("eval_on_start"))

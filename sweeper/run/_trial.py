@@ -34,7 +34,6 @@ import contextlib
 import gc
 import logging
 import os
-import random
 import tempfile
 import threading
 import time
@@ -51,6 +50,7 @@ from trainables.common import REPORT_FILE
 from trainables.config import TrialConfig
 from trainables.metrics import PREEMPTION_CHECKPOINT
 from trainables.preemption import NO_NOTICE
+from trainables.random_states import process_random_states, set_process_random_states
 from trainables.worker import train_loop_per_worker
 
 logger = logging.getLogger(__name__)
@@ -369,12 +369,11 @@ def trial_process(resources):
     A CPU trial sees no GPU (CUDA reads the variable when first initialised, so on a GPU
     node every trial of a CPU sweep's process sees none). On CUDA, memory the trial still
     holds after collection is logged, with the trial that left it."""
-    import numpy
     import torch
 
     environ = dict(os.environ)
     threads = torch.get_num_threads()
-    random_states = random.getstate(), numpy.random.get_state(), torch.random.get_rng_state()
+    random_states = process_random_states()
     if not resources.use_gpu:
         os.environ.update(NO_VISIBLE_DEVICE)
     cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
@@ -385,9 +384,7 @@ def trial_process(resources):
         os.environ.clear()
         os.environ.update(environ)
         torch.set_num_threads(threads)
-        random.setstate(random_states[0])
-        numpy.random.set_state(random_states[1])
-        torch.random.set_rng_state(random_states[2])
+        set_process_random_states(random_states)
         gc.collect()
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             torch.cuda.empty_cache()

@@ -14,7 +14,7 @@ every problem as one keyed line), `_overrides`, `_reference`.
 from sweeper._lazy import lazy_getattr
 
 __all__ = [
-    "SweepSpec", "most_trials", "trials_text", "SearchSpec", "UniformDist", "LogUniformDist",
+    "SweepSpec", "most_trials", "evaluates_on_start", "trials_text", "SearchSpec", "UniformDist", "LogUniformDist",
     "IntUniformDist", "CategoricalDist", "WarmStartSpec", "BudgetSpec", "MOST_TRIALS", "PRICE_TABLE",
     "REMOTE_SCHEMES", "default_grace_period", "is_remote", "uri_problem", "load_spec", "parse_yaml",
     "read_yaml", "revalidate_spec", "spec_hash", "spec_to_yaml", "validate_spec", "calibration_spec",
@@ -27,7 +27,7 @@ __all__ = [
 
 # Each public name's private module, imported on first use (sweeper/_lazy.py).
 _HOME = {
-    "SweepSpec": "_schema", "most_trials": "_schema", "trials_text": "_schema",
+    "SweepSpec": "_schema", "most_trials": "_schema", "evaluates_on_start": "_schema", "trials_text": "_schema",
     "SearchSpec": "_sections", "UniformDist": "_sections", "LogUniformDist": "_sections",
     "IntUniformDist": "_sections", "CategoricalDist": "_sections", "WarmStartSpec": "_sections",
     "BudgetSpec": "_sections", "MOST_TRIALS": "_sections", "PRICE_TABLE": "_sections",

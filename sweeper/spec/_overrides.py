@@ -8,7 +8,7 @@ from typing import Any
 
 from sweeper.spec._load import revalidate_spec
 from sweeper.spec._paths import set_path
-from sweeper.spec._schema import SweepSpec
+from sweeper.spec._schema import evaluates_on_start, SweepSpec
 
 
 def with_overrides(spec: SweepSpec, overrides: dict[str, Any], built: str = "a run built from the sweep's YAML") -> SweepSpec:
@@ -63,7 +63,7 @@ def calibration_spec(spec: SweepSpec, steps: int, accumulation: int, values: dic
             "chaos.fault": "none",
             "budget": None,
             # No evaluation before the first step: one report, after the last step.
-            **({"trl.eval_on_start": False} if spec.trl is not None and spec.trl.fields.get("eval_on_start") else {}),
+            **({"trl.eval_on_start": False} if evaluates_on_start(spec) else {}),
         },
         built="the calibration run built from the sweep's YAML",
     )

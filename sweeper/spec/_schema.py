@@ -371,6 +371,12 @@ def most_trials(spec: SweepSpec) -> int | None:
     return grid_size(spec) if spec.search.method == "grid" else None
 
 
+def evaluates_on_start(spec: SweepSpec) -> bool:
+    """Whether each trial evaluates once before its first step (trl.eval_on_start, trainer
+    trl): one more evaluation a trial, in its first Train run only."""
+    return spec.trainer == "trl" and spec.trl is not None and bool(spec.trl.fields.get("eval_on_start"))
+
+
 def trials_text(spec: SweepSpec) -> str:
     """`8 trials`; `trials until budget.max_steps: 300` for a sweep that runs until a cap."""
     trials = most_trials(spec)

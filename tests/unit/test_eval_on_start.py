@@ -12,7 +12,8 @@ import pytest
 
 from sweeper.cost._prices import Rate
 from sweeper.plan._forecast import forecast_sweep
-from sweeper.plan._sweep_plan import evaluates_on_start, make_plan
+from sweeper.plan._sweep_plan import make_plan
+from sweeper.spec import evaluates_on_start
 from sweeper.spec._load import validate_spec
 from sweeper.spec._sections import BudgetSpec
 from sweeper.track._book import SweepBook, TrialRecord
